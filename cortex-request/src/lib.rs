@@ -1,0 +1,140 @@
+//! Request and response data for cortex.
+//!
+//! This crate is plain data that every other layer speaks: a [`Request`] holds
+//! its [`Prompt`] (text, token ids or chat messages), [`SamplingParams`],
+//! [`StopConditions`], priority and `n`; it moves through the [`RequestState`]
+//! lifecycle (only legal transitions), and ends with a [`FinishReason`],
+//! [`Usage`] and [`Timings`], collected in a [`Response`]. [`Request::validate`]
+//! checks every field and returns a [`ValidationError`] that names the field and
+//! the bad value.
+//!
+//! It knows nothing of llama.cpp, SQLite or threads. Enable the `serde` feature
+//! to (de)serialize the types.
+//!
+//! # Example
+//!
+//! ```
+//! use cortex_request::{Limits, Request, RequestId, RequestState, SamplingParams};
+//!
+//! let mut request = Request::new(RequestId(7), "Write a haiku about rust.");
+//! request.sampling = SamplingParams { temperature: 0.7, top_p: 0.9, ..SamplingParams::default() };
+//! request.stop.max_tokens = 48;
+//! request.stop.stop = vec!["\n\n".into()];
+//! assert!(request.validate(&Limits::default()).is_ok());
+//!
+//! request.sampling.top_p = 1.5;
+//! let error = request.validate(&Limits::default()).unwrap_err();
+//! assert_eq!(error.field(), "top_p");
+//! assert_eq!(error.to_string(), "top_p = 1.5 is out of range: expected a number in (0, 1]");
+//!
+//! let mut state = RequestState::Pending;
+//! state.transition(RequestState::Prefilling).unwrap();
+//! assert!(state.transition(RequestState::Pending).is_ok()); // preempted, recomputed later
+//! assert!(RequestState::Finished.transition(RequestState::Decoding).is_err());
+//! ```
+
+#![forbid(unsafe_code)]
+
+mod params;
+mod prompt;
+mod state;
+mod usage;
+mod validate;
+
+use std::fmt;
+
+pub use params::{SamplingParams, StopConditions};
+pub use prompt::{ChatMessage, Prompt};
+pub use state::{FinishReason, InvalidTransition, RequestState};
+pub use usage::{Timings, Usage};
+pub use validate::{Limits, ValidationError};
+
+/// A token id in the model's vocabulary.
+pub type TokenId = u32;
+
+/// Identifies a request within one engine or job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(transparent))]
+pub struct RequestId(pub u64);
+
+impl fmt::Display for RequestId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "req-{}", self.0)
+    }
+}
+
+/// One generation request.
+#[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct Request {
+    /// Its id, unique among the requests an engine holds.
+    pub id: RequestId,
+    /// What to continue.
+    pub prompt: Prompt,
+    /// How tokens are chosen.
+    pub sampling: SamplingParams,
+    /// When each completion ends.
+    pub stop: StopConditions,
+    /// Higher runs first; equal priorities run in arrival order.
+    pub priority: i32,
+    /// Number of completions of the prompt (they share its KV).
+    pub n: u32,
+}
+
+impl Request {
+    /// A request with default sampling, stop conditions, priority 0 and `n` = 1.
+    pub fn new(id: RequestId, prompt: impl Into<Prompt>) -> Self {
+        Self {
+            id,
+            prompt: prompt.into(),
+            sampling: SamplingParams::default(),
+            stop: StopConditions::default(),
+            priority: 0,
+            n: 1,
+        }
+    }
+}
+
+/// One finished completion of a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct Completion {
+    /// Which of the `n` completions this is.
+    pub index: u32,
+    /// The generated text, without any matched stop string.
+    pub text: String,
+    /// The generated token ids.
+    pub tokens: Vec<TokenId>,
+    /// Why it ended.
+    pub finish_reason: FinishReason,
+}
+
+/// The outcome of a request: its completions, usage and timings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct Response {
+    /// The request this answers.
+    pub id: RequestId,
+    /// One entry per completion, in index order.
+    pub completions: Vec<Completion>,
+    /// Token counts.
+    pub usage: Usage,
+    /// Latencies.
+    pub timings: Timings,
+}
+
+#[cfg(all(test, feature = "serde"))]
+mod serde_tests {
+    use super::*;
+
+    #[test]
+    fn request_round_trips_through_json() {
+        let mut request = Request::new(RequestId(3), vec![ChatMessage::user("hi")]);
+        request.sampling.logit_bias.insert(5, -1.5);
+        request.stop.stop = vec!["END".into()];
+        let json = serde_json::to_string(&request).unwrap();
+        let back: Request = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, request);
+    }
+}

@@ -1,0 +1,87 @@
+use crate::TokenId;
+
+/// What the model is asked to continue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+pub enum Prompt {
+    /// Raw text, tokenized by the engine with the model's vocabulary.
+    Text(String),
+    /// Token ids already in the model's vocabulary.
+    Tokens(Vec<TokenId>),
+    /// A conversation, rendered by the engine with the model's chat template.
+    Chat(Vec<ChatMessage>),
+}
+
+impl Prompt {
+    /// Whether there is nothing to condition on (no text, no tokens, no message content).
+    pub fn is_empty(&self) -> bool {
+        match self {
+            Prompt::Text(text) => text.is_empty(),
+            Prompt::Tokens(tokens) => tokens.is_empty(),
+            Prompt::Chat(messages) => messages.iter().all(|m| m.content.is_empty()),
+        }
+    }
+}
+
+impl From<&str> for Prompt {
+    fn from(text: &str) -> Self {
+        Prompt::Text(text.to_owned())
+    }
+}
+
+impl From<String> for Prompt {
+    fn from(text: String) -> Self {
+        Prompt::Text(text)
+    }
+}
+
+impl From<Vec<TokenId>> for Prompt {
+    fn from(tokens: Vec<TokenId>) -> Self {
+        Prompt::Tokens(tokens)
+    }
+}
+
+impl From<Vec<ChatMessage>> for Prompt {
+    fn from(messages: Vec<ChatMessage>) -> Self {
+        Prompt::Chat(messages)
+    }
+}
+
+/// One turn of a chat prompt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct ChatMessage {
+    /// `system`, `user`, `assistant` or `tool`.
+    pub role: String,
+    /// The message text.
+    pub content: String,
+}
+
+impl ChatMessage {
+    /// The roles chat templates understand.
+    pub const ROLES: [&'static str; 4] = ["system", "user", "assistant", "tool"];
+
+    /// A message with the given role and content.
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
+        Self {
+            role: role.into(),
+            content: content.into(),
+        }
+    }
+
+    /// A `system` message.
+    pub fn system(content: impl Into<String>) -> Self {
+        Self::new("system", content)
+    }
+
+    /// A `user` message.
+    pub fn user(content: impl Into<String>) -> Self {
+        Self::new("user", content)
+    }
+
+    /// An `assistant` message.
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Self::new("assistant", content)
+    }
+}

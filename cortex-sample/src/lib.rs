@@ -1,0 +1,79 @@
+//! Logits → token id, for any engine.
+//!
+//! A [`Sampler`] holds one request's [`SamplingParams`] and its own seeded
+//! [`SampleRng`]: greedy, temperature, top-k, top-p, min-p, repetition /
+//! presence / frequency penalties over the request's recent tokens, and logit
+//! bias. The same seed, logits and history give the same token on any machine:
+//! the generator and the `exp` used by softmax are written out in this crate in
+//! plain IEEE arithmetic. [`Sampler`]'s docs give the order the filters run in.
+//! [`sample_batch`] samples many rows in parallel (rayon).
+//!
+//! The crate does no I/O and knows nothing of llama.cpp or SQLite.
+//!
+//! # Example
+//!
+//! ```
+//! use cortex_request::SamplingParams;
+//! use cortex_sample::{BatchRow, Sampler, sample_batch};
+//!
+//! // Greedy: the argmax.
+//! let mut greedy = Sampler::new(SamplingParams::greedy(), 0);
+//! assert_eq!(greedy.sample(&mut [0.1, 2.0, 0.3], &[]), 1);
+//!
+//! // top-k 2 never picks the third-best token; a seed makes it repeatable.
+//! let params = SamplingParams { temperature: 0.8, top_k: 2, seed: Some(7), ..SamplingParams::default() };
+//! let draw = |params: &SamplingParams| {
+//!     let mut sampler = Sampler::new(params.clone(), 0);
+//!     (0..20).map(|_| sampler.sample(&mut [1.0, 0.9, 0.8], &[])).collect::<Vec<_>>()
+//! };
+//! let tokens = draw(&params);
+//! assert!(tokens.iter().all(|&t| t < 2));
+//! assert_eq!(tokens, draw(&params));
+//!
+//! // A batch of rows, sampled in parallel.
+//! let mut a = Sampler::new(SamplingParams::greedy(), 0);
+//! let mut b = Sampler::new(SamplingParams::greedy(), 1);
+//! let (mut la, mut lb) = (vec![0.0, 5.0], vec![3.0, 1.0]);
+//! let mut rows = [
+//!     BatchRow { sampler: &mut a, logits: &mut la, history: &[] },
+//!     BatchRow { sampler: &mut b, logits: &mut lb, history: &[] },
+//! ];
+//! assert_eq!(sample_batch(&mut rows), vec![1, 0]);
+//! ```
+
+#![forbid(unsafe_code)]
+
+mod fastexp;
+mod kernels;
+mod rng;
+mod sampler;
+
+use cortex_request::TokenId;
+use rayon::prelude::*;
+
+pub use cortex_request::SamplingParams;
+pub use rng::SampleRng;
+pub use sampler::{Sampler, argmax};
+
+/// One row of a batch: a request's sampler, its logits and its token history.
+#[derive(Debug)]
+pub struct BatchRow<'a> {
+    /// The request's sampler (its RNG advances).
+    pub sampler: &'a mut Sampler,
+    /// Logits over the vocabulary; bias and penalties are applied in place.
+    pub logits: &'a mut [f32],
+    /// Tokens seen so far, oldest first (for penalties).
+    pub history: &'a [TokenId],
+}
+
+/// Samples every row, in parallel on rayon's pool; results are in row order and
+/// identical to sampling the rows one by one.
+pub fn sample_batch(rows: &mut [BatchRow<'_>]) -> Vec<TokenId> {
+    if rows.len() == 1 {
+        let row = &mut rows[0];
+        return vec![row.sampler.sample(row.logits, row.history)];
+    }
+    rows.par_iter_mut()
+        .map(|row| row.sampler.sample(row.logits, row.history))
+        .collect()
+}
