@@ -197,6 +197,11 @@ impl KvCache {
         tokens.div_ceil(self.block_size)
     }
 
+    /// Whether any computed block is indexed (so a prefix lookup can hit).
+    pub fn has_cached_prefixes(&self) -> bool {
+        !self.index.is_empty()
+    }
+
     /// Whether `seq` holds blocks.
     pub fn contains(&self, seq: SeqId) -> bool {
         self.seqs.contains_key(&seq)

@@ -1,1 +1,49 @@
-//! placeholder
+//! Continuous batching as a pure state machine.
+//!
+//! A [`Scheduler`] holds waiting and running requests and owns the
+//! [`cortex_kv::KvCache`] accounting for their KV. Each [`Scheduler::schedule`]
+//! call returns a [`StepPlan`]: the decode tokens and prefill chunks to compute
+//! in one step, within a token budget and a cap on running sequences, plus what
+//! was admitted, preempted or deferred and why admission stopped. The engine
+//! runs the plan and reports the sampled tokens with [`Scheduler::commit`].
+//! Data in, decisions out: no threads, no I/O, no clock (time is counted in steps).
+//!
+//! The policy is described on [`Scheduler`]: decode first, then chunked
+//! prefill; admission by free KV blocks, by priority with aging and FIFO within
+//! a priority, cached prefixes first; preemption by recompute when the pool runs
+//! out.
+//!
+//! # Example
+//!
+//! ```
+//! use cortex_request::RequestId;
+//! use cortex_sched::{SchedConfig, SchedRequest, Scheduler};
+//!
+//! let config = SchedConfig { max_batch_tokens: 8, kv_blocks: 16, kv_block_size: 4, ..SchedConfig::default() };
+//! let mut sched = Scheduler::new(config)?;
+//! sched.add(SchedRequest { id: RequestId(1), prompt: (0..10).collect(), max_new_tokens: 2, priority: 0 })?;
+//!
+//! // The 10-token prompt is chunked to the 8-token budget.
+//! let plan = sched.schedule();
+//! assert_eq!(plan.to_string(), "step 1: prefill[1@0+8] admitted[1] | budget exhausted");
+//! sched.commit(&plan, &[]);
+//!
+//! let plan = sched.schedule();
+//! assert_eq!(plan.to_string(), "step 2: prefill[1@8+2*]");
+//! sched.commit(&plan, &[(RequestId(1), 42)]); // the first generated token
+//!
+//! let plan = sched.schedule();
+//! assert_eq!(plan.decode, [RequestId(1)]);
+//! let finished = sched.commit(&plan, &[(RequestId(1), 43)]);
+//! assert_eq!(finished, [RequestId(1)]); // max_new_tokens reached
+//! assert!(!sched.has_work());
+//! # Ok::<(), cortex_sched::SchedError>(())
+//! ```
+
+#![forbid(unsafe_code)]
+
+mod plan;
+mod scheduler;
+
+pub use plan::{Admission, AdmissionStop, PrefillChunk, StepPlan};
+pub use scheduler::{SchedConfig, SchedError, SchedRequest, SchedStats, Scheduler};
