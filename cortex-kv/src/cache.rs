@@ -253,8 +253,14 @@ impl KvCache {
         let mut only_pending = false;
         for chunk in tokens.chunks_exact(self.block_size).take(max_blocks) {
             let key = chain_key(parent, chunk);
-            let computed = self.index.get(&key).filter(|&&id| self.holds(id, parent, chunk));
-            let pending = self.pending.get(&key).filter(|&&id| self.holds(id, parent, chunk));
+            let computed = self
+                .index
+                .get(&key)
+                .filter(|&&id| self.holds(id, parent, chunk));
+            let pending = self
+                .pending
+                .get(&key)
+                .filter(|&&id| self.holds(id, parent, chunk));
             match (computed, pending) {
                 (Some(_), _) if !only_pending => probe.cached_tokens += self.block_size,
                 (Some(_), _) | (None, Some(_)) => only_pending = true,
@@ -283,7 +289,10 @@ impl KvCache {
         let fresh = self.blocks_for(tokens.len()) - reused.len();
         let available = self.available_blocks() - from_cache;
         if fresh > available {
-            return Err(KvError::OutOfBlocks { needed: fresh, available });
+            return Err(KvError::OutOfBlocks {
+                needed: fresh,
+                available,
+            });
         }
         for &id in &reused {
             if self.cached.contains(id) {
@@ -313,7 +322,11 @@ impl KvCache {
             let key = sequence.keys[i];
             if let std::collections::hash_map::Entry::Vacant(slot) = self.pending.entry(key) {
                 slot.insert(id);
-                let parent = if i == 0 { ROOT_KEY } else { sequence.keys[i - 1] };
+                let parent = if i == 0 {
+                    ROOT_KEY
+                } else {
+                    sequence.keys[i - 1]
+                };
                 let range = i * self.block_size..(i + 1) * self.block_size;
                 let block = &mut self.blocks[id as usize];
                 block.key = Some(key);
@@ -322,7 +335,10 @@ impl KvCache {
             }
         }
         self.seqs.insert(seq, sequence);
-        Ok(Allocation { cached_tokens, reused })
+        Ok(Allocation {
+            cached_tokens,
+            reused,
+        })
     }
 
     /// Computes the chain keys of full blocks not keyed yet.
@@ -346,7 +362,10 @@ impl KvCache {
         };
         let new_block = if needs_block {
             if self.available_blocks() == 0 {
-                return Err(KvError::OutOfBlocks { needed: 1, available: 0 });
+                return Err(KvError::OutOfBlocks {
+                    needed: 1,
+                    available: 0,
+                });
             }
             Some(self.take_block())
         } else {
@@ -369,10 +388,16 @@ impl KvCache {
         if self.seqs.contains_key(&child) {
             return Err(KvError::SequenceExists(child));
         }
-        let source = self.seqs.get(&parent).ok_or(KvError::UnknownSequence(parent))?;
+        let source = self
+            .seqs
+            .get(&parent)
+            .ok_or(KvError::UnknownSequence(parent))?;
         let partial = source.tokens.len() % self.block_size != 0;
         if partial && self.available_blocks() == 0 {
-            return Err(KvError::OutOfBlocks { needed: 1, available: 0 });
+            return Err(KvError::OutOfBlocks {
+                needed: 1,
+                available: 0,
+            });
         }
         let mut sequence = source.clone();
         if partial {
@@ -392,11 +417,18 @@ impl KvCache {
     /// Records that the first `computed` tokens of `seq` now have KV; full
     /// blocks among them enter the prefix index.
     pub fn mark_computed(&mut self, seq: SeqId, computed: usize) -> Result<(), KvError> {
-        let mut s = self.seqs.remove(&seq).ok_or(KvError::UnknownSequence(seq))?;
+        let mut s = self
+            .seqs
+            .remove(&seq)
+            .ok_or(KvError::UnknownSequence(seq))?;
         if computed > s.tokens.len() {
             let held = s.tokens.len();
             self.seqs.insert(seq, s);
-            return Err(KvError::BeyondSequence { seq, held, requested: computed });
+            return Err(KvError::BeyondSequence {
+                seq,
+                held,
+                requested: computed,
+            });
         }
         let before = s.computed / self.block_size;
         s.computed = s.computed.max(computed);
@@ -442,7 +474,10 @@ impl KvCache {
     /// Releases `seq`'s blocks: computed full blocks stay as evictable cache,
     /// the rest return to the free list. Returns how many blocks it held.
     pub fn free(&mut self, seq: SeqId) -> Result<usize, KvError> {
-        let s = self.seqs.remove(&seq).ok_or(KvError::UnknownSequence(seq))?;
+        let s = self
+            .seqs
+            .remove(&seq)
+            .ok_or(KvError::UnknownSequence(seq))?;
         // Deepest first, so a prefix is evicted after the blocks that extend it.
         for &id in s.blocks.iter().rev() {
             let block = &mut self.blocks[id as usize];
@@ -466,7 +501,10 @@ impl KvCache {
         let id = match self.free.pop() {
             Some(id) => id,
             None => {
-                let id = self.cached.pop_oldest().expect("callers check availability");
+                let id = self
+                    .cached
+                    .pop_oldest()
+                    .expect("callers check availability");
                 let block = &mut self.blocks[id as usize];
                 let key = block.key.take().expect("cached blocks are indexed");
                 block.indexed = false;
@@ -521,7 +559,11 @@ impl KvCache {
         let mut refs = vec![0u32; total];
         for (seq, s) in &self.seqs {
             if s.blocks.len() != self.blocks_for(s.tokens.len()) {
-                return Err(format!("sequence {seq}: {} blocks for {} tokens", s.blocks.len(), s.tokens.len()));
+                return Err(format!(
+                    "sequence {seq}: {} blocks for {} tokens",
+                    s.blocks.len(),
+                    s.tokens.len()
+                ));
             }
             for &id in &s.blocks {
                 refs[id as usize] += 1;
@@ -536,9 +578,13 @@ impl KvCache {
         for (id, block) in self.blocks.iter().enumerate() {
             let in_cache = self.cached.contains(id as BlockId);
             if block.refs != refs[id] {
-                return Err(format!("block {id}: refcount {} but {} holders", block.refs, refs[id]));
+                return Err(format!(
+                    "block {id}: refcount {} but {} holders",
+                    block.refs, refs[id]
+                ));
             }
-            let places = usize::from(block.refs > 0) + usize::from(on_free[id]) + usize::from(in_cache);
+            let places =
+                usize::from(block.refs > 0) + usize::from(on_free[id]) + usize::from(in_cache);
             if places != 1 {
                 return Err(format!("block {id} is in {places} of used/free/cached"));
             }

@@ -21,7 +21,14 @@ pub(crate) struct Lru {
 impl Lru {
     pub(crate) fn new(capacity: usize) -> Self {
         Self {
-            links: vec![Links { prev: NIL, next: NIL, linked: false }; capacity],
+            links: vec![
+                Links {
+                    prev: NIL,
+                    next: NIL,
+                    linked: false
+                };
+                capacity
+            ],
             head: NIL,
             tail: NIL,
             len: 0,
@@ -38,7 +45,11 @@ impl Lru {
 
     pub(crate) fn push_back(&mut self, id: u32) {
         debug_assert!(!self.contains(id));
-        self.links[id as usize] = Links { prev: self.tail, next: NIL, linked: true };
+        self.links[id as usize] = Links {
+            prev: self.tail,
+            next: NIL,
+            linked: true,
+        };
         match self.tail {
             NIL => self.head = id,
             tail => self.links[tail as usize].next = id,
@@ -58,7 +69,11 @@ impl Lru {
             NIL => self.tail = prev,
             next => self.links[next as usize].prev = prev,
         }
-        self.links[id as usize] = Links { prev: NIL, next: NIL, linked: false };
+        self.links[id as usize] = Links {
+            prev: NIL,
+            next: NIL,
+            linked: false,
+        };
         self.len -= 1;
     }
 

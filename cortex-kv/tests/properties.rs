@@ -7,17 +7,35 @@ use proptest::prelude::*;
 #[derive(Debug, Clone)]
 enum Op {
     /// Allocate a prompt built from a small alphabet of shared prefixes.
-    Allocate { seq: u64, prefix: u8, len: usize },
-    Append { seq: u64 },
-    Compute { seq: u64, fraction: u8 },
-    Fork { parent: u64, child: u64 },
-    Free { seq: u64 },
+    Allocate {
+        seq: u64,
+        prefix: u8,
+        len: usize,
+    },
+    Append {
+        seq: u64,
+    },
+    Compute {
+        seq: u64,
+        fraction: u8,
+    },
+    Fork {
+        parent: u64,
+        child: u64,
+    },
+    Free {
+        seq: u64,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
     let seq = 0u64..12;
     prop_oneof![
-        (seq.clone(), 0u8..3, 1usize..40).prop_map(|(seq, prefix, len)| Op::Allocate { seq, prefix, len }),
+        (seq.clone(), 0u8..3, 1usize..40).prop_map(|(seq, prefix, len)| Op::Allocate {
+            seq,
+            prefix,
+            len
+        }),
         seq.clone().prop_map(|seq| Op::Append { seq }),
         (seq.clone(), 0u8..=4).prop_map(|(seq, fraction)| Op::Compute { seq, fraction }),
         (seq.clone(), seq.clone()).prop_map(|(parent, child)| Op::Fork { parent, child }),
@@ -28,7 +46,13 @@ fn op() -> impl Strategy<Value = Op> {
 /// Prompts share one of three prefixes, then diverge by sequence id.
 fn prompt(prefix: u8, seq: u64, len: usize) -> Vec<u32> {
     (0..len as u32)
-        .map(|i| if i < 20 { u32::from(prefix) * 1000 + i } else { seq as u32 * 100 + i })
+        .map(|i| {
+            if i < 20 {
+                u32::from(prefix) * 1000 + i
+            } else {
+                seq as u32 * 100 + i
+            }
+        })
         .collect()
 }
 

@@ -11,7 +11,13 @@ fn allocation_is_all_or_nothing() {
     let mut kv = KvCache::new(3, 4).unwrap();
     kv.allocate(1, &tokens(0..8)).unwrap();
     let err = kv.allocate(2, &tokens(100..108)).unwrap_err();
-    assert_eq!(err, KvError::OutOfBlocks { needed: 2, available: 1 });
+    assert_eq!(
+        err,
+        KvError::OutOfBlocks {
+            needed: 2,
+            available: 1
+        }
+    );
     assert!(!kv.contains(2));
     assert_eq!(kv.stats().free_blocks, 1);
     kv.verify().unwrap();
@@ -51,11 +57,29 @@ fn the_last_token_of_a_prompt_is_always_computed() {
 fn uncomputed_blocks_are_pending_not_cached() {
     let mut kv = KvCache::new(8, 4).unwrap();
     kv.allocate(1, &tokens(0..12)).unwrap();
-    assert_eq!(kv.probe(&tokens(0..13)), PrefixProbe { cached_tokens: 0, pending_tokens: 12 });
+    assert_eq!(
+        kv.probe(&tokens(0..13)),
+        PrefixProbe {
+            cached_tokens: 0,
+            pending_tokens: 12
+        }
+    );
     kv.mark_computed(1, 5).unwrap();
-    assert_eq!(kv.probe(&tokens(0..13)), PrefixProbe { cached_tokens: 4, pending_tokens: 12 });
+    assert_eq!(
+        kv.probe(&tokens(0..13)),
+        PrefixProbe {
+            cached_tokens: 4,
+            pending_tokens: 12
+        }
+    );
     kv.mark_computed(1, 12).unwrap();
-    assert_eq!(kv.probe(&tokens(0..13)), PrefixProbe { cached_tokens: 12, pending_tokens: 12 });
+    assert_eq!(
+        kv.probe(&tokens(0..13)),
+        PrefixProbe {
+            cached_tokens: 12,
+            pending_tokens: 12
+        }
+    );
     // Freed before computing: nothing pending remains.
     kv.allocate(2, &tokens(50..62)).unwrap();
     kv.free(2).unwrap();
@@ -75,7 +99,11 @@ fn cached_blocks_are_evicted_lru_and_deepest_first() {
     assert_eq!(kv.stats().evictions, 1);
     assert_eq!(kv.drain_evicted().len(), 1);
     assert!(kv.drain_evicted().is_empty());
-    assert_eq!(kv.probe(&tokens(0..5)).cached_tokens, 2, "the shallow block survives");
+    assert_eq!(
+        kv.probe(&tokens(0..5)).cached_tokens,
+        2,
+        "the shallow block survives"
+    );
     kv.verify().unwrap();
 }
 
@@ -90,7 +118,10 @@ fn reusing_a_cached_block_takes_it_out_of_the_cache() {
     let a = kv.allocate(2, &tokens(0..3)).unwrap();
     assert_eq!(a.cached_tokens, 2);
     let stats = kv.stats();
-    assert_eq!((stats.used_blocks, stats.cached_blocks, stats.free_blocks), (2, 1, 0));
+    assert_eq!(
+        (stats.used_blocks, stats.cached_blocks, stats.free_blocks),
+        (2, 1, 0)
+    );
     kv.verify().unwrap();
 }
 
@@ -100,7 +131,10 @@ fn fork_shares_full_blocks_and_copies_the_partial_one() {
     kv.allocate(1, &tokens(0..6)).unwrap();
     kv.mark_computed(1, 6).unwrap();
     kv.fork(1, 2).unwrap();
-    let (a, b) = (kv.blocks_of(1).unwrap().to_vec(), kv.blocks_of(2).unwrap().to_vec());
+    let (a, b) = (
+        kv.blocks_of(1).unwrap().to_vec(),
+        kv.blocks_of(2).unwrap().to_vec(),
+    );
     assert_eq!(a[0], b[0]);
     assert_ne!(a[1], b[1]);
     assert_eq!(kv.stats().shared_blocks, 1);
@@ -128,13 +162,19 @@ fn a_hash_collision_cannot_share_wrong_content() {
 #[test]
 fn errors_say_what_was_wrong() {
     let mut kv = KvCache::new(2, 4).unwrap();
-    assert_eq!(KvCache::new(0, 4).unwrap_err().to_string(), "invalid KV configuration: the pool needs at least one block");
+    assert_eq!(
+        KvCache::new(0, 4).unwrap_err().to_string(),
+        "invalid KV configuration: the pool needs at least one block"
+    );
     kv.allocate(1, &tokens(0..3)).unwrap();
     assert_eq!(
         kv.mark_computed(1, 4).unwrap_err().to_string(),
         "sequence 1 holds 3 tokens; 4 cannot be computed"
     );
-    assert_eq!(kv.allocate(1, &[1]).unwrap_err().to_string(), "sequence 1 already holds blocks");
+    assert_eq!(
+        kv.allocate(1, &[1]).unwrap_err().to_string(),
+        "sequence 1 already holds blocks"
+    );
     assert_eq!(
         kv.allocate(2, &tokens(0..9)).unwrap_err().to_string(),
         "out of KV blocks: 3 needed, 1 free or evictable"

@@ -66,7 +66,9 @@ impl SamplingParams {
 
     /// Whether any penalty needs the token history.
     pub fn has_penalties(&self) -> bool {
-        self.repetition_penalty != 1.0 || self.presence_penalty != 0.0 || self.frequency_penalty != 0.0
+        self.repetition_penalty != 1.0
+            || self.presence_penalty != 0.0
+            || self.frequency_penalty != 0.0
     }
 }
 

@@ -36,6 +36,7 @@ impl Timings {
     pub fn decode_tokens_per_second(&self, completion_tokens: u32) -> Option<f64> {
         let first = self.first_token?;
         let decoding = self.finished.checked_sub(first)?.as_secs_f64();
-        (completion_tokens > 1 && decoding > 0.0).then(|| f64::from(completion_tokens - 1) / decoding)
+        (completion_tokens > 1 && decoding > 0.0)
+            .then(|| f64::from(completion_tokens - 1) / decoding)
     }
 }

@@ -93,7 +93,7 @@ impl ValidationError {
 fn check(
     ok: bool,
     field: impl Into<String>,
-    value: impl ToString,
+    value: &dyn std::fmt::Display,
     expected: &'static str,
 ) -> Result<(), ValidationError> {
     if ok {
@@ -160,7 +160,7 @@ impl Request {
         check(
             (1..=limits.max_n).contains(&self.n),
             "n",
-            self.n,
+            &self.n,
             "an integer >= 1 within the server's limit",
         )?;
 
@@ -168,38 +168,43 @@ impl Request {
         check(
             s.temperature.is_finite() && s.temperature >= 0.0,
             "temperature",
-            s.temperature,
+            &s.temperature,
             "a finite number >= 0",
         )?;
         check(
             s.top_p > 0.0 && s.top_p <= 1.0,
             "top_p",
-            s.top_p,
+            &s.top_p,
             "a number in (0, 1]",
         )?;
-        check(s.top_k >= 0, "top_k", s.top_k, "an integer >= 0 (0 disables)")?;
+        check(
+            s.top_k >= 0,
+            "top_k",
+            &s.top_k,
+            "an integer >= 0 (0 disables)",
+        )?;
         check(
             (0.0..=1.0).contains(&s.min_p),
             "min_p",
-            s.min_p,
+            &s.min_p,
             "a number in [0, 1]",
         )?;
         check(
             s.repetition_penalty.is_finite() && s.repetition_penalty > 0.0,
             "repetition_penalty",
-            s.repetition_penalty,
+            &s.repetition_penalty,
             "a finite number > 0 (1 disables)",
         )?;
         check(
             (-2.0..=2.0).contains(&s.presence_penalty),
             "presence_penalty",
-            s.presence_penalty,
+            &s.presence_penalty,
             "a number in [-2, 2]",
         )?;
         check(
             (-2.0..=2.0).contains(&s.frequency_penalty),
             "frequency_penalty",
-            s.frequency_penalty,
+            &s.frequency_penalty,
             "a number in [-2, 2]",
         )?;
         check_count("logit_bias", s.logit_bias.len(), limits.max_logit_bias)?;
@@ -207,7 +212,7 @@ impl Request {
             check(
                 (-100.0..=100.0).contains(bias),
                 format!("logit_bias[{token}]"),
-                bias,
+                &bias,
                 "a number in [-100, 100]",
             )?;
         }
@@ -216,7 +221,7 @@ impl Request {
         check(
             stop.max_tokens >= 1,
             "max_tokens",
-            stop.max_tokens,
+            &stop.max_tokens,
             "an integer >= 1",
         )?;
         check_count("stop", stop.stop.len(), limits.max_stop_strings)?;
@@ -314,9 +319,18 @@ mod tests {
 
     #[test]
     fn prompts_must_have_content() {
-        assert_eq!(error_of(|r| r.prompt = Prompt::Text(String::new())), "prompt is empty");
-        assert_eq!(error_of(|r| r.prompt = Prompt::Tokens(vec![])), "prompt is empty");
-        assert_eq!(error_of(|r| r.prompt = Prompt::Chat(vec![])), "messages is empty");
+        assert_eq!(
+            error_of(|r| r.prompt = Prompt::Text(String::new())),
+            "prompt is empty"
+        );
+        assert_eq!(
+            error_of(|r| r.prompt = Prompt::Tokens(vec![])),
+            "prompt is empty"
+        );
+        assert_eq!(
+            error_of(|r| r.prompt = Prompt::Chat(vec![])),
+            "messages is empty"
+        );
         assert_eq!(
             error_of(|r| r.prompt = Prompt::Chat(vec![ChatMessage::user("")])),
             "messages is empty"
@@ -344,16 +358,25 @@ mod tests {
         let long = "é".repeat(200);
         let message = error_of(|r| r.stop.stop = vec![long]);
         assert!(message.starts_with("stop[0] = \"éééé"), "{message}");
-        assert!(message.ends_with("…\" is invalid: it is longer than the limit"), "{message}");
+        assert!(
+            message.ends_with("…\" is invalid: it is longer than the limit"),
+            "{message}"
+        );
     }
 
     #[test]
     fn field_names_match_messages() {
         let mut r = request();
         r.sampling.logit_bias.insert(7, -101.0);
-        assert_eq!(r.validate(&Limits::default()).unwrap_err().field(), "logit_bias[7]");
+        assert_eq!(
+            r.validate(&Limits::default()).unwrap_err().field(),
+            "logit_bias[7]"
+        );
         let mut r = request();
         r.stop.stop = vec![String::new()];
-        assert_eq!(r.validate(&Limits::default()).unwrap_err().field(), "stop[0]");
+        assert_eq!(
+            r.validate(&Limits::default()).unwrap_err().field(),
+            "stop[0]"
+        );
     }
 }

@@ -15,7 +15,9 @@ const BATCH: usize = 64;
 /// Logits shaped like a language model's: a broad low floor and a few
 /// dozen plausible tokens standing well above it.
 fn model_like_logits(rng: &mut SampleRng) -> Vec<f32> {
-    let mut logits: Vec<f32> = (0..VOCAB).map(|_| (rng.next_f64() * 6.0 - 3.0) as f32).collect();
+    let mut logits: Vec<f32> = (0..VOCAB)
+        .map(|_| (rng.next_f64() * 6.0 - 3.0) as f32)
+        .collect();
     for _ in 0..40 {
         let token = (rng.next_u64() % VOCAB as u64) as usize;
         logits[token] = 8.0 + (rng.next_f64() * 8.0) as f32;
@@ -43,11 +45,20 @@ fn main() {
         ("greedy", SamplingParams::greedy()),
         (
             "top-k 40 + top-p 0.95, T 0.8",
-            SamplingParams { temperature: 0.8, top_k: 40, top_p: 0.95, ..SamplingParams::default() },
+            SamplingParams {
+                temperature: 0.8,
+                top_k: 40,
+                top_p: 0.95,
+                ..SamplingParams::default()
+            },
         ),
         (
             "top-p 0.95, T 0.8 (no top-k)",
-            SamplingParams { temperature: 0.8, top_p: 0.95, ..SamplingParams::default() },
+            SamplingParams {
+                temperature: 0.8,
+                top_p: 0.95,
+                ..SamplingParams::default()
+            },
         ),
         (
             "T 1.0 + penalties (full softmax)",
@@ -59,8 +70,14 @@ fn main() {
         ),
     ];
 
-    println!("vocabulary {VOCAB}, batch {BATCH}, {} rayon threads", rayon::current_num_threads());
-    println!("{:<34} {:>14} {:>22}", "sampler", "1 row ns/row", "64-row batch ns/row");
+    println!(
+        "vocabulary {VOCAB}, batch {BATCH}, {} rayon threads",
+        rayon::current_num_threads()
+    );
+    println!(
+        "{:<34} {:>14} {:>22}",
+        "sampler", "1 row ns/row", "64-row batch ns/row"
+    );
     let mut scratch = rows[0].clone();
     let copy = time_per_item(1, || {
         scratch.copy_from_slice(black_box(&rows[0]));
@@ -75,7 +92,9 @@ fn main() {
             black_box(sampler.sample(&mut scratch, &history));
         });
 
-        let mut samplers: Vec<Sampler> = (0..BATCH as u64).map(|i| Sampler::new(params.clone(), i)).collect();
+        let mut samplers: Vec<Sampler> = (0..BATCH as u64)
+            .map(|i| Sampler::new(params.clone(), i))
+            .collect();
         let mut buffers = rows.clone();
         let batch = time_per_item(BATCH, || {
             for (buffer, row) in buffers.iter_mut().zip(&rows) {
@@ -84,7 +103,11 @@ fn main() {
             let mut batch: Vec<BatchRow<'_>> = samplers
                 .iter_mut()
                 .zip(buffers.iter_mut())
-                .map(|(sampler, logits)| BatchRow { sampler, logits, history: &history })
+                .map(|(sampler, logits)| BatchRow {
+                    sampler,
+                    logits,
+                    history: &history,
+                })
                 .collect();
             black_box(sample_batch(&mut batch));
         });

@@ -35,7 +35,9 @@ pub(crate) fn max_logit(logits: &[f32]) -> f32 {
             *lane = if l > *lane { l } else { *lane };
         }
     }
-    tail.iter().chain(&lanes).fold(f32::NEG_INFINITY, |m, &l| if l > m { l } else { m })
+    tail.iter()
+        .chain(&lanes)
+        .fold(f32::NEG_INFINITY, |m, &l| if l > m { l } else { m })
 }
 
 /// Index of the largest logit, lowest index on ties, NaN ignored; one pass
@@ -49,13 +51,19 @@ pub(crate) fn argmax(logits: &[f32]) -> usize {
         for i in 0..LANES {
             let better = chunk[i] > best[i];
             best[i] = if better { chunk[i] } else { best[i] };
-            best_chunk[i] = if better { chunk_index as u32 } else { best_chunk[i] };
+            best_chunk[i] = if better {
+                chunk_index as u32
+            } else {
+                best_chunk[i]
+            };
         }
     }
     let mut winner = (f32::NEG_INFINITY, usize::MAX);
     for i in 0..LANES {
         let index = best_chunk[i] as usize * LANES + i;
-        if best[i] > winner.0 || (best[i] == winner.0 && index < winner.1 && best[i] > f32::NEG_INFINITY) {
+        if best[i] > winner.0
+            || (best[i] == winner.0 && index < winner.1 && best[i] > f32::NEG_INFINITY)
+        {
             winner = (best[i], index);
         }
     }
@@ -66,7 +74,10 @@ pub(crate) fn argmax(logits: &[f32]) -> usize {
     }
     if winner.1 == usize::MAX {
         // Nothing above -∞: the first -∞ token, else (all NaN) token 0.
-        return logits.iter().position(|&l| l == f32::NEG_INFINITY).unwrap_or(0);
+        return logits
+            .iter()
+            .position(|&l| l == f32::NEG_INFINITY)
+            .unwrap_or(0);
     }
     winner.1
 }
@@ -96,7 +107,10 @@ pub(crate) struct Mass {
 pub(crate) fn mass_above(logits: &[f32], floor: f32, scale: Scale) -> Mass {
     let mut mass = [0f32; LANES];
     let mut total = [0f32; LANES];
-    let mut result = Mass { above: 0.0, total: 0.0 };
+    let mut result = Mass {
+        above: 0.0,
+        total: 0.0,
+    };
     // Blocks keep the f32 lane sums short (accurate); blocks add up in f64.
     for block in logits.chunks(LANES * 64) {
         let chunks = block.chunks_exact(LANES);
@@ -140,7 +154,10 @@ pub(crate) fn block_weights(logits: &[f32], scale: Scale, sums: &mut Vec<f64>) -
                 *lane += scale.weight(l);
             }
         }
-        let sum = tail.iter().map(|&l| f64::from(scale.weight(l))).sum::<f64>()
+        let sum = tail
+            .iter()
+            .map(|&l| f64::from(scale.weight(l)))
+            .sum::<f64>()
             + lanes.iter().map(|&w| f64::from(w)).sum::<f64>();
         sums.push(sum);
     }
@@ -173,12 +190,23 @@ mod tests {
                 let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
                 assert_eq!(max_logit(&logits), max);
                 let floor = 3.0;
-                assert_eq!(count_above(&logits, floor), logits.iter().filter(|&&l| l >= floor).count());
+                assert_eq!(
+                    count_above(&logits, floor),
+                    logits.iter().filter(|&&l| l >= floor).count()
+                );
                 let scale = Scale { max, inv_temp: 1.0 };
                 let mass = mass_above(&logits, floor, scale);
-                let want: f64 = logits.iter().filter(|&&l| l >= floor).map(|&l| f64::from(scale.weight(l))).sum();
+                let want: f64 = logits
+                    .iter()
+                    .filter(|&&l| l >= floor)
+                    .map(|&l| f64::from(scale.weight(l)))
+                    .sum();
                 // Lanes add in f32 within a block: agreement to f32 precision.
-                assert!((mass.above - want).abs() < 1e-6 * want.max(1.0), "{} vs {want}", mass.above);
+                assert!(
+                    (mass.above - want).abs() < 1e-6 * want.max(1.0),
+                    "{} vs {want}",
+                    mass.above
+                );
             }
         }
         let mut with_nan = vec![1.0f32; 40];

@@ -59,12 +59,20 @@ mod tests {
     }
 
     // Cross-checked against an independent implementation of the reference algorithm.
-    const PINNED: [u64; 3] = [1_546_998_764_402_558_742, 6_990_951_692_964_543_102, 12_544_586_762_248_559_009];
+    const PINNED: [u64; 3] = [
+        1_546_998_764_402_558_742,
+        6_990_951_692_964_543_102,
+        12_544_586_762_248_559_009,
+    ];
 
     #[test]
     fn uniform_is_in_unit_interval() {
         let mut rng = SampleRng::new(1);
-        let mean = (0..100_000).map(|_| rng.next_f64()).inspect(|u| assert!((0.0..1.0).contains(u))).sum::<f64>() / 100_000.0;
+        let mean = (0..100_000)
+            .map(|_| rng.next_f64())
+            .inspect(|u| assert!((0.0..1.0).contains(u)))
+            .sum::<f64>()
+            / 100_000.0;
         assert!((mean - 0.5).abs() < 0.01, "{mean}");
     }
 }

@@ -135,7 +135,11 @@ impl Sampler {
                 scale
             }
         };
-        let total: f64 = self.candidates.iter().map(|c| f64::from(scale.weight(c.logit))).sum();
+        let total: f64 = self
+            .candidates
+            .iter()
+            .map(|c| f64::from(scale.weight(c.logit)))
+            .sum();
         self.candidates
             .iter()
             .map(|c| (c.id, f64::from(scale.weight(c.logit)) / total))
@@ -161,7 +165,8 @@ impl Sampler {
         };
         // Sorting a copy of the window groups equal tokens: counts without a map.
         self.window.clear();
-        self.window.extend_from_slice(&history[history.len() - last_n..]);
+        self.window
+            .extend_from_slice(&history[history.len() - last_n..]);
         self.window.sort_unstable();
         for run in self.window.chunk_by(|a, b| a == b) {
             let Some(logit) = logits.get_mut(run[0] as usize) else {
@@ -186,7 +191,10 @@ impl Sampler {
         if max == f32::NEG_INFINITY {
             return Selection::Only(argmax(logits));
         }
-        let scale = Scale { max, inv_temp: 1.0 / p.temperature };
+        let scale = Scale {
+            max,
+            inv_temp: 1.0 / p.temperature,
+        };
         let vocab = logits.len();
         let top_k = match p.top_k {
             k if k <= 0 => vocab,
@@ -254,18 +262,26 @@ impl Sampler {
     /// Fills `candidates` with the tokens whose logit is at least `floor`, sorted.
     fn collect_above(&mut self, logits: &[f32], floor: f32) {
         self.candidates.clear();
-        self.candidates.extend(
-            logits
-                .iter()
-                .enumerate()
-                .filter(|&(_, &l)| l >= floor)
-                .map(|(id, &logit)| Candidate { logit, id: id as TokenId }),
-        );
+        self.candidates
+            .extend(
+                logits
+                    .iter()
+                    .enumerate()
+                    .filter(|&(_, &l)| l >= floor)
+                    .map(|(id, &logit)| Candidate {
+                        logit,
+                        id: id as TokenId,
+                    }),
+            );
         self.candidates.sort_unstable_by(by_likelihood);
     }
 
     fn draw_from_candidates(&mut self, scale: Scale) -> TokenId {
-        let total: f64 = self.candidates.iter().map(|c| f64::from(scale.weight(c.logit))).sum();
+        let total: f64 = self
+            .candidates
+            .iter()
+            .map(|c| f64::from(scale.weight(c.logit)))
+            .sum();
         let target = self.rng.next_f64() * total;
         let mut cumulative = 0.0;
         for c in &self.candidates {
@@ -303,7 +319,10 @@ impl Sampler {
         // Rounding left the target unreached: the last possible token takes it.
         last_possible
             .and_then(|(start, block)| {
-                block.iter().rposition(|&l| scale.weight(l) > 0.0).map(|i| start + i)
+                block
+                    .iter()
+                    .rposition(|&l| scale.weight(l) > 0.0)
+                    .map(|i| start + i)
             })
             .unwrap_or(0) as TokenId
     }

@@ -18,7 +18,11 @@ fn logits_of(probs: &[f64]) -> Vec<f32> {
 fn support(p: SamplingParams, logits: &[f32]) -> Vec<u32> {
     let mut sampler = Sampler::new(p, 0);
     let mut logits = logits.to_vec();
-    sampler.distribution(&mut logits, &[]).into_iter().map(|(t, _)| t).collect()
+    sampler
+        .distribution(&mut logits, &[])
+        .into_iter()
+        .map(|(t, _)| t)
+        .collect()
 }
 
 #[test]
@@ -92,17 +96,41 @@ fn top_p_keeps_the_smallest_prefix_reaching_the_mass() {
     assert_eq!(support(params(|p| p.top_p = 0.81), &logits), [1, 3, 2]);
     assert_eq!(support(params(|p| p.top_p = 0.96), &logits), [1, 3, 2, 0]);
     // After top-k, the mass is that of the survivors: 0.5 / 0.8 > 0.6.
-    assert_eq!(support(params(|p| { p.top_k = 2; p.top_p = 0.6 }), &logits), [1]);
-    assert_eq!(support(params(|p| { p.top_k = 2; p.top_p = 0.7 }), &logits), [1, 3]);
+    assert_eq!(
+        support(
+            params(|p| {
+                p.top_k = 2;
+                p.top_p = 0.6;
+            }),
+            &logits
+        ),
+        [1]
+    );
+    assert_eq!(
+        support(
+            params(|p| {
+                p.top_k = 2;
+                p.top_p = 0.7;
+            }),
+            &logits
+        ),
+        [1, 3]
+    );
 }
 
 #[test]
 fn top_p_is_computed_on_the_temperature_scaled_distribution() {
     // At T = 0.5 the probabilities become 0.25 : 0.0625 ∝ 0.8 : 0.2 for [0.5, 0.25].
     let logits = logits_of(&[0.5, 0.25, 0.25]);
-    let p = params(|p| { p.temperature = 0.5; p.top_p = 0.6 });
+    let p = params(|p| {
+        p.temperature = 0.5;
+        p.top_p = 0.6;
+    });
     assert_eq!(support(p, &logits), [0]);
-    let p = params(|p| { p.temperature = 1.0; p.top_p = 0.6 });
+    let p = params(|p| {
+        p.temperature = 1.0;
+        p.top_p = 0.6;
+    });
     assert_eq!(support(p, &logits), [0, 1]);
 }
 
@@ -131,7 +159,10 @@ fn top_p_over_a_flat_vocabulary_looks_past_the_first_candidates() {
     // 64-candidate prefix the sampler looks at first.
     let logits = vec![0.0f32; 1000];
     assert_eq!(support(params(|p| p.top_p = 0.9), &logits).len(), 900);
-    let with_min_p = params(|p| { p.top_p = 0.9; p.min_p = 0.5 });
+    let with_min_p = params(|p| {
+        p.top_p = 0.9;
+        p.min_p = 0.5;
+    });
     assert_eq!(support(with_min_p, &logits).len(), 900);
 }
 
@@ -151,9 +182,14 @@ fn same_seed_same_tokens_and_seed_overrides_the_fallback() {
     let logits: Vec<f32> = (0..500).map(|i| ((i * 37 % 101) as f32) / 25.0).collect();
     let draw = |p: SamplingParams, fallback: u64| {
         let mut s = Sampler::new(p, fallback);
-        (0..100).map(|_| s.sample(&mut logits.clone(), &[])).collect::<Vec<_>>()
+        (0..100)
+            .map(|_| s.sample(&mut logits.clone(), &[]))
+            .collect::<Vec<_>>()
     };
-    let seeded = params(|p| { p.seed = Some(99); p.top_p = 0.9 });
+    let seeded = params(|p| {
+        p.seed = Some(99);
+        p.top_p = 0.9;
+    });
     assert_eq!(draw(seeded.clone(), 1), draw(seeded.clone(), 2));
     let unseeded = params(|p| p.top_p = 0.9);
     assert_eq!(draw(unseeded.clone(), 5), draw(unseeded.clone(), 5));
@@ -163,9 +199,17 @@ fn same_seed_same_tokens_and_seed_overrides_the_fallback() {
 #[test]
 fn batch_sampling_equals_row_by_row() {
     let logits: Vec<Vec<f32>> = (0..32)
-        .map(|r| (0..300).map(|i| (((i * 13 + r * 7) % 97) as f32) / 20.0).collect())
+        .map(|r| {
+            (0..300)
+                .map(|i| (((i * 13 + r * 7) % 97) as f32) / 20.0)
+                .collect()
+        })
         .collect();
-    let p = params(|p| { p.temperature = 0.9; p.top_k = 50; p.top_p = 0.95 });
+    let p = params(|p| {
+        p.temperature = 0.9;
+        p.top_k = 50;
+        p.top_p = 0.95;
+    });
     let mut one_by_one: Vec<Sampler> = (0..32).map(|i| Sampler::new(p.clone(), i)).collect();
     let expected: Vec<u32> = one_by_one
         .iter_mut()
@@ -177,7 +221,11 @@ fn batch_sampling_equals_row_by_row() {
     let mut rows: Vec<BatchRow<'_>> = batched
         .iter_mut()
         .zip(buffers.iter_mut())
-        .map(|(sampler, logits)| BatchRow { sampler, logits, history: &[1, 2, 3] })
+        .map(|(sampler, logits)| BatchRow {
+            sampler,
+            logits,
+            history: &[1, 2, 3],
+        })
         .collect();
     assert_eq!(sample_batch(&mut rows), expected);
 }
@@ -205,18 +253,37 @@ fn sampled_frequencies_match_the_filtered_softmax() {
     let top6: f64 = scaled[..6].iter().sum();
     // top-p 0.9 over the six: find the cut.
     let mut cum = 0.0;
-    let cut = scaled[..6].iter().position(|w| { cum += w / top6; cum >= 0.9 }).unwrap() + 1;
+    let cut = scaled[..6]
+        .iter()
+        .position(|w| {
+            cum += w / top6;
+            cum >= 0.9
+        })
+        .unwrap()
+        + 1;
     // min-p 0.1: keep w_i >= 0.1 * w_0.
-    let kept = scaled[..cut].iter().take_while(|&&w| w >= 0.1 * scaled[0]).count();
+    let kept = scaled[..cut]
+        .iter()
+        .take_while(|&&w| w >= 0.1 * scaled[0])
+        .count();
     let mass: f64 = scaled[..kept].iter().sum();
     let expected: Vec<f64> = scaled[..kept].iter().map(|w| w / mass).collect();
     assert_eq!(kept, 5, "the hand-worked cut");
 
-    let p = params(|p| { p.temperature = t as f32; p.top_k = 6; p.top_p = 0.9; p.min_p = 0.1; p.seed = Some(2024) });
+    let p = params(|p| {
+        p.temperature = t as f32;
+        p.top_k = 6;
+        p.top_p = 0.9;
+        p.min_p = 0.1;
+        p.seed = Some(2024);
+    });
     let mut sampler = Sampler::new(p, 0);
     let dist = sampler.distribution(&mut logits.clone(), &[]);
     for ((token, prob), want) in dist.iter().zip(&expected) {
-        assert!((prob - want).abs() < 1e-6, "token {token}: {prob} vs {want}");
+        assert!(
+            (prob - want).abs() < 1e-6,
+            "token {token}: {prob} vs {want}"
+        );
     }
 
     let draws = 200_000u64;
@@ -224,13 +291,19 @@ fn sampled_frequencies_match_the_filtered_softmax() {
     for _ in 0..draws {
         counts[sampler.sample(&mut logits.clone(), &[]) as usize] += 1;
     }
-    assert!(counts[kept..].iter().all(|&c| c == 0), "filtered tokens drawn: {counts:?}");
+    assert!(
+        counts[kept..].iter().all(|&c| c == 0),
+        "filtered tokens drawn: {counts:?}"
+    );
     // 4 degrees of freedom; 18.47 is the 0.999 quantile. The seed is fixed, so
     // this is deterministic; the threshold says the fit is not luck.
     let stat = chi_square(&counts[..kept], &expected, draws);
     assert!(stat < 18.47, "chi-square {stat} for {counts:?}");
     // And the test has power: the unfiltered distribution is firmly rejected.
-    let unfiltered: Vec<f64> = probs[..kept].iter().map(|p| p / probs[..kept].iter().sum::<f64>()).collect();
+    let unfiltered: Vec<f64> = probs[..kept]
+        .iter()
+        .map(|p| p / probs[..kept].iter().sum::<f64>())
+        .collect();
     assert!(chi_square(&counts[..kept], &unfiltered, draws) > 100.0);
 }
 

@@ -100,7 +100,14 @@ impl fmt::Display for StepPlan {
             write!(f, " prefill[")?;
             for (i, c) in self.prefill.iter().enumerate() {
                 let sample = if c.samples { "*" } else { "" };
-                write!(f, "{}{}@{}+{}{sample}", if i > 0 { " " } else { "" }, c.id.0, c.start, c.len)?;
+                write!(
+                    f,
+                    "{}{}@{}+{}{sample}",
+                    if i > 0 { " " } else { "" },
+                    c.id.0,
+                    c.start,
+                    c.len
+                )?;
             }
             write!(f, "]")?;
         }
@@ -120,8 +127,16 @@ impl fmt::Display for StepPlan {
             None | Some(AdmissionStop::QueueEmpty) => Ok(()),
             Some(AdmissionStop::BudgetExhausted) => write!(f, " | budget exhausted"),
             Some(AdmissionStop::MaxRunning) => write!(f, " | max running"),
-            Some(AdmissionStop::KvFull { id, needed, available }) => {
-                write!(f, " | kv full for {} (need {needed}, have {available})", id.0)
+            Some(AdmissionStop::KvFull {
+                id,
+                needed,
+                available,
+            }) => {
+                write!(
+                    f,
+                    " | kv full for {} (need {needed}, have {available})",
+                    id.0
+                )
             }
         }
     }

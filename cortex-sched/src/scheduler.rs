@@ -245,12 +245,19 @@ impl Scheduler {
 
     /// Whether the request is running (prefilling or decoding).
     pub fn is_running(&self, id: RequestId) -> bool {
-        self.entries.get(&id).is_some_and(|e| e.phase != Phase::Waiting)
+        self.entries
+            .get(&id)
+            .is_some_and(|e| e.phase != Phase::Waiting)
     }
 
     /// Queues a request.
     pub fn add(&mut self, request: SchedRequest) -> Result<(), SchedError> {
-        let SchedRequest { id, prompt, max_new_tokens, priority } = request;
+        let SchedRequest {
+            id,
+            prompt,
+            max_new_tokens,
+            priority,
+        } = request;
         if self.entries.contains_key(&id) {
             return Err(SchedError::Duplicate(id));
         }
@@ -260,7 +267,11 @@ impl Scheduler {
         let capacity = self.config.kv_blocks * self.config.kv_block_size;
         let tokens = prompt.len() + max_new_tokens;
         if tokens > capacity {
-            return Err(SchedError::TooLong { id, tokens, capacity });
+            return Err(SchedError::TooLong {
+                id,
+                tokens,
+                capacity,
+            });
         }
         let entry = Entry {
             priority,
@@ -296,7 +307,10 @@ impl Scheduler {
     pub fn schedule(&mut self) -> StepPlan {
         self.step += 1;
         self.stats.steps += 1;
-        let mut plan = StepPlan { step: self.step, ..StepPlan::default() };
+        let mut plan = StepPlan {
+            step: self.step,
+            ..StepPlan::default()
+        };
         let mut budget = self.config.max_batch_tokens;
         self.plan_decodes(&mut plan, &mut budget);
         self.plan_prefills(&mut plan, &mut budget);
@@ -402,7 +416,9 @@ impl Scheduler {
     }
 
     fn chunk(&self, computed: usize, total: usize, budget: usize) -> usize {
-        (total - computed).min(budget).min(self.config.max_prefill_chunk)
+        (total - computed)
+            .min(budget)
+            .min(self.config.max_prefill_chunk)
     }
 
     fn plan_admissions(&mut self, plan: &mut StepPlan, budget: &mut usize) {
@@ -430,9 +446,14 @@ impl Scheduler {
             let available = self.kv.available_blocks();
             // With nothing running, headroom cannot be freed by anyone: waive it.
             let fits = needed <= available
-                || (self.running.is_empty() && needed - self.config.admission_headroom_blocks <= available);
+                || (self.running.is_empty()
+                    && needed - self.config.admission_headroom_blocks <= available);
             if !fits {
-                break AdmissionStop::KvFull { id, needed, available };
+                break AdmissionStop::KvFull {
+                    id,
+                    needed,
+                    available,
+                };
             }
             self.admit(id, plan, budget);
         });
@@ -451,7 +472,10 @@ impl Scheduler {
             return Some(head);
         }
         let priority = self.entries[&head].priority;
-        let mut best = (self.kv.probe(&self.entries[&head].tokens).cached_tokens, head);
+        let mut best = (
+            self.kv.probe(&self.entries[&head].tokens).cached_tokens,
+            head,
+        );
         for &id in open.take(self.config.prefix_window - 1) {
             let entry = &self.entries[&id];
             if entry.priority != priority {
@@ -482,7 +506,10 @@ impl Scheduler {
         self.running.push(id);
         self.stats.admissions += 1;
         self.stats.cached_prompt_tokens += allocation.cached_tokens as u64;
-        plan.admitted.push(Admission { id, cached_tokens: allocation.cached_tokens });
+        plan.admitted.push(Admission {
+            id,
+            cached_tokens: allocation.cached_tokens,
+        });
 
         let entry = &self.entries[&id];
         let chunk = self.chunk(entry.computed, entry.tokens.len(), *budget);
@@ -501,17 +528,29 @@ impl Scheduler {
     /// and their KV released (computed blocks stay cached).
     pub fn commit(&mut self, plan: &StepPlan, sampled: &[(RequestId, TokenId)]) -> Vec<RequestId> {
         for chunk in &plan.prefill {
-            if let Some(entry) = self.entries.get_mut(&chunk.id).filter(|e| e.phase == Phase::Prefill) {
+            if let Some(entry) = self
+                .entries
+                .get_mut(&chunk.id)
+                .filter(|e| e.phase == Phase::Prefill)
+            {
                 entry.computed = entry.computed.max(chunk.start + chunk.len);
                 self.stats.computed_tokens += chunk.len as u64;
-                self.kv.mark_computed(chunk.id.0, entry.computed).expect("running requests hold KV");
+                self.kv
+                    .mark_computed(chunk.id.0, entry.computed)
+                    .expect("running requests hold KV");
             }
         }
         for id in &plan.decode {
-            if let Some(entry) = self.entries.get_mut(id).filter(|e| e.phase == Phase::Decode) {
+            if let Some(entry) = self
+                .entries
+                .get_mut(id)
+                .filter(|e| e.phase == Phase::Decode)
+            {
                 entry.computed = entry.reserved;
                 self.stats.computed_tokens += 1;
-                self.kv.mark_computed(id.0, entry.computed).expect("running requests hold KV");
+                self.kv
+                    .mark_computed(id.0, entry.computed)
+                    .expect("running requests hold KV");
             }
         }
         let mut finished = Vec::new();

@@ -29,18 +29,27 @@ fn arrival() -> impl Strategy<Value = Arrival> {
 }
 
 fn config() -> impl Strategy<Value = SchedConfig> {
-    (4usize..64, 1usize..12, 1usize..32, 16usize..48, 1usize..6, 0usize..3, 1u64..16).prop_map(
-        |(budget, max_running, chunk, kv_blocks, block_size, headroom, aging)| SchedConfig {
-            max_batch_tokens: budget,
-            max_running,
-            max_prefill_chunk: chunk,
-            kv_blocks,
-            kv_block_size: block_size,
-            admission_headroom_blocks: headroom,
-            aging_steps: aging,
-            prefix_window: 4,
-        },
+    (
+        4usize..64,
+        1usize..12,
+        1usize..32,
+        16usize..48,
+        1usize..6,
+        0usize..3,
+        1u64..16,
     )
+        .prop_map(
+            |(budget, max_running, chunk, kv_blocks, block_size, headroom, aging)| SchedConfig {
+                max_batch_tokens: budget,
+                max_running,
+                max_prefill_chunk: chunk,
+                kv_blocks,
+                kv_block_size: block_size,
+                admission_headroom_blocks: headroom,
+                aging_steps: aging,
+                prefix_window: 4,
+            },
+        )
 }
 
 proptest! {

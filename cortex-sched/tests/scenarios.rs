@@ -5,7 +5,12 @@ use cortex_request::RequestId;
 use cortex_sched::{SchedConfig, SchedRequest, Scheduler};
 
 fn request(id: u64, prompt: Vec<u32>, max_new_tokens: usize, priority: i32) -> SchedRequest {
-    SchedRequest { id: RequestId(id), prompt, max_new_tokens, priority }
+    SchedRequest {
+        id: RequestId(id),
+        prompt,
+        max_new_tokens,
+        priority,
+    }
 }
 
 /// Distinct tokens per request, so nothing is shared by accident.
@@ -29,7 +34,12 @@ fn trace(config: SchedConfig, mut arrivals: Vec<(u64, SchedRequest)>, max_steps:
         let plan = sched.schedule();
         let token = 1000 + step as u32;
         let mut sampled: Vec<_> = plan.decode.iter().map(|&id| (id, token)).collect();
-        sampled.extend(plan.prefill.iter().filter(|c| c.samples).map(|c| (c.id, token)));
+        sampled.extend(
+            plan.prefill
+                .iter()
+                .filter(|c| c.samples)
+                .map(|c| (c.id, token)),
+        );
         let finished = sched.commit(&plan, &sampled);
         out.push_str(&plan.to_string());
         if !finished.is_empty() {
@@ -37,7 +47,10 @@ fn trace(config: SchedConfig, mut arrivals: Vec<(u64, SchedRequest)>, max_steps:
             out.push_str(&format!(" => finished[{}]", ids.join(" ")));
         }
         let kv = sched.kv_stats();
-        out.push_str(&format!("  (kv {}/{} used, {} cached)\n", kv.used_blocks, kv.total_blocks, kv.cached_blocks));
+        out.push_str(&format!(
+            "  (kv {}/{} used, {} cached)\n",
+            kv.used_blocks, kv.total_blocks, kv.cached_blocks
+        ));
         if !sched.has_work() && arrivals.is_empty() {
             break;
         }
@@ -60,8 +73,13 @@ fn config() -> SchedConfig {
 
 #[test]
 fn fifo_within_a_priority() {
-    let config = SchedConfig { max_running: 2, ..config() };
-    let arrivals = (1..=4).map(|id| (1, request(id, own_prompt(id, 6), 2, 0))).collect();
+    let config = SchedConfig {
+        max_running: 2,
+        ..config()
+    };
+    let arrivals = (1..=4)
+        .map(|id| (1, request(id, own_prompt(id, 6), 2, 0)))
+        .collect();
     insta::assert_snapshot!(trace(config, arrivals, 20));
 }
 
@@ -71,7 +89,10 @@ fn higher_priority_first_and_aging_prevents_starvation() {
     // 2 steps: a backlog of them builds up. Low-priority 1 (arrived at step 1)
     // ranks like a priority-2 request arriving 2 * aging_steps = 16 steps later,
     // so it runs before those that arrive from step 17 on, not after all of them.
-    let config = SchedConfig { max_running: 1, ..config() };
+    let config = SchedConfig {
+        max_running: 1,
+        ..config()
+    };
     let mut arrivals = vec![(1, request(1, own_prompt(1, 4), 1, 0))];
     for (i, step) in (2..18).zip((1..40).step_by(2)) {
         arrivals.push((step, request(i, own_prompt(i, 4), 3, 2)));
@@ -82,7 +103,11 @@ fn higher_priority_first_and_aging_prevents_starvation() {
 #[test]
 fn token_budget_and_chunked_prefill() {
     // A 40-token prompt is chunked around two decoding requests within a 16-token budget.
-    let config = SchedConfig { max_batch_tokens: 16, max_prefill_chunk: 12, ..config() };
+    let config = SchedConfig {
+        max_batch_tokens: 16,
+        max_prefill_chunk: 12,
+        ..config()
+    };
     let arrivals = vec![
         (1, request(1, own_prompt(1, 3), 6, 0)),
         (1, request(2, own_prompt(2, 3), 6, 0)),
@@ -96,15 +121,27 @@ fn preemption_by_recompute_when_kv_runs_out() {
     // 6 blocks of 4 tokens: two requests that each need KV for 13 tokens
     // (4 blocks) cannot both fit; the newer one is preempted, waits, and is
     // recomputed (prompt plus the tokens it had generated).
-    let config = SchedConfig { kv_blocks: 6, ..config() };
-    let arrivals = vec![(1, request(1, own_prompt(1, 4), 10, 0)), (1, request(2, own_prompt(2, 4), 10, 0))];
+    let config = SchedConfig {
+        kv_blocks: 6,
+        ..config()
+    };
+    let arrivals = vec![
+        (1, request(1, own_prompt(1, 4), 10, 0)),
+        (1, request(2, own_prompt(2, 4), 10, 0)),
+    ];
     insta::assert_snapshot!(trace(config, arrivals, 40));
 }
 
 #[test]
 fn lower_priority_is_preempted_first() {
-    let config = SchedConfig { kv_blocks: 6, ..config() };
-    let arrivals = vec![(1, request(1, own_prompt(1, 4), 10, 0)), (1, request(2, own_prompt(2, 4), 10, 5))];
+    let config = SchedConfig {
+        kv_blocks: 6,
+        ..config()
+    };
+    let arrivals = vec![
+        (1, request(1, own_prompt(1, 4), 10, 0)),
+        (1, request(2, own_prompt(2, 4), 10, 5)),
+    ];
     insta::assert_snapshot!(trace(config, arrivals, 40));
 }
 
@@ -116,7 +153,10 @@ fn cached_prefixes_are_admitted_first_and_shared_prefixes_computed_once() {
         p.extend(own_prompt(id, 3));
         p
     };
-    let config = SchedConfig { max_running: 2, ..config() };
+    let config = SchedConfig {
+        max_running: 2,
+        ..config()
+    };
     let arrivals = vec![
         // 1 computes the shared prefix; 2 arrives with it and waits (deferred)
         // rather than computing it a second time, then reuses it.
@@ -135,7 +175,10 @@ fn cached_prefixes_are_admitted_first_and_shared_prefixes_computed_once() {
 fn kv_full_blocks_admission_at_the_head() {
     // The 30-token head does not fit beside the running request; a small one
     // behind it is not let past (no starvation of large requests).
-    let config = SchedConfig { kv_blocks: 10, ..config() };
+    let config = SchedConfig {
+        kv_blocks: 10,
+        ..config()
+    };
     let arrivals = vec![
         (1, request(1, own_prompt(1, 12), 4, 0)),
         (2, request(2, own_prompt(2, 30), 1, 0)),
@@ -146,27 +189,52 @@ fn kv_full_blocks_admission_at_the_head() {
 
 #[test]
 fn errors_name_the_request_and_the_problem() {
-    let mut sched = Scheduler::new(SchedConfig { kv_blocks: 4, kv_block_size: 4, ..config() }).unwrap();
+    let mut sched = Scheduler::new(SchedConfig {
+        kv_blocks: 4,
+        kv_block_size: 4,
+        ..config()
+    })
+    .unwrap();
     assert_eq!(
         sched.add(request(1, vec![], 4, 0)).unwrap_err().to_string(),
         "request req-1 has an empty prompt"
     );
     assert_eq!(
-        sched.add(request(2, own_prompt(2, 10), 7, 0)).unwrap_err().to_string(),
+        sched
+            .add(request(2, own_prompt(2, 10), 7, 0))
+            .unwrap_err()
+            .to_string(),
         "request req-2 needs 17 tokens of KV; the pool holds 16"
     );
     sched.add(request(3, own_prompt(3, 2), 1, 0)).unwrap();
-    assert_eq!(sched.add(request(3, own_prompt(3, 2), 1, 0)).unwrap_err().to_string(), "request req-3 is already scheduled");
-    assert_eq!(sched.finish(RequestId(9)).unwrap_err().to_string(), "unknown request req-9");
     assert_eq!(
-        Scheduler::new(SchedConfig { max_running: 0, ..config() }).unwrap_err().to_string(),
+        sched
+            .add(request(3, own_prompt(3, 2), 1, 0))
+            .unwrap_err()
+            .to_string(),
+        "request req-3 is already scheduled"
+    );
+    assert_eq!(
+        sched.finish(RequestId(9)).unwrap_err().to_string(),
+        "unknown request req-9"
+    );
+    assert_eq!(
+        Scheduler::new(SchedConfig {
+            max_running: 0,
+            ..config()
+        })
+        .unwrap_err()
+        .to_string(),
         "invalid scheduler configuration: max_running must be at least 1"
     );
 }
 
 #[test]
 fn abort_releases_kv_wherever_the_request_is() {
-    let config = SchedConfig { max_running: 1, ..config() };
+    let config = SchedConfig {
+        max_running: 1,
+        ..config()
+    };
     let mut sched = Scheduler::new(config).unwrap();
     sched.add(request(1, own_prompt(1, 8), 10, 0)).unwrap();
     sched.add(request(2, own_prompt(2, 8), 10, 0)).unwrap();
