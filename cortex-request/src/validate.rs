@@ -265,56 +265,61 @@ mod tests {
 
     #[test]
     fn errors_name_the_field_and_the_value() {
-        assert_eq!(
-            error_of(|r| r.sampling.temperature = -0.5),
-            "temperature = -0.5 is out of range: expected a finite number >= 0"
-        );
-        assert_eq!(
-            error_of(|r| r.sampling.temperature = f32::NAN),
-            "temperature = NaN is out of range: expected a finite number >= 0"
-        );
-        assert_eq!(
-            error_of(|r| r.sampling.top_p = 0.0),
-            "top_p = 0 is out of range: expected a number in (0, 1]"
-        );
-        assert_eq!(
-            error_of(|r| r.sampling.top_p = 1.5),
-            "top_p = 1.5 is out of range: expected a number in (0, 1]"
-        );
-        assert_eq!(
-            error_of(|r| r.sampling.top_k = -1),
-            "top_k = -1 is out of range: expected an integer >= 0 (0 disables)"
-        );
-        assert_eq!(
-            error_of(|r| r.sampling.min_p = 2.0),
-            "min_p = 2 is out of range: expected a number in [0, 1]"
-        );
-        assert_eq!(
-            error_of(|r| r.sampling.repetition_penalty = 0.0),
-            "repetition_penalty = 0 is out of range: expected a finite number > 0 (1 disables)"
-        );
-        assert_eq!(
-            error_of(|r| r.sampling.presence_penalty = 3.0),
-            "presence_penalty = 3 is out of range: expected a number in [-2, 2]"
-        );
-        assert_eq!(
-            error_of(|r| r.sampling.frequency_penalty = -2.5),
-            "frequency_penalty = -2.5 is out of range: expected a number in [-2, 2]"
-        );
-        assert_eq!(
-            error_of(|r| {
-                r.sampling.logit_bias.insert(42, 150.0);
-            }),
-            "logit_bias[42] = 150 is out of range: expected a number in [-100, 100]"
-        );
-        assert_eq!(
-            error_of(|r| r.stop.max_tokens = 0),
-            "max_tokens = 0 is out of range: expected an integer >= 1"
-        );
-        assert_eq!(
-            error_of(|r| r.n = 0),
-            "n = 0 is out of range: expected an integer >= 1 within the server's limit"
-        );
+        let cases: [(fn(&mut Request), &str); 12] = [
+            (
+                |r| r.sampling.temperature = -0.5,
+                "temperature = -0.5 is out of range: expected a finite number >= 0",
+            ),
+            (
+                |r| r.sampling.temperature = f32::NAN,
+                "temperature = NaN is out of range: expected a finite number >= 0",
+            ),
+            (
+                |r| r.sampling.top_p = 0.0,
+                "top_p = 0 is out of range: expected a number in (0, 1]",
+            ),
+            (
+                |r| r.sampling.top_p = 1.5,
+                "top_p = 1.5 is out of range: expected a number in (0, 1]",
+            ),
+            (
+                |r| r.sampling.top_k = -1,
+                "top_k = -1 is out of range: expected an integer >= 0 (0 disables)",
+            ),
+            (
+                |r| r.sampling.min_p = 2.0,
+                "min_p = 2 is out of range: expected a number in [0, 1]",
+            ),
+            (
+                |r| r.sampling.repetition_penalty = 0.0,
+                "repetition_penalty = 0 is out of range: expected a finite number > 0 (1 disables)",
+            ),
+            (
+                |r| r.sampling.presence_penalty = 3.0,
+                "presence_penalty = 3 is out of range: expected a number in [-2, 2]",
+            ),
+            (
+                |r| r.sampling.frequency_penalty = -2.5,
+                "frequency_penalty = -2.5 is out of range: expected a number in [-2, 2]",
+            ),
+            (
+                |r| {
+                    r.sampling.logit_bias.insert(42, 150.0);
+                },
+                "logit_bias[42] = 150 is out of range: expected a number in [-100, 100]",
+            ),
+            (
+                |r| r.stop.max_tokens = 0,
+                "max_tokens = 0 is out of range: expected an integer >= 1",
+            ),
+            (
+                |r| r.n = 0,
+                "n = 0 is out of range: expected an integer >= 1 within the server's limit",
+            ),
+        ];
+        for (edit, message) in cases {
+            assert_eq!(error_of(edit), message);
+        }
     }
 
     #[test]

@@ -400,25 +400,24 @@ impl Scheduler {
             if *budget == 0 {
                 break;
             }
-            let entry = &self.entries[&id];
-            if entry.phase != Phase::Prefill {
-                continue;
+            if self.entries[&id].phase == Phase::Prefill {
+                self.plan_next_chunk(id, plan, budget);
             }
-            let chunk = self.chunk(entry.computed, entry.tokens.len(), *budget);
-            plan.prefill.push(PrefillChunk {
-                id,
-                start: entry.computed,
-                len: chunk,
-                samples: entry.computed + chunk == entry.tokens.len(),
-            });
-            *budget -= chunk;
         }
     }
 
-    fn chunk(&self, computed: usize, total: usize, budget: usize) -> usize {
-        (total - computed)
-            .min(budget)
-            .min(self.config.max_prefill_chunk)
+    /// Plans the next chunk of `id`'s prompt within the remaining budget.
+    fn plan_next_chunk(&self, id: RequestId, plan: &mut StepPlan, budget: &mut usize) {
+        let entry = &self.entries[&id];
+        let remaining = entry.tokens.len() - entry.computed;
+        let len = remaining.min(*budget).min(self.config.max_prefill_chunk);
+        plan.prefill.push(PrefillChunk {
+            id,
+            start: entry.computed,
+            len,
+            samples: len == remaining,
+        });
+        *budget -= len;
     }
 
     fn plan_admissions(&mut self, plan: &mut StepPlan, budget: &mut usize) {
@@ -510,16 +509,7 @@ impl Scheduler {
             id,
             cached_tokens: allocation.cached_tokens,
         });
-
-        let entry = &self.entries[&id];
-        let chunk = self.chunk(entry.computed, entry.tokens.len(), *budget);
-        plan.prefill.push(PrefillChunk {
-            id,
-            start: entry.computed,
-            len: chunk,
-            samples: entry.computed + chunk == entry.tokens.len(),
-        });
-        *budget -= chunk;
+        self.plan_next_chunk(id, plan, budget);
     }
 
     /// Records that `plan` ran: its chunks and decode tokens now have KV, and
