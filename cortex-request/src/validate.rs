@@ -265,7 +265,8 @@ mod tests {
 
     #[test]
     fn errors_name_the_field_and_the_value() {
-        let cases: [(fn(&mut Request), &str); 12] = [
+        type Edit = fn(&mut Request);
+        let cases: [(Edit, &str); 12] = [
             (
                 |r| r.sampling.temperature = -0.5,
                 "temperature = -0.5 is out of range: expected a finite number >= 0",
