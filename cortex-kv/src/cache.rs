@@ -148,6 +148,18 @@ pub struct KvCache {
     evicted: Vec<BlockId>,
     evictions: u64,
     reused_tokens: u64,
+    prefix_caching: bool,
+}
+
+/// Where a block is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockState {
+    /// On the free list.
+    Free,
+    /// Held by at least one sequence.
+    Used,
+    /// Held by no sequence, kept in the prefix index until evicted.
+    Cached,
 }
 
 impl KvCache {
@@ -174,7 +186,48 @@ impl KvCache {
             evicted: Vec::new(),
             evictions: 0,
             reused_tokens: 0,
+            prefix_caching: true,
         })
+    }
+
+    /// Switches prefix reuse on or off. Off, nothing is indexed or reused:
+    /// every sequence computes all its tokens (for comparisons and debugging).
+    pub fn set_prefix_caching(&mut self, enabled: bool) {
+        self.prefix_caching = enabled;
+    }
+
+    /// Where `block` is, or `None` for an id outside the pool.
+    pub fn block_state(&self, block: BlockId) -> Option<BlockState> {
+        let b = self.blocks.get(block as usize)?;
+        Some(if b.refs > 0 {
+            BlockState::Used
+        } else if self.cached.contains(block) {
+            BlockState::Cached
+        } else {
+            BlockState::Free
+        })
+    }
+
+    /// Evicts a cached block now (an engine reclaiming the memory behind it).
+    /// Returns false, changing nothing, unless the block is cached.
+    pub fn evict(&mut self, block: BlockId) -> bool {
+        if self.block_state(block) != Some(BlockState::Cached) {
+            return false;
+        }
+        self.cached.remove(block);
+        self.drop_from_index(block);
+        self.evictions += 1;
+        self.free.push(block);
+        true
+    }
+
+    fn drop_from_index(&mut self, id: BlockId) {
+        let block = &mut self.blocks[id as usize];
+        let key = block.key.take().expect("cached blocks are indexed");
+        block.indexed = false;
+        block.tokens = Vec::new();
+        block.fill = 0;
+        self.index.remove(&key);
     }
 
     /// Tokens per block.
@@ -221,7 +274,11 @@ impl KvCache {
     /// computed ones, leaving at least the last token to compute (its logits are
     /// needed), and the blocks among them that would leave the evictable cache.
     fn reusable(&self, tokens: &[TokenId]) -> (Vec<BlockId>, usize) {
-        let max_blocks = tokens.len().saturating_sub(1) / self.block_size;
+        let max_blocks = if self.prefix_caching {
+            tokens.len().saturating_sub(1) / self.block_size
+        } else {
+            0
+        };
         let mut parent = ROOT_KEY;
         let mut reused = Vec::new();
         let mut from_cache = 0;
@@ -317,7 +374,12 @@ impl KvCache {
         };
         self.extend_keys(&mut sequence);
         // Full blocks still to compute become pending, so others can wait for them.
-        for i in reused.len()..sequence.keys.len() {
+        let pending_blocks = if self.prefix_caching {
+            sequence.keys.len()
+        } else {
+            0
+        };
+        for i in reused.len()..pending_blocks {
             let id = sequence.blocks[i];
             let key = sequence.keys[i];
             if let std::collections::hash_map::Entry::Vacant(slot) = self.pending.entry(key) {
@@ -444,7 +506,7 @@ impl KvCache {
 
     /// Moves a computed full block into the index (unless an equal block is there).
     fn publish(&mut self, id: BlockId, key: u64, parent: u64, tokens: &[TokenId]) {
-        if self.blocks[id as usize].indexed {
+        if self.blocks[id as usize].indexed || !self.prefix_caching {
             return;
         }
         self.unpend(id);

@@ -44,4 +44,4 @@
 mod cache;
 mod lru;
 
-pub use cache::{Allocation, BlockId, KvCache, KvError, KvStats, PrefixProbe, SeqId};
+pub use cache::{Allocation, BlockId, BlockState, KvCache, KvError, KvStats, PrefixProbe, SeqId};

@@ -26,6 +26,10 @@ enum Op {
     Free {
         seq: u64,
     },
+    /// Evict a block by id (only cached ones go).
+    Evict {
+        block: u32,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -40,6 +44,7 @@ fn op() -> impl Strategy<Value = Op> {
         (seq.clone(), 0u8..=4).prop_map(|(seq, fraction)| Op::Compute { seq, fraction }),
         (seq.clone(), seq.clone()).prop_map(|(parent, child)| Op::Fork { parent, child }),
         seq.prop_map(|seq| Op::Free { seq }),
+        (0u32..32).prop_map(|block| Op::Evict { block }),
     ]
 }
 
@@ -107,6 +112,14 @@ proptest! {
                     Err(KvError::UnknownSequence(_) | KvError::SequenceExists(_) | KvError::OutOfBlocks { .. }) => {}
                     Err(other) => prop_assert!(false, "unexpected {other}"),
                 },
+                Op::Evict { block } => {
+                    let was = kv.block_state(block);
+                    let evicted = kv.evict(block);
+                    prop_assert_eq!(evicted, was == Some(cortex_kv::BlockState::Cached));
+                    if evicted {
+                        prop_assert_eq!(kv.block_state(block), Some(cortex_kv::BlockState::Free));
+                    }
+                }
                 Op::Free { seq } => match kv.free(seq) {
                     Ok(_) => { contents.remove(&seq); }
                     Err(KvError::UnknownSequence(_)) => prop_assert!(!contents.contains_key(&seq)),

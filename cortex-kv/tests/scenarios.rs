@@ -180,3 +180,39 @@ fn errors_say_what_was_wrong() {
         "out of KV blocks: 3 needed, 1 free or evictable"
     );
 }
+
+#[test]
+fn explicit_eviction_and_block_states() {
+    use cortex_kv::BlockState;
+    let mut kv = KvCache::new(4, 2).unwrap();
+    kv.allocate(1, &tokens(0..5)).unwrap();
+    kv.mark_computed(1, 5).unwrap();
+    let blocks = kv.blocks_of(1).unwrap().to_vec();
+    assert_eq!(kv.block_state(blocks[0]), Some(BlockState::Used));
+    assert!(!kv.evict(blocks[0]), "a used block is not evicted");
+    kv.free(1).unwrap();
+    assert_eq!(kv.block_state(blocks[0]), Some(BlockState::Cached));
+    assert_eq!(
+        kv.block_state(blocks[2]),
+        Some(BlockState::Free),
+        "the partial block is not cached"
+    );
+    assert!(kv.evict(blocks[0]));
+    assert_eq!(kv.block_state(blocks[0]), Some(BlockState::Free));
+    assert_eq!(kv.probe(&tokens(0..5)).cached_tokens, 0);
+    assert_eq!(kv.block_state(99), None);
+    kv.verify().unwrap();
+}
+
+#[test]
+fn without_prefix_caching_nothing_is_reused() {
+    let mut kv = KvCache::new(8, 2).unwrap();
+    kv.set_prefix_caching(false);
+    kv.allocate(1, &tokens(0..5)).unwrap();
+    assert_eq!(kv.probe(&tokens(0..5)).pending_tokens, 0);
+    kv.mark_computed(1, 5).unwrap();
+    assert_eq!(kv.allocate(2, &tokens(0..5)).unwrap().cached_tokens, 0);
+    kv.free(1).unwrap();
+    assert_eq!(kv.stats().cached_blocks, 0);
+    kv.verify().unwrap();
+}

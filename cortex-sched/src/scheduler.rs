@@ -26,6 +26,8 @@ pub struct SchedConfig {
     /// How many waiting requests of the head's priority are examined for a
     /// cached prefix when choosing whom to admit.
     pub prefix_window: usize,
+    /// Reuse KV of shared prompt prefixes (off: every prompt is computed whole).
+    pub prefix_caching: bool,
 }
 
 impl Default for SchedConfig {
@@ -39,6 +41,7 @@ impl Default for SchedConfig {
             admission_headroom_blocks: 1,
             aging_steps: 64,
             prefix_window: 16,
+            prefix_caching: true,
         }
     }
 }
@@ -183,8 +186,9 @@ impl Scheduler {
         if config.aging_steps == 0 {
             return invalid("aging_steps must be at least 1");
         }
-        let kv = KvCache::new(config.kv_blocks, config.kv_block_size)
+        let mut kv = KvCache::new(config.kv_blocks, config.kv_block_size)
             .map_err(|e: KvError| SchedError::InvalidConfig(e.to_string()))?;
+        kv.set_prefix_caching(config.prefix_caching);
         Ok(Self {
             config,
             kv,
@@ -597,5 +601,24 @@ impl Scheduler {
     /// Cached blocks evicted since the last call (an engine drops their KV).
     pub fn drain_evicted(&mut self) -> Vec<cortex_kv::BlockId> {
         self.kv.drain_evicted()
+    }
+
+    /// Evicts a cached block now (an engine reclaiming the memory behind it).
+    pub fn evict_cached(&mut self, block: cortex_kv::BlockId) -> bool {
+        self.kv.evict(block)
+    }
+
+    /// Preempts the running request the policy would pick (lowest priority,
+    /// newest), for an engine whose backend ran out of KV despite the
+    /// accounting. Returns it, or `None` when nothing runs. The last plan is
+    /// void: the engine plans again.
+    pub fn preempt_one(&mut self) -> Option<RequestId> {
+        if self.running.is_empty() {
+            return None;
+        }
+        let victim = self.choose_victim();
+        let mut ignored = StepPlan::default();
+        self.preempt(victim, &mut ignored);
+        Some(victim)
     }
 }

@@ -68,6 +68,7 @@ fn config() -> SchedConfig {
         admission_headroom_blocks: 0,
         aging_steps: 8,
         prefix_window: 8,
+        prefix_caching: true,
     }
 }
 
