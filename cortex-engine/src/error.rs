@@ -1,0 +1,114 @@
+use std::path::PathBuf;
+
+use cortex_request::{RequestId, ValidationError};
+
+use crate::{BackendError, GgufError, ModelError};
+
+/// Why the engine or one of its requests failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EngineError {
+    /// The model file could not be used.
+    #[error("{0}")]
+    Model(String),
+    /// llama.cpp refused the file or the context settings.
+    #[error("{path}: llama.cpp could not load it: {detail}")]
+    Load {
+        /// The model file.
+        path: PathBuf,
+        /// What failed.
+        detail: String,
+    },
+    /// The request is invalid.
+    #[error("request {id}: invalid {field}: {message}")]
+    Invalid {
+        /// The request.
+        id: RequestId,
+        /// The offending field.
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The prompt does not fit the context (not retryable).
+    #[error("request {id}: the prompt has {prompt_tokens} tokens; the context holds {limit}")]
+    PromptTooLong {
+        /// The request.
+        id: RequestId,
+        /// Prompt length after templating.
+        prompt_tokens: usize,
+        /// Most tokens a sequence may have.
+        limit: usize,
+    },
+    /// The same id is already in the engine.
+    #[error("request {0} is already in the engine")]
+    DuplicateId(RequestId),
+    /// The backend failed on a batch containing this request.
+    #[error("request {id}: backend error: {detail}")]
+    Backend {
+        /// The request.
+        id: RequestId,
+        /// What the backend said.
+        detail: String,
+    },
+    /// No progress for longer than the configured timeout.
+    #[error("request {id}: no progress for {seconds} s")]
+    Timeout {
+        /// The request.
+        id: RequestId,
+        /// How long it made no progress, in whole seconds.
+        seconds: u64,
+    },
+    /// The engine is shutting down or gone.
+    #[error("the engine has stopped")]
+    Stopped,
+}
+
+impl EngineError {
+    /// Whether retrying the same request could succeed (backend hiccups,
+    /// timeouts) as opposed to failing the same way again.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            EngineError::Backend { .. } | EngineError::Timeout { .. } | EngineError::Stopped
+        )
+    }
+
+    /// A short machine-readable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            EngineError::Model(_) | EngineError::Load { .. } => "model_error",
+            EngineError::Invalid { .. } => "invalid_request",
+            EngineError::PromptTooLong { .. } => "context_length_exceeded",
+            EngineError::DuplicateId(_) => "duplicate_id",
+            EngineError::Backend { .. } => "backend_error",
+            EngineError::Timeout { .. } => "timeout",
+            EngineError::Stopped => "engine_stopped",
+        }
+    }
+
+    pub(crate) fn invalid(id: RequestId, error: &ValidationError) -> Self {
+        EngineError::Invalid {
+            id,
+            field: error.field(),
+            message: error.to_string(),
+        }
+    }
+
+    pub(crate) fn backend(id: RequestId, error: &BackendError) -> Self {
+        EngineError::Backend {
+            id,
+            detail: error.to_string(),
+        }
+    }
+}
+
+impl From<ModelError> for EngineError {
+    fn from(e: ModelError) -> Self {
+        EngineError::Model(e.to_string())
+    }
+}
+
+impl From<GgufError> for EngineError {
+    fn from(e: GgufError) -> Self {
+        EngineError::Model(e.to_string())
+    }
+}

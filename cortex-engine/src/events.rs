@@ -1,0 +1,79 @@
+use cortex_request::{RequestId, Response, TokenId};
+
+use crate::EngineError;
+
+/// What the engine reports about a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EngineEvent {
+    /// A token was generated. `text` is the new text it completes (possibly
+    /// empty while a multi-byte character or a possible stop string is pending).
+    Token {
+        /// The request.
+        id: RequestId,
+        /// Which of its `n` completions.
+        index: u32,
+        /// The token.
+        token: TokenId,
+        /// New text, never splitting a character and never part of a stop string.
+        text: String,
+    },
+    /// The request ended (normally, by cancellation, or with every completion done).
+    Finished(Response),
+    /// The request failed; no further events follow.
+    Failed {
+        /// The request.
+        id: RequestId,
+        /// Why.
+        error: EngineError,
+    },
+}
+
+impl EngineEvent {
+    /// The request the event is about.
+    pub fn id(&self) -> RequestId {
+        match self {
+            EngineEvent::Token { id, .. } | EngineEvent::Failed { id, .. } => *id,
+            EngineEvent::Finished(response) => response.id,
+        }
+    }
+
+    /// Whether this is the request's last event.
+    pub fn is_terminal(&self) -> bool {
+        !matches!(self, EngineEvent::Token { .. })
+    }
+}
+
+/// Counters and gauges of a running engine.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct EngineStats {
+    /// Steps (decode calls) run.
+    pub steps: u64,
+    /// Prompt tokens of finished and running requests.
+    pub prompt_tokens: u64,
+    /// Prompt tokens actually computed (prefill), recomputation included.
+    pub prefill_tokens: u64,
+    /// Prompt tokens not computed because their KV was shared.
+    pub prefill_tokens_saved: u64,
+    /// Tokens generated.
+    pub generated_tokens: u64,
+    /// Requests finished (any reason) and failed.
+    pub requests_finished: u64,
+    /// Requests failed.
+    pub requests_failed: u64,
+    /// Preemptions (recompute).
+    pub preemptions: u64,
+    /// Requests waiting.
+    pub waiting: usize,
+    /// Sequences running.
+    pub running: usize,
+    /// Fraction of KV blocks held by sequences.
+    pub kv_utilisation: f64,
+    /// Seconds spent in steps.
+    pub busy_seconds: f64,
+    /// Generated tokens per busy second.
+    pub generated_tokens_per_second: f64,
+    /// Mean time to first token of finished requests, seconds.
+    pub mean_time_to_first_token: f64,
+    /// Mean latency of finished requests, seconds.
+    pub mean_latency: f64,
+}
