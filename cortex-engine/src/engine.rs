@@ -238,10 +238,6 @@ impl Engine {
         &self,
         requests: Vec<Request>,
     ) -> Result<Vec<flume::Receiver<EngineEvent>>, EngineError> {
-        if !self.shared.accepting.load(Ordering::SeqCst) {
-            return Err(EngineError::Stopped);
-        }
-        let count = requests.len();
         let (pairs, receivers): (Vec<_>, Vec<_>) = requests
             .into_iter()
             .map(|request| {
@@ -249,14 +245,32 @@ impl Engine {
                 ((request, tx), rx)
             })
             .unzip();
-        self.shared.in_flight.fetch_add(count, Ordering::SeqCst);
-        self.commands
-            .send(Command::SubmitMany(pairs))
-            .map_err(|_| {
-                self.shared.in_flight.fetch_sub(count, Ordering::SeqCst);
-                EngineError::Stopped
-            })?;
+        self.send_many(pairs)?;
         Ok(receivers)
+    }
+
+    /// [`Engine::submit_many`] with every event going to one channel.
+    pub fn submit_many_to(
+        &self,
+        requests: Vec<Request>,
+        events: &flume::Sender<EngineEvent>,
+    ) -> Result<(), EngineError> {
+        self.send_many(requests.into_iter().map(|r| (r, events.clone())).collect())
+    }
+
+    fn send_many(
+        &self,
+        pairs: Vec<(Request, flume::Sender<EngineEvent>)>,
+    ) -> Result<(), EngineError> {
+        if !self.shared.accepting.load(Ordering::SeqCst) {
+            return Err(EngineError::Stopped);
+        }
+        let count = pairs.len();
+        self.shared.in_flight.fetch_add(count, Ordering::SeqCst);
+        self.commands.send(Command::SubmitMany(pairs)).map_err(|_| {
+            self.shared.in_flight.fetch_sub(count, Ordering::SeqCst);
+            EngineError::Stopped
+        })
     }
 
     /// Cancels a request wherever it is; it finishes with reason `cancelled`.

@@ -50,7 +50,13 @@
 
 #![forbid(unsafe_code)]
 
+/// Index of the largest logit (the greedy choice), as `cortex-sample` picks it.
+pub(crate) fn argmax_row(logits: &[f32]) -> cortex_request::TokenId {
+    cortex_sample::argmax(logits)
+}
+
 mod backend;
+pub mod bench;
 mod config;
 mod engine;
 mod error;

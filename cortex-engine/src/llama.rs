@@ -149,7 +149,8 @@ impl<'m> LlamaEngineBackend<'m> {
         let params = LlamaContextParams::default()
             .with_n_ctx(NonZeroU32::new(kv))
             .with_n_batch(batch as u32)
-            .with_n_ubatch(batch as u32)
+            // Larger micro-batches only grow llama.cpp's compute buffers.
+            .with_n_ubatch(batch.min(512) as u32)
             .with_n_seq_max(sequences as u32)
             .with_kv_unified(true)
             .with_n_threads(threads)

@@ -209,3 +209,35 @@ fn invalid_requests_fail_at_once_with_the_field_named() {
     ));
     assert!(matches!(last_event(&both[0]), EngineEvent::Finished(_)));
 }
+
+#[test]
+fn draining_finishes_what_is_in_hand_and_aborting_cancels_it() {
+    let engine = start();
+    let receivers = engine
+        .submit_many((0..3).map(|i| request(20 + i, vec![1, 2])).collect())
+        .unwrap();
+    engine.shutdown(cortex_engine::Shutdown::Drain);
+    for rx in &receivers {
+        match last_event(rx) {
+            EngineEvent::Finished(r) => {
+                assert_eq!(r.completions[0].finish_reason, FinishReason::Length);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    let engine = start();
+    let mut long = request(30, vec![1, 2]);
+    long.stop.max_tokens = 100_000;
+    long.stop.ignore_eos = true;
+    let rx = engine.submit(long).unwrap();
+    // Wait until it is generating, then abort.
+    assert!(matches!(rx.recv().unwrap(), EngineEvent::Token { .. }));
+    engine.shutdown(cortex_engine::Shutdown::Abort);
+    match last_event(&rx) {
+        EngineEvent::Finished(r) => {
+            assert_eq!(r.completions[0].finish_reason, FinishReason::Cancelled);
+        }
+        other => panic!("{other:?}"),
+    }
+}

@@ -1,0 +1,22 @@
+//! The engine against a plain llama-cpp-2 loop on the default model, in
+//! `llama-batched-bench`'s columns, plus the shared-prefix job.
+//!
+//! Run: `cargo bench -p cortex-engine` (set `CORTEX_BENCH_B=1,4` to choose batch sizes).
+
+use cortex_engine::{DEFAULT_MODEL, EngineConfig, ModelCache, bench};
+
+fn main() {
+    let model = ModelCache::default_location()
+        .ensure(&DEFAULT_MODEL)
+        .expect("default model");
+    let threads = EngineConfig::new(&model).effective_threads();
+    let sizes: Vec<usize> = std::env::var("CORTEX_BENCH_B")
+        .ok()
+        .map(|v| v.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![1, 4, 16, 32, 64]);
+    let report = bench::full_report(&model, threads, &sizes, |step| {
+        eprintln!("running {step}...");
+    })
+    .expect("benchmark");
+    println!("{report}");
+}
