@@ -1,7 +1,9 @@
 //! The engine against a plain llama-cpp-2 loop on the default model, in
 //! `llama-batched-bench`'s columns, plus the shared-prefix job.
 //!
-//! Run: `cargo bench -p cortex-engine` (set `CORTEX_BENCH_B=1,4` to choose batch sizes).
+//! Run: `cargo bench -p cortex-engine`. `CORTEX_BENCH_B=1,4` chooses the batch
+//! sizes; `CORTEX_BENCH_REPEAT=N` takes the best of N runs per row (default
+//! 2); `CORTEX_BENCH_PREFIX=0` skips the shared-prefix job.
 
 use cortex_engine::{DEFAULT_MODEL, EngineConfig, ModelCache, bench};
 
@@ -14,7 +16,12 @@ fn main() {
         .ok()
         .map(|v| v.split(',').filter_map(|x| x.trim().parse().ok()).collect())
         .unwrap_or_else(|| vec![1, 4, 16, 32, 64]);
-    let report = bench::full_report(&model, threads, &sizes, |step| {
+    let prefix_job = std::env::var("CORTEX_BENCH_PREFIX").map_or(true, |v| v != "0");
+    let repeats = std::env::var("CORTEX_BENCH_REPEAT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2);
+    let report = bench::full_report(&model, threads, &sizes, repeats, prefix_job, |step| {
         eprintln!("running {step}...");
     })
     .expect("benchmark");

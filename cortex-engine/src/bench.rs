@@ -188,6 +188,15 @@ pub fn engine_row(
     }
     let total = start.elapsed();
     let t_pp = t_pp.unwrap_or(total);
+    if std::env::var_os("CORTEX_BENCH_VERBOSE").is_some() {
+        let stats = engine.stats();
+        eprintln!(
+            "  B={b}: wall {:.3}s, in steps {:.3}s, in decode {:.3}s",
+            total.as_secs_f64(),
+            stats.busy_seconds,
+            stats.decode_seconds
+        );
+    }
     Ok(BenchRow {
         pp,
         tg,
@@ -306,11 +315,24 @@ pub fn peak_rss_bytes() -> Option<u64> {
     Some(kib * 1024)
 }
 
-/// Runs both tables and returns the report.
+/// The faster of two rows (by total time).
+fn best(a: Option<BenchRow>, b: BenchRow) -> BenchRow {
+    match a {
+        Some(a) if a.t() <= b.t() => a,
+        _ => b,
+    }
+}
+
+/// Runs the batched table (for `batch_sizes`) and, when `prefix_job`, the
+/// shared-prefix table, and returns the report. Each batched row is the best
+/// of `repeats` runs, raw and engine alternating, so that noise from the
+/// machine hits both sides alike.
 pub fn full_report(
     model_path: &Path,
     threads: usize,
     batch_sizes: &[usize],
+    repeats: usize,
+    prefix_job: bool,
     mut progress: impl FnMut(&str),
 ) -> Result<String, EngineError> {
     let settings = BenchSettings {
@@ -320,13 +342,22 @@ pub fn full_report(
     };
     let model = Model::load(model_path)?;
     let mut out = String::new();
-    let _ = writeln!(out, "model: {}\nthreads: {threads}\n", model_path.display());
+    let _ = writeln!(
+        out,
+        "model: {}\nthreads: {threads}\nbest of {repeats} runs per row, raw and engine alternating\n",
+        model_path.display()
+    );
     let mut pairs = Vec::new();
     for &b in batch_sizes {
-        progress(&format!("batched: B = {b}"));
-        let raw = raw_row(&model, &settings, b)?;
-        let engine = engine_row(model_path, &settings, b)?;
-        pairs.push((engine, raw));
+        let (mut best_raw, mut best_engine) = (None, None);
+        for round in 1..=repeats.max(1) {
+            progress(&format!("batched: B = {b}, run {round} of {repeats}"));
+            best_raw = Some(best(best_raw, raw_row(&model, &settings, b)?));
+            best_engine = Some(best(best_engine, engine_row(model_path, &settings, b)?));
+        }
+        if let (Some(engine), Some(raw)) = (best_engine, best_raw) {
+            pairs.push((engine, raw));
+        }
     }
     let _ = writeln!(out, "engine (cortex, full step loop):\n{}", table_header());
     for (engine, _) in &pairs {
@@ -356,6 +387,9 @@ pub fn full_report(
         );
     }
 
+    if !prefix_job {
+        return Ok(out);
+    }
     let shape = (64, 512, 32, 64);
     let _ = writeln!(
         out,

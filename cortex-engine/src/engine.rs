@@ -825,7 +825,10 @@ impl<'b> StepLoop<'b> {
         batch: &[BatchToken],
         rows: &[SampleRow],
     ) -> Option<Vec<(RequestId, TokenId)>> {
-        match self.backend.decode(batch) {
+        let started = Instant::now();
+        let decoded = self.backend.decode(batch);
+        self.stats.decode_seconds += started.elapsed().as_secs_f64();
+        match decoded {
             Ok(()) => {
                 self.copy_logits(rows, |row| row.batch_index);
                 Some(self.sample(rows))

@@ -70,6 +70,9 @@ pub struct EngineStats {
     pub kv_utilisation: f64,
     /// Seconds spent in steps.
     pub busy_seconds: f64,
+    /// Seconds of those spent inside the backend's decode (the rest is the
+    /// engine's own overhead: planning, sampling, events).
+    pub decode_seconds: f64,
     /// Generated tokens per busy second.
     pub generated_tokens_per_second: f64,
     /// Mean time to first token of finished requests, seconds.
