@@ -856,9 +856,10 @@ impl<'b> StepLoop<'b> {
     ) -> Vec<(RequestId, TokenId)> {
         let mut sampled = Vec::new();
         let mut slots: Vec<SeqSlot> = batch.iter().map(|t| t.seq).collect();
-        slots.dedup();
         slots.sort_unstable();
         slots.dedup();
+        // A batch of one sequence has already failed alone.
+        let alone = slots.len() == 1;
         for slot in slots {
             let part: Vec<BatchToken> = batch.iter().copied().filter(|t| t.seq == slot).collect();
             let seq_rows: Vec<&SampleRow> = rows
@@ -867,11 +868,11 @@ impl<'b> StepLoop<'b> {
                 .collect();
             let owner = self
                 .seqs
-                .iter()
-                .find(|(_, s)| s.slot == Some(slot))
-                .map(|(id, s)| (*id, s.owner));
-            let Some((_, owner)) = owner else { continue };
-            let result = if slots_len(&part) == 1 && part.len() == batch.len() {
+                .values()
+                .find(|s| s.slot == Some(slot))
+                .map(|s| s.owner);
+            let Some(owner) = owner else { continue };
+            let result = if alone {
                 Err(first_error.clone())
             } else {
                 self.backend.decode(&part)
@@ -1153,13 +1154,6 @@ impl<'b> StepLoop<'b> {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = self.stats;
     }
-}
-
-fn slots_len(part: &[BatchToken]) -> usize {
-    let mut slots: Vec<SeqSlot> = part.iter().map(|t| t.seq).collect();
-    slots.sort_unstable();
-    slots.dedup();
-    slots.len()
 }
 
 impl StopScan {
