@@ -346,7 +346,12 @@ struct Seq {
     slot: Option<SeqSlot>,
     /// Leading full blocks whose cells this sequence's slot is recorded as holding.
     held_blocks: usize,
+    /// When it last computed anything (or was first bound).
     last_progress: Instant,
+    /// Whether it computed anything since it was last bound: a request that is
+    /// bound again and again without progress (backend out of KV each time)
+    /// keeps its old clock and times out.
+    progressed_since_bind: bool,
 }
 
 struct StepLoop<'b> {
@@ -387,9 +392,11 @@ impl<'b> StepLoop<'b> {
         let kv_tokens = backend.kv_capacity();
         let kv_blocks = kv_tokens / block_size;
         let max_sequence_tokens = backend.n_ctx_train().min(kv_blocks * block_size);
+        // Every running sequence must fit one decode token into each step.
         let max_running = config
             .max_running
-            .clamp(1, backend.max_sequences().max(2) / 2);
+            .clamp(1, backend.max_sequences().max(2) / 2)
+            .min(config.max_batch_tokens.max(1));
         let sched = Scheduler::new(SchedConfig {
             max_batch_tokens: config.max_batch_tokens,
             max_running,
@@ -584,6 +591,7 @@ impl<'b> StepLoop<'b> {
                     slot: None,
                     held_blocks: 0,
                     last_progress: now,
+                    progressed_since_bind: true,
                 },
             );
             seqs.push(seq_id);
@@ -656,10 +664,7 @@ impl<'b> StepLoop<'b> {
             return;
         }
         let (batch, rows) = self.build_batch(&plan);
-        // None: the backend ran out of KV and the plan was voided; plan again.
-        let Some(sampled) = self.decode(&batch, &rows) else {
-            return;
-        };
+        let sampled = self.decode(&batch, &rows);
         self.stats.prefill_tokens += plan.prefill.iter().map(|c| c.len as u64).sum::<u64>();
         let finished_by_length = self.sched.commit(&plan, &sampled);
         self.record_computed(&plan);
@@ -729,7 +734,10 @@ impl<'b> StepLoop<'b> {
         let seq = self.seqs.get_mut(&id).expect("admitted sequences exist");
         seq.slot = Some(slot);
         seq.held_blocks = reused;
-        seq.last_progress = Instant::now();
+        if seq.progressed_since_bind {
+            seq.last_progress = Instant::now();
+        }
+        seq.progressed_since_bind = false;
         self.stats.prefill_tokens_saved += cached_tokens as u64;
         let live = self.live.get_mut(&seq.owner).expect("owners exist");
         live.started.get_or_insert_with(Instant::now);
@@ -818,32 +826,21 @@ impl<'b> StepLoop<'b> {
     }
 
     /// Decodes the batch and samples every row. A backend failure is isolated:
-    /// each sequence is retried alone and only those that fail again fail.
-    /// Returns `None` when the backend ran out of KV and the plan was voided.
-    fn decode(
-        &mut self,
-        batch: &[BatchToken],
-        rows: &[SampleRow],
-    ) -> Option<Vec<(RequestId, TokenId)>> {
+    /// each sequence is retried alone; one that still finds no KV slot is
+    /// preempted (recomputed later, timing out if that never succeeds), one that
+    /// fails otherwise fails. The rest of the step goes on.
+    fn decode(&mut self, batch: &[BatchToken], rows: &[SampleRow]) -> Vec<(RequestId, TokenId)> {
         let started = Instant::now();
         let decoded = self.backend.decode(batch);
         self.stats.decode_seconds += started.elapsed().as_secs_f64();
         match decoded {
             Ok(()) => {
                 self.copy_logits(rows, |row| row.batch_index);
-                Some(self.sample(rows))
-            }
-            Err(BackendError::NoKvSlot) => {
-                self.forget_batch_kv(batch);
-                if let Some(victim) = self.sched.preempt_one() {
-                    self.stats.preemptions += 1;
-                    self.unbind(victim);
-                }
-                None
+                self.sample(rows)
             }
             Err(error) => {
                 self.forget_batch_kv(batch);
-                Some(self.decode_one_by_one(batch, rows, &error))
+                self.decode_one_by_one(batch, rows, &error)
             }
         }
     }
@@ -866,12 +863,14 @@ impl<'b> StepLoop<'b> {
                 .iter()
                 .filter(|r| batch[r.batch_index].seq == slot)
                 .collect();
-            let owner = self
+            let found = self
                 .seqs
-                .values()
-                .find(|s| s.slot == Some(slot))
-                .map(|s| s.owner);
-            let Some(owner) = owner else { continue };
+                .iter()
+                .find(|(_, s)| s.slot == Some(slot))
+                .map(|(id, s)| (*id, s.owner));
+            let Some((seq_id, owner)) = found else {
+                continue;
+            };
             let result = if alone {
                 Err(first_error.clone())
             } else {
@@ -892,6 +891,13 @@ impl<'b> StepLoop<'b> {
                         .collect();
                     self.copy_logits(&local, |row| row.batch_index);
                     sampled.extend(self.sample(&local));
+                }
+                Err(BackendError::NoKvSlot) => {
+                    self.forget_batch_kv(&part);
+                    if self.sched.preempt(seq_id).is_ok() {
+                        self.stats.preemptions += 1;
+                        self.unbind(seq_id);
+                    }
                 }
                 Err(error) => {
                     self.forget_batch_kv(&part);
@@ -957,10 +963,13 @@ impl<'b> StepLoop<'b> {
             .chain(plan.prefill.iter().map(|c| c.id));
         let now = Instant::now();
         for id in ids {
-            let Some(seq) = self.seqs.get_mut(&id) else {
+            // Gone (failed) or unbound (preempted when its part of the batch
+            // failed): it computed nothing.
+            let Some(seq) = self.seqs.get_mut(&id).filter(|s| s.slot.is_some()) else {
                 continue;
             };
             seq.last_progress = now;
+            seq.progressed_since_bind = true;
             let (Some(slot), Some((_, computed)), Some(blocks)) = (
                 seq.slot,
                 self.sched.kv().tokens_of(id.0),
@@ -1127,7 +1136,12 @@ impl<'b> StepLoop<'b> {
         let stalled: Vec<(RequestId, u64)> = self
             .seqs
             .values()
-            .filter(|s| s.slot.is_some() && now.duration_since(s.last_progress) > limit)
+            // Running, or sent back to the queue without having computed
+            // anything since it was admitted: either way, stuck.
+            .filter(|s| {
+                (s.slot.is_some() || !s.progressed_since_bind)
+                    && now.duration_since(s.last_progress) > limit
+            })
             .map(|s| (s.owner, now.duration_since(s.last_progress).as_secs()))
             .collect();
         for (owner, seconds) in stalled {

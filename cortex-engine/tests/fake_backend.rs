@@ -16,6 +16,8 @@ const EOS: TokenId = 0;
 const POISON: TokenId = 31;
 /// A sequence whose prompt starts with this token is steered into POISON.
 const STEER: TokenId = 30;
+/// Any batch holding this token finds no KV slot.
+const STALL: TokenId = 29;
 
 /// Each sequence counts upwards: after token t comes t + 1 (wrapping below
 /// STEER), unless its prompt began with STEER, in which case POISON follows.
@@ -54,6 +56,9 @@ impl Backend for FakeBackend {
         if batch.iter().any(|t| t.token == POISON) {
             return Err(BackendError::Failed("injected failure".into()));
         }
+        if batch.iter().any(|t| t.token == STALL) {
+            return Err(BackendError::NoKvSlot);
+        }
         for t in batch.iter().filter(|t| t.pos == 0) {
             self.first_token.insert(t.seq, t.token);
         }
@@ -86,12 +91,16 @@ static ROWS: std::sync::LazyLock<Vec<Vec<f32>>> = std::sync::LazyLock::new(|| {
 });
 
 fn start() -> Engine {
+    start_with_timeout(None)
+}
+
+fn start_with_timeout(request_timeout: Option<std::time::Duration>) -> Engine {
     let config = LoopConfig {
         block_size: 4,
         max_running: 8,
         max_batch_tokens: 64,
         prefix_sharing: true,
-        request_timeout: None,
+        request_timeout,
     };
     Engine::start_with_backend(config, || Ok(FakeBackend::default())).unwrap()
 }
@@ -240,4 +249,31 @@ fn draining_finishes_what_is_in_hand_and_aborting_cancels_it() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+#[test]
+fn a_request_that_never_makes_progress_times_out_and_the_others_finish() {
+    let engine = start_with_timeout(Some(std::time::Duration::from_millis(300)));
+    let mut stuck = request(41, vec![STALL, 1]);
+    stuck.priority = -1; // the one preempted each time its batch finds no KV slot
+    let mut a = request(42, vec![1, 2, 3]);
+    let mut b = request(43, vec![4, 5, 6]);
+    // Slow enough that the stuck one is re-admitted many times before they end.
+    a.stop.max_tokens = 400;
+    b.stop.max_tokens = 400;
+    let receivers = engine.submit_many(vec![stuck, a, b]).unwrap();
+    match last_event(&receivers[0]) {
+        EngineEvent::Failed {
+            error: EngineError::Timeout { id, .. },
+            ..
+        } => assert_eq!(id, RequestId(41)),
+        other => panic!("{other:?}"),
+    }
+    for rx in &receivers[1..] {
+        match last_event(rx) {
+            EngineEvent::Finished(r) => assert_eq!(r.completions[0].tokens.len(), 400),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(engine.stats().preemptions > 0);
 }

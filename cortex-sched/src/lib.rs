@@ -19,7 +19,13 @@
 //! use cortex_request::RequestId;
 //! use cortex_sched::{SchedConfig, SchedRequest, Scheduler};
 //!
-//! let config = SchedConfig { max_batch_tokens: 8, kv_blocks: 16, kv_block_size: 4, ..SchedConfig::default() };
+//! let config = SchedConfig {
+//!     max_batch_tokens: 8,
+//!     max_running: 4,
+//!     kv_blocks: 16,
+//!     kv_block_size: 4,
+//!     ..SchedConfig::default()
+//! };
 //! let mut sched = Scheduler::new(config)?;
 //! sched.add(SchedRequest { id: RequestId(1), prompt: (0..10).collect(), max_new_tokens: 2, priority: 0 })?;
 //!

@@ -183,6 +183,10 @@ impl Scheduler {
         if config.max_prefill_chunk == 0 {
             return invalid("max_prefill_chunk must be at least 1");
         }
+        if config.max_batch_tokens < config.max_running {
+            // Otherwise the same decoders would win the budget every step.
+            return invalid("max_batch_tokens must be at least max_running");
+        }
         if config.aging_steps == 0 {
             return invalid("aging_steps must be at least 1");
         }
@@ -363,7 +367,7 @@ impl Scheduler {
                 }
                 Err(KvError::OutOfBlocks { .. }) => {
                     let victim = self.choose_victim();
-                    self.preempt(victim, plan);
+                    self.preempt_into(victim, plan);
                     if victim == id {
                         return false;
                     }
@@ -385,7 +389,7 @@ impl Scheduler {
             .expect("a running request needs KV, so one is running")
     }
 
-    fn preempt(&mut self, id: RequestId, plan: &mut StepPlan) {
+    fn preempt_into(&mut self, id: RequestId, plan: &mut StepPlan) {
         self.kv.free(id.0).expect("running requests hold KV");
         self.running.retain(|&r| r != id);
         plan.decode.retain(|&r| r != id);
@@ -608,6 +612,18 @@ impl Scheduler {
         self.kv.evict(block)
     }
 
+    /// Preempts a running request now (its backend could not take its tokens):
+    /// its KV is released and it returns to the front of the queue, to be
+    /// recomputed. Whatever the last plan holds for it is ignored by `commit`.
+    pub fn preempt(&mut self, id: RequestId) -> Result<(), SchedError> {
+        if !self.is_running(id) {
+            return Err(SchedError::Unknown(id));
+        }
+        let mut ignored = StepPlan::default();
+        self.preempt_into(id, &mut ignored);
+        Ok(())
+    }
+
     /// Preempts the running request the policy would pick (lowest priority,
     /// newest), for an engine whose backend ran out of KV despite the
     /// accounting. Returns it, or `None` when nothing runs. The last plan is
@@ -617,8 +633,7 @@ impl Scheduler {
             return None;
         }
         let victim = self.choose_victim();
-        let mut ignored = StepPlan::default();
-        self.preempt(victim, &mut ignored);
+        self.preempt(victim).ok()?;
         Some(victim)
     }
 }

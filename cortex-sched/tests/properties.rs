@@ -40,7 +40,7 @@ fn config() -> impl Strategy<Value = SchedConfig> {
     )
         .prop_map(
             |(budget, max_running, chunk, kv_blocks, block_size, headroom, aging)| SchedConfig {
-                max_batch_tokens: budget,
+                max_batch_tokens: budget.max(max_running),
                 max_running,
                 max_prefill_chunk: chunk,
                 kv_blocks,

@@ -248,3 +248,17 @@ fn abort_releases_kv_wherever_the_request_is() {
     assert_eq!(sched.kv_stats().used_blocks, 0);
     sched.kv().verify().unwrap();
 }
+
+#[test]
+fn a_budget_smaller_than_the_running_set_is_refused() {
+    let err = Scheduler::new(SchedConfig {
+        max_batch_tokens: 4,
+        max_running: 8,
+        ..config()
+    })
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid scheduler configuration: max_batch_tokens must be at least max_running"
+    );
+}
