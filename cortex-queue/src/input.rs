@@ -1,0 +1,583 @@
+//! Reading a job's JSONL input: both line formats, every check, streaming.
+
+use std::io::BufRead;
+
+use cortex_request::{
+    ChatMessage, Limits, Prompt, Request, RequestId, SamplingParams, StopConditions, TokenId,
+};
+use serde_json::{Map, Value};
+
+/// Which OpenAI endpoint a line asks for (plain lines map to one too).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Endpoint {
+    /// `/v1/chat/completions`: `messages` in, `chat.completion` out.
+    ChatCompletions,
+    /// `/v1/completions`: `prompt` in, `text_completion` out.
+    Completions,
+}
+
+impl Endpoint {
+    /// The URL path.
+    pub fn url(self) -> &'static str {
+        match self {
+            Endpoint::ChatCompletions => "/v1/chat/completions",
+            Endpoint::Completions => "/v1/completions",
+        }
+    }
+
+    /// Parses a URL path.
+    pub fn from_url(url: &str) -> Option<Self> {
+        match url {
+            "/v1/chat/completions" => Some(Endpoint::ChatCompletions),
+            "/v1/completions" => Some(Endpoint::Completions),
+            _ => None,
+        }
+    }
+}
+
+/// One valid input line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InputItem {
+    /// 1-based line number in the file.
+    pub line: u64,
+    /// The caller's id (the line number when a plain line names none).
+    pub custom_id: String,
+    /// The endpoint the output is shaped for.
+    pub endpoint: Endpoint,
+    /// The `model` the line named, if any (recorded, not used to pick a model).
+    pub model: Option<String>,
+    /// The request (its `id` is assigned when stored).
+    pub request: Request,
+}
+
+/// One bad input line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LineError {
+    /// 1-based line number.
+    pub line: u64,
+    /// The line's `custom_id`, when it could be read.
+    pub custom_id: Option<String>,
+    /// What is wrong, naming the field.
+    pub message: String,
+}
+
+impl std::fmt::Display for LineError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.custom_id {
+            Some(id) => write!(f, "line {} (custom_id {id:?}): {}", self.line, self.message),
+            None => write!(f, "line {}: {}", self.line, self.message),
+        }
+    }
+}
+
+/// A job's default sampling and stop settings; each line's own fields override them.
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct JobDefaults {
+    /// Sampling defaults.
+    pub sampling: SamplingParams,
+    /// Stop defaults (`max_tokens`, stop strings, ...).
+    pub stop: StopConditions,
+}
+
+/// Sampling and stop fields accepted on both formats.
+const SAMPLING_FIELDS: [&str; 17] = [
+    "max_tokens",
+    "max_completion_tokens",
+    "temperature",
+    "top_p",
+    "seed",
+    "stop",
+    "n",
+    "presence_penalty",
+    "frequency_penalty",
+    "logit_bias",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "ignore_eos",
+    "stop_token_ids",
+    "priority",
+    "model",
+];
+
+type Fields = Map<String, Value>;
+
+fn type_error(field: &str, expected: &str, value: &Value) -> String {
+    let shown = match value {
+        Value::String(s) if s.chars().count() > 40 => {
+            format!("{:?}…", s.chars().take(40).collect::<String>())
+        }
+        other => other.to_string(),
+    };
+    format!("{field} must be {expected}, not {shown}")
+}
+
+fn number(fields: &Fields, field: &str) -> Result<Option<f64>, String> {
+    match fields.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => Ok(n.as_f64()),
+        Some(other) => Err(type_error(field, "a number", other)),
+    }
+}
+
+fn integer(fields: &Fields, field: &str) -> Result<Option<i64>, String> {
+    match fields.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) if n.is_i64() => Ok(n.as_i64()),
+        Some(Value::Number(n)) if n.is_u64() => Err(format!("{field} = {n} is too large")),
+        Some(other) => Err(type_error(field, "an integer", other)),
+    }
+}
+
+fn unsigned(fields: &Fields, field: &str, max: u64) -> Result<Option<u64>, String> {
+    match integer(fields, field)? {
+        None => Ok(None),
+        Some(v) if v < 0 => Err(format!("{field} = {v} must not be negative")),
+        Some(v) if v as u64 > max => Err(format!("{field} = {v} is too large (at most {max})")),
+        Some(v) => Ok(Some(v as u64)),
+    }
+}
+
+fn token_id(value: &Value, field: &str) -> Result<TokenId, String> {
+    match value.as_u64() {
+        Some(v) if v <= u64::from(u32::MAX) => Ok(v as TokenId),
+        _ => Err(type_error(
+            field,
+            "a token id (a non-negative integer)",
+            value,
+        )),
+    }
+}
+
+/// Applies the shared sampling and stop fields to `request`.
+fn apply_sampling(fields: &Fields, request: &mut Request) -> Result<(), String> {
+    let s: &mut SamplingParams = &mut request.sampling;
+    if let Some(v) = number(fields, "temperature")? {
+        s.temperature = v as f32;
+    }
+    if let Some(v) = number(fields, "top_p")? {
+        s.top_p = v as f32;
+    }
+    if let Some(v) = number(fields, "min_p")? {
+        s.min_p = v as f32;
+    }
+    if let Some(v) = number(fields, "presence_penalty")? {
+        s.presence_penalty = v as f32;
+    }
+    if let Some(v) = number(fields, "frequency_penalty")? {
+        s.frequency_penalty = v as f32;
+    }
+    if let Some(v) = number(fields, "repetition_penalty")? {
+        s.repetition_penalty = v as f32;
+    }
+    if let Some(v) = integer(fields, "top_k")? {
+        // vLLM users write -1 for "off"; cortex says 0. Both mean no top-k.
+        s.top_k = if v == -1 {
+            0
+        } else {
+            i32::try_from(v).map_err(|_| format!("top_k = {v} is too large"))?
+        };
+    }
+    if let Some(v) = integer(fields, "seed")? {
+        s.seed = Some(v as u64);
+    }
+    match fields.get("logit_bias") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(map)) => {
+            for (key, value) in map {
+                let token: TokenId = key
+                    .parse()
+                    .map_err(|_| format!("logit_bias key {key:?} is not a token id"))?;
+                let bias = value
+                    .as_f64()
+                    .ok_or_else(|| type_error(&format!("logit_bias[{key}]"), "a number", value))?;
+                s.logit_bias.insert(token, bias as f32);
+            }
+        }
+        Some(other) => {
+            return Err(type_error(
+                "logit_bias",
+                "an object of token id to bias",
+                other,
+            ));
+        }
+    }
+
+    let stop: &mut StopConditions = &mut request.stop;
+    let max_tokens = match unsigned(fields, "max_tokens", u64::from(u32::MAX))? {
+        Some(v) => Some(v),
+        None => unsigned(fields, "max_completion_tokens", u64::from(u32::MAX))?,
+    };
+    if let Some(v) = max_tokens {
+        stop.max_tokens = v as u32;
+    }
+    match fields.get("stop") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(s)) => stop.stop = vec![s.clone()],
+        Some(Value::Array(items)) => {
+            stop.stop = items
+                .iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    v.as_str()
+                        .map(str::to_owned)
+                        .ok_or_else(|| type_error(&format!("stop[{i}]"), "a string", v))
+                })
+                .collect::<Result<_, _>>()?;
+        }
+        Some(other) => return Err(type_error("stop", "a string or an array of strings", other)),
+    }
+    match fields.get("stop_token_ids") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(items)) => {
+            stop.stop_token_ids = items
+                .iter()
+                .enumerate()
+                .map(|(i, v)| token_id(v, &format!("stop_token_ids[{i}]")))
+                .collect::<Result<_, _>>()?;
+        }
+        Some(other) => return Err(type_error("stop_token_ids", "an array of token ids", other)),
+    }
+    match fields.get("ignore_eos") {
+        None | Some(Value::Null) => {}
+        Some(Value::Bool(b)) => stop.ignore_eos = *b,
+        Some(other) => return Err(type_error("ignore_eos", "true or false", other)),
+    }
+    if let Some(v) = unsigned(fields, "n", u64::from(u32::MAX))? {
+        request.n = v as u32;
+    }
+    if let Some(v) = integer(fields, "priority")? {
+        request.priority =
+            i32::try_from(v).map_err(|_| format!("priority = {v} is out of range"))?;
+    }
+    Ok(())
+}
+
+fn messages(value: &Value) -> Result<Vec<ChatMessage>, String> {
+    let Value::Array(items) = value else {
+        return Err(type_error(
+            "messages",
+            "an array of {role, content} objects",
+            value,
+        ));
+    };
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            let Value::Object(m) = item else {
+                return Err(type_error(&format!("messages[{i}]"), "an object", item));
+            };
+            if let Some(key) = m
+                .keys()
+                .find(|k| !["role", "content", "name"].contains(&k.as_str()))
+            {
+                return Err(format!("messages[{i}] has unknown field {key:?}"));
+            }
+            let role = match m.get("role") {
+                Some(Value::String(r)) => r.clone(),
+                Some(other) => {
+                    return Err(type_error(
+                        &format!("messages[{i}].role"),
+                        "a string",
+                        other,
+                    ));
+                }
+                None => return Err(format!("messages[{i}] has no role")),
+            };
+            let content = match m.get("content") {
+                Some(Value::String(c)) => c.clone(),
+                Some(Value::Array(parts)) => text_parts(parts, i)?,
+                Some(Value::Null) | None => return Err(format!("messages[{i}] has no content")),
+                Some(other) => {
+                    return Err(type_error(
+                        &format!("messages[{i}].content"),
+                        "a string",
+                        other,
+                    ));
+                }
+            };
+            Ok(ChatMessage { role, content })
+        })
+        .collect()
+}
+
+/// OpenAI's content parts: only `{"type": "text", "text": ...}` is supported.
+fn text_parts(parts: &[Value], message: usize) -> Result<String, String> {
+    let mut text = String::new();
+    for (j, part) in parts.iter().enumerate() {
+        let field = format!("messages[{message}].content[{j}]");
+        match (
+            part.get("type").and_then(Value::as_str),
+            part.get("text").and_then(Value::as_str),
+        ) {
+            (Some("text"), Some(t)) => text.push_str(t),
+            (Some(kind), _) if kind != "text" => {
+                return Err(format!("{field} has type {kind:?}; only text is supported"));
+            }
+            _ => {
+                return Err(type_error(
+                    &field,
+                    "a {\"type\": \"text\", \"text\": ...} part",
+                    part,
+                ));
+            }
+        }
+    }
+    Ok(text)
+}
+
+fn completion_prompt(value: &Value) -> Result<Prompt, String> {
+    match value {
+        Value::String(s) => Ok(Prompt::Text(s.clone())),
+        Value::Array(items) if items.iter().all(Value::is_u64) && !items.is_empty() => {
+            Ok(Prompt::Tokens(
+                items
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| token_id(v, &format!("prompt[{i}]")))
+                    .collect::<Result<_, _>>()?,
+            ))
+        }
+        Value::Array(items) if items.len() == 1 && items[0].is_string() => Ok(Prompt::Text(
+            items[0].as_str().unwrap_or_default().to_owned(),
+        )),
+        Value::Array(items) if items.len() > 1 && items.iter().all(Value::is_string) => {
+            Err(format!(
+                "prompt holds {} prompts; put one prompt per line",
+                items.len()
+            ))
+        }
+        other => Err(type_error(
+            "prompt",
+            "a string or an array of token ids",
+            other,
+        )),
+    }
+}
+
+/// Builds the request from a body (OpenAI) or a whole plain line.
+fn request_from(
+    fields: &Fields,
+    endpoint: Endpoint,
+    extra_allowed: &[&str],
+    defaults: &JobDefaults,
+) -> Result<(Request, Option<String>), String> {
+    let prompt_field = match endpoint {
+        Endpoint::ChatCompletions => "messages",
+        Endpoint::Completions => "prompt",
+    };
+    if let Some(key) = fields.keys().find(|k| {
+        k.as_str() != prompt_field
+            && !SAMPLING_FIELDS.contains(&k.as_str())
+            && !extra_allowed.contains(&k.as_str())
+    }) {
+        return Err(format!("unknown field {key:?}"));
+    }
+    let prompt = match (endpoint, fields.get(prompt_field)) {
+        (_, None | Some(Value::Null)) => return Err(format!("missing {prompt_field}")),
+        (Endpoint::ChatCompletions, Some(v)) => Prompt::Chat(messages(v)?),
+        (Endpoint::Completions, Some(v)) => completion_prompt(v)?,
+    };
+    let model = match fields.get("model") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(m)) => Some(m.clone()),
+        Some(other) => return Err(type_error("model", "a string", other)),
+    };
+    let mut request = Request::new(RequestId(0), prompt);
+    request.sampling = defaults.sampling.clone();
+    request.stop = defaults.stop.clone();
+    apply_sampling(fields, &mut request)?;
+    request
+        .validate(&Limits::default())
+        .map_err(|e| e.to_string())?;
+    Ok((request, model))
+}
+
+fn custom_id_of(fields: &Fields) -> Result<Option<String>, String> {
+    match fields.get("custom_id") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if s.is_empty() => Err("custom_id is empty".into()),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        // Numbers are common in hand-written files; keep them as text.
+        Some(Value::Number(n)) => Ok(Some(n.to_string())),
+        Some(other) => Err(type_error("custom_id", "a string", other)),
+    }
+}
+
+/// Parses one line's text (already known to be UTF-8, without its line ending);
+/// fields the line does not set come from `defaults`.
+///
+/// ```
+/// use cortex_queue::{parse_line, Endpoint, JobDefaults};
+///
+/// let item = parse_line(1, r#"{"prompt": "Hi", "max_tokens": 4}"#, &JobDefaults::default()).unwrap();
+/// assert_eq!((item.custom_id.as_str(), item.endpoint, item.request.stop.max_tokens), ("1", Endpoint::Completions, 4));
+///
+/// let error = parse_line(7, r#"{"prompt": "Hi", "top_p": 2}"#, &JobDefaults::default()).unwrap_err();
+/// assert_eq!(error.to_string(), "line 7: top_p = 2 is out of range: expected a number in (0, 1]");
+/// ```
+pub fn parse_line(line: u64, text: &str, defaults: &JobDefaults) -> Result<InputItem, LineError> {
+    let error = |custom_id: Option<String>, message: String| LineError {
+        line,
+        custom_id,
+        message,
+    };
+    let value: Value =
+        serde_json::from_str(text).map_err(|e| error(None, format!("invalid JSON: {e}")))?;
+    let Value::Object(fields) = value else {
+        return Err(error(None, "expected a JSON object".into()));
+    };
+    let custom_id = custom_id_of(&fields).map_err(|m| error(None, m))?;
+    let fail = |m: String| error(custom_id.clone(), m);
+    let (endpoint, (request, model)) = if fields.contains_key("body") || fields.contains_key("url")
+    {
+        // OpenAI batch line.
+        if let Some(key) = fields
+            .keys()
+            .find(|k| !["custom_id", "method", "url", "body"].contains(&k.as_str()))
+        {
+            return Err(fail(format!("unknown field {key:?}")));
+        }
+        if custom_id.is_none() {
+            return Err(fail(
+                "missing custom_id (OpenAI batch lines need one)".into(),
+            ));
+        }
+        match fields.get("method") {
+            Some(Value::String(m)) if m == "POST" => {}
+            Some(Value::String(m)) => {
+                return Err(fail(format!("method {m:?} is not supported; use \"POST\"")));
+            }
+            None => return Err(fail("missing method".into())),
+            Some(other) => return Err(fail(type_error("method", "\"POST\"", other))),
+        }
+        let endpoint = match fields.get("url") {
+            Some(Value::String(url)) => Endpoint::from_url(url).ok_or_else(|| {
+                fail(format!("url {url:?} is not supported; use \"/v1/chat/completions\" or \"/v1/completions\""))
+            })?,
+            None => return Err(fail("missing url".into())),
+            Some(other) => return Err(fail(type_error("url", "a string", other))),
+        };
+        let body = match fields.get("body") {
+            Some(Value::Object(body)) => body,
+            None => return Err(fail("missing body".into())),
+            Some(other) => return Err(fail(type_error("body", "an object", other))),
+        };
+        let built =
+            request_from(body, endpoint, &[], defaults).map_err(|m| fail(format!("body: {m}")))?;
+        (endpoint, built)
+    } else {
+        let endpoint = match (
+            fields.contains_key("messages"),
+            fields.contains_key("prompt"),
+        ) {
+            (true, true) => return Err(fail("has both prompt and messages; give one".into())),
+            (true, false) => Endpoint::ChatCompletions,
+            (false, true) => Endpoint::Completions,
+            (false, false) => return Err(fail("missing prompt (or messages)".into())),
+        };
+        (
+            endpoint,
+            request_from(&fields, endpoint, &["custom_id"], defaults).map_err(fail)?,
+        )
+    };
+    Ok(InputItem {
+        line,
+        custom_id: custom_id.unwrap_or_else(|| line.to_string()),
+        endpoint,
+        model,
+        request,
+    })
+}
+
+/// Reads a JSONL stream line by line, never holding more than one line:
+/// strips a BOM and CR line endings, skips blank lines, and reports non-UTF-8
+/// bytes and a last line cut off mid-JSON. (Duplicate `custom_id`s are found
+/// by the store's unique index, so no set of ids is held in memory.)
+pub struct InputReader<R> {
+    reader: R,
+    line: u64,
+    buffer: Vec<u8>,
+    defaults: JobDefaults,
+}
+
+impl<R: BufRead> InputReader<R> {
+    /// Reads from `reader`; fields a line does not set come from `defaults`.
+    pub fn new(reader: R, defaults: JobDefaults) -> Self {
+        Self {
+            reader,
+            line: 0,
+            buffer: Vec::new(),
+            defaults,
+        }
+    }
+
+    /// The reader, to collect what it saw (e.g. a hash).
+    pub fn into_inner(self) -> R {
+        self.reader
+    }
+
+    /// Lines read so far.
+    pub fn lines_read(&self) -> u64 {
+        self.line
+    }
+}
+
+/// What the reader yields per non-blank line.
+pub type LineResult = Result<InputItem, LineError>;
+
+impl<R: BufRead> Iterator for InputReader<R> {
+    type Item = std::io::Result<LineResult>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            self.buffer.clear();
+            match self.reader.read_until(b'\n', &mut self.buffer) {
+                Ok(0) => return None,
+                Ok(_) => {}
+                Err(e) => return Some(Err(e)),
+            }
+            self.line += 1;
+            let line = self.line;
+            let ended = self.buffer.last() == Some(&b'\n');
+            let mut bytes: &[u8] = &self.buffer;
+            if ended {
+                bytes = &bytes[..bytes.len() - 1];
+            }
+            if bytes.last() == Some(&b'\r') {
+                bytes = &bytes[..bytes.len() - 1];
+            }
+            if line == 1 && bytes.starts_with(b"\xEF\xBB\xBF") {
+                bytes = &bytes[3..];
+            }
+            let text = match std::str::from_utf8(bytes) {
+                Ok(text) => text,
+                Err(e) => {
+                    return Some(Ok(Err(LineError {
+                        line,
+                        custom_id: None,
+                        message: format!(
+                            "not valid UTF-8 (bad byte at column {})",
+                            e.valid_up_to() + 1
+                        ),
+                    })));
+                }
+            };
+            if text.trim().is_empty() {
+                continue;
+            }
+            let mut parsed = parse_line(line, text, &self.defaults);
+            if let Err(e) = &mut parsed {
+                if !ended && e.message.starts_with("invalid JSON") {
+                    e.message = format!(
+                        "the last line is cut off (no newline, incomplete JSON): {}",
+                        e.message
+                    );
+                }
+            }
+            return Some(Ok(parsed));
+        }
+    }
+}

@@ -1,0 +1,437 @@
+//! Claiming items under leases, and everything a worker writes back.
+
+use std::collections::BTreeSet;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use cortex_request::{Request, RequestId, Response};
+use rusqlite::{OptionalExtension, Transaction, params};
+
+use crate::export::response_body;
+use crate::input::Endpoint;
+use crate::jobs::settle;
+use crate::store::{Outcome, Store, now_ms};
+use crate::{ItemId, JobId, QueueError, Result, failpoint, process};
+
+/// The right to write an item's outcome: valid while its token is the item's current one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Lease {
+    /// The item.
+    pub item: ItemId,
+    /// The lease token this claim got (raised by every claim of the item).
+    pub token: i64,
+}
+
+/// How to claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimOptions {
+    /// How long a lease lasts without a heartbeat.
+    pub lease: Duration,
+    /// Claim only from these jobs (all jobs when `None`).
+    pub jobs: Option<Vec<JobId>>,
+}
+
+impl Default for ClaimOptions {
+    fn default() -> Self {
+        Self {
+            lease: Duration::from_secs(60),
+            jobs: None,
+        }
+    }
+}
+
+/// An item handed to a worker.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimedItem {
+    /// Present it to heartbeat, complete or fail.
+    pub lease: Lease,
+    /// Its job.
+    pub job: JobId,
+    /// Its 1-based input line.
+    pub line: u64,
+    /// The caller's id.
+    pub custom_id: String,
+    /// The endpoint its output is shaped for.
+    pub endpoint: Endpoint,
+    /// What to generate; its `id` is the item id.
+    pub request: Request,
+    /// Which attempt this is (1 for the first claim).
+    pub attempt: u32,
+    /// When the lease runs out unless extended (Unix ms).
+    pub lease_expires_at: i64,
+}
+
+/// What a heartbeat learned about one lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseStatus {
+    /// Still held, now until this time (Unix ms).
+    Held {
+        /// The new expiry.
+        expires_at: i64,
+    },
+    /// The job was cancelled: the item is now cancelled; stop working on it.
+    Cancelled,
+    /// Another worker took the item over (the lease had expired) or it ended:
+    /// stop working on it; its result would not be recorded.
+    Lost,
+}
+
+/// Why an item's attempt failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ItemFailure {
+    /// A short stable code (`prompt_too_long`, `backend`, ...).
+    pub code: String,
+    /// What happened.
+    pub message: String,
+    /// Whether another attempt may succeed.
+    pub retryable: bool,
+}
+
+/// What became of a failed attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailOutcome {
+    /// Back to pending, not to be claimed before `not_before` (Unix ms).
+    Retrying {
+        /// Attempts made so far.
+        attempts: u32,
+        /// Earliest next claim.
+        not_before: i64,
+    },
+    /// Failed for good (not retryable, or out of attempts).
+    Failed,
+}
+
+fn host() -> &'static str {
+    static HOST: OnceLock<String> = OnceLock::new();
+    HOST.get_or_init(process::host_identity)
+}
+
+/// Expires the leases of workers on this host whose process is gone.
+fn reap_dead_workers(tx: &Transaction<'_>, me: i64, now: i64) -> rusqlite::Result<()> {
+    let workers: Vec<(i64, u32, i64)> = tx
+        .prepare_cached("SELECT id, pid, started FROM workers WHERE host = ?1 AND id <> ?2")?
+        .query_map(params![host(), me], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    for (worker, pid, started) in workers {
+        if process::is_gone(pid, started as u64) {
+            tx.execute(
+                "UPDATE items SET lease_expires_at = ?2 WHERE state = 'running' AND worker_id = ?1",
+                params![worker, now - 1],
+            )?;
+            tx.execute("DELETE FROM workers WHERE id = ?1", [worker])?;
+        }
+    }
+    Ok(())
+}
+
+/// Ends running items whose lease ran out and that must not be claimed again:
+/// those of cancelling jobs, and those out of attempts (a poison item that kills its workers).
+fn sweep_expired(
+    tx: &Transaction<'_>,
+    now: i64,
+    touched: &mut BTreeSet<i64>,
+) -> rusqlite::Result<()> {
+    let mut cancel = tx.prepare_cached(
+        "UPDATE items SET state = 'cancelled', worker_id = NULL, lease_expires_at = NULL, updated_at = ?1
+         WHERE state = 'running' AND lease_expires_at <= ?1
+           AND job_id IN (SELECT id FROM jobs WHERE state = 'cancelling')
+         RETURNING job_id",
+    )?;
+    for job in cancel.query_map([now], |row| row.get(0))? {
+        touched.insert(job?);
+    }
+    let mut exhaust = tx.prepare_cached(
+        "UPDATE items SET state = 'failed', worker_id = NULL, lease_expires_at = NULL, updated_at = ?1,
+                error_code = 'worker_lost',
+                error_message = 'its worker stopped (crash, kill or lost lease) on all ' || attempts || ' attempts'
+         WHERE state = 'running' AND lease_expires_at <= ?1
+           AND attempts >= (SELECT max_attempts FROM jobs WHERE jobs.id = items.job_id)
+         RETURNING job_id",
+    )?;
+    for job in exhaust.query_map([now], |row| row.get(0))? {
+        touched.insert(job?);
+    }
+    Ok(())
+}
+
+fn settle_all(tx: &Transaction<'_>, jobs: &BTreeSet<i64>, now: i64) -> rusqlite::Result<()> {
+    jobs.iter().try_for_each(|&job| settle(tx, job, now))
+}
+
+fn duration_ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 4)
+}
+
+impl Store {
+    /// Registers this process as a worker (once), so that its leases can be
+    /// reclaimed at once if it dies.
+    fn ensure_worker(&mut self) -> Result<i64> {
+        if let Some(worker) = self.worker {
+            return Ok(worker);
+        }
+        let (pid, started) = process::this_process();
+        let worker = self.write(|tx| {
+            tx.execute(
+                "INSERT INTO workers (host, pid, started, registered_at) VALUES (?1, ?2, ?3, ?4)",
+                params![host(), pid, started as i64, now_ms()],
+            )?;
+            Ok(tx.last_insert_rowid())
+        })?;
+        self.worker = Some(worker);
+        Ok(worker)
+    }
+
+    /// Removes this process's worker registration (its leases must have been
+    /// completed, failed or released first; any left simply expire).
+    pub fn unregister_worker(&mut self) -> Result<()> {
+        if let Some(worker) = self.worker.take() {
+            self.write(|tx| {
+                tx.execute("DELETE FROM workers WHERE id = ?1", [worker])
+                    .map(drop)
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Claims up to `n` items in one statement: items whose lease expired
+    /// first, then pending items (highest job priority first, then input
+    /// order). Each claim raises the item's attempt count and lease token.
+    pub fn claim(&mut self, n: usize, options: &ClaimOptions) -> Result<Vec<ClaimedItem>> {
+        let worker = self.ensure_worker()?;
+        let job_filter = match &options.jobs {
+            None => String::new(),
+            Some(jobs) => {
+                let ids: Vec<String> = jobs.iter().map(|j| j.0.to_string()).collect();
+                format!("AND job_id IN ({})", ids.join(","))
+            }
+        };
+        let sql = format!(
+            "WITH expired AS (SELECT id FROM items WHERE state = 'running' AND lease_expires_at <= ?1 {job_filter}
+                              ORDER BY lease_expires_at LIMIT ?2),
+                  ready AS (SELECT id FROM items WHERE state = 'pending' AND not_before <= ?1 {job_filter}
+                            ORDER BY priority DESC, id LIMIT ?2)
+             UPDATE items SET state = 'running', attempts = attempts + 1, lease_token = lease_token + 1,
+                              lease_expires_at = ?3, worker_id = ?4, updated_at = ?1
+             WHERE id IN (SELECT id FROM (SELECT id FROM expired UNION ALL SELECT id FROM ready) LIMIT ?2)
+             RETURNING id, job_id, line, custom_id, endpoint, request, attempts, lease_token"
+        );
+        let lease_ms = duration_ms(options.lease);
+        let db_path = self.path.clone();
+        let limit = i64::try_from(n).unwrap_or(i64::MAX);
+        let mut claimed = self.write_checked(|tx| {
+            let now = now_ms();
+            let mut touched = BTreeSet::new();
+            reap_dead_workers(tx, worker, now)?;
+            sweep_expired(tx, now, &mut touched)?;
+            let expires = now + lease_ms;
+            let rows: Vec<(i64, i64, i64, String, String, String, u32, i64)> = tx
+                .prepare_cached(&sql)?
+                .query_map(params![now, limit, expires, worker], |row| {
+                    Ok((
+                        row.get(0)?,
+                        row.get(1)?,
+                        row.get(2)?,
+                        row.get(3)?,
+                        row.get(4)?,
+                        row.get(5)?,
+                        row.get(6)?,
+                        row.get(7)?,
+                    ))
+                })?
+                .collect::<rusqlite::Result<_>>()?;
+            failpoint::hit("claim");
+            let mut claimed = Vec::with_capacity(rows.len());
+            for (item, job, line, custom_id, endpoint, request, attempt, token) in rows {
+                touched.insert(job);
+                let mut request: Request =
+                    serde_json::from_str(&request).map_err(|e| QueueError::Database {
+                        path: db_path.clone(),
+                        detail: format!("item {item}: stored request is unreadable: {e}"),
+                    })?;
+                request.id = RequestId(item as u64);
+                claimed.push(ClaimedItem {
+                    lease: Lease {
+                        item: ItemId(item),
+                        token,
+                    },
+                    job: JobId(job),
+                    line: line as u64,
+                    custom_id,
+                    endpoint: Endpoint::from_url(&endpoint).unwrap_or(Endpoint::Completions),
+                    request,
+                    attempt,
+                    lease_expires_at: expires,
+                });
+            }
+            settle_all(tx, &touched, now)?;
+            Ok(claimed)
+        })?;
+        claimed.sort_by_key(|c| c.lease.item);
+        Ok(claimed)
+    }
+
+    /// Extends each lease by `lease` if it is still held; reports leases lost
+    /// to another worker and items whose job was cancelled (which end now).
+    pub fn heartbeat(&mut self, leases: &[Lease], lease: Duration) -> Result<Vec<LeaseStatus>> {
+        let lease_ms = duration_ms(lease);
+        self.write(|tx| {
+            let now = now_ms();
+            let mut touched = BTreeSet::new();
+            let mut extend = tx.prepare_cached(
+                "UPDATE items SET lease_expires_at = ?3
+                 WHERE id = ?1 AND lease_token = ?2 AND state = 'running'
+                 RETURNING job_id, (SELECT state FROM jobs WHERE jobs.id = items.job_id)",
+            )?;
+            let mut statuses = Vec::with_capacity(leases.len());
+            for held in leases {
+                let row: Option<(i64, String)> = extend
+                    .query_row(params![held.item.0, held.token, now + lease_ms], |row| Ok((row.get(0)?, row.get(1)?)))
+                    .optional()?;
+                statuses.push(match row {
+                    None => LeaseStatus::Lost,
+                    Some((job, state)) if state == "cancelling" => {
+                        tx.execute(
+                            "UPDATE items SET state = 'cancelled', worker_id = NULL, lease_expires_at = NULL, updated_at = ?2
+                             WHERE id = ?1",
+                            params![held.item.0, now],
+                        )?;
+                        touched.insert(job);
+                        LeaseStatus::Cancelled
+                    }
+                    Some(_) => LeaseStatus::Held { expires_at: now + lease_ms },
+                });
+            }
+            settle_all(tx, &touched, now)?;
+            Ok(statuses)
+        })
+    }
+
+    /// Records `response` as the item's one result, if `lease` is still held.
+    pub fn complete(&mut self, lease: &Lease, response: &Response) -> Result<()> {
+        self.complete_many(&[(*lease, response)])?.remove(0)
+    }
+
+    /// Records several results in one transaction (one disk sync); each entry
+    /// is `Err(LeaseLost)` on its own when its lease is no longer held.
+    pub fn complete_many(&mut self, done: &[(Lease, &Response)]) -> Result<Vec<Result<()>>> {
+        let outcomes = self.write(|tx| {
+            let now = now_ms();
+            let mut touched = BTreeSet::new();
+            let mut finish = tx.prepare_cached(
+                "UPDATE items SET state = 'completed', worker_id = NULL, lease_expires_at = NULL,
+                                  error_code = NULL, error_message = NULL, updated_at = ?3
+                 WHERE id = ?1 AND lease_token = ?2 AND state = 'running'
+                 RETURNING job_id, endpoint, attempts, (SELECT model FROM jobs WHERE jobs.id = items.job_id)",
+            )?;
+            let mut insert = tx.prepare_cached(
+                "INSERT INTO results (item_id, job_id, attempt, body, prompt_tokens, completion_tokens, completed_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )?;
+            let mut outcomes = Vec::with_capacity(done.len());
+            for (lease, response) in done {
+                let row: Option<(i64, String, i64, String)> = finish
+                    .query_row(params![lease.item.0, lease.token, now], |row| {
+                        Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+                    })
+                    .optional()?;
+                let Some((job, endpoint, attempt, model)) = row else {
+                    outcomes.push(Err(QueueError::LeaseLost { item: lease.item, token: lease.token }));
+                    continue;
+                };
+                let endpoint = Endpoint::from_url(&endpoint).unwrap_or(Endpoint::Completions);
+                let body = response_body(lease.item, endpoint, &model, now / 1000, response);
+                insert.execute(params![
+                    lease.item.0,
+                    job,
+                    attempt,
+                    body,
+                    response.usage.prompt_tokens,
+                    response.usage.completion_tokens,
+                    now
+                ])?;
+                touched.insert(job);
+                outcomes.push(Ok(()));
+            }
+            failpoint::hit("complete:written");
+            settle_all(tx, &touched, now)?;
+            Ok(outcomes)
+        })?;
+        failpoint::hit("complete:committed");
+        Ok(outcomes)
+    }
+
+    /// Records a failed attempt, if `lease` is still held: a retryable failure
+    /// goes back to pending with exponential backoff until the job's
+    /// `max_attempts`; anything else fails the item now. The error is kept.
+    pub fn fail(&mut self, lease: &Lease, failure: &ItemFailure) -> Result<FailOutcome> {
+        let (base, cap) = (
+            duration_ms(self.config.retry_backoff),
+            duration_ms(self.config.max_retry_backoff),
+        );
+        self.write_checked(|tx| {
+            let now = now_ms();
+            let row: Option<(i64, u32, u32)> = tx
+                .query_row(
+                    "SELECT i.job_id, i.attempts, j.max_attempts FROM items i JOIN jobs j ON j.id = i.job_id
+                     WHERE i.id = ?1 AND i.lease_token = ?2 AND i.state = 'running'",
+                    params![lease.item.0, lease.token],
+                    |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+                )
+                .optional()?;
+            let Some((job, attempts, max_attempts)) = row else {
+                return Err(Outcome::Queue(QueueError::LeaseLost { item: lease.item, token: lease.token }));
+            };
+            let outcome = if failure.retryable && attempts < max_attempts {
+                let delay = base.saturating_mul(1_i64 << attempts.saturating_sub(1).min(30)).min(cap);
+                FailOutcome::Retrying { attempts, not_before: now + delay }
+            } else {
+                FailOutcome::Failed
+            };
+            let (state, not_before) = match outcome {
+                FailOutcome::Retrying { not_before, .. } => ("pending", not_before),
+                FailOutcome::Failed => ("failed", 0),
+            };
+            tx.execute(
+                "UPDATE items SET state = ?2, not_before = ?3, error_code = ?4, error_message = ?5,
+                                  worker_id = NULL, lease_expires_at = NULL, updated_at = ?6
+                 WHERE id = ?1",
+                params![lease.item.0, state, not_before, failure.code, failure.message, now],
+            )?;
+            settle(tx, job, now)?;
+            Ok(outcome)
+        })
+    }
+
+    /// Gives items back without using up an attempt (a worker shutting down):
+    /// they are pending again at once (cancelled if their job is cancelling).
+    /// Returns how many leases were still held.
+    pub fn release(&mut self, leases: &[Lease]) -> Result<usize> {
+        self.write(|tx| {
+            let now = now_ms();
+            let mut touched = BTreeSet::new();
+            let mut give_back = tx.prepare_cached(
+                "UPDATE items SET
+                    state = CASE (SELECT state FROM jobs WHERE jobs.id = items.job_id)
+                            WHEN 'cancelling' THEN 'cancelled' ELSE 'pending' END,
+                    attempts = max(attempts - 1, 0), not_before = 0,
+                    worker_id = NULL, lease_expires_at = NULL, updated_at = ?3
+                 WHERE id = ?1 AND lease_token = ?2 AND state = 'running'
+                 RETURNING job_id",
+            )?;
+            let mut released = 0;
+            for lease in leases {
+                if let Some(job) = give_back
+                    .query_row(params![lease.item.0, lease.token, now], |row| row.get(0))
+                    .optional()?
+                {
+                    touched.insert(job);
+                    released += 1;
+                }
+            }
+            settle_all(tx, &touched, now)?;
+            Ok(released)
+        })
+    }
+}

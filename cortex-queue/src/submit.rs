@@ -1,0 +1,276 @@
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::{BufReader, Read};
+use std::path::Path;
+
+use rusqlite::{ErrorCode, OptionalExtension, params};
+use sha2::{Digest, Sha256};
+
+use crate::input::{InputItem, InputReader, JobDefaults, LineError};
+use crate::store::{Store, now_ms};
+use crate::{InputReport, JobId, JobState, QueueError, Result};
+
+/// How a job is submitted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SubmitOptions {
+    /// The model the job is meant for (a name or a GGUF path; recorded).
+    pub model: String,
+    /// Defaults for fields a line does not set.
+    pub defaults: JobDefaults,
+    /// Free-form labels.
+    pub metadata: BTreeMap<String, String>,
+    /// Jobs with a higher priority are claimed first.
+    pub priority: i32,
+    /// Most attempts per item before a retryable failure becomes final.
+    pub max_attempts: u32,
+    /// Accept the valid lines and record the bad ones as failed, instead of
+    /// rejecting the whole file.
+    pub skip_invalid: bool,
+    /// Submit even if the same file with the same parameters was submitted before.
+    pub force: bool,
+}
+
+impl SubmitOptions {
+    /// Defaults for `model`: all-or-nothing, 3 attempts, priority 0.
+    pub fn new(model: impl Into<String>) -> Self {
+        Self {
+            model: model.into(),
+            defaults: JobDefaults::default(),
+            metadata: BTreeMap::new(),
+            priority: 0,
+            max_attempts: 3,
+            skip_invalid: false,
+            force: false,
+        }
+    }
+}
+
+/// What a successful submit stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Submitted {
+    /// The new job.
+    pub job: JobId,
+    /// Items stored.
+    pub items: u64,
+    /// Bad lines recorded as failed (only with `skip_invalid`).
+    pub invalid: u64,
+    /// The first bad lines (at most 100), for a message.
+    pub first_errors: Vec<LineError>,
+}
+
+/// Hashes everything read through it, so the file is read once.
+struct HashingReader<R> {
+    inner: R,
+    hasher: Sha256,
+}
+
+impl<R: Read> Read for HashingReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hasher.update(&buf[..n]);
+        Ok(n)
+    }
+}
+
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+}
+
+/// Identifies "the same parameters" for duplicate detection.
+fn params_hash(options: &SubmitOptions) -> String {
+    let canonical = serde_json::json!({ "model": options.model, "defaults": options.defaults });
+    hex(&Sha256::digest(canonical.to_string()))
+}
+
+const KEEP_ERRORS: usize = 100;
+
+impl Store {
+    /// Submits the JSONL file at `path` as one job (see [`Store::submit_reader`]).
+    pub fn submit_file(&mut self, path: &Path, options: &SubmitOptions) -> Result<Submitted> {
+        let file = std::fs::File::open(path).map_err(|source| QueueError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let name = path.display().to_string();
+        self.submit_reader(file, &name, options)
+            .map_err(|e| match e {
+                QueueError::Io { source, .. } => QueueError::Io {
+                    path: path.to_path_buf(),
+                    source,
+                },
+                other => other,
+            })
+    }
+
+    /// Reads a JSONL stream line by line and stores the job and its items in
+    /// one transaction, so no partial job is ever visible. Every line is
+    /// checked; with bad lines the job is rejected with a report of all of them
+    /// unless `options.skip_invalid`.
+    pub fn submit_reader(
+        &mut self,
+        reader: impl Read,
+        source_name: &str,
+        options: &SubmitOptions,
+    ) -> Result<Submitted> {
+        let db_path = self.path.clone();
+        let to_error = |e: &rusqlite::Error| crate::store::map_error(&db_path, e);
+        let hashing = HashingReader {
+            inner: reader,
+            hasher: Sha256::new(),
+        };
+        let mut input = InputReader::new(
+            BufReader::with_capacity(1 << 18, hashing),
+            options.defaults.clone(),
+        );
+        let now = now_ms();
+        let params_sha = params_hash(options);
+        let defaults_json = serde_json::to_string(&options.defaults).expect("defaults serialize");
+        let metadata_json = serde_json::to_string(&options.metadata).expect("metadata serializes");
+
+        let tx = self.begin_immediate()?;
+        tx.execute(
+            "INSERT INTO jobs (state, source_name, source_sha256, params_sha256, model, defaults, metadata,
+                               priority, max_attempts, created_at, validating_at)
+             VALUES ('validating', ?1, '', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8)",
+            params![source_name, params_sha, options.model, defaults_json, metadata_json, options.priority, options.max_attempts.max(1), now],
+        )
+        .map_err(|e| to_error(&e))?;
+        let job = JobId(tx.last_insert_rowid());
+
+        let mut items = 0_u64;
+        let mut invalid = 0_u64;
+        let mut errors: Vec<LineError> = Vec::new();
+        {
+            let mut insert_item = tx
+                .prepare(
+                    "INSERT INTO items (job_id, line, custom_id, endpoint, model, request, priority, updated_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                )
+                .map_err(|e| to_error(&e))?;
+            let mut insert_error = tx
+                .prepare("INSERT INTO input_errors (job_id, line, custom_id, message) VALUES (?1, ?2, ?3, ?4)")
+                .map_err(|e| to_error(&e))?;
+            let mut first_use = tx
+                .prepare("SELECT line FROM items WHERE job_id = ?1 AND custom_id = ?2")
+                .map_err(|e| to_error(&e))?;
+            let mut request_json = Vec::with_capacity(1024);
+            for next in input.by_ref() {
+                let parsed = next.map_err(|source| QueueError::Io {
+                    path: source_name.into(),
+                    source,
+                })?;
+                let error = match parsed {
+                    Ok(item) => {
+                        let InputItem {
+                            line,
+                            custom_id,
+                            endpoint,
+                            model,
+                            request,
+                        } = &item;
+                        request_json.clear();
+                        serde_json::to_writer(&mut request_json, request)
+                            .expect("requests serialize");
+                        let json =
+                            std::str::from_utf8(&request_json).expect("serde_json writes UTF-8");
+                        match insert_item.execute(params![
+                            job.0,
+                            *line as i64,
+                            custom_id,
+                            endpoint.url(),
+                            model,
+                            json,
+                            options.priority,
+                            now
+                        ]) {
+                            Ok(_) => {
+                                items += 1;
+                                continue;
+                            }
+                            Err(e)
+                                if e.sqlite_error_code()
+                                    == Some(ErrorCode::ConstraintViolation) =>
+                            {
+                                let first: Option<i64> = first_use
+                                    .query_row(params![job.0, custom_id], |row| row.get(0))
+                                    .optional()
+                                    .map_err(|e| to_error(&e))?;
+                                let first = first.map_or_else(String::new, |l| {
+                                    format!(" (first used on line {l})")
+                                });
+                                LineError {
+                                    line: *line,
+                                    custom_id: Some(custom_id.clone()),
+                                    message: format!("duplicate custom_id {custom_id:?}{first}"),
+                                }
+                            }
+                            Err(e) => return Err(to_error(&e)),
+                        }
+                    }
+                    Err(error) => error,
+                };
+                invalid += 1;
+                if options.skip_invalid {
+                    insert_error
+                        .execute(params![
+                            job.0,
+                            error.line as i64,
+                            error.custom_id,
+                            error.message
+                        ])
+                        .map_err(|e| to_error(&e))?;
+                    if errors.len() >= KEEP_ERRORS {
+                        continue;
+                    }
+                }
+                errors.push(error);
+            }
+        }
+        let lines = items + invalid;
+        if items == 0 || (invalid > 0 && !options.skip_invalid) {
+            // Dropping the transaction rolls everything back.
+            return Err(QueueError::InvalidInput(InputReport {
+                source_name: source_name.to_owned(),
+                lines,
+                errors,
+            }));
+        }
+        let source_sha = hex(&input.into_inner().into_inner().hasher.finalize());
+        if !options.force {
+            let earlier: Option<(i64, String)> = tx
+                .query_row(
+                    "SELECT id, state FROM jobs WHERE source_sha256 = ?1 AND params_sha256 = ?2 AND id <> ?3
+                     ORDER BY id DESC LIMIT 1",
+                    params![source_sha, params_sha, job.0],
+                    |row| Ok((row.get(0)?, row.get(1)?)),
+                )
+                .optional()
+                .map_err(|e| to_error(&e))?;
+            if let Some((existing, state)) = earlier {
+                return Err(QueueError::DuplicateJob {
+                    existing: JobId(existing),
+                    state: JobState::parse(&state).unwrap_or(JobState::InProgress),
+                    source_name: source_name.to_owned(),
+                });
+            }
+        }
+        tx.execute(
+            "UPDATE jobs SET source_sha256 = ?2, lines = ?3, invalid = ?4, state = 'in_progress', in_progress_at = ?5
+             WHERE id = ?1",
+            params![job.0, source_sha, lines as i64, invalid as i64, now_ms()],
+        )
+        .map_err(|e| to_error(&e))?;
+        tx.commit().map_err(|e| to_error(&e))?;
+        Ok(Submitted {
+            job,
+            items,
+            invalid,
+            first_errors: errors,
+        })
+    }
+}
