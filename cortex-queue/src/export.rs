@@ -187,13 +187,15 @@ impl Store {
                     while let Some(row) = rows.next()? {
                         let (line, custom_id, code, message): (i64, String, String, String) =
                             (row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?);
-                        let line_json = json!({
-                            "id": format!("batch_req_{id}_{line}"),
-                            "custom_id": custom_id,
-                            "response": null,
-                            "error": { "code": code, "message": message, "line": line },
-                        });
-                        writeln!(w, "{line_json}").map_err(|e| io(e, path))?;
+                        writeln!(
+                            w,
+                            r#"{{"id":{},"custom_id":{},"response":null,"error":{{"code":{},"message":{},"line":{line}}}}}"#,
+                            json!(format!("batch_req_{id}_{line}")),
+                            json!(custom_id),
+                            json!(code),
+                            json!(message),
+                        )
+                        .map_err(|e| io(e, path))?;
                         count += 1;
                     }
                     Ok(count)

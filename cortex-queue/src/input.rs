@@ -424,8 +424,11 @@ pub fn parse_line(line: u64, text: &str, defaults: &JobDefaults) -> Result<Input
         custom_id,
         message,
     };
-    let value: Value =
-        serde_json::from_str(text).map_err(|e| error(None, format!("invalid JSON: {e}")))?;
+    let value: Value = serde_json::from_str(text).map_err(|e| {
+        // The line number is the file's; serde's "line 1" would only confuse.
+        let detail = e.to_string().replace(" at line 1 column ", " at column ");
+        error(None, format!("invalid JSON: {detail}"))
+    })?;
     let Value::Object(fields) = value else {
         return Err(error(None, "expected a JSON object".into()));
     };
@@ -559,7 +562,8 @@ impl<R: BufRead> Iterator for InputReader<R> {
                         line,
                         custom_id: None,
                         message: format!(
-                            "not valid UTF-8 (bad byte at column {})",
+                            "not valid UTF-8 (byte 0x{:02X} at column {})",
+                            bytes[e.valid_up_to()],
                             e.valid_up_to() + 1
                         ),
                     })));
@@ -570,11 +574,9 @@ impl<R: BufRead> Iterator for InputReader<R> {
             }
             let mut parsed = parse_line(line, text, &self.defaults);
             if let Err(e) = &mut parsed {
-                if !ended && e.message.starts_with("invalid JSON") {
-                    e.message = format!(
-                        "the last line is cut off (no newline, incomplete JSON): {}",
-                        e.message
-                    );
+                if let Some(detail) = e.message.strip_prefix("invalid JSON: ").filter(|_| !ended) {
+                    e.message =
+                        format!("the last line is cut off (no newline at its end, and {detail})");
                 }
             }
             return Some(Ok(parsed));

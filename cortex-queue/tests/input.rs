@@ -1,0 +1,270 @@
+//! Submitting input files: both formats, every kind of bad line, all-or-nothing
+//! and skip-invalid, duplicate detection.
+
+mod common;
+
+use cortex_queue::{
+    Endpoint, JobDefaults, JobFilter, JobState, QueueError, Store, SubmitOptions, parse_line,
+};
+use cortex_request::{ChatMessage, Prompt};
+
+/// One file with every defect DESIGN.md lists, around good lines (a BOM on
+/// the first, a CRLF ending on the second) that must survive.
+fn every_bad_line() -> Vec<u8> {
+    let mut bytes = b"\xEF\xBB\xBF".to_vec();
+    let lines: [&[u8]; 17] = [
+        br#"{"custom_id": "a1", "method": "POST", "url": "/v1/chat/completions", "body": {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8}}"#,
+        b"{\"prompt\": \"Once upon a time\", \"temperature\": 0.5}\r",
+        b"",
+        br#"{"prompt": "x", "max_tokens": 4"#,
+        br#"{"max_tokens": 4}"#,
+        br#"{"prompt": ""}"#,
+        br#"{"custom_id": "e1", "method": "POST", "url": "/v1/embeddings", "body": {"input": "x"}}"#,
+        br#"{"custom_id": "g1", "method": "GET", "url": "/v1/completions", "body": {"prompt": "x"}}"#,
+        br#"{"prompt": "x", "temperature": -1}"#,
+        b"{\"prompt\": \"caf\xE9\"}",
+        br#"{"custom_id": "a1", "prompt": "again"}"#,
+        br#"{"prompt": "x", "tempurature": 0.5}"#,
+        br#"{"messages": []}"#,
+        br#"{"custom_id": "b1", "method": "POST", "url": "/v1/completions", "body": {"prompt": "x", "top_p": 0}}"#,
+        br#"[1, 2, 3]"#,
+        br#"{"prompt": "x", "stop": 7}"#,
+        br#"{"prompt": "the last line is cut"#,
+    ];
+    for (i, line) in lines.iter().enumerate() {
+        bytes.extend_from_slice(line);
+        if i + 1 < lines.len() {
+            bytes.push(b'\n');
+        }
+    }
+    bytes
+}
+
+#[test]
+fn all_or_nothing_reports_every_bad_line_and_stores_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(dir.path().join("q.db")).unwrap();
+    let before = common::write_prompts(dir.path(), "good.jsonl", 3);
+    let kept = store
+        .submit_file(&before, &SubmitOptions::new("m"))
+        .unwrap();
+
+    let error = store
+        .submit_reader(
+            every_bad_line().as_slice(),
+            "bad.jsonl",
+            &SubmitOptions::new("m"),
+        )
+        .unwrap_err();
+    assert_eq!(error.code(), "invalid_input");
+    insta::assert_snapshot!(error.to_string());
+
+    // Nothing of the bad file is visible; the earlier job is untouched.
+    let jobs = store.jobs(&JobFilter::default()).unwrap();
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0].id, kept.job);
+    assert_eq!(jobs[0].counts.pending, 3);
+    store.integrity_check().unwrap();
+}
+
+#[test]
+fn skip_invalid_keeps_good_lines_and_records_bad_ones_as_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(dir.path().join("q.db")).unwrap();
+    let options = SubmitOptions {
+        skip_invalid: true,
+        ..SubmitOptions::new("m")
+    };
+    let submitted = store
+        .submit_reader(every_bad_line().as_slice(), "bad.jsonl", &options)
+        .unwrap();
+    assert_eq!((submitted.items, submitted.invalid), (2, 14));
+    let job = store.job(submitted.job).unwrap();
+    assert_eq!(job.state, JobState::InProgress);
+    assert_eq!(
+        (
+            job.counts.total,
+            job.counts.pending,
+            job.counts.failed,
+            job.counts.invalid
+        ),
+        (16, 2, 14, 14)
+    );
+
+    let items = store.items(submitted.job).unwrap();
+    let ids: Vec<(u64, &str)> = items
+        .iter()
+        .map(|i| (i.line, i.custom_id.as_str()))
+        .collect();
+    assert_eq!(ids, [(1, "a1"), (2, "2")]);
+
+    // The error file lists the bad lines by number, in order, even before the job ends.
+    let errors = dir.path().join("errors.jsonl");
+    store
+        .export(
+            submitted.job,
+            &dir.path().join("out.jsonl"),
+            Some(&errors),
+            true,
+        )
+        .unwrap();
+    insta::assert_snapshot!(std::fs::read_to_string(&errors).unwrap());
+}
+
+#[test]
+fn both_formats_parse_with_their_fields_and_job_defaults() {
+    let mut defaults = JobDefaults::default();
+    defaults.stop.max_tokens = 99;
+    defaults.sampling.temperature = 0.25;
+
+    let chat = parse_line(
+        3,
+        r#"{"custom_id": "c", "method": "POST", "url": "/v1/chat/completions", "body": {"model": "gpt-x", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "Hi"}]}], "max_tokens": 12, "top_k": -1, "seed": 5, "stop": ["\n"], "logit_bias": {"42": -100}, "priority": 2}}"#,
+        &defaults,
+    )
+    .unwrap();
+    assert_eq!(chat.endpoint, Endpoint::ChatCompletions);
+    assert_eq!(chat.model.as_deref(), Some("gpt-x"));
+    assert_eq!(
+        chat.request.prompt,
+        Prompt::Chat(vec![
+            ChatMessage::system("Be brief."),
+            ChatMessage::user("Hi")
+        ])
+    );
+    let r = &chat.request;
+    assert_eq!(
+        (
+            r.stop.max_tokens,
+            r.sampling.temperature,
+            r.sampling.top_k,
+            r.sampling.seed
+        ),
+        (12, 0.25, 0, Some(5))
+    );
+    assert_eq!(
+        (
+            r.stop.stop.clone(),
+            r.sampling.logit_bias.get(&42).copied(),
+            r.priority
+        ),
+        (vec!["\n".to_owned()], Some(-100.0), 2)
+    );
+
+    let plain = parse_line(
+        9,
+        r#"{"prompt": [1, 2, 3], "temperature": 0, "min_p": 0.1, "repetition_penalty": 1.1, "ignore_eos": true, "stop_token_ids": [2], "n": 2}"#,
+        &defaults,
+    )
+    .unwrap();
+    assert_eq!(
+        (plain.custom_id.as_str(), plain.endpoint),
+        ("9", Endpoint::Completions)
+    );
+    assert_eq!(plain.request.prompt, Prompt::Tokens(vec![1, 2, 3]));
+    let r = &plain.request;
+    assert_eq!(
+        (
+            r.stop.max_tokens,
+            r.sampling.temperature,
+            r.sampling.min_p,
+            r.n
+        ),
+        (99, 0.0, 0.1, 2)
+    );
+    assert!(r.stop.ignore_eos);
+    assert_eq!(r.stop.stop_token_ids, [2]);
+}
+
+#[test]
+fn empty_and_blank_files_are_rejected() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(dir.path().join("q.db")).unwrap();
+    for (name, text) in [("empty.jsonl", ""), ("blank.jsonl", "\n  \r\n\n")] {
+        let error = store
+            .submit_reader(text.as_bytes(), name, &SubmitOptions::new("m"))
+            .unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            format!("{name}: no requests in the file; nothing was submitted")
+        );
+    }
+    let missing = store
+        .submit_file(&dir.path().join("nope.jsonl"), &SubmitOptions::new("m"))
+        .unwrap_err();
+    assert!(matches!(missing, QueueError::Io { .. }));
+    assert!(missing.to_string().contains("nope.jsonl"), "{missing}");
+    assert!(store.jobs(&JobFilter::default()).unwrap().is_empty());
+}
+
+#[test]
+fn the_same_file_and_parameters_twice_is_reported_unless_forced() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(dir.path().join("q.db")).unwrap();
+    let file = common::write_prompts(dir.path(), "p.jsonl", 4);
+    let first = store.submit_file(&file, &SubmitOptions::new("m")).unwrap();
+
+    let again = store
+        .submit_file(&file, &SubmitOptions::new("m"))
+        .unwrap_err();
+    match &again {
+        QueueError::DuplicateJob {
+            existing, state, ..
+        } => assert_eq!((*existing, *state), (first.job, JobState::InProgress)),
+        other => panic!("expected a duplicate, got {other}"),
+    }
+    assert!(
+        again.to_string().contains(&format!("as job {}", first.job)),
+        "{again}"
+    );
+
+    // Other parameters make it another job; so does force.
+    let mut other = SubmitOptions::new("m");
+    other.defaults.stop.max_tokens = 5;
+    store.submit_file(&file, &other).unwrap();
+    store
+        .submit_file(
+            &file,
+            &SubmitOptions {
+                force: true,
+                ..SubmitOptions::new("m")
+            },
+        )
+        .unwrap();
+    assert_eq!(store.jobs(&JobFilter::default()).unwrap().len(), 3);
+}
+
+#[test]
+fn a_job_records_its_source_model_defaults_and_metadata() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(dir.path().join("q.db")).unwrap();
+    let file = common::write_prompts(dir.path(), "p.jsonl", 2);
+    let mut options = SubmitOptions::new("SmolLM2");
+    options.metadata.insert("team".into(), "search".into());
+    options.defaults.stop.max_tokens = 7;
+    options.priority = 3;
+    let job = store.submit_file(&file, &options).unwrap().job;
+    let job = store.job(job).unwrap();
+    assert_eq!(job.source_name, file.display().to_string());
+    assert_eq!(job.source_sha256.len(), 64);
+    assert_eq!(
+        (
+            job.model.as_str(),
+            job.priority,
+            job.defaults.stop.max_tokens
+        ),
+        ("SmolLM2", 3, 7)
+    );
+    assert!(job.times.validating_at.is_some() && job.times.in_progress_at.is_some());
+
+    let filter = JobFilter {
+        metadata: Some(("team".into(), "search".into())),
+        ..JobFilter::default()
+    };
+    assert_eq!(store.jobs(&filter).unwrap().len(), 1);
+    let filter = JobFilter {
+        metadata: Some(("team".into(), "ads".into())),
+        ..JobFilter::default()
+    };
+    assert!(store.jobs(&filter).unwrap().is_empty());
+}

@@ -1,0 +1,550 @@
+//! The life of jobs and items in one process: claims, leases, failures,
+//! cancel/resume/retry, status and export.
+
+mod common;
+
+use std::thread::sleep;
+use std::time::Duration;
+
+use common::{open_fast, response_for, write_prompts};
+use cortex_queue::{
+    ClaimOptions, FailOutcome, ItemFailure, ItemState, JobFilter, JobState, LeaseStatus,
+    QueueError, Store, SubmitOptions,
+};
+
+fn lease(ms: u64) -> ClaimOptions {
+    ClaimOptions {
+        lease: Duration::from_millis(ms),
+        ..ClaimOptions::default()
+    }
+}
+
+fn failure(retryable: bool) -> ItemFailure {
+    ItemFailure {
+        code: "backend".into(),
+        message: "decode failed".into(),
+        retryable,
+    }
+}
+
+#[test]
+fn a_job_runs_to_completion_and_exports_openai_batch_output_in_input_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(dir.path().join("q.db")).unwrap();
+    let job = store
+        .submit_file(
+            &write_prompts(dir.path(), "p.jsonl", 5),
+            &SubmitOptions::new("smol"),
+        )
+        .unwrap()
+        .job;
+
+    let first = store.claim(3, &ClaimOptions::default()).unwrap();
+    assert_eq!(
+        first
+            .iter()
+            .map(|c| c.custom_id.as_str())
+            .collect::<Vec<_>>(),
+        ["item-0", "item-1", "item-2"]
+    );
+    assert!(
+        first.iter().all(|c| c.attempt == 1
+            && c.lease.token == 1
+            && c.request.id.0 == c.lease.item.0 as u64)
+    );
+    let rest = store.claim(10, &ClaimOptions::default()).unwrap();
+    assert_eq!(rest.len(), 2);
+    assert_eq!(
+        store.job(job).unwrap().state,
+        JobState::Finalizing,
+        "nothing pending, items running"
+    );
+
+    // Complete out of order; the export is still in input order.
+    for claimed in rest.iter().chain(first.iter().rev()) {
+        store
+            .complete(&claimed.lease, &response_for(claimed))
+            .unwrap();
+    }
+    let status = store.status(job).unwrap();
+    assert_eq!(status.job.state, JobState::Completed);
+    assert_eq!(
+        (
+            status.job.counts.completed,
+            status.job.prompt_tokens,
+            status.job.completion_tokens
+        ),
+        (5, 35, 15)
+    );
+    assert!(status.items_per_second > 0.0 && status.tokens_per_second > 0.0);
+    assert_eq!(status.eta, None);
+
+    let output = dir.path().join("out.jsonl");
+    let summary = store
+        .export(job, &output, Some(&dir.path().join("err.jsonl")), false)
+        .unwrap();
+    assert_eq!((summary.results, summary.errors), (5, 0));
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&output)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let ids: Vec<&str> = lines
+        .iter()
+        .map(|l| l["custom_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["item-0", "item-1", "item-2", "item-3", "item-4"]);
+    let chat = &lines[0];
+    assert_eq!(chat["response"]["status_code"], 200);
+    assert_eq!(chat["error"], serde_json::Value::Null);
+    let body = &chat["response"]["body"];
+    assert_eq!(body["object"], "chat.completion");
+    assert_eq!(body["model"], "smol");
+    assert_eq!(body["choices"][0]["message"]["role"], "assistant");
+    assert_eq!(body["choices"][0]["message"]["content"], "answer to item-0");
+    assert_eq!(body["choices"][0]["finish_reason"], "length");
+    assert_eq!(body["usage"]["total_tokens"], 10);
+    let text = &lines[1]["response"]["body"];
+    assert_eq!(text["object"], "text_completion");
+    assert_eq!(text["choices"][0]["text"], "answer to item-1");
+    // No temporary file is left beside the outputs.
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(names.iter().all(|n| !n.ends_with(".tmp")), "{names:?}");
+}
+
+#[test]
+fn a_lost_lease_cannot_heartbeat_or_write_and_the_new_holder_wins() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.db");
+    let mut zombie = Store::open(&path).unwrap();
+    let mut other = Store::open(&path).unwrap();
+    let job = zombie
+        .submit_file(
+            &write_prompts(dir.path(), "p.jsonl", 1),
+            &SubmitOptions::new("m"),
+        )
+        .unwrap()
+        .job;
+
+    let stale = zombie.claim(1, &lease(100)).unwrap().remove(0);
+    assert!(
+        other.claim(1, &lease(100)).unwrap().is_empty(),
+        "a live lease is never taken"
+    );
+    sleep(Duration::from_millis(150));
+    let fresh = other.claim(1, &lease(10_000)).unwrap().remove(0);
+    assert_eq!(
+        (fresh.lease.item, fresh.lease.token, fresh.attempt),
+        (stale.lease.item, stale.lease.token + 1, 2)
+    );
+
+    assert_eq!(
+        zombie
+            .heartbeat(&[stale.lease], Duration::from_secs(60))
+            .unwrap(),
+        [LeaseStatus::Lost]
+    );
+    let error = zombie
+        .complete(&stale.lease, &response_for(&stale))
+        .unwrap_err();
+    assert!(matches!(error, QueueError::LeaseLost { .. }), "{error}");
+    assert!(matches!(
+        zombie.fail(&stale.lease, &failure(true)),
+        Err(QueueError::LeaseLost { .. })
+    ));
+    assert_eq!(zombie.release(&[stale.lease]).unwrap(), 0);
+
+    other.complete(&fresh.lease, &response_for(&fresh)).unwrap();
+    // A second output for the item is refused even with the right token.
+    assert!(matches!(
+        other.complete(&fresh.lease, &response_for(&fresh)),
+        Err(QueueError::LeaseLost { .. })
+    ));
+    let items = other.items(job).unwrap();
+    assert_eq!(
+        (items[0].state, items[0].attempts),
+        (ItemState::Completed, 2)
+    );
+    other.integrity_check().unwrap();
+}
+
+#[test]
+fn heartbeats_keep_a_lease_alive() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.db");
+    let mut worker = Store::open(&path).unwrap();
+    let mut thief = Store::open(&path).unwrap();
+    worker
+        .submit_file(
+            &write_prompts(dir.path(), "p.jsonl", 1),
+            &SubmitOptions::new("m"),
+        )
+        .unwrap();
+    let held = worker.claim(1, &lease(150)).unwrap().remove(0);
+    for _ in 0..4 {
+        sleep(Duration::from_millis(60));
+        let status = worker
+            .heartbeat(&[held.lease], Duration::from_millis(150))
+            .unwrap();
+        assert!(matches!(status[0], LeaseStatus::Held { .. }));
+        assert!(thief.claim(1, &lease(150)).unwrap().is_empty());
+    }
+    worker.complete(&held.lease, &response_for(&held)).unwrap();
+}
+
+#[test]
+fn retryable_failures_back_off_until_max_attempts_then_fail_with_the_last_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = open_fast(&dir.path().join("q.db"));
+    let options = SubmitOptions {
+        max_attempts: 3,
+        ..SubmitOptions::new("m")
+    };
+    let job = store
+        .submit_file(&write_prompts(dir.path(), "p.jsonl", 1), &options)
+        .unwrap()
+        .job;
+
+    for attempt in 1..=3 {
+        let claimed = loop {
+            if let Some(c) = store.claim(1, &ClaimOptions::default()).unwrap().pop() {
+                break c;
+            }
+            sleep(Duration::from_millis(10));
+        };
+        assert_eq!(claimed.attempt, attempt);
+        let outcome = store.fail(&claimed.lease, &failure(true)).unwrap();
+        if attempt < 3 {
+            let FailOutcome::Retrying { not_before, .. } = outcome else {
+                panic!("{outcome:?}")
+            };
+            assert!(
+                not_before > cortex_queue::now_ms(),
+                "backoff is in the future"
+            );
+            assert!(
+                store.claim(1, &ClaimOptions::default()).unwrap().is_empty(),
+                "not claimable during backoff"
+            );
+        } else {
+            assert_eq!(outcome, FailOutcome::Failed);
+        }
+    }
+    let job_now = store.job(job).unwrap();
+    assert_eq!(
+        (job_now.state, job_now.counts.failed),
+        (JobState::Failed, 1)
+    );
+    let item = &store.items(job).unwrap()[0];
+    assert_eq!(
+        (item.error_code.as_deref(), item.error_message.as_deref()),
+        (Some("backend"), Some("decode failed"))
+    );
+
+    // Retry gives it fresh attempts.
+    let (job_now, retried) = store.retry_failed(job).unwrap();
+    assert_eq!((retried, job_now.state), (1, JobState::InProgress));
+    let claimed = store.claim(1, &ClaimOptions::default()).unwrap().remove(0);
+    assert_eq!(claimed.attempt, 1);
+    store
+        .complete(&claimed.lease, &response_for(&claimed))
+        .unwrap();
+    assert_eq!(store.job(job).unwrap().state, JobState::Completed);
+}
+
+#[test]
+fn a_non_retryable_failure_fails_at_once_and_is_exported_as_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(dir.path().join("q.db")).unwrap();
+    let job = store
+        .submit_file(
+            &write_prompts(dir.path(), "p.jsonl", 2),
+            &SubmitOptions::new("m"),
+        )
+        .unwrap()
+        .job;
+    let claimed = store.claim(2, &ClaimOptions::default()).unwrap();
+    let too_long = ItemFailure {
+        code: "prompt_too_long".into(),
+        message: "the prompt has 9000 tokens".into(),
+        retryable: false,
+    };
+    assert_eq!(
+        store.fail(&claimed[0].lease, &too_long).unwrap(),
+        FailOutcome::Failed
+    );
+    store
+        .complete(&claimed[1].lease, &response_for(&claimed[1]))
+        .unwrap();
+    assert_eq!(store.job(job).unwrap().state, JobState::Completed);
+
+    let errors = dir.path().join("errors.jsonl");
+    let summary = store
+        .export(job, &dir.path().join("out.jsonl"), Some(&errors), false)
+        .unwrap();
+    assert_eq!((summary.results, summary.errors), (1, 1));
+    let line: serde_json::Value =
+        serde_json::from_str(std::fs::read_to_string(&errors).unwrap().trim()).unwrap();
+    assert_eq!(line["custom_id"], "item-0");
+    assert_eq!(line["response"], serde_json::Value::Null);
+    assert_eq!(line["error"]["code"], "prompt_too_long");
+}
+
+#[test]
+fn a_poison_item_whose_workers_keep_dying_fails_after_max_attempts() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(dir.path().join("q.db")).unwrap();
+    let options = SubmitOptions {
+        max_attempts: 2,
+        ..SubmitOptions::new("m")
+    };
+    let job = store
+        .submit_file(&write_prompts(dir.path(), "p.jsonl", 1), &options)
+        .unwrap()
+        .job;
+    for attempt in 1..=2 {
+        // Claimed, then never heard from again.
+        assert_eq!(
+            store.claim(1, &lease(50)).unwrap().remove(0).attempt,
+            attempt
+        );
+        sleep(Duration::from_millis(80));
+    }
+    assert!(store.claim(1, &lease(50)).unwrap().is_empty());
+    let item = &store.items(job).unwrap()[0];
+    assert_eq!(
+        (item.state, item.error_code.as_deref()),
+        (ItemState::Failed, Some("worker_lost"))
+    );
+    assert_eq!(store.job(job).unwrap().state, JobState::Failed);
+}
+
+#[test]
+fn cancel_stops_pending_items_at_once_and_running_ones_at_their_heartbeat_then_resume_finishes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(dir.path().join("q.db")).unwrap();
+    let job = store
+        .submit_file(
+            &write_prompts(dir.path(), "p.jsonl", 6),
+            &SubmitOptions::new("m"),
+        )
+        .unwrap()
+        .job;
+    let done = store.claim(1, &ClaimOptions::default()).unwrap().remove(0);
+    store.complete(&done.lease, &response_for(&done)).unwrap();
+    let running = store.claim(2, &ClaimOptions::default()).unwrap();
+
+    let cancelled = store.cancel(job).unwrap();
+    assert_eq!(cancelled.state, JobState::Cancelling);
+    assert_eq!(
+        (
+            cancelled.counts.cancelled,
+            cancelled.counts.running,
+            cancelled.counts.completed
+        ),
+        (3, 2, 1)
+    );
+    assert!(
+        store
+            .claim(10, &ClaimOptions::default())
+            .unwrap()
+            .is_empty()
+    );
+
+    // One worker hears of it at its heartbeat; the other finished just before and keeps its result.
+    assert_eq!(
+        store
+            .heartbeat(&[running[0].lease], Duration::from_secs(60))
+            .unwrap(),
+        [LeaseStatus::Cancelled]
+    );
+    store
+        .complete(&running[1].lease, &response_for(&running[1]))
+        .unwrap();
+    let job_now = store.job(job).unwrap();
+    assert_eq!(
+        (
+            job_now.state,
+            job_now.counts.completed,
+            job_now.counts.cancelled
+        ),
+        (JobState::Cancelled, 2, 4)
+    );
+    assert!(job_now.times.cancelling_at.is_some() && job_now.times.cancelled_at.is_some());
+    assert!(
+        matches!(store.cancel(job), Ok(j) if j.state == JobState::Cancelled),
+        "cancel twice is harmless"
+    );
+
+    // Resume: only the unfinished items run again.
+    let (resumed, count) = store.resume(job).unwrap();
+    assert_eq!((resumed.state, count), (JobState::InProgress, 4));
+    let rest = store.claim(10, &ClaimOptions::default()).unwrap();
+    assert_eq!(rest.len(), 4);
+    for claimed in &rest {
+        store
+            .complete(&claimed.lease, &response_for(claimed))
+            .unwrap();
+    }
+    let items = store.items(job).unwrap();
+    assert!(
+        items
+            .iter()
+            .all(|i| i.state == ItemState::Completed && i.attempts == 1),
+        "{items:?}"
+    );
+    assert_eq!(store.job(job).unwrap().state, JobState::Completed);
+
+    let error = store.resume(job).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        format!("job {job} is completed: it finished; use retry to run its failed items again")
+    );
+}
+
+#[test]
+fn released_items_are_pending_again_without_using_an_attempt() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(dir.path().join("q.db")).unwrap();
+    let job = store
+        .submit_file(
+            &write_prompts(dir.path(), "p.jsonl", 2),
+            &SubmitOptions::new("m"),
+        )
+        .unwrap()
+        .job;
+    let claimed = store.claim(2, &ClaimOptions::default()).unwrap();
+    assert_eq!(store.job(job).unwrap().state, JobState::Finalizing);
+    let leases: Vec<_> = claimed.iter().map(|c| c.lease).collect();
+    assert_eq!(store.release(&leases).unwrap(), 2);
+    let job_now = store.job(job).unwrap();
+    assert_eq!(
+        (job_now.state, job_now.counts.pending),
+        (JobState::InProgress, 2)
+    );
+    let again = store.claim(2, &ClaimOptions::default()).unwrap();
+    assert!(again.iter().all(|c| c.attempt == 1 && c.lease.token == 2));
+}
+
+#[test]
+fn higher_priority_jobs_are_claimed_first_and_claims_can_be_limited_to_jobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(dir.path().join("q.db")).unwrap();
+    let low = store
+        .submit_file(
+            &write_prompts(dir.path(), "low.jsonl", 2),
+            &SubmitOptions::new("m"),
+        )
+        .unwrap()
+        .job;
+    let options = SubmitOptions {
+        priority: 5,
+        ..SubmitOptions::new("m")
+    };
+    let high = store
+        .submit_file(&write_prompts(dir.path(), "high.jsonl", 3), &options)
+        .unwrap()
+        .job;
+    let claimed = store.claim(4, &ClaimOptions::default()).unwrap();
+    let jobs: Vec<_> = claimed.iter().map(|c| c.job).collect();
+    assert_eq!(jobs, [low, high, high, high]); // sorted by item id; three of the high job, one low
+    let only_low = ClaimOptions {
+        jobs: Some(vec![low]),
+        ..ClaimOptions::default()
+    };
+    let claimed = store.claim(4, &only_low).unwrap();
+    assert_eq!(claimed.iter().map(|c| c.job).collect::<Vec<_>>(), [low]);
+
+    let filter = JobFilter {
+        state: Some(JobState::Finalizing),
+        ..JobFilter::default()
+    };
+    assert_eq!(store.jobs(&filter).unwrap().len(), 2);
+    assert_eq!(
+        store
+            .jobs(&JobFilter {
+                limit: Some(1),
+                ..JobFilter::default()
+            })
+            .unwrap()[0]
+            .id,
+        high
+    );
+}
+
+#[test]
+fn export_refuses_a_running_job_unless_partial_and_never_leaves_half_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(dir.path().join("q.db")).unwrap();
+    let job = store
+        .submit_file(
+            &write_prompts(dir.path(), "p.jsonl", 3),
+            &SubmitOptions::new("m"),
+        )
+        .unwrap()
+        .job;
+    let claimed = store.claim(1, &ClaimOptions::default()).unwrap().remove(0);
+    store
+        .complete(&claimed.lease, &response_for(&claimed))
+        .unwrap();
+
+    let output = dir.path().join("out.jsonl");
+    std::fs::write(&output, "earlier export\n").unwrap();
+    let error = store.export(job, &output, None, false).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "job {job} is in_progress: 1 of 3 requests are done; wait for it to finish, or export the partial results"
+        )
+    );
+    assert_eq!(
+        std::fs::read_to_string(&output).unwrap(),
+        "earlier export\n"
+    );
+
+    let summary = store.export(job, &output, None, true).unwrap();
+    assert_eq!(summary.results, 1);
+    assert_eq!(std::fs::read_to_string(&output).unwrap().lines().count(), 1);
+
+    let nowhere = dir.path().join("missing-dir").join("out.jsonl");
+    let error = store.export(job, &nowhere, None, true).unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .starts_with(&nowhere.display().to_string()),
+        "{error}"
+    );
+    assert!(matches!(
+        store.export(cortex_queue::JobId(99), &output, None, true),
+        Err(QueueError::NoSuchJob(_))
+    ));
+}
+
+#[test]
+fn status_reports_throughput_and_an_eta_while_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(dir.path().join("q.db")).unwrap();
+    let job = store
+        .submit_file(
+            &write_prompts(dir.path(), "p.jsonl", 10),
+            &SubmitOptions::new("m"),
+        )
+        .unwrap()
+        .job;
+    for claimed in store.claim(4, &ClaimOptions::default()).unwrap() {
+        store
+            .complete(&claimed.lease, &response_for(&claimed))
+            .unwrap();
+    }
+    let status = store.status(job).unwrap();
+    assert_eq!(
+        (status.job.counts.completed, status.job.counts.pending),
+        (4, 6)
+    );
+    assert!(status.items_per_second > 0.0);
+    let eta = status.eta.expect("an ETA while items remain");
+    assert!(eta > Duration::ZERO);
+}
