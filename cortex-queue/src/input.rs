@@ -573,11 +573,11 @@ impl<R: BufRead> Iterator for InputReader<R> {
                 continue;
             }
             let mut parsed = parse_line(line, text, &self.defaults);
-            if let Err(e) = &mut parsed {
-                if let Some(detail) = e.message.strip_prefix("invalid JSON: ").filter(|_| !ended) {
-                    e.message =
-                        format!("the last line is cut off (no newline at its end, and {detail})");
-                }
+            if let Err(e) = &mut parsed
+                && let Some(detail) = e.message.strip_prefix("invalid JSON: ").filter(|_| !ended)
+            {
+                e.message =
+                    format!("the last line is cut off (no newline at its end, and {detail})");
             }
             return Some(Ok(parsed));
         }

@@ -226,44 +226,38 @@ impl Store {
             reap_dead_workers(tx, worker, now)?;
             sweep_expired(tx, now, &mut touched)?;
             let expires = now + lease_ms;
-            let rows: Vec<(i64, i64, i64, String, String, String, u32, i64)> = tx
+            let rows: Vec<(i64, String, ClaimedItem)> = tx
                 .prepare_cached(&sql)?
                 .query_map(params![now, limit, expires, worker], |row| {
-                    Ok((
-                        row.get(0)?,
-                        row.get(1)?,
-                        row.get(2)?,
-                        row.get(3)?,
-                        row.get(4)?,
-                        row.get(5)?,
-                        row.get(6)?,
-                        row.get(7)?,
-                    ))
+                    let item = row.get(0)?;
+                    let endpoint: String = row.get(4)?;
+                    let claimed = ClaimedItem {
+                        lease: Lease {
+                            item: ItemId(item),
+                            token: row.get(7)?,
+                        },
+                        job: JobId(row.get(1)?),
+                        line: row.get::<_, i64>(2)? as u64,
+                        custom_id: row.get(3)?,
+                        endpoint: Endpoint::from_url(&endpoint).unwrap_or(Endpoint::Completions),
+                        request: Request::new(RequestId(item as u64), ""),
+                        attempt: row.get(6)?,
+                        lease_expires_at: expires,
+                    };
+                    Ok((item, row.get(5)?, claimed))
                 })?
                 .collect::<rusqlite::Result<_>>()?;
             failpoint::hit("claim");
             let mut claimed = Vec::with_capacity(rows.len());
-            for (item, job, line, custom_id, endpoint, request, attempt, token) in rows {
-                touched.insert(job);
-                let mut request: Request =
+            for (item, request, mut item_claimed) in rows {
+                touched.insert(item_claimed.job.0);
+                item_claimed.request =
                     serde_json::from_str(&request).map_err(|e| QueueError::Database {
                         path: db_path.clone(),
                         detail: format!("item {item}: stored request is unreadable: {e}"),
                     })?;
-                request.id = RequestId(item as u64);
-                claimed.push(ClaimedItem {
-                    lease: Lease {
-                        item: ItemId(item),
-                        token,
-                    },
-                    job: JobId(job),
-                    line: line as u64,
-                    custom_id,
-                    endpoint: Endpoint::from_url(&endpoint).unwrap_or(Endpoint::Completions),
-                    request,
-                    attempt,
-                    lease_expires_at: expires,
-                });
+                item_claimed.request.id = RequestId(item as u64);
+                claimed.push(item_claimed);
             }
             settle_all(tx, &touched, now)?;
             Ok(claimed)

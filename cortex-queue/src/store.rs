@@ -91,13 +91,14 @@ impl Store {
             path: path.clone(),
             detail,
         };
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            if !parent.is_dir() {
-                return Err(open_error(format!(
-                    "the directory {} does not exist",
-                    parent.display()
-                )));
-            }
+        if let Some(parent) = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty() && !p.is_dir())
+        {
+            return Err(open_error(format!(
+                "the directory {} does not exist",
+                parent.display()
+            )));
         }
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_CREATE
@@ -148,9 +149,11 @@ impl Store {
             Synchronous::Full => "FULL",
             Synchronous::Normal => "NORMAL",
         };
+        // A 64 MiB page cache keeps the index inserts of a big submit in memory;
+        // the WAL is cut back to 64 MiB after checkpoints.
         self.conn
             .execute_batch(&format!(
-                "PRAGMA synchronous = {synchronous}; PRAGMA foreign_keys = ON;"
+                "PRAGMA synchronous = {synchronous}; PRAGMA foreign_keys = ON; PRAGMA cache_size = -65536; PRAGMA journal_size_limit = 67108864;"
             ))
             .map_err(|e| self.db_error(&e))
     }
@@ -344,6 +347,12 @@ impl Store {
                 detail: format!("integrity check failed: {}", problems.join("; ")),
             })
         }
+    }
+
+    /// Copies the write-ahead log into the database file and truncates it
+    /// (SQLite also does this on its own as the log grows).
+    pub fn checkpoint(&mut self) -> Result<()> {
+        self.retrying(|conn| conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(())))
     }
 
     /// Limits the database to `pages` pages (of the page size, 4 KiB by default)
