@@ -198,23 +198,7 @@ impl Store {
     /// another writer holds the database. For long writes that cannot be
     /// replayed (a streamed submit); short ones use [`Store::write`].
     pub(crate) fn begin_immediate(&mut self) -> Result<ImmediateTx<'_>> {
-        let started = Instant::now();
-        loop {
-            match self.conn.execute_batch("BEGIN IMMEDIATE") {
-                Ok(()) => break,
-                Err(e) if is_busy(&e) && started.elapsed() < self.config.busy_patience => {
-                    let pause = self.jitter_pause();
-                    std::thread::sleep(pause);
-                }
-                Err(e) if is_busy(&e) => {
-                    return Err(QueueError::Busy {
-                        path: self.path.clone(),
-                        seconds: started.elapsed().as_secs_f64(),
-                    });
-                }
-                Err(e) => return Err(self.db_error(&e)),
-            }
-        }
+        self.retrying(|conn| conn.execute_batch("BEGIN IMMEDIATE"))?;
         Ok(ImmediateTx {
             conn: &self.conn,
             finished: false,
@@ -230,23 +214,30 @@ impl Store {
         Duration::from_millis(5 + self.jitter % 45)
     }
 
+    /// After a failed attempt begun at `started`: pauses (with jitter) and
+    /// returns `Ok` when the database was only busy and patience is left, else the error.
+    fn pause_or_give_up(&mut self, started: Instant, error: &rusqlite::Error) -> Result<()> {
+        if !is_busy(error) {
+            return Err(self.db_error(error));
+        }
+        if started.elapsed() >= self.config.busy_patience {
+            return Err(QueueError::Busy {
+                path: self.path.clone(),
+                seconds: started.elapsed().as_secs_f64(),
+            });
+        }
+        let pause = self.jitter_pause();
+        std::thread::sleep(pause);
+        Ok(())
+    }
+
     /// Runs `f` again while the database is busy, up to the configured patience.
     fn retrying<T>(&mut self, mut f: impl FnMut(&Connection) -> rusqlite::Result<T>) -> Result<T> {
         let started = Instant::now();
         loop {
             match f(&self.conn) {
                 Ok(value) => return Ok(value),
-                Err(e) if is_busy(&e) && started.elapsed() < self.config.busy_patience => {
-                    let pause = self.jitter_pause();
-                    std::thread::sleep(pause);
-                }
-                Err(e) if is_busy(&e) => {
-                    return Err(QueueError::Busy {
-                        path: self.path.clone(),
-                        seconds: started.elapsed().as_secs_f64(),
-                    });
-                }
-                Err(e) => return Err(self.db_error(&e)),
+                Err(e) => self.pause_or_give_up(started, &e)?,
             }
         }
     }
@@ -264,14 +255,29 @@ impl Store {
     /// (which rolls the transaction back and is returned as is).
     pub(crate) fn write_checked<T>(
         &mut self,
+        f: impl FnMut(&Transaction<'_>) -> Result<T, Outcome>,
+    ) -> Result<T> {
+        self.transact(TransactionBehavior::Immediate, f)
+    }
+
+    /// Runs read-only `f` on one consistent snapshot, retrying while busy.
+    pub(crate) fn read<T>(
+        &mut self,
+        f: impl FnMut(&Transaction<'_>) -> Result<T, Outcome>,
+    ) -> Result<T> {
+        self.transact(TransactionBehavior::Deferred, f)
+    }
+
+    /// Runs `f` in a transaction and commits it, retrying the whole
+    /// transaction with jitter while another process holds the database.
+    fn transact<T>(
+        &mut self,
+        behavior: TransactionBehavior,
         mut f: impl FnMut(&Transaction<'_>) -> Result<T, Outcome>,
     ) -> Result<T> {
         let started = Instant::now();
         loop {
-            let error = match self
-                .conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-            {
+            let error = match self.conn.transaction_with_behavior(behavior) {
                 Ok(tx) => match f(&tx) {
                     Ok(value) => match tx.commit() {
                         Ok(()) => return Ok(value),
@@ -282,43 +288,7 @@ impl Store {
                 },
                 Err(e) => e,
             };
-            if !is_busy(&error) {
-                return Err(self.db_error(&error));
-            }
-            if started.elapsed() >= self.config.busy_patience {
-                return Err(QueueError::Busy {
-                    path: self.path.clone(),
-                    seconds: started.elapsed().as_secs_f64(),
-                });
-            }
-            let pause = self.jitter_pause();
-            std::thread::sleep(pause);
-        }
-    }
-
-    /// Runs read-only `f` on one consistent snapshot, retrying while busy.
-    pub(crate) fn read<T>(
-        &mut self,
-        mut f: impl FnMut(&Transaction<'_>) -> Result<T, Outcome>,
-    ) -> Result<T> {
-        let started = Instant::now();
-        loop {
-            let error = match self
-                .conn
-                .transaction_with_behavior(TransactionBehavior::Deferred)
-            {
-                Ok(tx) => match f(&tx) {
-                    Ok(value) => return Ok(value),
-                    Err(Outcome::Queue(e)) => return Err(e),
-                    Err(Outcome::Sqlite(e)) => e,
-                },
-                Err(e) => e,
-            };
-            if !is_busy(&error) || started.elapsed() >= self.config.busy_patience {
-                return Err(self.db_error(&error));
-            }
-            let pause = self.jitter_pause();
-            std::thread::sleep(pause);
+            self.pause_or_give_up(started, &error)?;
         }
     }
 

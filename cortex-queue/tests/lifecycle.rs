@@ -6,7 +6,7 @@ mod common;
 use std::thread::sleep;
 use std::time::Duration;
 
-use common::{open_fast, response_for, write_prompts};
+use common::{open_fast, response_for, submit_prompts, write_prompts};
 use cortex_queue::{
     ClaimOptions, FailOutcome, ItemFailure, ItemState, JobFilter, JobState, LeaseStatus,
     QueueError, Store, SubmitOptions,
@@ -259,13 +259,7 @@ fn retryable_failures_back_off_until_max_attempts_then_fail_with_the_last_error(
 fn a_non_retryable_failure_fails_at_once_and_is_exported_as_an_error() {
     let dir = tempfile::tempdir().unwrap();
     let mut store = Store::open(dir.path().join("q.db")).unwrap();
-    let job = store
-        .submit_file(
-            &write_prompts(dir.path(), "p.jsonl", 2),
-            &SubmitOptions::new("m"),
-        )
-        .unwrap()
-        .job;
+    let job = submit_prompts(&mut store, dir.path(), "p.jsonl", 2);
     let claimed = store.claim(2, &ClaimOptions::default()).unwrap();
     let too_long = ItemFailure {
         code: "prompt_too_long".into(),
@@ -326,13 +320,7 @@ fn a_poison_item_whose_workers_keep_dying_fails_after_max_attempts() {
 fn cancel_stops_pending_items_at_once_and_running_ones_at_their_heartbeat_then_resume_finishes() {
     let dir = tempfile::tempdir().unwrap();
     let mut store = Store::open(dir.path().join("q.db")).unwrap();
-    let job = store
-        .submit_file(
-            &write_prompts(dir.path(), "p.jsonl", 6),
-            &SubmitOptions::new("m"),
-        )
-        .unwrap()
-        .job;
+    let job = submit_prompts(&mut store, dir.path(), "p.jsonl", 6);
     let done = store.claim(1, &ClaimOptions::default()).unwrap().remove(0);
     store.complete(&done.lease, &response_for(&done)).unwrap();
     let running = store.claim(2, &ClaimOptions::default()).unwrap();
@@ -409,13 +397,7 @@ fn cancel_stops_pending_items_at_once_and_running_ones_at_their_heartbeat_then_r
 fn released_items_are_pending_again_without_using_an_attempt() {
     let dir = tempfile::tempdir().unwrap();
     let mut store = Store::open(dir.path().join("q.db")).unwrap();
-    let job = store
-        .submit_file(
-            &write_prompts(dir.path(), "p.jsonl", 2),
-            &SubmitOptions::new("m"),
-        )
-        .unwrap()
-        .job;
+    let job = submit_prompts(&mut store, dir.path(), "p.jsonl", 2);
     let claimed = store.claim(2, &ClaimOptions::default()).unwrap();
     assert_eq!(store.job(job).unwrap().state, JobState::Finalizing);
     let leases: Vec<_> = claimed.iter().map(|c| c.lease).collect();
@@ -433,13 +415,7 @@ fn released_items_are_pending_again_without_using_an_attempt() {
 fn higher_priority_jobs_are_claimed_first_and_claims_can_be_limited_to_jobs() {
     let dir = tempfile::tempdir().unwrap();
     let mut store = Store::open(dir.path().join("q.db")).unwrap();
-    let low = store
-        .submit_file(
-            &write_prompts(dir.path(), "low.jsonl", 2),
-            &SubmitOptions::new("m"),
-        )
-        .unwrap()
-        .job;
+    let low = submit_prompts(&mut store, dir.path(), "low.jsonl", 2);
     let options = SubmitOptions {
         priority: 5,
         ..SubmitOptions::new("m")
@@ -479,13 +455,7 @@ fn higher_priority_jobs_are_claimed_first_and_claims_can_be_limited_to_jobs() {
 fn export_refuses_a_running_job_unless_partial_and_never_leaves_half_a_file() {
     let dir = tempfile::tempdir().unwrap();
     let mut store = Store::open(dir.path().join("q.db")).unwrap();
-    let job = store
-        .submit_file(
-            &write_prompts(dir.path(), "p.jsonl", 3),
-            &SubmitOptions::new("m"),
-        )
-        .unwrap()
-        .job;
+    let job = submit_prompts(&mut store, dir.path(), "p.jsonl", 3);
     let claimed = store.claim(1, &ClaimOptions::default()).unwrap().remove(0);
     store
         .complete(&claimed.lease, &response_for(&claimed))
@@ -527,13 +497,7 @@ fn export_refuses_a_running_job_unless_partial_and_never_leaves_half_a_file() {
 fn status_reports_throughput_and_an_eta_while_running() {
     let dir = tempfile::tempdir().unwrap();
     let mut store = Store::open(dir.path().join("q.db")).unwrap();
-    let job = store
-        .submit_file(
-            &write_prompts(dir.path(), "p.jsonl", 10),
-            &SubmitOptions::new("m"),
-        )
-        .unwrap()
-        .job;
+    let job = submit_prompts(&mut store, dir.path(), "p.jsonl", 10);
     for claimed in store.claim(4, &ClaimOptions::default()).unwrap() {
         store
             .complete(&claimed.lease, &response_for(&claimed))

@@ -15,7 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use common::{response_for, write_prompts};
+use common::{response_for, submit_prompts, write_prompts};
 use cortex_queue::{
     ClaimOptions, ItemState, JobId, JobState, LeaseStatus, QueueError, Store, SubmitOptions,
 };
@@ -180,13 +180,7 @@ fn four_worker_processes_share_a_job_and_no_item_is_claimed_twice() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("q.db");
     let mut store = Store::open(&db).unwrap();
-    let job = store
-        .submit_file(
-            &write_prompts(dir.path(), "p.jsonl", 400),
-            &SubmitOptions::new("m"),
-        )
-        .unwrap()
-        .job;
+    let job = submit_prompts(&mut store, dir.path(), "p.jsonl", 400);
 
     let children: Vec<Child> = (0..4).map(|_| spawn("worker", &db, 60_000, None)).collect();
     let mut per_worker = Vec::new();
@@ -289,13 +283,7 @@ fn a_dead_workers_leases_are_reclaimed_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("q.db");
     let mut store = Store::open(&db).unwrap();
-    let job = store
-        .submit_file(
-            &write_prompts(dir.path(), "p.jsonl", 5),
-            &SubmitOptions::new("m"),
-        )
-        .unwrap()
-        .job;
+    let job = submit_prompts(&mut store, dir.path(), "p.jsonl", 5);
     let mut child = spawn("hold", &db, 600_000, None);
     assert_eq!(wait_for_line(&mut child, "claimed "), "claimed 5");
     // Alive: its 10-minute leases are respected.
@@ -322,13 +310,7 @@ fn a_stopped_zombie_worker_cannot_heartbeat_or_write_its_stale_result() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("q.db");
     let mut store = Store::open(&db).unwrap();
-    let job = store
-        .submit_file(
-            &write_prompts(dir.path(), "p.jsonl", 1),
-            &SubmitOptions::new("m"),
-        )
-        .unwrap()
-        .job;
+    let job = submit_prompts(&mut store, dir.path(), "p.jsonl", 1);
     let mut child = spawn("zombie", &db, 300, None);
     wait_for_line(&mut child, "claimed ");
     let pid = child.id().to_string();

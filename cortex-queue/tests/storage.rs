@@ -6,7 +6,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{response_for, write_prompts};
+use common::{response_for, submit_prompts, write_prompts};
 use cortex_queue::{ClaimOptions, JobState, QueueError, SCHEMA_VERSION, Store, SubmitOptions};
 use cortex_request::{ChatMessage, Request, RequestId};
 
@@ -117,13 +117,7 @@ fn a_database_in_a_missing_directory_is_a_clear_error() {
 fn a_full_database_fails_the_write_cleanly_and_recovers() {
     let dir = tempfile::tempdir().unwrap();
     let mut store = Store::open(dir.path().join("q.db")).unwrap();
-    let small = store
-        .submit_file(
-            &write_prompts(dir.path(), "small.jsonl", 4),
-            &SubmitOptions::new("m"),
-        )
-        .unwrap()
-        .job;
+    let small = submit_prompts(&mut store, dir.path(), "small.jsonl", 4);
     let pages: i64 = rusqlite::Connection::open(store.path())
         .unwrap()
         .query_row("PRAGMA page_count", [], |row| row.get(0))
@@ -284,4 +278,33 @@ fn a_full_disk_during_commit_and_export_loses_nothing() {
     );
     store.integrity_check().unwrap();
     drop(store);
+}
+
+#[test]
+fn writers_wait_out_a_long_lock_instead_of_failing_with_database_is_locked() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.db");
+    let mut store = Store::open(&path).unwrap();
+    let input = write_prompts(dir.path(), "p.jsonl", 3);
+
+    // Another process holds the write lock for 4 busy timeouts.
+    let holder = rusqlite::Connection::open(&path).unwrap();
+    holder
+        .execute_batch("BEGIN IMMEDIATE; UPDATE jobs SET priority = 0;")
+        .unwrap();
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(store_busy_timeout() * 4);
+        holder.execute_batch("COMMIT").unwrap();
+    });
+    let job = store
+        .submit_file(&input, &SubmitOptions::new("m"))
+        .unwrap()
+        .job;
+    assert_eq!(store.claim(3, &ClaimOptions::default()).unwrap().len(), 3);
+    release.join().unwrap();
+    assert_eq!(store.job(job).unwrap().counts.running, 3);
+}
+
+fn store_busy_timeout() -> std::time::Duration {
+    cortex_queue::StoreConfig::default().busy_timeout
 }

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use cortex_queue::{ClaimedItem, Store, StoreConfig};
+use cortex_queue::{ClaimedItem, JobId, Store, StoreConfig, SubmitOptions};
 use cortex_request::{Completion, FinishReason, Response, Timings, Usage};
 
 /// A JSONL file of `n` prompts alternating between the OpenAI chat format and plain completions.
@@ -53,4 +53,12 @@ pub fn open_fast(path: &Path) -> Store {
         ..StoreConfig::default()
     };
     Store::open_with(path, config).unwrap()
+}
+
+/// Submits a job of `n` prompts (see [`write_prompts`]) with default options.
+pub fn submit_prompts(store: &mut Store, dir: &Path, name: &str, n: usize) -> JobId {
+    store
+        .submit_file(&write_prompts(dir, name, n), &SubmitOptions::new("m"))
+        .unwrap()
+        .job
 }
