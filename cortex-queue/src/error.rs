@@ -87,7 +87,7 @@ pub enum QueueError {
     InvalidInput(InputReport),
     /// The same file with the same parameters was submitted before.
     #[error(
-        "{source_name} was already submitted with the same parameters as job {existing} ({state}); submit with force to add it again"
+        "{source_name} was already submitted with the same parameters as job {existing} ({state}); submit with force (`cortex submit --force`) to add it again"
     )]
     DuplicateJob {
         /// The earlier job.

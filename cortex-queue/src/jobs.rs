@@ -93,13 +93,54 @@ pub struct JobStatus {
     /// The job.
     pub job: Job,
     /// The span the rates are measured over (the last minute of work, or less).
+    #[serde(rename = "window_seconds", with = "seconds")]
     pub window: Duration,
     /// Items completed per second over the window.
     pub items_per_second: f64,
     /// Generated tokens per second over the window.
     pub tokens_per_second: f64,
     /// Time left at the recent rate (`None` when finished or nothing completed lately).
+    #[serde(rename = "eta_seconds", with = "optional_seconds")]
     pub eta: Option<Duration>,
+}
+
+/// Durations as seconds (a number) in JSON.
+mod seconds {
+    use std::time::Duration;
+
+    pub(super) fn serialize<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(d.as_secs_f64())
+    }
+
+    pub(super) fn deserialize<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> Result<Duration, D::Error> {
+        let secs: f64 = serde::Deserialize::deserialize(d)?;
+        Duration::try_from_secs_f64(secs).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Optional durations as seconds (a number or null) in JSON.
+mod optional_seconds {
+    use std::time::Duration;
+
+    pub(super) fn serialize<S: serde::Serializer>(
+        d: &Option<Duration>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_some(&d.as_secs_f64()),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Duration>, D::Error> {
+        let secs: Option<f64> = serde::Deserialize::deserialize(d)?;
+        secs.map(|s| Duration::try_from_secs_f64(s).map_err(serde::de::Error::custom))
+            .transpose()
+    }
 }
 
 /// Which jobs to list.

@@ -1,0 +1,275 @@
+//! Effective configuration: built-in defaults, then a TOML file (`cortex.toml`
+//! in the working directory, else `$XDG_CONFIG_HOME/cortex/cortex.toml`), then
+//! environment variables, then flags; each value remembers where it came from.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use serde::Deserialize;
+
+/// Where a setting's value came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Source {
+    Default,
+    File(PathBuf),
+    Env(&'static str),
+    Flag,
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::Default => f.write_str("default"),
+            Source::File(path) => write!(f, "file {}", path.display()),
+            Source::Env(name) => write!(f, "environment variable {name}"),
+            Source::Flag => f.write_str("command-line flag"),
+        }
+    }
+}
+
+/// A value and its origin.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Setting<T> {
+    pub(crate) value: T,
+    pub(crate) source: Source,
+}
+
+impl<T> Setting<T> {
+    fn default(value: T) -> Self {
+        Self {
+            value,
+            source: Source::Default,
+        }
+    }
+}
+
+/// The file's keys (all optional; unknown keys are an error).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    db: Option<PathBuf>,
+    model: Option<String>,
+    data_dir: Option<PathBuf>,
+    threads: Option<usize>,
+    parallel: Option<usize>,
+    kv_tokens: Option<usize>,
+    lease_seconds: Option<u64>,
+    max_attempts: Option<u32>,
+}
+
+/// Flags that override everything.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Overrides {
+    pub(crate) db: Option<PathBuf>,
+    pub(crate) model: Option<String>,
+    pub(crate) threads: Option<usize>,
+    pub(crate) parallel: Option<usize>,
+}
+
+/// The effective configuration.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    /// The file that was read, if any.
+    pub(crate) file: Option<PathBuf>,
+    /// Worker logs and the default database live here.
+    pub(crate) data_dir: Setting<PathBuf>,
+    /// The job database.
+    pub(crate) db: Setting<PathBuf>,
+    /// `default` (SmolLM2-135M-Instruct, fetched into the cache) or a GGUF path.
+    pub(crate) model: Setting<String>,
+    /// llama.cpp threads (0: every core).
+    pub(crate) threads: Setting<usize>,
+    /// Sequences a worker decodes at once.
+    pub(crate) parallel: Setting<usize>,
+    /// KV cache size in tokens.
+    pub(crate) kv_tokens: Setting<usize>,
+    /// Lease length; workers heartbeat at a third of it.
+    pub(crate) lease_seconds: Setting<u64>,
+    /// Attempts per item for new jobs.
+    pub(crate) max_attempts: Setting<u32>,
+}
+
+fn env_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os(name)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+}
+
+fn xdg_dir(variable: &str, fallback: &str) -> PathBuf {
+    env_path(variable)
+        .or_else(|| env_path("HOME").map(|home| home.join(fallback)))
+        .unwrap_or_else(std::env::temp_dir)
+        .join("cortex")
+}
+
+/// Applies a file value, then an environment variable, then a flag.
+fn layer<T: std::str::FromStr>(
+    setting: &mut Setting<T>,
+    file: Option<T>,
+    file_path: Option<&Path>,
+    env: &'static str,
+    flag: Option<T>,
+) -> anyhow::Result<()>
+where
+    T::Err: fmt::Display,
+{
+    if let (Some(value), Some(path)) = (file, file_path) {
+        *setting = Setting {
+            value,
+            source: Source::File(path.to_path_buf()),
+        };
+    }
+    if let Some(raw) = std::env::var(env).ok().filter(|v| !v.is_empty()) {
+        let value = raw
+            .parse()
+            .map_err(|e| anyhow::anyhow!("environment variable {env}={raw:?} is invalid: {e}"))?;
+        *setting = Setting {
+            value,
+            source: Source::Env(env),
+        };
+    }
+    if let Some(value) = flag {
+        *setting = Setting {
+            value,
+            source: Source::Flag,
+        };
+    }
+    Ok(())
+}
+
+impl Config {
+    /// Resolves the configuration from all sources.
+    pub(crate) fn load(overrides: &Overrides) -> anyhow::Result<Self> {
+        let local = PathBuf::from("cortex.toml");
+        let global = xdg_dir("XDG_CONFIG_HOME", ".config").join("cortex.toml");
+        let file_path = [local, global].into_iter().find(|p| p.is_file());
+        let file: FileConfig = match &file_path {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("cannot read {}", path.display()))?;
+                toml::from_str(&text)
+                    .map_err(|e| anyhow::anyhow!("{}: {}", path.display(), e.message()))?
+            }
+            None => FileConfig::default(),
+        };
+        let fp = file_path.as_deref();
+
+        let mut data_dir = Setting::default(xdg_dir("XDG_DATA_HOME", ".local/share"));
+        layer(&mut data_dir, file.data_dir, fp, "CORTEX_DATA_DIR", None)?;
+        let mut db = Setting::default(data_dir.value.join("cortex.db"));
+        layer(&mut db, file.db, fp, "CORTEX_DB", overrides.db.clone())?;
+        let mut model = Setting::default("default".to_owned());
+        layer(
+            &mut model,
+            file.model,
+            fp,
+            "CORTEX_MODEL",
+            overrides.model.clone(),
+        )?;
+        let mut threads = Setting::default(0);
+        layer(
+            &mut threads,
+            file.threads,
+            fp,
+            "CORTEX_THREADS",
+            overrides.threads,
+        )?;
+        let mut parallel = Setting::default(16);
+        layer(
+            &mut parallel,
+            file.parallel,
+            fp,
+            "CORTEX_PARALLEL",
+            overrides.parallel,
+        )?;
+        let mut kv_tokens = Setting::default(8192);
+        layer(&mut kv_tokens, file.kv_tokens, fp, "CORTEX_KV_TOKENS", None)?;
+        let mut lease_seconds = Setting::default(60);
+        layer(
+            &mut lease_seconds,
+            file.lease_seconds,
+            fp,
+            "CORTEX_LEASE_SECONDS",
+            None,
+        )?;
+        let mut max_attempts = Setting::default(3);
+        layer(
+            &mut max_attempts,
+            file.max_attempts,
+            fp,
+            "CORTEX_MAX_ATTEMPTS",
+            None,
+        )?;
+        if parallel.value == 0 {
+            bail!("parallel must be at least 1 (from {})", parallel.source);
+        }
+        if lease_seconds.value < 3 {
+            bail!(
+                "lease_seconds must be at least 3 (from {})",
+                lease_seconds.source
+            );
+        }
+        Ok(Config {
+            file: file_path,
+            data_dir,
+            db,
+            model,
+            threads,
+            parallel,
+            kv_tokens,
+            lease_seconds,
+            max_attempts,
+        })
+    }
+
+    /// The database path, creating the data directory when the database is
+    /// in its default place there (a path given explicitly must exist).
+    pub(crate) fn database(&self) -> anyhow::Result<&Path> {
+        if self.db.source == Source::Default {
+            let dir = &self.data_dir.value;
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create the data directory {}", dir.display()))?;
+        }
+        Ok(&self.db.value)
+    }
+
+    /// Every setting as (key, value, source), for `cortex config`.
+    pub(crate) fn entries(&self) -> Vec<(&'static str, String, String)> {
+        let show = |key, value: String, source: &Source| (key, value, source.to_string());
+        vec![
+            show("db", self.db.value.display().to_string(), &self.db.source),
+            show("model", self.model.value.clone(), &self.model.source),
+            show(
+                "data_dir",
+                self.data_dir.value.display().to_string(),
+                &self.data_dir.source,
+            ),
+            show(
+                "threads",
+                self.threads.value.to_string(),
+                &self.threads.source,
+            ),
+            show(
+                "parallel",
+                self.parallel.value.to_string(),
+                &self.parallel.source,
+            ),
+            show(
+                "kv_tokens",
+                self.kv_tokens.value.to_string(),
+                &self.kv_tokens.source,
+            ),
+            show(
+                "lease_seconds",
+                self.lease_seconds.value.to_string(),
+                &self.lease_seconds.source,
+            ),
+            show(
+                "max_attempts",
+                self.max_attempts.value.to_string(),
+                &self.max_attempts.source,
+            ),
+        ]
+    }
+}

@@ -1,0 +1,342 @@
+//! `cortex`: offline batch LLM generation. Submit a JSONL file of prompts, run
+//! workers, poll progress, collect a JSONL of outputs.
+
+#![forbid(unsafe_code)]
+
+mod commands;
+mod config;
+mod output;
+mod worker;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use cortex_queue::{JobState, QueueError};
+
+use crate::config::{Config, Overrides};
+
+/// Offline batch LLM generation on llama.cpp: submit a JSONL file of prompts,
+/// run workers, poll progress, collect a JSONL of outputs. Nothing finished is
+/// ever lost or generated twice, whatever is killed.
+#[derive(Debug, Parser)]
+#[command(name = "cortex", version, after_help = EXIT_CODES)]
+struct Cli {
+    /// The job database (default: $XDG_DATA_HOME/cortex/cortex.db).
+    #[arg(long, global = true, value_name = "FILE")]
+    db: Option<PathBuf>,
+    /// `default` (SmolLM2-135M-Instruct, fetched on first use) or a GGUF file.
+    #[arg(long, global = true, value_name = "MODEL")]
+    model: Option<String>,
+    /// llama.cpp threads (0: every core).
+    #[arg(long, global = true, value_name = "N")]
+    threads: Option<usize>,
+    /// More detail on errors and progress (-vv for debug).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+const EXIT_CODES: &str = "Exit codes: 0 success; 1 failure (model, database, file); 2 bad command line; \
+3 invalid input file or duplicate submission; 4 no such job; 5 the job's state does not allow it \
+(e.g. results of a running job); 130 stopped by a second interrupt.";
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Store a JSONL file as a job (validated, all or nothing) and print its id. Never generates.
+    Submit(SubmitArgs),
+    /// Claim items and generate until the queue is empty (or keep waiting with --follow).
+    Worker(WorkerArgs),
+    /// Show a job's progress: counts, tokens/s, ETA (the newest job if none is given).
+    Status {
+        job: Option<i64>,
+        /// Show a live progress bar until the job ends.
+        #[arg(long)]
+        watch: bool,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List jobs, newest first.
+    List {
+        /// Only jobs in this state (in_progress, completed, ...).
+        #[arg(long)]
+        state: Option<String>,
+        /// At most this many.
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write a job's results (OpenAI batch output JSONL) and its errors.
+    Results {
+        job: i64,
+        /// The output file (default: results-JOB.jsonl).
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// The error file for failed, cancelled and invalid requests (default: errors-JOB.jsonl).
+        #[arg(long, value_name = "FILE")]
+        errors: Option<PathBuf>,
+        /// Export what is done even though the job is still running.
+        #[arg(long)]
+        partial: bool,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Cancel a job: pending items at once, running ones at their next heartbeat.
+    Cancel {
+        job: i64,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Resume a cancelled or failed job: its unfinished items run again.
+    Resume {
+        job: i64,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a job's failed items again.
+    Retry {
+        job: i64,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Submit, work and write the results in one go, with a progress bar.
+    Run(RunArgs),
+    /// Generate for one prompt, streaming the text as it comes.
+    Generate(GenerateArgs),
+    /// Fetch, list and inspect models.
+    Models {
+        #[command(subcommand)]
+        command: ModelsCommand,
+    },
+    /// Run the engine benchmark tables on the model.
+    Bench {
+        /// Batch sizes (parallel sequences) to measure.
+        #[arg(long, value_delimiter = ',', default_values_t = [1, 4, 16, 32])]
+        batch: Vec<usize>,
+        /// Runs per row (the best is kept).
+        #[arg(long, default_value_t = 1)]
+        repeat: usize,
+        /// Skip the shared-prefix table.
+        #[arg(long)]
+        no_prefix: bool,
+    },
+    /// Print the effective configuration and where each value came from.
+    Config {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ModelsCommand {
+    /// Fetch the default model into the cache (verified by size and SHA-256).
+    Pull,
+    /// List the models in the cache.
+    List {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a model's GGUF metadata (the configured model if none is given).
+    Info {
+        model: Option<String>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// How a job is submitted (shared by `submit` and `run`).
+#[derive(Debug, Args, Clone)]
+struct SubmitArgs {
+    /// The JSONL file: OpenAI batch lines or plain {"prompt"...} / {"messages"...} lines.
+    file: PathBuf,
+    /// Default max_tokens for lines that set none.
+    #[arg(long)]
+    max_tokens: Option<u32>,
+    /// Default temperature for lines that set none.
+    #[arg(long)]
+    temperature: Option<f32>,
+    /// Default top_p for lines that set none.
+    #[arg(long)]
+    top_p: Option<f32>,
+    /// Default seed for lines that set none.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Jobs with a higher priority are worked on first.
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    priority: i32,
+    /// Attempts per item before a retryable failure is final (default from config: 3).
+    #[arg(long)]
+    max_attempts: Option<u32>,
+    /// A label, repeatable: --metadata team=search.
+    #[arg(long, value_name = "KEY=VALUE", value_parser = parse_key_value)]
+    metadata: Vec<(String, String)>,
+    /// Accept the valid lines and record the bad ones as failed.
+    #[arg(long)]
+    skip_invalid: bool,
+    /// Submit even if the same file with the same parameters was submitted before.
+    #[arg(long)]
+    force: bool,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_key_value(raw: &str) -> Result<(String, String), String> {
+    match raw.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
+        _ => Err(format!("expected KEY=VALUE, got {raw:?}")),
+    }
+}
+
+#[derive(Debug, Args, Clone)]
+struct WorkerArgs {
+    /// Work only on these jobs (comma-separated ids).
+    #[arg(long, value_delimiter = ',')]
+    jobs: Vec<i64>,
+    /// Sequences decoded at once (default from config: 16).
+    #[arg(long)]
+    parallel: Option<usize>,
+    /// Keep waiting for new jobs when the queue is empty.
+    #[arg(long)]
+    follow: bool,
+    /// Start in the background and return; the log goes to a file in the data directory.
+    #[arg(long)]
+    detach: bool,
+}
+
+#[derive(Debug, Args, Clone)]
+struct RunArgs {
+    #[command(flatten)]
+    submit: SubmitArgs,
+    /// The output file (default: FILE's name with .results.jsonl).
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// Sequences decoded at once (default from config: 16).
+    #[arg(long)]
+    parallel: Option<usize>,
+}
+
+#[derive(Debug, Args, Clone)]
+struct GenerateArgs {
+    /// The prompt.
+    prompt: String,
+    /// Treat the prompt as a user message in the model's chat template.
+    #[arg(long)]
+    chat: bool,
+    #[arg(long, default_value_t = 128)]
+    max_tokens: u32,
+    #[arg(long, default_value_t = 0.7)]
+    temperature: f32,
+    #[arg(long)]
+    top_p: Option<f32>,
+    #[arg(long)]
+    seed: Option<u64>,
+}
+
+/// Exit code for an error: see `EXIT_CODES`.
+fn exit_code(error: &anyhow::Error) -> u8 {
+    match error.downcast_ref::<QueueError>() {
+        Some(QueueError::InvalidInput(_) | QueueError::DuplicateJob { .. }) => 3,
+        Some(QueueError::NoSuchJob(_)) => 4,
+        Some(QueueError::WrongState { .. }) => 5,
+        _ => 1,
+    }
+}
+
+fn init_tracing(verbose: u8) {
+    let level = match verbose {
+        0 => tracing::Level::WARN,
+        1 => tracing::Level::INFO,
+        _ => tracing::Level::DEBUG,
+    };
+    tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let verbose = cli.verbose;
+    init_tracing(verbose);
+    let parallel = match &cli.command {
+        Command::Worker(args) => args.parallel,
+        Command::Run(args) => args.parallel,
+        _ => None,
+    };
+    let overrides = Overrides {
+        db: cli.db.clone(),
+        model: cli.model.clone(),
+        threads: cli.threads,
+        parallel,
+    };
+    let result = Config::load(&overrides).and_then(|config| run(cli, &config));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            let code = exit_code(&error);
+            if verbose > 0 {
+                eprintln!("error: {error:?}");
+            } else {
+                eprintln!("error: {}", output::one_line(&error));
+            }
+            ExitCode::from(code)
+        }
+    }
+}
+
+fn job_state(name: &str) -> anyhow::Result<JobState> {
+    JobState::parse(name).ok_or_else(|| {
+        let names: Vec<_> = JobState::ALL.iter().map(|s| s.as_str()).collect();
+        anyhow::anyhow!("unknown state {name:?}; use one of {}", names.join(", "))
+    })
+}
+
+fn run(cli: Cli, config: &Config) -> anyhow::Result<()> {
+    use commands as c;
+    match cli.command {
+        Command::Submit(args) => c::submit(config, &args),
+        Command::Worker(args) if args.detach => c::detach_worker(config),
+        Command::Worker(args) => c::worker(config, &args),
+        Command::Status { job, watch, json } => c::status(config, job, watch, json),
+        Command::List { state, limit, json } => {
+            let state = state.as_deref().map(job_state).transpose()?;
+            c::list(config, state, limit, json)
+        }
+        Command::Results {
+            job,
+            output,
+            errors,
+            partial,
+            json,
+        } => c::results(config, job, output, errors, partial, json),
+        Command::Cancel { job, json } => c::cancel(config, job, json),
+        Command::Resume { job, json } => c::resume(config, job, json),
+        Command::Retry { job, json } => c::retry(config, job, json),
+        Command::Run(args) => c::run_file(config, &args),
+        Command::Generate(args) => c::generate(config, &args),
+        Command::Models { command } => match command {
+            ModelsCommand::Pull => c::models_pull(),
+            ModelsCommand::List { json } => c::models_list(json),
+            ModelsCommand::Info { model, json } => c::models_info(config, model.as_deref(), json),
+        },
+        Command::Bench {
+            batch,
+            repeat,
+            no_prefix,
+        } => c::bench(config, &batch, repeat, !no_prefix),
+        Command::Config { json } => c::show_config(config, json),
+    }
+}
