@@ -1,5 +1,221 @@
-//! End-to-end tests of cortex across crates and processes live in `tests/`.
+//! End-to-end tests of cortex: the built `cortex` binary against the real
+//! default model, with real process kills. This library is the harness; the
+//! tests are in `tests/`.
 //!
-//! The end-to-end suite arrives with the CLI; this crate has no library code.
+//! The binary is the one `cargo test --workspace` builds beside this crate's
+//! test executables (`target/<profile>/cortex`); run the tests that way (or
+//! `cargo build -p cortex-cli` first) so it is current.
+//!
+//! ```no_run
+//! let cortex = cortex_tests::Cortex::new();
+//! cortex.write("p.jsonl", "{\"prompt\": \"Hi\", \"max_tokens\": 4}\n");
+//! assert_eq!(cortex.ok(&["submit", "p.jsonl"]).trim(), "1");
+//! ```
 
 #![forbid(unsafe_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use cortex_queue::{ItemRecord, Job, JobId, Store};
+
+/// The `cortex` binary built for this profile.
+pub fn binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test executable's path");
+    // target/<profile>/deps/<test> -> target/<profile>/cortex
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>");
+    let binary = profile_dir.join(format!("cortex{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        binary.is_file(),
+        "{} is missing: run `cargo test --workspace` or `cargo build -p cortex-cli` first",
+        binary.display()
+    );
+    binary
+}
+
+/// A private cortex installation: its own working directory, data directory
+/// and database (the model cache is the shared default one).
+pub struct Cortex {
+    dir: tempfile::TempDir,
+    binary: PathBuf,
+    env: Vec<(String, String)>,
+}
+
+impl Default for Cortex {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Cortex {
+    /// A fresh installation with 3-second leases (heartbeats every second).
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let env = vec![
+            (
+                "CORTEX_DATA_DIR".into(),
+                dir.path().join("data").display().to_string(),
+            ),
+            (
+                "XDG_CONFIG_HOME".into(),
+                dir.path().join("config").display().to_string(),
+            ),
+            ("CORTEX_LEASE_SECONDS".into(), "3".into()),
+        ];
+        Self {
+            dir,
+            binary: binary(),
+            env,
+        }
+    }
+
+    /// Sets an environment variable for every later command.
+    pub fn set_env(&mut self, name: &str, value: &str) {
+        self.env.push((name.into(), value.into()));
+    }
+
+    /// The working directory.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The database.
+    pub fn db(&self) -> PathBuf {
+        self.dir.path().join("data").join("cortex.db")
+    }
+
+    /// Writes a file in the working directory.
+    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, text).expect("write a test file");
+        path
+    }
+
+    /// A command for the binary, in the working directory, with this installation's settings.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(&self.binary);
+        command.args(args).current_dir(self.dir.path());
+        for name in [
+            "CORTEX_DB",
+            "CORTEX_MODEL",
+            "CORTEX_PARALLEL",
+            "CORTEX_THREADS",
+            "CORTEX_FAILPOINT",
+        ] {
+            command.env_remove(name);
+        }
+        for (name, value) in &self.env {
+            command.env(name, value);
+        }
+        command
+    }
+
+    /// Runs to the end and returns the output.
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("run cortex")
+    }
+
+    /// Runs, asserts success, returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let output = self.run(args);
+        assert!(
+            output.status.success(),
+            "cortex {args:?} failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// Starts in the background (output kept for the caller to read).
+    pub fn spawn(&self, args: &[&str]) -> Child {
+        self.command(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start cortex")
+    }
+
+    /// Opens the database directly, to look at what the binary did.
+    pub fn store(&self) -> Store {
+        Store::open(self.db()).expect("open the database")
+    }
+
+    /// The job as stored.
+    pub fn job(&self, id: i64) -> Job {
+        self.store().job(JobId(id)).expect("the job")
+    }
+
+    /// The job's items as stored.
+    pub fn items(&self, id: i64) -> Vec<ItemRecord> {
+        self.store().items(JobId(id)).expect("the items")
+    }
+
+    /// Waits until `condition` holds on the job, or panics after `limit`.
+    pub fn wait_for(
+        &self,
+        id: i64,
+        limit: Duration,
+        what: &str,
+        condition: impl Fn(&Job) -> bool,
+    ) -> Job {
+        let started = Instant::now();
+        loop {
+            let job = self.job(id);
+            if condition(&job) {
+                return job;
+            }
+            assert!(
+                started.elapsed() < limit,
+                "waited {limit:?} for {what}; job is {job:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// `n` short prompts alternating OpenAI chat lines and plain completion lines,
+/// with ids `item-0000`, `item-0001`, ... in input order.
+pub fn prompts(n: usize, max_tokens: u32) -> String {
+    let topics = [
+        "the sea",
+        "a robot",
+        "autumn",
+        "a city at night",
+        "bread",
+        "mountains",
+        "a library",
+        "rain",
+    ];
+    let mut text = String::new();
+    for i in 0..n {
+        let topic = topics[i % topics.len()];
+        let line = if i % 2 == 0 {
+            serde_json::json!({
+                "custom_id": format!("item-{i:04}"), "method": "POST", "url": "/v1/chat/completions",
+                "body": { "messages": [{ "role": "user", "content": format!("Write one sentence about {topic}.") }],
+                          "max_tokens": max_tokens, "temperature": 0.5, "seed": i },
+            })
+        } else {
+            serde_json::json!({
+                "custom_id": format!("item-{i:04}"), "prompt": format!("A short note about {topic}:"),
+                "max_tokens": max_tokens, "temperature": 0,
+            })
+        };
+        text.push_str(&line.to_string());
+        text.push('\n');
+    }
+    text
+}
+
+/// The output lines of an export, parsed.
+pub fn read_jsonl(path: &Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(path).expect("read the export");
+    text.lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect()
+}
