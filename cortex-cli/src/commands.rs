@@ -318,12 +318,16 @@ pub(crate) fn run_file(config: &Config, args: &RunArgs) -> anyhow::Result<()> {
         follow: false,
         parallel: config.parallel.value,
     };
-    let bar = output::job_bar(0);
-    let report = run_worker(config, &plan, &stop, |store| {
-        output::update_bar(&bar, &store.status(job)?);
-        Ok(())
-    })?;
-    bar.finish_and_clear();
+    let mut generated = 0;
+    if !store.job(job)?.state.is_terminal() {
+        let bar = output::job_bar(0);
+        let report = run_worker(config, &plan, &stop, |store| {
+            output::update_bar(&bar, &store.status(job)?);
+            Ok(())
+        })?;
+        bar.finish_and_clear();
+        generated = report.generated_tokens;
+    }
     let status = store.status(job)?;
     if !status.job.state.is_terminal() {
         bail!(
@@ -350,7 +354,7 @@ pub(crate) fn run_file(config: &Config, args: &RunArgs) -> anyhow::Result<()> {
         &errors_path,
         summary.errors,
         started.elapsed(),
-        report.generated_tokens,
+        generated,
     )
 }
 
@@ -383,13 +387,17 @@ fn print_run_summary(
             .as_str()
             .or(body["text"].as_str())
             .unwrap_or_default();
-        let short: String = answer
+        let mut short: String = answer
+            .trim()
             .chars()
             .take(70)
             .collect::<String>()
             .replace('\n', " ");
+        if answer.trim().chars().count() > 70 {
+            short.push('…');
+        }
         println!(
-            "  {:<10} {short}…",
+            "  {:<12} {short}",
             value["custom_id"].as_str().unwrap_or_default()
         );
     }

