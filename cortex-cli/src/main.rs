@@ -260,7 +260,10 @@ fn init_tracing(verbose: u8) {
         1 => tracing::Level::INFO,
         _ => tracing::Level::DEBUG,
     };
+    // Colours only on a terminal: a detached worker's log file stays plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     tracing_subscriber::fmt()
+        .with_ansi(ansi)
         .with_max_level(level)
         .with_writer(std::io::stderr)
         .with_target(false)
