@@ -37,7 +37,7 @@ fn submit_options(config: &Config, args: &SubmitArgs) -> SubmitOptions {
     if let Some(v) = args.top_p {
         options.defaults.sampling.top_p = v;
     }
-    options.defaults.sampling.seed = args.seed.or(options.defaults.sampling.seed);
+    options.defaults.sampling.seed = args.seed;
     options.priority = args.priority;
     options.max_attempts = args.max_attempts.unwrap_or(config.max_attempts.value);
     options.metadata = args.metadata.iter().cloned().collect();
@@ -97,7 +97,7 @@ pub(crate) fn worker(config: &Config, args: &WorkerArgs) -> anyhow::Result<()> {
         follow: args.follow,
         parallel: config.parallel.value,
     };
-    let report = run_worker(config, &plan, &stop, |_| Ok(()))?;
+    let report = run_worker(config, &model_path(config)?, &plan, &stop, |_| Ok(()))?;
     eprintln!(
         "worker done: {} completed, {} failed, {} released, {} tokens generated{}",
         report.completed,
@@ -284,7 +284,7 @@ pub(crate) fn retry(config: &Config, job: i64, json: bool) -> anyhow::Result<()>
 pub(crate) fn run_file(config: &Config, args: &RunArgs) -> anyhow::Result<()> {
     let stop = StopFlag::install()?;
     // Fetch the model before anything is stored, so a missing model fails early.
-    model_path(config)?;
+    let model = model_path(config)?;
     let mut store = open_store(config)?;
     let job = match submit_job(&mut store, config, &args.submit) {
         Ok(submitted) => {
@@ -321,7 +321,7 @@ pub(crate) fn run_file(config: &Config, args: &RunArgs) -> anyhow::Result<()> {
     let mut generated = 0;
     if !store.job(job)?.state.is_terminal() {
         let bar = output::job_bar(0);
-        let report = run_worker(config, &plan, &stop, |store| {
+        let report = run_worker(config, &model, &plan, &stop, |store| {
             output::update_bar(&bar, &store.status(job)?);
             Ok(())
         })?;
@@ -505,10 +505,8 @@ pub(crate) fn models_list(json: bool) -> anyhow::Result<()> {
 
 pub(crate) fn models_info(config: &Config, model: Option<&str>, json: bool) -> anyhow::Result<()> {
     let path = match model {
-        None | Some("default") if config.model.value == "default" || model.is_some() => {
-            ModelCache::default_location().ensure(&DEFAULT_MODEL)?
-        }
         None => model_path(config)?,
+        Some("default") => ModelCache::default_location().ensure(&DEFAULT_MODEL)?,
         Some(path) => PathBuf::from(path),
     };
     let info = read_gguf(&path)?;

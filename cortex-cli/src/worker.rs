@@ -2,7 +2,7 @@
 //! results back under their leases, heartbeats, and stops cleanly on signals.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -61,7 +61,7 @@ pub(crate) fn model_name(config: &Config) -> String {
     } else {
         model.as_str()
     };
-    let stem = std::path::Path::new(file)
+    let stem = Path::new(file)
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned());
     stem.unwrap_or_else(|| model.clone())
@@ -236,17 +236,17 @@ impl Worker<'_> {
     }
 }
 
-/// Runs a worker until the queue (or the plan's jobs) has nothing left, or a
-/// stop signal. `tick` is called a few times a second with the store (progress).
+/// Runs a worker on `model` until the queue (or the plan's jobs) has nothing
+/// left, or a stop signal. `tick` is called a few times a second with the store (progress).
 pub(crate) fn run_worker(
     config: &Config,
+    model: &Path,
     plan: &WorkerPlan,
     stop: &StopFlag,
     mut tick: impl FnMut(&mut Store) -> anyhow::Result<()>,
 ) -> anyhow::Result<WorkerReport> {
-    let model = model_path(config)?;
     let store = crate::commands::open_store(config)?;
-    let mut engine_config = EngineConfig::new(&model);
+    let mut engine_config = EngineConfig::new(model);
     engine_config.max_running = plan.parallel;
     engine_config.max_batch_tokens = engine_config.max_batch_tokens.max(plan.parallel);
     engine_config.threads = config.threads.value;
@@ -279,8 +279,11 @@ pub(crate) fn run_worker(
             stop_deadline = Some(Instant::now() + STOP_GRACE);
             worker.report.stopped_by_signal = true;
         }
+        let mut drained = false;
         if stop_deadline.is_none() && Instant::now() >= next_claim && worker.fill()? == 0 {
             next_claim = Instant::now() + POLL;
+            // Nothing to claim and nothing in hand: done unless a job in scope can still produce work.
+            drained = worker.in_flight.is_empty() && !plan.follow && !worker.work_remains()?;
         }
         worker.drain_events(Duration::from_millis(50))?;
         if last_heartbeat.elapsed() >= lease / 3 {
@@ -293,13 +296,7 @@ pub(crate) fn run_worker(
         }
         let finished = match stop_deadline {
             Some(deadline) => worker.in_flight.is_empty() || Instant::now() >= deadline,
-            // Idle after an empty claim: done when no job in scope can produce work any more.
-            None => {
-                worker.in_flight.is_empty()
-                    && next_claim > Instant::now()
-                    && !plan.follow
-                    && !worker.work_remains()?
-            }
+            None => drained,
         };
         if finished {
             break;
