@@ -10,7 +10,7 @@ use cortex_request::Response;
 use serde_json::json;
 
 use crate::input::Endpoint;
-use crate::jobs::JobCounts;
+use crate::jobs::{JobCounts, load_job};
 use crate::store::{Outcome, Store};
 use crate::{ItemId, JobId, QueueError, Result};
 
@@ -127,26 +127,27 @@ impl Store {
         errors: Option<&Path>,
         partial: bool,
     ) -> Result<ExportSummary> {
-        let job = self.job(id)?;
-        if !partial && !job.state.is_terminal() {
-            let c = &job.counts;
-            return Err(QueueError::WrongState {
-                job: id,
-                state: job.state,
-                hint: format!(
-                    "{} of {} requests are done; wait for it to finish, or export the partial results",
-                    c.finished(),
-                    c.total
-                ),
-            });
-        }
         let io = |e: std::io::Error, path: &Path| {
             Outcome::Queue(QueueError::Io {
                 path: path.to_path_buf(),
                 source: e,
             })
         };
+        // The state check and the lines written come from one snapshot.
         self.read(|tx| {
+            let job = load_job(tx, id)?;
+            if !partial && !job.state.is_terminal() {
+                let c = &job.counts;
+                return Err(Outcome::Queue(QueueError::WrongState {
+                    job: id,
+                    state: job.state,
+                    hint: format!(
+                        "{} of {} requests are done; wait for it to finish, or export the partial results",
+                        c.finished(),
+                        c.total
+                    ),
+                }));
+            }
             let results = write_atomically(output, |w| {
                 let mut rows = tx.prepare_cached(
                     "SELECT i.line, i.custom_id, r.body FROM items i JOIN results r ON r.item_id = i.id

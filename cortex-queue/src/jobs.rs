@@ -220,7 +220,7 @@ fn job_from_row(row: &Row<'_>) -> rusqlite::Result<Job> {
     })
 }
 
-fn load_job(tx: &Transaction<'_>, job: JobId) -> Result<Job, Outcome> {
+pub(crate) fn load_job(tx: &Transaction<'_>, job: JobId) -> Result<Job, Outcome> {
     tx.prepare_cached(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?1"))?
         .query_row([job.0], job_from_row)
         .optional()?
