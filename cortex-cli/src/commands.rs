@@ -5,9 +5,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use cortex_engine::{
-    DEFAULT_MODEL, Engine, EngineConfig, EngineEvent, ModelCache, Shutdown, read_gguf,
-};
+use cortex_engine::bench::{self, BenchRow, ReportPlan};
+use cortex_engine::{DEFAULT_MODEL, Engine, EngineEvent, ModelCache, Shutdown, read_gguf};
 use cortex_queue::{Job, JobFilter, JobId, JobState, QueueError, Store, SubmitOptions, Submitted};
 use cortex_request::{ChatMessage, Prompt, Request, RequestId};
 use serde_json::json;
@@ -15,7 +14,7 @@ use serde_json::json;
 use crate::config::Config;
 use crate::output;
 use crate::worker::{StopFlag, WorkerPlan, model_name, model_path, run_worker};
-use crate::{GenerateArgs, RunArgs, SubmitArgs, WorkerArgs};
+use crate::{BenchArgs, GenerateArgs, RunArgs, SubmitArgs, WorkerArgs};
 
 pub(crate) fn open_store(config: &Config) -> anyhow::Result<Store> {
     Ok(Store::open(config.database()?)?)
@@ -406,11 +405,7 @@ fn print_run_summary(
 
 pub(crate) fn generate(config: &Config, args: &GenerateArgs) -> anyhow::Result<()> {
     let model = model_path(config)?;
-    let mut engine_config = EngineConfig::new(&model);
-    engine_config.max_running = 1;
-    engine_config.threads = config.threads.value;
-    engine_config.kv_tokens = config.kv_tokens.value.min(4096);
-    let engine = Engine::start(&engine_config)?;
+    let engine = Engine::start(&config.engine(&model, 1))?;
     let prompt = if args.chat {
         Prompt::Chat(vec![ChatMessage::user(&args.prompt)])
     } else {
@@ -450,9 +445,10 @@ pub(crate) fn generate(config: &Config, args: &GenerateArgs) -> anyhow::Result<(
                 break;
             }
             EngineEvent::Failed { error, .. } => return Err(error.into()),
+            _ => {}
         }
     }
-    engine.shutdown(Shutdown::Abort);
+    engine.shutdown(Shutdown::Abort)?;
     Ok(())
 }
 
@@ -534,28 +530,45 @@ pub(crate) fn models_info(config: &Config, model: Option<&str>, json: bool) -> a
     Ok(())
 }
 
-pub(crate) fn bench(
-    config: &Config,
-    batches: &[usize],
-    repeats: usize,
-    prefix: bool,
-) -> anyhow::Result<()> {
+pub(crate) fn bench(config: &Config, args: &BenchArgs) -> anyhow::Result<()> {
     let model = model_path(config)?;
-    let threads = EngineConfig {
+    let plan = ReportPlan {
         threads: config.threads.value,
-        ..EngineConfig::new(&model)
+        batch_sizes: args.batch.clone(),
+        repeats: args.repeat.max(1),
+        raw: !args.engine_only,
+        prefix_job: !args.no_prefix,
+    };
+    let report = bench::run_report(&model, &plan, |line| eprintln!("{line}"))?;
+    if !args.json {
+        println!("{report}");
+        return Ok(());
     }
-    .effective_threads();
-    let report = cortex_engine::bench::full_report(
-        &model,
-        threads,
-        batches,
-        repeats.max(1),
-        prefix,
-        |line| eprintln!("{line}"),
-    )?;
-    println!("{report}");
-    Ok(())
+    let row = |r: &BenchRow| {
+        json!({
+            "pp": r.pp, "tg": r.tg, "b": r.b, "n_kv": r.n_kv(),
+            "t_pp": r.t_pp.as_secs_f64(), "s_pp": r.s_pp(),
+            "t_tg": r.t_tg.as_secs_f64(), "s_tg": r.s_tg(),
+            "t": r.t().as_secs_f64(), "s": r.s(),
+        })
+    };
+    print_json(&json!({
+        "model": report.model,
+        "threads": plan.threads,
+        "repeats": plan.repeats,
+        "batched": report.batched.iter().map(|b| json!({
+            "engine": row(&b.engine),
+            "raw": b.raw.as_ref().map(row),
+        })).collect::<Vec<_>>(),
+        "prefix": report.prefix.iter().map(|p| json!({
+            "sharing": p.sharing,
+            "seconds": p.elapsed.as_secs_f64(),
+            "prefill_tokens": p.prefill_tokens,
+            "saved_tokens": p.saved_tokens,
+            "generated_tokens": p.generated_tokens,
+        })).collect::<Vec<_>>(),
+        "peak_rss_bytes": report.peak_rss_bytes,
+    }))
 }
 
 pub(crate) fn show_config(config: &Config, json: bool) -> anyhow::Result<()> {

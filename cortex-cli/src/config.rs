@@ -53,7 +53,8 @@ struct FileConfig {
     data_dir: Option<PathBuf>,
     threads: Option<usize>,
     parallel: Option<usize>,
-    kv_tokens: Option<usize>,
+    context: Option<usize>,
+    kv_memory_mib: Option<usize>,
     lease_seconds: Option<u64>,
     max_attempts: Option<u32>,
 }
@@ -82,8 +83,10 @@ pub(crate) struct Config {
     pub(crate) threads: Setting<usize>,
     /// Sequences a worker decodes at once.
     pub(crate) parallel: Setting<usize>,
-    /// KV cache size in tokens.
-    pub(crate) kv_tokens: Setting<usize>,
+    /// KV cells per sequence (prompt plus generation); 0 sizes them from the job.
+    pub(crate) context: Setting<usize>,
+    /// Most KV memory in MiB when sized from the job; 0: a quarter of the machine's.
+    pub(crate) kv_memory_mib: Setting<usize>,
     /// Lease length; workers heartbeat at a third of it.
     pub(crate) lease_seconds: Setting<u64>,
     /// Attempts per item for new jobs.
@@ -175,7 +178,7 @@ impl Config {
             "CORTEX_THREADS",
             overrides.threads,
         )?;
-        let mut parallel = Setting::default(16);
+        let mut parallel = Setting::default(cortex_engine::EngineConfig::DEFAULT_MAX_RUNNING);
         layer(
             &mut parallel,
             file.parallel,
@@ -183,8 +186,16 @@ impl Config {
             "CORTEX_PARALLEL",
             overrides.parallel,
         )?;
-        let mut kv_tokens = Setting::default(8192);
-        layer(&mut kv_tokens, file.kv_tokens, fp, "CORTEX_KV_TOKENS", None)?;
+        let mut context = Setting::default(0);
+        layer(&mut context, file.context, fp, "CORTEX_CONTEXT", None)?;
+        let mut kv_memory_mib = Setting::default(0);
+        layer(
+            &mut kv_memory_mib,
+            file.kv_memory_mib,
+            fp,
+            "CORTEX_KV_MEMORY_MIB",
+            None,
+        )?;
         let mut lease_seconds = Setting::default(60);
         layer(
             &mut lease_seconds,
@@ -217,10 +228,22 @@ impl Config {
             model,
             threads,
             parallel,
-            kv_tokens,
+            context,
+            kv_memory_mib,
             lease_seconds,
             max_attempts,
         })
+    }
+
+    /// Engine settings for `model` from this configuration, running
+    /// `parallel` sequences at once.
+    pub(crate) fn engine(&self, model: &Path, parallel: usize) -> cortex_engine::EngineConfig {
+        let mut engine = cortex_engine::EngineConfig::new(model);
+        engine.max_running = parallel;
+        engine.threads = self.threads.value;
+        engine.stream_tokens = (self.context.value > 0).then_some(self.context.value);
+        engine.kv_memory = self.kv_memory_mib.value << 20;
+        engine
     }
 
     /// The database path, creating the data directory when the database is
@@ -256,9 +279,14 @@ impl Config {
                 &self.parallel.source,
             ),
             show(
-                "kv_tokens",
-                self.kv_tokens.value.to_string(),
-                &self.kv_tokens.source,
+                "context",
+                self.context.value.to_string(),
+                &self.context.source,
+            ),
+            show(
+                "kv_memory_mib",
+                self.kv_memory_mib.value.to_string(),
+                &self.kv_memory_mib.source,
             ),
             show(
                 "lease_seconds",

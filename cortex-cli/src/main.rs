@@ -117,17 +117,7 @@ enum Command {
         command: ModelsCommand,
     },
     /// Run the engine benchmark tables on the model.
-    Bench {
-        /// Batch sizes (parallel sequences) to measure.
-        #[arg(long, value_delimiter = ',', default_values_t = [1, 4, 16, 32])]
-        batch: Vec<usize>,
-        /// Runs per row (the best is kept).
-        #[arg(long, default_value_t = 1)]
-        repeat: usize,
-        /// Skip the shared-prefix table.
-        #[arg(long)]
-        no_prefix: bool,
-    },
+    Bench(BenchArgs),
     /// Print the effective configuration and where each value came from.
     Config {
         /// Print JSON instead of text.
@@ -213,6 +203,26 @@ struct WorkerArgs {
     /// Start in the background and return; the log goes to a file in the data directory.
     #[arg(long)]
     detach: bool,
+}
+
+/// `cortex bench`: the engine in llama-batched-bench's columns.
+#[derive(Debug, Args, Clone)]
+struct BenchArgs {
+    /// Batch sizes (parallel sequences) to measure.
+    #[arg(long, value_delimiter = ',', default_values_t = [1, 4, 16, 32, 64])]
+    batch: Vec<usize>,
+    /// Runs per row (the best is kept).
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
+    /// Skip the shared-prefix table.
+    #[arg(long)]
+    no_prefix: bool,
+    /// Skip the plain llama.cpp loop beside each engine row.
+    #[arg(long)]
+    engine_only: bool,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args, Clone)]
@@ -335,11 +345,7 @@ fn run(cli: Cli, config: &Config) -> anyhow::Result<()> {
             ModelsCommand::List { json } => c::models_list(json),
             ModelsCommand::Info { model, json } => c::models_info(config, model.as_deref(), json),
         },
-        Command::Bench {
-            batch,
-            repeat,
-            no_prefix,
-        } => c::bench(config, &batch, repeat, !no_prefix),
+        Command::Bench(args) => c::bench(config, &args),
         Command::Config { json } => c::show_config(config, json),
     }
 }

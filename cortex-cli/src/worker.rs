@@ -8,9 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use cortex_engine::{
-    DEFAULT_MODEL, Engine, EngineConfig, EngineEvent, ModelCache, Shutdown, read_gguf,
-};
+use cortex_engine::{DEFAULT_MODEL, Engine, EngineEvent, ModelCache, Shutdown, read_gguf};
 use cortex_queue::{
     ClaimOptions, ClaimedItem, ItemFailure, JobFilter, JobId, LeaseStatus, QueueError, Store,
 };
@@ -131,7 +129,6 @@ impl Worker<'_> {
         let first = self.events.1.recv_timeout(wait).ok();
         for event in first.into_iter().chain(self.events.1.try_iter()) {
             match event {
-                EngineEvent::Token { .. } => {}
                 EngineEvent::Finished(response) => {
                     // Items cancelled here (lost lease, cancelled job, shutdown) are already accounted for.
                     let Some(item) = self.in_flight.remove(&response.id) else {
@@ -164,6 +161,8 @@ impl Worker<'_> {
                         Err(e) => return Err(e.into()),
                     }
                 }
+                // Tokens: a worker only records whole results.
+                _ => {}
             }
         }
         if !finished.is_empty() {
@@ -246,12 +245,7 @@ pub(crate) fn run_worker(
     mut tick: impl FnMut(&mut Store) -> anyhow::Result<()>,
 ) -> anyhow::Result<WorkerReport> {
     let store = crate::commands::open_store(config)?;
-    let mut engine_config = EngineConfig::new(model);
-    engine_config.max_running = plan.parallel;
-    engine_config.max_batch_tokens = engine_config.max_batch_tokens.max(plan.parallel);
-    engine_config.threads = config.threads.value;
-    engine_config.kv_tokens = config.kv_tokens.value;
-    let engine = Engine::start(&engine_config)?;
+    let engine = Engine::start(&config.engine(model, plan.parallel))?;
     tracing::info!(model = %model.display(), parallel = plan.parallel, "worker started");
     let lease = Duration::from_secs(config.lease_seconds.value);
     let mut worker = Worker {
@@ -310,7 +304,24 @@ pub(crate) fn run_worker(
         report,
         ..
     } = worker;
-    engine.shutdown(Shutdown::Abort);
+    let stats = engine.stats();
+    tracing::info!(
+        steps = stats.steps,
+        busy_seconds = format!("{:.2}", stats.busy_seconds),
+        decode_seconds = format!("{:.2}", stats.decode_seconds),
+        prefill_tokens = stats.prefill_tokens,
+        prefill_tokens_saved = stats.prefill_tokens_saved,
+        generated_tokens = stats.generated_tokens,
+        preemptions = stats.preemptions,
+        kv_streams = stats.kv_streams,
+        kv_stream_tokens = stats.kv_stream_tokens,
+        kv_resizes = stats.kv_resizes,
+        prefix_copies = stats.prefix_copies,
+        "engine totals"
+    );
+    engine
+        .shutdown(Shutdown::Abort)
+        .context("the engine stopped")?;
     store.unregister_worker()?;
     tracing::info!(
         completed = report.completed,

@@ -157,6 +157,6 @@ fn json_output_parses() {
     assert_eq!(status["job"]["counts"]["pending"], 2);
     assert_eq!(status["eta_seconds"], serde_json::Value::Null);
     assert_eq!(parse(&["list", "--json"])[0]["state"], "in_progress");
-    assert_eq!(parse(&["config", "--json"])["parallel"]["value"], "16");
+    assert_eq!(parse(&["config", "--json"])["parallel"]["value"], "64");
     assert_eq!(parse(&["cancel", "1", "--json"])["state"], "cancelled");
 }

@@ -1,4 +1,4 @@
-//! The engine against a plain llama-cpp-2 loop on the default model, in
+//! The engine against a plain llama.cpp loop on the default model, in
 //! `llama-batched-bench`'s columns, plus the shared-prefix job.
 //!
 //! Run: `cargo bench -p cortex-engine`. `CORTEX_BENCH_B=1,4` chooses the batch
@@ -21,9 +21,14 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(2);
-    let report = bench::full_report(&model, threads, &sizes, repeats, prefix_job, |step| {
-        eprintln!("running {step}...");
-    })
-    .expect("benchmark");
+    let plan = bench::ReportPlan {
+        threads,
+        batch_sizes: sizes,
+        repeats,
+        raw: true,
+        prefix_job,
+    };
+    let report =
+        bench::run_report(&model, &plan, |step| eprintln!("running {step}...")).expect("benchmark");
     println!("{report}");
 }

@@ -2,24 +2,26 @@
 
 use cortex_request::{ChatMessage, TokenId};
 
-/// A KV sequence id of the backend (llama.cpp's `llama_seq_id`).
-pub type SeqSlot = i32;
+/// A KV stream of the backend, which is also the id of the sequence that runs
+/// in it (llama.cpp's `llama_seq_id` in non-unified KV mode).
+pub type StreamId = i32;
 
 /// One token of a batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BatchToken {
     /// The token.
     pub token: TokenId,
-    /// Its position in its sequence.
+    /// Its position in its stream.
     pub pos: usize,
-    /// The sequence it extends.
-    pub seq: SeqSlot,
+    /// The stream it extends.
+    pub stream: StreamId,
     /// Whether logits are wanted for it.
     pub logits: bool,
 }
 
 /// A backend failure.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum BackendError {
     /// No room in the KV cache for the batch (llama.cpp's decode result 1).
     #[error("no free KV cache slot for the batch")]
@@ -29,20 +31,39 @@ pub enum BackendError {
     Failed(String),
 }
 
+/// How the KV cache is laid out: `streams` streams of `capacity` cells each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvLayout {
+    /// Streams (one running sequence each).
+    pub streams: usize,
+    /// Cells per stream: the longest sequence (prompt plus generation) it holds.
+    pub capacity: usize,
+}
+
 /// What the step loop needs from a model: vocabulary, chat template, and a
-/// decode call over a shared KV cache with sequence operations.
+/// decode call over a KV cache of separate streams.
 ///
-/// The llama.cpp implementation is the real one; tests use a fake to inject
-/// failures.
+/// Every sequence computes in a stream of its own, so a token attends only to
+/// its own sequence's cells (llama.cpp's non-unified KV). Sharing a prefix
+/// between streams is a copy of a whole stream followed by a truncation.
+///
+/// The llama.cpp implementation is the real one; tests use fakes to inject
+/// failures and to check what each stream holds.
 pub trait Backend {
     /// Entries in a row of logits.
     fn n_vocab(&self) -> usize;
     /// Longest sequence the model handles (its training context).
     fn n_ctx_train(&self) -> usize;
-    /// Tokens the KV cache holds across all sequences.
-    fn kv_capacity(&self) -> usize;
-    /// Sequence ids the backend supports at once.
-    fn max_sequences(&self) -> usize;
+    /// Bytes of KV one token takes in one stream (to size streams against a
+    /// memory budget).
+    fn kv_bytes_per_token(&self) -> usize;
+    /// The current layout.
+    fn kv_layout(&self) -> KvLayout;
+    /// Rebuilds the KV cache with a new layout; everything it held is gone.
+    fn set_kv_layout(&mut self, layout: KvLayout) -> Result<(), BackendError>;
+    /// CPU threads for the next decodes, at most the count the backend was
+    /// made with (the engine lowers it while other processes load the cores).
+    fn set_threads(&mut self, _threads: usize) {}
     /// Tokenizes text; special tokens in the text are parsed when `parse_special`.
     fn tokenize(&self, text: &str, add_bos: bool, parse_special: bool) -> Vec<TokenId>;
     /// The bytes a token stands for.
@@ -52,12 +73,14 @@ pub trait Backend {
     /// Renders a chat with the model's template, ending with the assistant's turn.
     fn apply_chat_template(&self, messages: &[ChatMessage]) -> Result<String, BackendError>;
     /// Computes a batch. On error the KV of the batch's positions is undefined
-    /// and the caller removes it.
+    /// and the caller truncates the streams involved.
     fn decode(&mut self, batch: &[BatchToken]) -> Result<(), BackendError>;
     /// Logits of the `index`-th token of the last batch (which asked for them).
     fn logits(&self, index: usize) -> &[f32];
-    /// Makes `dst` share `src`'s KV for positions `from..to`.
-    fn copy_sequence(&mut self, src: SeqSlot, dst: SeqSlot, from: usize, to: usize);
-    /// Drops `seq`'s KV for positions `from..to` (`None`: to the end).
-    fn remove_sequence(&mut self, seq: SeqSlot, from: usize, to: Option<usize>);
+    /// Replaces everything `dst` holds with a copy of what `src` holds (in
+    /// llama.cpp a copy of the whole stream's buffer, done at the next decode,
+    /// before that decode writes anything).
+    fn copy_stream(&mut self, src: StreamId, dst: StreamId);
+    /// Drops `stream`'s cells from position `from` on.
+    fn truncate_stream(&mut self, stream: StreamId, from: usize);
 }

@@ -1,17 +1,14 @@
-//! Throughput benchmarks of the engine against a plain llama-cpp-2 loop doing
-//! the same work, printed in `llama-batched-bench`'s columns.
+//! Throughput benchmarks of the engine against a plain loop on llama.cpp
+//! doing the same work, printed in `llama-batched-bench`'s columns.
 
 use std::fmt::Write as _;
-use std::num::NonZeroU32;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use cortex_request::{Prompt, Request, RequestId, SamplingParams, TokenId};
-use llama_cpp_2::context::params::LlamaContextParams;
-use llama_cpp_2::llama_batch::LlamaBatch;
-use llama_cpp_2::token::LlamaToken;
 
-use crate::{Engine, EngineConfig, EngineError, EngineEvent, Model, llama};
+use crate::llama::sys::{ContextParams, RawBatch, RawContext};
+use crate::{Engine, EngineConfig, EngineError, EngineEvent, Model};
 
 /// One row of a batched-bench table.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -54,7 +51,8 @@ impl BenchRow {
 /// Settings shared by both sides of a comparison.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BenchSettings {
-    /// CPU threads.
+    /// CPU threads; 0: every core, adapted by the engine to other processes'
+    /// load (the plain loop uses every core).
     pub threads: usize,
     /// Prompt tokens per sequence.
     pub pp: usize,
@@ -75,58 +73,98 @@ fn prompt_tokens(seed: u64, len: usize, vocab: usize) -> Vec<TokenId> {
         .collect()
 }
 
-fn kv_tokens_for(b: usize, pp: usize, tg: usize) -> usize {
-    // Room for every sequence plus a block of slack each, rounded to 256.
-    (b * (pp + tg + 32)).div_ceil(256) * 256
+/// `threads`, or every core when it is 0.
+fn cores(threads: usize) -> usize {
+    let mut config = EngineConfig::new("");
+    config.threads = threads;
+    config.effective_threads()
 }
 
-/// The plain loop: one decode of all prompts, then `tg` decodes of one token
-/// per sequence, greedy argmax in between. No scheduler, no events.
-pub fn raw_row(model: &Model, settings: &BenchSettings, b: usize) -> Result<BenchRow, EngineError> {
-    let BenchSettings { threads, pp, tg } = *settings;
-    let batch_tokens = (b * pp).max(512);
-    let load_error = |detail: String| EngineError::Model(format!("raw loop: {detail}"));
-    let params = LlamaContextParams::default()
-        .with_n_ctx(NonZeroU32::new(kv_tokens_for(b, pp, tg) as u32))
-        .with_n_batch(batch_tokens as u32)
-        .with_n_ubatch(batch_tokens.min(512) as u32)
-        .with_n_seq_max(b as u32)
-        .with_kv_unified(true)
-        .with_n_threads(threads as i32)
-        .with_n_threads_batch(threads as i32);
-    let mut ctx = model
-        .as_ref()
-        .new_context(llama(), params)
-        .map_err(|e| load_error(e.to_string()))?;
-    let mut batch = LlamaBatch::new(batch_tokens, 1);
-    let vocab = model.n_vocab();
-    let start = Instant::now();
-    for s in 0..b {
-        let tokens = prompt_tokens(s as u64, pp, vocab);
-        for (i, &t) in tokens.iter().enumerate() {
-            batch
-                .add(LlamaToken(t as i32), i as i32, &[s as i32], i + 1 == pp)
-                .map_err(|e| load_error(e.to_string()))?;
+/// Cells per stream for `pp + tg` tokens plus a little slack, in llama.cpp's
+/// 256-cell granules.
+fn stream_tokens_for(pp: usize, tg: usize) -> usize {
+    (pp + tg + 32).next_multiple_of(256)
+}
+
+/// A plain loop's context and batch over `model`.
+struct PlainLoop<'m> {
+    ctx: RawContext<'m>,
+    batch: RawBatch,
+}
+
+impl<'m> PlainLoop<'m> {
+    fn new(model: &'m Model, params: &ContextParams) -> Result<Self, EngineError> {
+        let ctx = RawContext::new(&model.raw, params)
+            .map_err(|e| EngineError::Model(format!("plain loop: {e}")))?;
+        Ok(Self {
+            ctx,
+            batch: RawBatch::new(params.batch),
+        })
+    }
+
+    fn push(&mut self, token: TokenId, pos: usize, seq: usize, logits: bool) {
+        assert!(
+            self.batch.push(token as i32, pos, seq as i32, logits),
+            "the batch was sized for this"
+        );
+    }
+
+    fn decode(&mut self) -> Result<(), EngineError> {
+        match self.ctx.decode(&self.batch) {
+            0 => Ok(()),
+            code => Err(EngineError::Model(format!(
+                "plain loop: decode failed ({code})"
+            ))),
         }
     }
-    ctx.decode(&mut batch)
-        .map_err(|e| load_error(e.to_string()))?;
-    let mut next: Vec<TokenId> = (0..b)
-        .map(|s| crate::argmax_row(ctx.get_logits_ith(((s + 1) * pp - 1) as i32)))
-        .collect();
+
+    fn argmax(&self, index: usize) -> TokenId {
+        crate::argmax_row(self.ctx.logits(index).expect("logits were asked for"))
+    }
+}
+
+/// The plain loop, as `llama-batched-bench` does it: one stream per sequence
+/// (non-unified KV), one decode of all prompts, then `tg` decodes of one
+/// token per sequence, greedy argmax in between. No scheduler, no events.
+pub fn raw_row(model: &Model, settings: &BenchSettings, b: usize) -> Result<BenchRow, EngineError> {
+    let BenchSettings { threads, pp, tg } = *settings;
+    let threads = cores(threads);
+    let mut run = PlainLoop::new(
+        model,
+        &ContextParams {
+            cells: b * stream_tokens_for(pp, tg),
+            sequences: b,
+            batch: (b * pp).max(512),
+            threads,
+            unified: false,
+        },
+    )?;
+    let vocab = model.n_vocab();
+    // Warm up as llama-batched-bench does, then clear what it wrote.
+    for (i, &t) in prompt_tokens(7, 16, vocab).iter().enumerate() {
+        run.push(t, i, 0, false);
+    }
+    run.decode()?;
+    run.batch.clear();
+    run.ctx.truncate_sequence(0, 0);
+    let start = Instant::now();
+    for s in 0..b {
+        for (i, &t) in prompt_tokens(s as u64, pp, vocab).iter().enumerate() {
+            run.push(t, i, s, i + 1 == pp);
+        }
+    }
+    run.decode()?;
+    let mut next: Vec<TokenId> = (0..b).map(|s| run.argmax((s + 1) * pp - 1)).collect();
     let t_pp = start.elapsed();
     let start = Instant::now();
     for step in 0..tg {
-        batch.clear();
+        run.batch.clear();
         for (s, &t) in next.iter().enumerate() {
-            batch
-                .add(LlamaToken(t as i32), (pp + step) as i32, &[s as i32], true)
-                .map_err(|e| load_error(e.to_string()))?;
+            run.push(t, pp + step, s, true);
         }
-        ctx.decode(&mut batch)
-            .map_err(|e| load_error(e.to_string()))?;
+        run.decode()?;
         for (s, token) in next.iter_mut().enumerate() {
-            *token = crate::argmax_row(ctx.get_logits_ith(s as i32));
+            *token = run.argmax(s);
         }
     }
     Ok(BenchRow {
@@ -136,6 +174,66 @@ pub fn raw_row(model: &Model, settings: &BenchSettings, b: usize) -> Result<Benc
         t_pp,
         t_tg: start.elapsed(),
     })
+}
+
+/// Greedy decoding on llama.cpp alone: one sequence, one token per decode, no
+/// engine. The reference the engine's greedy output is checked against.
+pub fn greedy_reference(
+    model: &Model,
+    prompt: &[TokenId],
+    max_tokens: usize,
+    threads: usize,
+) -> Result<Vec<TokenId>, EngineError> {
+    let cells = (prompt.len() + max_tokens).next_multiple_of(256);
+    let threads = cores(threads);
+    let mut run = PlainLoop::new(
+        model,
+        &ContextParams {
+            cells,
+            sequences: 1,
+            batch: cells,
+            threads,
+            unified: true,
+        },
+    )?;
+    for (i, &t) in prompt.iter().enumerate() {
+        run.push(t, i, 0, i + 1 == prompt.len());
+    }
+    run.decode()?;
+    let mut last = prompt.len() - 1;
+    let mut out = Vec::new();
+    for pos in prompt.len()..prompt.len() + max_tokens {
+        let next = run.argmax(last);
+        out.push(next);
+        if model.is_end_of_generation(next) {
+            break;
+        }
+        run.batch.clear();
+        run.push(next, pos, 0, true);
+        run.decode()?;
+        last = 0;
+    }
+    Ok(out)
+}
+
+/// One short request through the engine before timing, as
+/// `llama-batched-bench` warms up its context (the first decode allocates).
+fn warm_up(engine: &Engine) -> Result<(), EngineError> {
+    let vocab = engine.info().n_vocab;
+    let mut r = Request::new(
+        RequestId(u64::MAX),
+        Prompt::Tokens(prompt_tokens(7, 16, vocab)),
+    );
+    r.sampling = SamplingParams::greedy();
+    r.stop.max_tokens = 1;
+    for event in &engine.submit(r)? {
+        match event {
+            EngineEvent::Failed { error, .. } => return Err(error),
+            event if event.is_terminal() => return Ok(()),
+            _ => {}
+        }
+    }
+    Err(EngineError::Stopped)
 }
 
 /// The same work through the engine: `b` greedy requests of `pp` prompt
@@ -149,13 +247,14 @@ pub fn engine_row(
 ) -> Result<BenchRow, EngineError> {
     let BenchSettings { threads, pp, tg } = *settings;
     let mut config = EngineConfig::new(model_path);
-    config.kv_tokens = kv_tokens_for(b, pp, tg);
+    config.stream_tokens = Some(stream_tokens_for(pp, tg));
     config.max_running = b;
     config.max_batch_tokens = (b * pp).max(512);
     config.threads = threads;
     config.prefix_sharing = false;
     config.request_timeout = None;
     let engine = Engine::start(&config)?;
+    warm_up(&engine)?;
     let vocab = engine.info().n_vocab;
     let requests = (0..b)
         .map(|s| {
@@ -265,7 +364,6 @@ pub fn prefix_run(
     sharing: bool,
 ) -> Result<PrefixRun, EngineError> {
     let mut config = EngineConfig::new(model_path);
-    config.kv_tokens = kv_tokens_for(requests, prefix + distinct, tg).max(8192);
     config.max_running = requests;
     config.max_batch_tokens = 512;
     config.threads = threads;
@@ -323,109 +421,185 @@ fn best(a: Option<BenchRow>, b: BenchRow) -> BenchRow {
     }
 }
 
-/// Runs the batched table (for `batch_sizes`) and, when `prefix_job`, the
-/// shared-prefix table, and returns the report. Each batched row is the best
-/// of `repeats` runs, raw and engine alternating, so that noise from the
-/// machine hits both sides alike.
-pub fn full_report(
+/// What to measure in [`run_report`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReportPlan {
+    /// CPU threads for both sides; 0: every core (the engine adapts them).
+    pub threads: usize,
+    /// Batch sizes of the batched table.
+    pub batch_sizes: Vec<usize>,
+    /// Runs per batched row (the best is kept).
+    pub repeats: usize,
+    /// Also run the plain llama.cpp loop for each row.
+    pub raw: bool,
+    /// Also run the shared-prefix job, sharing on and off.
+    pub prefix_job: bool,
+}
+
+/// One batched row: the engine, and the plain loop when it ran.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BatchedRow {
+    /// The engine's row.
+    pub engine: BenchRow,
+    /// The plain loop's row, when measured.
+    pub raw: Option<BenchRow>,
+}
+
+/// Everything [`run_report`] measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BenchReport {
+    /// The model file.
+    pub model: std::path::PathBuf,
+    /// What was measured.
+    pub plan: ReportPlan,
+    /// The batched table, one row per batch size.
+    pub batched: Vec<BatchedRow>,
+    /// The shared-prefix job, sharing on then off, when it ran.
+    pub prefix: Vec<PrefixRun>,
+    /// Peak resident memory of the process.
+    pub peak_rss_bytes: Option<u64>,
+}
+
+/// The shape of the shared-prefix job: requests, prefix tokens, own tokens, TG.
+pub const PREFIX_JOB: (usize, usize, usize, usize) = (64, 512, 32, 64);
+
+/// Runs the batched table and, when asked, the shared-prefix job. Each
+/// batched row is the best of `repeats` runs, raw and engine alternating, so
+/// that noise from the machine hits both sides alike.
+pub fn run_report(
     model_path: &Path,
-    threads: usize,
-    batch_sizes: &[usize],
-    repeats: usize,
-    prefix_job: bool,
+    plan: &ReportPlan,
     mut progress: impl FnMut(&str),
-) -> Result<String, EngineError> {
+) -> Result<BenchReport, EngineError> {
     let settings = BenchSettings {
-        threads,
+        threads: plan.threads,
         pp: 32,
         tg: 128,
     };
-    let model = Model::load(model_path)?;
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "model: {}\nthreads: {threads}\nbest of {repeats} runs per row, raw and engine alternating\n",
-        model_path.display()
-    );
-    let mut pairs = Vec::new();
-    for &b in batch_sizes {
+    // The plain loop's own copy of the model, only when it runs.
+    let model = if plan.raw {
+        Some(Model::load(model_path)?)
+    } else {
+        None
+    };
+    let repeats = plan.repeats.max(1);
+    let mut batched = Vec::new();
+    for &b in &plan.batch_sizes {
         let (mut best_raw, mut best_engine) = (None, None);
-        for round in 1..=repeats.max(1) {
+        for round in 1..=repeats {
             progress(&format!("batched: B = {b}, run {round} of {repeats}"));
-            best_raw = Some(best(best_raw, raw_row(&model, &settings, b)?));
+            if let Some(model) = &model {
+                best_raw = Some(best(best_raw, raw_row(model, &settings, b)?));
+            }
             best_engine = Some(best(best_engine, engine_row(model_path, &settings, b)?));
         }
-        if let (Some(engine), Some(raw)) = (best_engine, best_raw) {
-            pairs.push((engine, raw));
+        if let Some(engine) = best_engine {
+            batched.push(BatchedRow {
+                engine,
+                raw: best_raw,
+            });
         }
     }
-    let _ = writeln!(out, "engine (cortex, full step loop):\n{}", table_header());
-    for (engine, _) in &pairs {
-        let _ = writeln!(out, "{}", table_line(engine));
+    let mut prefix = Vec::new();
+    if plan.prefix_job {
+        for sharing in [true, false] {
+            progress(&format!(
+                "shared prefix: sharing {}",
+                if sharing { "on" } else { "off" }
+            ));
+            prefix.push(prefix_run(model_path, plan.threads, PREFIX_JOB, sharing)?);
+        }
     }
-    let _ = writeln!(
-        out,
-        "\nraw llama-cpp-2 loop (same work, no engine):\n{}",
-        table_header()
-    );
-    for (_, raw) in &pairs {
-        let _ = writeln!(out, "{}", table_line(raw));
-    }
-    let _ = writeln!(
-        out,
-        "\nengine / raw:\n| {:>4} | {:>8} | {:>8} | {:>8} |",
-        "B", "S_PP", "S_TG", "S"
-    );
-    for (engine, raw) in &pairs {
-        let _ = writeln!(
-            out,
-            "| {:>4} | {:>8.3} | {:>8.3} | {:>8.3} |",
-            engine.b,
-            engine.s_pp() / raw.s_pp(),
-            engine.s_tg() / raw.s_tg(),
-            engine.s() / raw.s()
-        );
-    }
+    Ok(BenchReport {
+        model: model_path.to_owned(),
+        plan: plan.clone(),
+        batched,
+        prefix,
+        peak_rss_bytes: peak_rss_bytes(),
+    })
+}
 
-    if !prefix_job {
-        return Ok(out);
-    }
-    let shape = (64, 512, 32, 64);
-    let _ = writeln!(
-        out,
-        "\nshared prefix: {} prompts, {}-token common prefix + {} own tokens, TG = {}",
-        shape.0, shape.1, shape.2, shape.3
-    );
-    let _ = writeln!(
-        out,
-        "| sharing | {:>8} | {:>14} | {:>12} | {:>12} |",
-        "time s", "prefill tokens", "saved tokens", "gen t/s"
-    );
-    let mut times = Vec::new();
-    for sharing in [true, false] {
-        progress(&format!(
-            "shared prefix: sharing {}",
-            if sharing { "on" } else { "off" }
-        ));
-        let run = prefix_run(model_path, threads, shape, sharing)?;
+impl std::fmt::Display for BenchReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut out = String::new();
         let _ = writeln!(
             out,
-            "| {:>7} | {:>8.2} | {:>14} | {:>12} | {:>12.1} |",
-            if sharing { "on" } else { "off" },
-            run.elapsed.as_secs_f64(),
-            run.prefill_tokens,
-            run.saved_tokens,
-            run.generated_tokens as f64 / run.elapsed.as_secs_f64()
+            "model: {}\nthreads: {}\nbest of {} runs per row{}\n",
+            self.model.display(),
+            match self.plan.threads {
+                0 => "every core, adapted to other processes' load".to_owned(),
+                n => n.to_string(),
+            },
+            self.plan.repeats.max(1),
+            if self.plan.raw {
+                ", raw and engine alternating"
+            } else {
+                ""
+            }
         );
-        times.push(run.elapsed.as_secs_f64());
+        let _ = writeln!(out, "engine (cortex, full step loop):\n{}", table_header());
+        for row in &self.batched {
+            let _ = writeln!(out, "{}", table_line(&row.engine));
+        }
+        if self.plan.raw {
+            let _ = writeln!(
+                out,
+                "\nplain llama.cpp loop (same work, no engine):\n{}",
+                table_header()
+            );
+            for raw in self.batched.iter().filter_map(|r| r.raw) {
+                let _ = writeln!(out, "{}", table_line(&raw));
+            }
+            let _ = writeln!(
+                out,
+                "\nengine / raw:\n| {:>4} | {:>8} | {:>8} | {:>8} |",
+                "B", "S_PP", "S_TG", "S"
+            );
+            for row in &self.batched {
+                if let Some(raw) = row.raw {
+                    let e = row.engine;
+                    let _ = writeln!(
+                        out,
+                        "| {:>4} | {:>8.3} | {:>8.3} | {:>8.3} |",
+                        e.b,
+                        e.s_pp() / raw.s_pp(),
+                        e.s_tg() / raw.s_tg(),
+                        e.s() / raw.s()
+                    );
+                }
+            }
+        }
+        if let [on, off] = self.prefix.as_slice() {
+            let (requests, prefix, distinct, tg) = PREFIX_JOB;
+            let _ = writeln!(
+                out,
+                "\nshared prefix: {requests} prompts, {prefix}-token common prefix + {distinct} own tokens, TG = {tg}"
+            );
+            let _ = writeln!(
+                out,
+                "| sharing | {:>8} | {:>14} | {:>12} | {:>12} |",
+                "time s", "prefill tokens", "saved tokens", "gen t/s"
+            );
+            for run in [on, off] {
+                let _ = writeln!(
+                    out,
+                    "| {:>7} | {:>8.2} | {:>14} | {:>12} | {:>12.1} |",
+                    if run.sharing { "on" } else { "off" },
+                    run.elapsed.as_secs_f64(),
+                    run.prefill_tokens,
+                    run.saved_tokens,
+                    run.generated_tokens as f64 / run.elapsed.as_secs_f64()
+                );
+            }
+            let _ = writeln!(
+                out,
+                "sharing on is {:.2}x faster than off",
+                off.elapsed.as_secs_f64() / on.elapsed.as_secs_f64()
+            );
+        }
+        if let Some(rss) = self.peak_rss_bytes {
+            let _ = writeln!(out, "\npeak RSS: {:.1} MiB", rss as f64 / (1024.0 * 1024.0));
+        }
+        f.write_str(out.trim_end())
     }
-    let _ = writeln!(
-        out,
-        "sharing on is {:.2}x faster than off",
-        times[1] / times[0]
-    );
-    if let Some(rss) = peak_rss_bytes() {
-        let _ = writeln!(out, "\npeak RSS: {:.1} MiB", rss as f64 / (1024.0 * 1024.0));
-    }
-    Ok(out)
 }

@@ -6,6 +6,7 @@ use crate::{BackendError, GgufError, ModelError};
 
 /// Why the engine or one of its requests failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum EngineError {
     /// The model file could not be used.
     #[error("{0}")]
@@ -60,6 +61,10 @@ pub enum EngineError {
     /// The engine is shutting down or gone.
     #[error("the engine has stopped")]
     Stopped,
+    /// The engine's step loop died (a panic inside it or in llama.cpp's
+    /// bindings); every request it held fails with this.
+    #[error("the engine died: {0}")]
+    Died(String),
 }
 
 impl EngineError {
@@ -68,7 +73,10 @@ impl EngineError {
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            EngineError::Backend { .. } | EngineError::Timeout { .. } | EngineError::Stopped
+            EngineError::Backend { .. }
+                | EngineError::Timeout { .. }
+                | EngineError::Stopped
+                | EngineError::Died(_)
         )
     }
 
@@ -82,6 +90,7 @@ impl EngineError {
             EngineError::Backend { .. } => "backend_error",
             EngineError::Timeout { .. } => "timeout",
             EngineError::Stopped => "engine_stopped",
+            EngineError::Died(_) => "engine_died",
         }
     }
 

@@ -4,6 +4,7 @@ use crate::EngineError;
 
 /// What the engine reports about a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum EngineEvent {
     /// A token was generated. `text` is the new text it completes (possibly
     /// empty while a multi-byte character or a possible stop string is pending).
@@ -45,6 +46,7 @@ impl EngineEvent {
 
 /// Counters and gauges of a running engine.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[non_exhaustive]
 pub struct EngineStats {
     /// Steps (decode calls) run.
     pub steps: u64,
@@ -68,6 +70,23 @@ pub struct EngineStats {
     pub running: usize,
     /// Fraction of KV blocks held by sequences.
     pub kv_utilisation: f64,
+    /// KV streams (each holds one running sequence, or a cached prefix).
+    pub kv_streams: usize,
+    /// Cells per stream: the longest sequence a stream holds now.
+    pub kv_stream_tokens: usize,
+    /// Streams kept only for their cached prefix.
+    pub kv_retired_streams: usize,
+    /// Shared prefixes attached by copying a holder's stream.
+    pub prefix_copies: u64,
+    /// Shared prefixes attached by taking over the retired stream holding them.
+    pub prefix_takeovers: u64,
+    /// Times the KV was rebuilt with longer streams for a longer request.
+    pub kv_resizes: u64,
+    /// Cached prefix blocks evicted to make room.
+    pub kv_evicted_blocks: u64,
+    /// CPU threads decoding now when the engine adapts them (0 when the
+    /// configured count is kept).
+    pub threads: usize,
     /// Seconds spent in steps.
     pub busy_seconds: f64,
     /// Seconds of those spent inside the backend's decode (the rest is the

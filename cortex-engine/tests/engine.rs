@@ -5,10 +5,7 @@ mod common;
 use std::time::Duration;
 
 use common::{collect, engine, model_path, run_all};
-use cortex_engine::llama_cpp_2::context::params::LlamaContextParams;
-use cortex_engine::llama_cpp_2::llama_batch::LlamaBatch;
-use cortex_engine::llama_cpp_2::token::LlamaToken;
-use cortex_engine::{Engine, EngineConfig, EngineError, EngineEvent, Model, llama};
+use cortex_engine::{Engine, EngineConfig, EngineError, EngineEvent, Model, bench};
 use cortex_request::{ChatMessage, FinishReason, Prompt, Request, RequestId, SamplingParams};
 
 fn greedy(id: u64, prompt: impl Into<Prompt>, max_tokens: u32) -> Request {
@@ -18,42 +15,11 @@ fn greedy(id: u64, prompt: impl Into<Prompt>, max_tokens: u32) -> Request {
     r
 }
 
-/// Greedy decoding with llama-cpp-2 alone: one sequence, one token per decode.
-fn plain_greedy_loop(model: &Model, prompt: &[u32], max_tokens: usize) -> Vec<u32> {
-    let params = LlamaContextParams::default()
-        .with_n_ctx(std::num::NonZeroU32::new(2048))
-        .with_n_threads(2)
-        .with_n_threads_batch(2);
-    let mut ctx = model.as_ref().new_context(llama(), params).unwrap();
-    let mut batch = LlamaBatch::new(2048, 1);
-    for (i, &t) in prompt.iter().enumerate() {
-        batch
-            .add(LlamaToken(t as i32), i as i32, &[0], i + 1 == prompt.len())
-            .unwrap();
-    }
-    ctx.decode(&mut batch).unwrap();
-    let mut out = Vec::new();
-    for pos in prompt.len()..prompt.len() + max_tokens {
-        let logits = ctx.get_logits_ith(batch.n_tokens() - 1);
-        let next = cortex_sample::argmax(logits);
-        out.push(next);
-        if model.is_end_of_generation(next) {
-            break;
-        }
-        batch.clear();
-        batch
-            .add(LlamaToken(next as i32), pos as i32, &[0], true)
-            .unwrap();
-        ctx.decode(&mut batch).unwrap();
-    }
-    out
-}
-
 #[test]
 fn greedy_through_the_engine_equals_a_plain_llama_loop() {
     let model = Model::load(&model_path()).unwrap();
     let prompt = model.tokenize("The capital of France is", true, true);
-    let expected = plain_greedy_loop(&model, &prompt, 40);
+    let expected = bench::greedy_reference(&model, &prompt, 40, 2).unwrap();
 
     let engine = engine(|_| {});
     let outcome = collect(
@@ -247,12 +213,8 @@ fn cancelling_mid_decode_ends_with_cancelled_and_frees_the_kv() {
 }
 
 #[test]
-fn a_tiny_kv_pool_preempts_and_every_request_still_completes() {
-    let engine = engine(|c| {
-        c.kv_tokens = 512;
-        c.block_size = 16;
-        c.max_running = 8;
-    });
+fn a_long_request_grows_the_streams_while_others_run_and_everything_completes() {
+    let engine = engine(|c| c.max_running = 8);
     let requests: Vec<Request> = (0..8)
         .map(|i| {
             let mut r = greedy(
@@ -264,22 +226,38 @@ fn a_tiny_kv_pool_preempts_and_every_request_still_completes() {
             r
         })
         .collect();
-    let outcomes = run_all(&engine, requests);
-    for outcome in &outcomes {
+    let receivers = engine.submit_many(requests).unwrap();
+    // Once they run, a prompt longer than the first streams hold.
+    assert!(matches!(
+        receivers[0].recv().unwrap(),
+        EngineEvent::Token { .. }
+    ));
+    let long = greedy(
+        100,
+        "The history of the river, told slowly. ".repeat(40),
+        20,
+    );
+    let long_rx = engine.submit(long).unwrap();
+    for outcome in receivers.iter().map(collect) {
         let c = &outcome.response().completions[0];
         assert_eq!(c.finish_reason, FinishReason::Length);
         assert_eq!(c.tokens.len(), 100);
     }
+    let long = collect(&long_rx);
+    assert!(long.response().usage.prompt_tokens > 256);
+    assert_eq!(long.response().completions[0].tokens.len(), 20);
+    let stats = engine.stats();
+    assert_eq!(stats.kv_resizes, 1, "{stats:?}");
+    assert!(stats.kv_stream_tokens >= 512, "{stats:?}");
     assert!(
-        engine.stats().preemptions > 0,
-        "the pool is too small for all: {:?}",
-        engine.stats()
+        stats.preemptions > 0,
+        "running requests were recomputed: {stats:?}"
     );
 }
 
 #[test]
 fn a_prompt_longer_than_the_context_fails_at_once_and_others_go_on() {
-    let engine = engine(|c| c.kv_tokens = 1024);
+    let engine = engine(|c| c.stream_tokens = Some(1024));
     let long = "word ".repeat(3000);
     let receivers = [
         engine.submit(greedy(1, long.as_str(), 10)).unwrap(),

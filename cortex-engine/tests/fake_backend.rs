@@ -1,10 +1,12 @@
 //! The step loop over a fake backend, for what the real model cannot be made
-//! to do on demand: fail.
+//! to do on demand: fail, die, and show exactly which cells each stream holds.
 
-use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use cortex_engine::{
-    Backend, BackendError, BatchToken, Engine, EngineError, EngineEvent, LoopConfig, SeqSlot,
+    Backend, BackendError, BatchToken, Engine, EngineError, EngineEvent, EngineHealth, KvLayout,
+    LoopConfig, StreamId,
 };
 use cortex_request::{
     ChatMessage, FinishReason, Prompt, Request, RequestId, SamplingParams, TokenId,
@@ -19,12 +21,67 @@ const STEER: TokenId = 30;
 /// Any batch holding this token finds no KV slot.
 const STALL: TokenId = 29;
 
-/// Each sequence counts upwards: after token t comes t + 1 (wrapping below
-/// STEER), unless its prompt began with STEER, in which case POISON follows.
+/// The fake model: the token after a sequence is 1 + (the sum of all its
+/// tokens) mod 20, so every output depends on every cell before it; a
+/// sequence whose first token is STEER continues with POISON. Tokens are
+/// 1..=20, so EOS (0) never comes.
+fn fake_next(sequence: &[TokenId]) -> TokenId {
+    if sequence.first() == Some(&STEER) {
+        POISON
+    } else {
+        1 + (sequence.iter().map(|&t| u64::from(t)).sum::<u64>() % 20) as TokenId
+    }
+}
+
+/// What the engine should produce for a greedy request under the fake model.
+fn expected(prompt: &[TokenId], max_tokens: usize) -> Vec<TokenId> {
+    let mut sequence = prompt.to_vec();
+    for _ in 0..max_tokens {
+        sequence.push(fake_next(&sequence));
+    }
+    sequence.split_off(prompt.len())
+}
+
+/// A backend that keeps the token of every cell of every stream and refuses
+/// anything llama.cpp would get wrong silently: writing past a hole, writing
+/// a position twice without truncating it, going past a stream's capacity.
+/// Its logits come from what the stream holds, so a wrong copy or a missed
+/// truncation changes the output.
 #[derive(Default)]
 struct FakeBackend {
-    first_token: HashMap<SeqSlot, TokenId>,
-    last_batch: Vec<BatchToken>,
+    layout: Option<KvLayout>,
+    cells: Vec<Vec<TokenId>>,
+    /// The next token for each row of the last batch.
+    next: Vec<TokenId>,
+    /// Panic on this decode call (counting from 1), to kill the loop.
+    panic_at: Option<u64>,
+    decodes: Arc<AtomicU64>,
+}
+
+impl FakeBackend {
+    fn write(&mut self, t: &BatchToken) -> Result<(), BackendError> {
+        let layout = self.layout.expect("a layout is set first");
+        let cells = self
+            .cells
+            .get_mut(t.stream as usize)
+            .ok_or_else(|| BackendError::Failed(format!("no stream {}", t.stream)))?;
+        if t.pos >= layout.capacity {
+            return Err(BackendError::Failed(format!(
+                "stream {} position {} beyond its {} cells",
+                t.stream, t.pos, layout.capacity
+            )));
+        }
+        if t.pos != cells.len() {
+            return Err(BackendError::Failed(format!(
+                "stream {} holds {} cells; position {} written",
+                t.stream,
+                cells.len(),
+                t.pos
+            )));
+        }
+        cells.push(t.token);
+        Ok(())
+    }
 }
 
 impl Backend for FakeBackend {
@@ -34,11 +91,16 @@ impl Backend for FakeBackend {
     fn n_ctx_train(&self) -> usize {
         4096
     }
-    fn kv_capacity(&self) -> usize {
-        4096
+    fn kv_bytes_per_token(&self) -> usize {
+        64
     }
-    fn max_sequences(&self) -> usize {
-        32
+    fn kv_layout(&self) -> KvLayout {
+        self.layout.expect("a layout is set first")
+    }
+    fn set_kv_layout(&mut self, layout: KvLayout) -> Result<(), BackendError> {
+        self.layout = Some(layout);
+        self.cells = vec![Vec::new(); layout.streams];
+        Ok(())
     }
     fn tokenize(&self, text: &str, _add_bos: bool, _parse_special: bool) -> Vec<TokenId> {
         text.bytes().map(|b| 1 + TokenId::from(b) % 20).collect()
@@ -53,30 +115,35 @@ impl Backend for FakeBackend {
         Ok(messages.iter().map(|m| m.content.as_str()).collect())
     }
     fn decode(&mut self, batch: &[BatchToken]) -> Result<(), BackendError> {
-        if batch.iter().any(|t| t.token == POISON) {
-            return Err(BackendError::Failed("injected failure".into()));
+        let call = self.decodes.fetch_add(1, Ordering::SeqCst) + 1;
+        if self.panic_at == Some(call) {
+            panic!("injected panic in decode call {call}");
         }
         if batch.iter().any(|t| t.token == STALL) {
             return Err(BackendError::NoKvSlot);
         }
-        for t in batch.iter().filter(|t| t.pos == 0) {
-            self.first_token.insert(t.seq, t.token);
+        self.next.clear();
+        for t in batch {
+            self.write(t)?;
+            let cells = &self.cells[t.stream as usize];
+            self.next.push(fake_next(cells));
         }
-        self.last_batch = batch.to_vec();
+        // Like llama.cpp, a failing batch may have written its cells.
+        if batch.iter().any(|t| t.token == POISON) {
+            return Err(BackendError::Failed("injected failure".into()));
+        }
         Ok(())
     }
     fn logits(&self, index: usize) -> &[f32] {
-        let t = self.last_batch[index];
-        let next = if self.first_token.get(&t.seq) == Some(&STEER) {
-            POISON
-        } else {
-            1 + t.token % 20
-        };
         // A static row per token value keeps the borrow simple.
-        &ROWS[next as usize]
+        &ROWS[self.next[index] as usize]
     }
-    fn copy_sequence(&mut self, _src: SeqSlot, _dst: SeqSlot, _from: usize, _to: usize) {}
-    fn remove_sequence(&mut self, _seq: SeqSlot, _from: usize, _to: Option<usize>) {}
+    fn copy_stream(&mut self, src: StreamId, dst: StreamId) {
+        self.cells[dst as usize] = self.cells[src as usize].clone();
+    }
+    fn truncate_stream(&mut self, stream: StreamId, from: usize) {
+        self.cells[stream as usize].truncate(from);
+    }
 }
 
 /// Row `i` puts all the mass on token `i`.
@@ -95,14 +162,13 @@ fn start() -> Engine {
 }
 
 fn start_with_timeout(request_timeout: Option<std::time::Duration>) -> Engine {
-    let config = LoopConfig {
-        block_size: 4,
-        max_running: 8,
-        max_batch_tokens: 64,
-        prefix_sharing: true,
-        request_timeout,
-    };
-    Engine::start_with_backend(config, || Ok(FakeBackend::default())).unwrap()
+    let mut config = LoopConfig::new(8, 4);
+    config.request_timeout = request_timeout;
+    start_with(config, FakeBackend::default)
+}
+
+fn start_with(config: LoopConfig, make: fn() -> FakeBackend) -> Engine {
+    Engine::start_with_backend(config, move || Ok(make())).unwrap()
 }
 
 fn request(id: u64, prompt: Vec<TokenId>) -> Request {
@@ -167,21 +233,200 @@ fn an_injected_decode_failure_fails_only_the_affected_requests() {
 }
 
 #[test]
-fn the_fake_counts_upwards_and_stops_at_eos() {
+fn outputs_follow_the_fake_model_token_for_token() {
     let engine = start();
     let mut r = request(9, vec![17, 18]);
     r.stop.max_tokens = 10;
     match last_event(&engine.submit(r).unwrap()) {
         EngineEvent::Finished(response) => {
-            // 18 -> 19 -> 20 -> 1 -> 2 ...: counting wraps below 21 and never hits EOS (0).
-            assert_eq!(
-                response.completions[0].tokens,
-                [19, 20, 1, 2, 3, 4, 5, 6, 7, 8]
-            );
-            assert_eq!(response.completions[0].text, "tubcdefghi");
+            let tokens = &response.completions[0].tokens;
+            assert_eq!(tokens, &expected(&[17, 18], 10));
+            let text: String = tokens
+                .iter()
+                .map(|&t| (b'a' + (t % 26) as u8) as char)
+                .collect();
+            assert_eq!(response.completions[0].text, text);
         }
         other => panic!("{other:?}"),
     }
+}
+
+/// Sixteen prompts sharing a 24-token prefix, each with its own tail.
+fn shared_prefix_requests(first_id: u64) -> Vec<(Request, Vec<TokenId>)> {
+    let prefix: Vec<TokenId> = (0..24).map(|i| 1 + (i * 7) % 20).collect();
+    (0..16)
+        .map(|i| {
+            let mut prompt = prefix.clone();
+            prompt.extend([1 + (i as TokenId) % 20, 2, 3 + (i as TokenId * 3) % 17]);
+            let mut r = request(first_id + i, prompt.clone());
+            r.stop.max_tokens = 12;
+            (r, prompt)
+        })
+        .collect()
+}
+
+fn run_to_end(engine: &Engine, requests: Vec<Request>) -> Vec<Vec<TokenId>> {
+    let receivers = engine.submit_many(requests).unwrap();
+    receivers
+        .iter()
+        .map(|rx| match last_event(rx) {
+            EngineEvent::Finished(r) => r.completions[0].tokens.clone(),
+            other => panic!("{other:?}"),
+        })
+        .collect()
+}
+
+#[test]
+fn shared_prefixes_are_copied_or_taken_over_and_give_the_exact_outputs() {
+    for sharing in [true, false] {
+        let mut config = LoopConfig::new(8, 4);
+        config.prefix_sharing = sharing;
+        let engine = start_with(config, FakeBackend::default);
+        // Twice: the second wave finds the prefix in streams retired by the first.
+        for wave in 0..2 {
+            let batch = shared_prefix_requests(100 * wave + 1);
+            let outputs = run_to_end(&engine, batch.iter().map(|(r, _)| r.clone()).collect());
+            for ((_, prompt), output) in batch.iter().zip(&outputs) {
+                assert_eq!(output, &expected(prompt, 12), "sharing {sharing}");
+            }
+        }
+        let stats = engine.stats();
+        if sharing {
+            assert!(stats.prefix_copies > 0, "{stats:?}");
+            assert!(stats.prefix_takeovers > 0, "{stats:?}");
+            assert!(
+                stats.prefill_tokens_saved >= 30 * 24 / 4 * 4 / 2,
+                "{stats:?}"
+            );
+        } else {
+            assert_eq!(stats.prefix_copies + stats.prefix_takeovers, 0);
+            assert_eq!(stats.prefill_tokens_saved, 0);
+        }
+    }
+}
+
+#[test]
+fn n_completions_copy_the_first_ones_prompt() {
+    let engine = start();
+    let prompt: Vec<TokenId> = (1..=18).collect();
+    let mut r = request(50, prompt.clone());
+    r.n = 5;
+    r.stop.max_tokens = 7;
+    match last_event(&engine.submit(r).unwrap()) {
+        EngineEvent::Finished(response) => {
+            assert_eq!(response.completions.len(), 5);
+            for c in &response.completions {
+                assert_eq!(c.tokens, expected(&prompt, 7));
+            }
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(engine.stats().prefill_tokens_saved >= 4 * 16);
+}
+
+#[test]
+fn a_longer_request_grows_the_streams_and_running_ones_are_recomputed_exactly() {
+    let engine = start();
+    let short: Vec<(Request, Vec<TokenId>)> = (0..6)
+        .map(|i| {
+            let prompt = vec![1 + i, 2, 3];
+            let mut r = request(60 + u64::from(i), prompt.clone());
+            r.stop.max_tokens = 150;
+            (r, prompt)
+        })
+        .collect();
+    let receivers = engine
+        .submit_many(short.iter().map(|(r, _)| r.clone()).collect())
+        .unwrap();
+    // Wait until they run, then send one that needs more than 256 cells.
+    assert!(matches!(
+        receivers[0].recv().unwrap(),
+        EngineEvent::Token { .. }
+    ));
+    let long_prompt: Vec<TokenId> = (0..300).map(|i| 1 + i % 20).collect();
+    let mut long = request(70, long_prompt.clone());
+    long.stop.max_tokens = 40;
+    let long_rx = engine.submit(long).unwrap();
+    for ((_, prompt), rx) in short.iter().zip(&receivers) {
+        match last_event(rx) {
+            EngineEvent::Finished(r) => assert_eq!(r.completions[0].tokens, expected(prompt, 150)),
+            other => panic!("{other:?}"),
+        }
+    }
+    match last_event(&long_rx) {
+        EngineEvent::Finished(r) => assert_eq!(r.completions[0].tokens, expected(&long_prompt, 40)),
+        other => panic!("{other:?}"),
+    }
+    let stats = engine.stats();
+    assert_eq!(stats.kv_resizes, 1, "{stats:?}");
+    assert_eq!(stats.kv_stream_tokens, 512);
+    assert!(
+        stats.preemptions >= 6,
+        "running requests were recomputed: {stats:?}"
+    );
+}
+
+#[test]
+fn a_fixed_stream_size_refuses_longer_prompts_and_cuts_generation_at_its_end() {
+    let mut config = LoopConfig::new(4, 4);
+    config.stream_tokens = Some(256);
+    let engine = start_with(config, FakeBackend::default);
+    let too_long = request(80, vec![1; 300]);
+    match last_event(&engine.submit(too_long).unwrap()) {
+        EngineEvent::Failed {
+            error:
+                EngineError::PromptTooLong {
+                    prompt_tokens,
+                    limit,
+                    ..
+                },
+            ..
+        } => assert_eq!((prompt_tokens, limit), (300, 256)),
+        other => panic!("{other:?}"),
+    }
+    let mut near = request(81, vec![1; 250]);
+    near.stop.max_tokens = 100;
+    match last_event(&engine.submit(near).unwrap()) {
+        EngineEvent::Finished(r) => {
+            assert_eq!(r.completions[0].tokens.len(), 6);
+            assert_eq!(r.completions[0].finish_reason, FinishReason::Length);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(engine.stats().kv_resizes, 0);
+}
+
+#[test]
+fn a_panic_in_the_loop_fails_every_request_in_hand_and_the_engine_reports_it() {
+    let engine = start_with(LoopConfig::new(8, 4), || FakeBackend {
+        panic_at: Some(5),
+        ..FakeBackend::default()
+    });
+    let receivers = engine
+        .submit_many((0..6).map(|i| request(90 + i, vec![1, 2, 3])).collect())
+        .unwrap();
+    for rx in &receivers {
+        match last_event(rx) {
+            EngineEvent::Failed {
+                error: EngineError::Died(message),
+                ..
+            } => assert_eq!(message, "injected panic in decode call 5"),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(
+        engine.health(),
+        EngineHealth::Died("injected panic in decode call 5".into())
+    );
+    assert_eq!(engine.in_flight(), 0);
+    assert!(matches!(
+        engine.submit(request(99, vec![1])),
+        Err(EngineError::Died(_))
+    ));
+    assert_eq!(
+        engine.shutdown(cortex_engine::Shutdown::Abort),
+        Err(EngineError::Died("injected panic in decode call 5".into()))
+    );
 }
 
 #[test]
@@ -225,7 +470,7 @@ fn draining_finishes_what_is_in_hand_and_aborting_cancels_it() {
     let receivers = engine
         .submit_many((0..3).map(|i| request(20 + i, vec![1, 2])).collect())
         .unwrap();
-    engine.shutdown(cortex_engine::Shutdown::Drain);
+    engine.shutdown(cortex_engine::Shutdown::Drain).unwrap();
     for rx in &receivers {
         match last_event(rx) {
             EngineEvent::Finished(r) => {
@@ -242,7 +487,7 @@ fn draining_finishes_what_is_in_hand_and_aborting_cancels_it() {
     let rx = engine.submit(long).unwrap();
     // Wait until it is generating, then abort.
     assert!(matches!(rx.recv().unwrap(), EngineEvent::Token { .. }));
-    engine.shutdown(cortex_engine::Shutdown::Abort);
+    engine.shutdown(cortex_engine::Shutdown::Abort).unwrap();
     match last_event(&rx) {
         EngineEvent::Finished(r) => {
             assert_eq!(r.completions[0].finish_reason, FinishReason::Cancelled);
@@ -276,4 +521,75 @@ fn a_request_that_never_makes_progress_times_out_and_the_others_finish() {
         }
     }
     assert!(engine.stats().preemptions > 0);
+}
+
+/// A small deterministic generator for the random workload.
+struct Lcg(u64);
+
+impl Lcg {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (self.0 >> 33) % n
+    }
+}
+
+#[test]
+fn random_workloads_keep_the_kv_binding_consistent_and_every_output_exact() {
+    // Few streams, long prompts from a handful of families: streams retire,
+    // are taken over, copied from and reclaimed, and the accounting evicts
+    // cached blocks. The binding's invariants are checked after every step
+    // (debug builds), and every output must follow the fake model exactly.
+    let engine = start_with(LoopConfig::new(4, 4), FakeBackend::default);
+    let mut rng = Lcg(7);
+    let families: Vec<Vec<TokenId>> = (0..5u32)
+        .map(|f| (0..40 + 20 * f).map(|i| 1 + (i * (f + 3)) % 20).collect())
+        .collect();
+    let mut id = 1000;
+    for _round in 0..12 {
+        let mut batch = Vec::new();
+        for _ in 0..1 + rng.below(9) {
+            let family = &families[rng.below(families.len() as u64) as usize];
+            let keep = family.len() - rng.below(24) as usize;
+            let mut prompt = family[..keep].to_vec();
+            prompt.extend((0..rng.below(6)).map(|_| 1 + rng.below(20) as TokenId));
+            let mut r = request(id, prompt.clone());
+            id += 1;
+            r.stop.max_tokens = 1 + rng.below(30) as u32;
+            r.n = 1 + rng.below(3) as u32;
+            batch.push((r, prompt));
+        }
+        let receivers = engine
+            .submit_many(batch.iter().map(|(r, _)| r.clone()).collect())
+            .unwrap();
+        // Cancel one now and then, mid-flight.
+        if rng.below(3) == 0 {
+            engine.cancel(batch[0].0.id);
+        }
+        for ((r, prompt), rx) in batch.iter().zip(&receivers) {
+            match last_event(rx) {
+                EngineEvent::Finished(response) => {
+                    let want = expected(prompt, r.stop.max_tokens as usize);
+                    assert_eq!(response.completions.len(), r.n as usize);
+                    for c in &response.completions {
+                        if c.finish_reason == FinishReason::Cancelled {
+                            assert!(want.starts_with(&c.tokens), "{:?}", r.id);
+                        } else {
+                            assert_eq!(c.tokens, want, "{:?}", r.id);
+                        }
+                    }
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+    let stats = engine.stats();
+    assert!(
+        stats.prefix_copies > 0 && stats.prefix_takeovers > 0,
+        "{stats:?}"
+    );
+    assert!(stats.kv_evicted_blocks > 0, "{stats:?}");
+    assert_eq!(stats.requests_failed, 0);
 }

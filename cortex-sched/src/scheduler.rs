@@ -612,6 +612,21 @@ impl Scheduler {
         self.kv.evict(block)
     }
 
+    /// Replaces the configuration and the KV pool (an engine that rebuilt its
+    /// KV cache with a new size). Nothing may be running: preempt first.
+    /// Waiting requests keep their place and tokens; cached prefixes are gone.
+    pub fn reset_kv(&mut self, config: SchedConfig) -> Result<(), SchedError> {
+        if !self.running.is_empty() {
+            return Err(SchedError::InvalidConfig(
+                "the KV pool cannot change while requests run".into(),
+            ));
+        }
+        let fresh = Scheduler::new(config)?;
+        self.config = fresh.config;
+        self.kv = fresh.kv;
+        Ok(())
+    }
+
     /// Preempts a running request now (its backend could not take its tokens):
     /// its KV is released and it returns to the front of the queue, to be
     /// recomputed. Whatever the last plan holds for it is ignored by `commit`.

@@ -44,7 +44,6 @@ pub fn engine(edit: impl FnOnce(&mut EngineConfig)) -> TestEngine {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let mut config = EngineConfig::new(model_path());
-    config.kv_tokens = 4096;
     config.max_running = 16;
     config.max_batch_tokens = 512;
     edit(&mut config);

@@ -1,0 +1,161 @@
+//! The engine's [`Backend`] on llama.cpp: one KV stream per sequence.
+
+use std::path::{Path, PathBuf};
+
+use cortex_request::{ChatMessage, TokenId};
+
+use super::Model;
+use super::sys::{ContextParams, RawBatch, RawContext};
+use crate::backend::{Backend, BackendError, BatchToken, KvLayout, StreamId};
+
+/// llama.cpp's limit on sequences (`LLAMA_MAX_SEQ`).
+pub const MAX_STREAMS: usize = 256;
+
+/// Settings of a llama.cpp context besides the KV layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContextConfig {
+    /// Most tokens in one decode call.
+    pub max_batch_tokens: usize,
+    /// CPU threads.
+    pub threads: usize,
+}
+
+/// A model plus a context whose KV cache has one stream per sequence
+/// (llama.cpp's non-unified mode: a token attends only to its own stream).
+pub struct LlamaEngineBackend<'m> {
+    model: &'m Model,
+    config: ContextConfig,
+    path: PathBuf,
+    ctx: Option<RawContext<'m>>,
+    layout: KvLayout,
+    batch: RawBatch,
+}
+
+impl<'m> LlamaEngineBackend<'m> {
+    /// A backend over `model`; its context is made by the first
+    /// [`Backend::set_kv_layout`] (the engine's, once it has sized the KV).
+    pub fn new(model: &'m Model, config: ContextConfig, path: &Path) -> Self {
+        Self {
+            model,
+            config,
+            path: path.to_owned(),
+            ctx: None,
+            layout: KvLayout {
+                streams: 0,
+                capacity: 0,
+            },
+            batch: RawBatch::new(config.max_batch_tokens.max(1)),
+        }
+    }
+
+    fn ctx(&self) -> &RawContext<'m> {
+        self.ctx
+            .as_ref()
+            .expect("the engine sets a KV layout first")
+    }
+
+    fn ctx_mut(&mut self) -> &mut RawContext<'m> {
+        self.ctx
+            .as_mut()
+            .expect("the engine sets a KV layout first")
+    }
+}
+
+impl Backend for LlamaEngineBackend<'_> {
+    fn n_vocab(&self) -> usize {
+        self.model.n_vocab()
+    }
+
+    fn n_ctx_train(&self) -> usize {
+        self.model.n_ctx_train()
+    }
+
+    fn kv_bytes_per_token(&self) -> usize {
+        self.model.kv_bytes_per_token()
+    }
+
+    fn kv_layout(&self) -> KvLayout {
+        self.layout
+    }
+
+    fn set_kv_layout(&mut self, layout: KvLayout) -> Result<(), BackendError> {
+        let streams = layout.streams.clamp(1, MAX_STREAMS);
+        let capacity = layout.capacity.max(1).next_multiple_of(256);
+        let params = ContextParams {
+            cells: streams * capacity,
+            sequences: streams,
+            batch: self.batch.capacity(),
+            threads: self.config.threads,
+            unified: false,
+        };
+        // The old context's memory goes before the new one is allocated.
+        self.ctx = None;
+        let ctx = RawContext::new(&self.model.raw, &params).map_err(|e| {
+            BackendError::Failed(format!(
+                "{}: cannot create a context of {streams} streams x {capacity} tokens: {e}",
+                self.path.display()
+            ))
+        })?;
+        self.ctx = Some(ctx);
+        self.layout = KvLayout { streams, capacity };
+        Ok(())
+    }
+
+    fn set_threads(&mut self, threads: usize) {
+        self.ctx_mut().set_threads(threads);
+    }
+
+    fn tokenize(&self, text: &str, add_bos: bool, parse_special: bool) -> Vec<TokenId> {
+        self.model.tokenize(text, add_bos, parse_special)
+    }
+
+    fn token_bytes(&self, token: TokenId) -> Vec<u8> {
+        self.model.token_bytes(token)
+    }
+
+    fn is_end_of_generation(&self, token: TokenId) -> bool {
+        self.model.is_end_of_generation(token)
+    }
+
+    fn apply_chat_template(&self, messages: &[ChatMessage]) -> Result<String, BackendError> {
+        self.model.apply_chat_template(messages)
+    }
+
+    fn decode(&mut self, batch: &[BatchToken]) -> Result<(), BackendError> {
+        self.batch.clear();
+        for t in batch {
+            if !self.batch.push(t.token as i32, t.pos, t.stream, t.logits) {
+                return Err(BackendError::Failed(format!(
+                    "batch of {} tokens exceeds the context's {}",
+                    batch.len(),
+                    self.batch.capacity()
+                )));
+            }
+        }
+        let ctx = self
+            .ctx
+            .as_mut()
+            .expect("the engine sets a KV layout first");
+        match ctx.decode(&self.batch) {
+            0 => Ok(()),
+            1 => Err(BackendError::NoKvSlot),
+            code => Err(BackendError::Failed(format!(
+                "llama_decode failed with code {code}"
+            ))),
+        }
+    }
+
+    fn logits(&self, index: usize) -> &[f32] {
+        self.ctx()
+            .logits(index)
+            .expect("logits were asked for this row")
+    }
+
+    fn copy_stream(&mut self, src: StreamId, dst: StreamId) {
+        self.ctx_mut().copy_sequence(src, dst);
+    }
+
+    fn truncate_stream(&mut self, stream: StreamId, from: usize) {
+        self.ctx_mut().truncate_sequence(stream, from);
+    }
+}

@@ -1,0 +1,9 @@
+//! llama.cpp: the model, the engine's backend over it, and the FFI
+//! boundary (`sys`, the only code in cortex with `unsafe`).
+
+mod backend;
+mod model;
+pub(crate) mod sys;
+
+pub use backend::{ContextConfig, LlamaEngineBackend, MAX_STREAMS};
+pub use model::Model;

@@ -1,0 +1,94 @@
+//! A loaded GGUF model: vocabulary, tokenizer, chat template, KV footprint.
+
+use std::path::Path;
+
+use cortex_request::{ChatMessage, TokenId};
+
+use super::sys::{self, RawModel};
+use crate::backend::BackendError;
+use crate::error::EngineError;
+use crate::gguf::read_gguf;
+
+/// A loaded GGUF model (weights, memory-mapped, and vocabulary).
+pub struct Model {
+    pub(crate) raw: RawModel,
+}
+
+impl std::fmt::Debug for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Model")
+            .field("n_vocab", &self.n_vocab())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Model {
+    /// Loads a GGUF file, checking it first so that a missing, foreign or
+    /// truncated file is a clear error rather than a failure inside llama.cpp.
+    pub fn load(path: &Path) -> Result<Self, EngineError> {
+        read_gguf(path)?;
+        let raw = RawModel::load(path).map_err(|detail| EngineError::Load {
+            path: path.to_owned(),
+            detail,
+        })?;
+        Ok(Self { raw })
+    }
+
+    /// Tokens in the vocabulary.
+    pub fn n_vocab(&self) -> usize {
+        self.raw.n_vocab()
+    }
+
+    /// The context length the model was trained with.
+    pub fn n_ctx_train(&self) -> usize {
+        self.raw.n_ctx_train()
+    }
+
+    /// Tokenizes text as llama.cpp does (the GGUF vocabulary is the tokenizer
+    /// of record); `add_bos` adds the model's start token if it uses one.
+    pub fn tokenize(&self, text: &str, add_bos: bool, parse_special: bool) -> Vec<TokenId> {
+        self.raw
+            .tokenize(text, add_bos, parse_special)
+            .into_iter()
+            .map(|t| t as TokenId)
+            .collect()
+    }
+
+    /// The bytes of a token (control tokens render as nothing).
+    pub fn token_bytes(&self, token: TokenId) -> Vec<u8> {
+        self.raw.token_bytes(token as i32)
+    }
+
+    /// Whether the token ends generation.
+    pub fn is_end_of_generation(&self, token: TokenId) -> bool {
+        self.raw.is_end_of_generation(token as i32)
+    }
+
+    /// Bytes of KV (f16 keys and values over every layer) one token takes.
+    pub fn kv_bytes_per_token(&self) -> usize {
+        let m = &self.raw;
+        let heads = m.n_head().max(1);
+        let arch = m.meta("general.architecture").unwrap_or_default();
+        let head_dim = |key: &str| {
+            m.meta(&format!("{arch}.attention.{key}"))
+                .and_then(|v| v.parse::<usize>().ok())
+                .unwrap_or(m.n_embd() / heads)
+        };
+        m.n_layer() * m.n_head_kv().max(1) * (head_dim("key_length") + head_dim("value_length")) * 2
+    }
+
+    /// Renders messages with the model's own chat template, ready for the
+    /// assistant's reply.
+    pub fn apply_chat_template(&self, messages: &[ChatMessage]) -> Result<String, BackendError> {
+        let template = self
+            .raw
+            .chat_template()
+            .ok_or_else(|| BackendError::Failed("the model has no usable chat template".into()))?;
+        let pairs: Vec<(&str, &str)> = messages
+            .iter()
+            .map(|m| (m.role.as_str(), m.content.as_str()))
+            .collect();
+        sys::apply_chat_template(&template, &pairs, true)
+            .map_err(|e| BackendError::Failed(format!("chat template: {e}")))
+    }
+}

@@ -1,0 +1,219 @@
+//! Commands in: submissions are validated, rendered, tokenized and queued
+//! as one scheduler sequence per completion; cancellations and shutdowns.
+
+use std::time::Instant;
+
+use cortex_request::{Limits, Prompt, Request, RequestId, TokenId};
+use cortex_sample::Sampler;
+use cortex_sched::{SchedError, SchedRequest};
+
+use super::{Live, Seq, StepLoop};
+use crate::engine::{Command, Shutdown};
+use crate::error::EngineError;
+use crate::events::EngineEvent;
+use crate::text::{StopMatcher, Utf8Stream};
+
+impl StepLoop<'_> {
+    /// Handles pending commands, blocking when idle. Returns false to stop.
+    pub(super) fn receive_commands(&mut self) -> bool {
+        loop {
+            let command = if self.has_work() || self.draining {
+                match self.commands.try_recv() {
+                    Ok(c) => c,
+                    Err(flume::TryRecvError::Empty) => return true,
+                    Err(flume::TryRecvError::Disconnected) => return self.has_work(),
+                }
+            } else {
+                // About to block: make the idle state visible first.
+                self.publish_stats();
+                if let Some(governor) = &mut self.threads {
+                    governor.pause();
+                }
+                match self.commands.recv() {
+                    Ok(c) => c,
+                    Err(_) => return false,
+                }
+            };
+            match command {
+                Command::Submit(pairs) => {
+                    for (request, events) in pairs {
+                        self.admit_request(&request, events);
+                    }
+                }
+                Command::Cancel(id) => self.cancel(id),
+                Command::Shutdown(Shutdown::Drain) => self.draining = true,
+                Command::Shutdown(Shutdown::Abort) => {
+                    let ids: Vec<RequestId> = self.live.keys().copied().collect();
+                    for id in ids {
+                        self.cancel(id);
+                    }
+                    self.refuse_pending(&EngineError::Stopped);
+                    return false;
+                }
+            }
+        }
+    }
+
+    /// Fails every submission still in the channel with `error`.
+    pub(super) fn refuse_pending(&mut self, error: &EngineError) {
+        while let Ok(command) = self.commands.try_recv() {
+            if let Command::Submit(pairs) = command {
+                for (request, events) in pairs {
+                    self.report_end(
+                        &events,
+                        EngineEvent::Failed {
+                            id: request.id,
+                            error: error.clone(),
+                        },
+                    );
+                }
+            }
+        }
+    }
+
+    /// Validates, renders and tokenizes a request, then queues its completions.
+    fn admit_request(&mut self, request: &Request, events: flume::Sender<EngineEvent>) {
+        let id = request.id;
+        match self.queue_completions(request) {
+            Ok((seqs, prompt_tokens)) => {
+                self.stats.prompt_tokens += (prompt_tokens * seqs.len()) as u64;
+                self.live.insert(
+                    id,
+                    Live {
+                        events,
+                        prompt_tokens,
+                        cached_prompt_tokens: 0,
+                        completions: vec![None; request.n as usize],
+                        seqs,
+                        submitted: Instant::now(),
+                        started: None,
+                        first_token: None,
+                    },
+                );
+            }
+            Err(error) => self.report_end(&events, EngineEvent::Failed { id, error }),
+        }
+    }
+
+    /// Adds one scheduler sequence per completion (or parks them until the
+    /// streams grow); all or nothing. Returns them and the prompt's length.
+    fn queue_completions(
+        &mut self,
+        request: &Request,
+    ) -> Result<(Vec<RequestId>, usize), EngineError> {
+        let id = request.id;
+        if self.live.contains_key(&id) {
+            return Err(EngineError::DuplicateId(id));
+        }
+        request
+            .validate(&Limits::default())
+            .map_err(|e| EngineError::invalid(id, &e))?;
+        let prompt = self.tokenize_prompt(request)?;
+        let limit = self.info.max_sequence_tokens;
+        if prompt.len() >= limit {
+            return Err(EngineError::PromptTooLong {
+                id,
+                prompt_tokens: prompt.len(),
+                limit,
+            });
+        }
+        // Generation stops at the context's end: `length`, like max_tokens.
+        let max_new = (request.stop.max_tokens as usize).min(limit - prompt.len());
+        let fits_now = prompt.len() + max_new <= self.streams.capacity();
+        let now = Instant::now();
+        let mut seqs = Vec::with_capacity(request.n as usize);
+        for index in 0..request.n {
+            let seq_id = RequestId(self.next_seq);
+            self.next_seq += 1;
+            let sched_request = SchedRequest {
+                id: seq_id,
+                prompt: prompt.clone(),
+                max_new_tokens: max_new,
+                priority: request.priority,
+            };
+            if fits_now {
+                if let Err(e) = self.sched.add(sched_request) {
+                    for s in &seqs {
+                        let _ = self.sched.abort(*s);
+                        self.seqs.remove(s);
+                    }
+                    return Err(match e {
+                        SchedError::TooLong { .. } => EngineError::PromptTooLong {
+                            id,
+                            prompt_tokens: prompt.len(),
+                            limit,
+                        },
+                        other => EngineError::Model(other.to_string()),
+                    });
+                }
+            } else {
+                self.oversize.push(sched_request);
+            }
+            self.seqs.insert(seq_id, new_seq(request, index, now));
+            seqs.push(seq_id);
+        }
+        Ok((seqs, prompt.len()))
+    }
+
+    fn tokenize_prompt(&self, request: &Request) -> Result<Vec<TokenId>, EngineError> {
+        let tokens = match &request.prompt {
+            Prompt::Text(text) => self.backend.tokenize(text, true, true),
+            Prompt::Tokens(tokens) => {
+                let vocab = self.info.n_vocab;
+                if let Some(bad) = tokens.iter().find(|&&t| t as usize >= vocab) {
+                    return Err(EngineError::Invalid {
+                        id: request.id,
+                        field: "prompt".into(),
+                        message: format!("token id {bad} is outside the vocabulary of {vocab}"),
+                    });
+                }
+                tokens.clone()
+            }
+            Prompt::Chat(messages) => {
+                let text = self.backend.apply_chat_template(messages).map_err(|e| {
+                    EngineError::Invalid {
+                        id: request.id,
+                        field: "messages".into(),
+                        message: e.to_string(),
+                    }
+                })?;
+                self.backend.tokenize(&text, true, true)
+            }
+        };
+        if tokens.is_empty() {
+            return Err(EngineError::Invalid {
+                id: request.id,
+                field: "prompt".into(),
+                message: "the prompt has no tokens".into(),
+            });
+        }
+        Ok(tokens)
+    }
+}
+
+/// The loop's state for completion `index` of `request`.
+fn new_seq(request: &Request, index: u32, now: Instant) -> Seq {
+    // Each completion has its own stream of random numbers: seed + index, or
+    // one derived from the request id, so runs repeat.
+    let mut sampling = request.sampling.clone();
+    sampling.seed = sampling.seed.map(|s| s.wrapping_add(u64::from(index)));
+    let fallback = request
+        .id
+        .0
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add(u64::from(index));
+    Seq {
+        owner: request.id,
+        index,
+        sampler: Sampler::new(sampling, fallback),
+        utf8: Utf8Stream::default(),
+        stops: StopMatcher::new(request.stop.stop.clone()),
+        stop_token_ids: request.stop.stop_token_ids.clone(),
+        ignore_eos: request.stop.ignore_eos,
+        text: String::new(),
+        tokens: Vec::new(),
+        stream: None,
+        last_progress: now,
+        progressed_since_bind: true,
+    }
+}

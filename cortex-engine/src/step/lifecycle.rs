@@ -1,0 +1,164 @@
+//! How requests end, and the counters that follow them. Every request that
+//! was submitted ends exactly once through [`StepLoop::report_end`], which
+//! owns the in-flight count and the finished/failed counters.
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use cortex_request::{Completion, FinishReason, RequestId, Response, Timings, Usage};
+
+use super::StepLoop;
+use crate::error::EngineError;
+use crate::events::EngineEvent;
+
+impl StepLoop<'_> {
+    /// Sends a request's last event and counts its end.
+    pub(super) fn report_end(&mut self, events: &flume::Sender<EngineEvent>, event: EngineEvent) {
+        debug_assert!(event.is_terminal());
+        self.stats.requests_finished += 1;
+        if matches!(event, EngineEvent::Failed { .. }) {
+            self.stats.requests_failed += 1;
+        }
+        self.shared.in_flight.fetch_sub(1, Ordering::SeqCst);
+        // Whoever hears of the end sees it counted.
+        self.publish_stats();
+        let _ = events.send(event);
+    }
+
+    /// Ends one completion; ends its request when it was the last.
+    pub(super) fn finish_seq(
+        &mut self,
+        id: RequestId,
+        reason: FinishReason,
+        still_scheduled: bool,
+    ) {
+        // The accounting releases first, so unbinding sees which blocks stay.
+        if still_scheduled {
+            let _ = self.sched.finish(id);
+        }
+        self.unbind(id);
+        let Some(seq) = self.seqs.remove(&id) else {
+            return;
+        };
+        let Some(live) = self.live.get_mut(&seq.owner) else {
+            return;
+        };
+        live.completions[seq.index as usize] = Some(Completion {
+            index: seq.index,
+            text: seq.text,
+            tokens: seq.tokens,
+            finish_reason: reason,
+        });
+        if live.completions.iter().all(Option::is_some) {
+            self.finish_request(seq.owner);
+        }
+    }
+
+    fn finish_request(&mut self, id: RequestId) {
+        let Some(live) = self.live.remove(&id) else {
+            return;
+        };
+        let now = Instant::now();
+        let completions: Vec<Completion> = live.completions.into_iter().flatten().collect();
+        let completion_tokens: usize = completions.iter().map(|c| c.tokens.len()).sum();
+        let timings = Timings {
+            queued: live.started.unwrap_or(now).duration_since(live.submitted),
+            first_token: live.first_token.map(|t| t.duration_since(live.submitted)),
+            finished: now.duration_since(live.submitted),
+        };
+        if let Some(ttft) = timings.first_token {
+            self.ttft_sum += ttft.as_secs_f64();
+        }
+        self.latency_sum += timings.finished.as_secs_f64();
+        self.latency_count += 1;
+        let response = Response {
+            id,
+            completions,
+            usage: Usage {
+                prompt_tokens: live.prompt_tokens as u32,
+                completion_tokens: completion_tokens as u32,
+                cached_prompt_tokens: live.cached_prompt_tokens as u32,
+            },
+            timings,
+        };
+        self.report_end(&live.events, EngineEvent::Finished(response));
+    }
+
+    /// Fails a whole request (every completion), releasing its KV.
+    pub(super) fn fail_request(&mut self, id: RequestId, error: EngineError) {
+        let Some(live) = self.live.remove(&id) else {
+            return;
+        };
+        for seq in &live.seqs {
+            let _ = self.sched.abort(*seq);
+            self.oversize.retain(|r| r.id != *seq);
+            self.unbind(*seq);
+            self.seqs.remove(seq);
+        }
+        self.report_end(&live.events, EngineEvent::Failed { id, error });
+    }
+
+    /// Ends a request with reason `cancelled`, keeping the text generated so far.
+    pub(super) fn cancel(&mut self, id: RequestId) {
+        let Some(live) = self.live.get(&id) else {
+            return;
+        };
+        let open: Vec<RequestId> = live
+            .seqs
+            .iter()
+            .copied()
+            .filter(|s| self.seqs.contains_key(s))
+            .collect();
+        for seq in open {
+            self.oversize.retain(|r| r.id != seq);
+            if let Some(s) = self.seqs.get_mut(&seq) {
+                let tail = s.stops.finish();
+                s.text.push_str(&tail);
+            }
+            self.finish_seq(seq, FinishReason::Cancelled, true);
+        }
+    }
+
+    pub(super) fn check_timeouts(&mut self) {
+        let Some(limit) = self.timeout else { return };
+        let now = Instant::now();
+        let stalled: Vec<(RequestId, u64)> = self
+            .seqs
+            .values()
+            // Running, or sent back to the queue without having computed
+            // anything since it was admitted: either way, stuck.
+            .filter(|s| {
+                (s.stream.is_some() || !s.progressed_since_bind)
+                    && now.duration_since(s.last_progress) > limit
+            })
+            .map(|s| (s.owner, now.duration_since(s.last_progress).as_secs()))
+            .collect();
+        for (owner, seconds) in stalled {
+            self.fail_request(owner, EngineError::Timeout { id: owner, seconds });
+        }
+    }
+
+    pub(super) fn publish_stats(&mut self) {
+        let kv = self.sched.kv_stats();
+        self.stats.waiting = self.sched.num_waiting() + self.oversize.len();
+        self.stats.running = self.sched.num_running();
+        self.stats.kv_utilisation = kv.utilisation;
+        self.stats.kv_streams = self.streams.count();
+        self.stats.kv_stream_tokens = self.streams.capacity();
+        self.stats.kv_retired_streams = self.streams.retired();
+        self.stats.kv_evicted_blocks = self.evicted_before_reset + kv.evictions;
+        if self.stats.busy_seconds > 0.0 {
+            self.stats.generated_tokens_per_second =
+                self.stats.generated_tokens as f64 / self.stats.busy_seconds;
+        }
+        if self.latency_count > 0 {
+            self.stats.mean_time_to_first_token = self.ttft_sum / self.latency_count as f64;
+            self.stats.mean_latency = self.latency_sum / self.latency_count as f64;
+        }
+        *self
+            .shared
+            .stats
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = self.stats;
+    }
+}

@@ -1,0 +1,350 @@
+//! The step loop: one thread that owns the backend, the scheduler, the KV
+//! binding and every request in flight. Each step plans with `cortex-sched`,
+//! binds admitted sequences to KV streams, decodes one batch, samples, and
+//! applies stop conditions. Split by concern:
+//!
+//! - `intake`: commands (submit, cancel, shutdown); validating, rendering and
+//!   tokenizing requests and queueing their completions;
+//! - `sizing`: the KV layout (streams x cells per stream), grown when a
+//!   longer request arrives;
+//! - `decode`: one batch from the plan, decode with failure isolation,
+//!   sampling, and what each stream computed;
+//! - `output`: stop conditions and the streamed text of each token;
+//! - `lifecycle`: the one path that ends a request (finished, failed,
+//!   cancelled, refused) and owns the counters, plus timeouts and statistics.
+//!
+//! Which stream each sequence runs in is [`crate::streams`].
+
+mod decode;
+mod intake;
+mod lifecycle;
+mod output;
+mod sizing;
+mod threads;
+
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cortex_kv::BlockId;
+use cortex_request::{Completion, RequestId, TokenId};
+use cortex_sample::Sampler;
+use cortex_sched::{SchedRequest, Scheduler, StepPlan};
+
+use crate::backend::{Backend, StreamId};
+use crate::engine::{Command, EngineHealth, EngineInfo, LoopConfig, Shared, panic_message};
+use crate::error::EngineError;
+use crate::events::{EngineEvent, EngineStats};
+use crate::streams::{Binding, Streams, ToBind};
+use crate::text::{StopMatcher, Utf8Stream};
+
+use self::sizing::Sizing;
+use self::threads::ThreadGovernor;
+
+/// One request as the loop tracks it.
+struct Live {
+    events: flume::Sender<EngineEvent>,
+    prompt_tokens: usize,
+    cached_prompt_tokens: usize,
+    completions: Vec<Option<Completion>>,
+    seqs: Vec<RequestId>,
+    submitted: Instant,
+    started: Option<Instant>,
+    first_token: Option<Instant>,
+}
+
+/// One completion (one scheduler sequence).
+struct Seq {
+    owner: RequestId,
+    index: u32,
+    sampler: Sampler,
+    utf8: Utf8Stream,
+    stops: StopMatcher,
+    stop_token_ids: Vec<TokenId>,
+    ignore_eos: bool,
+    text: String,
+    tokens: Vec<TokenId>,
+    /// The KV stream it runs in, while running.
+    stream: Option<StreamId>,
+    /// When it last computed anything (or was first bound).
+    last_progress: Instant,
+    /// Whether it computed anything since it was last bound: a request that is
+    /// bound again and again without progress (backend out of KV each time)
+    /// keeps its old clock and times out.
+    progressed_since_bind: bool,
+}
+
+pub(crate) struct StepLoop<'b> {
+    backend: Box<dyn Backend + 'b>,
+    sched: Scheduler,
+    streams: Streams,
+    sizing: Sizing,
+    threads: Option<ThreadGovernor>,
+    info: EngineInfo,
+    timeout: Option<Duration>,
+    commands: flume::Receiver<Command>,
+    shared: Arc<Shared>,
+    live: HashMap<RequestId, Live>,
+    seqs: HashMap<RequestId, Seq>,
+    /// Completions whose prompt plus generation exceed the streams' cells:
+    /// they enter the scheduler once the streams have grown.
+    oversize: Vec<SchedRequest>,
+    next_seq: u64,
+    /// Evictions counted by accounting pools replaced since (KV rebuilt).
+    evicted_before_reset: u64,
+    draining: bool,
+    stats: EngineStats,
+    ttft_sum: f64,
+    latency_sum: f64,
+    latency_count: u64,
+    logits: Vec<Vec<f32>>,
+}
+
+impl<'b> StepLoop<'b> {
+    pub(crate) fn new(
+        mut backend: Box<dyn Backend + 'b>,
+        config: &LoopConfig,
+        commands: flume::Receiver<Command>,
+        shared: Arc<Shared>,
+    ) -> Result<Self, EngineError> {
+        let sizing = Sizing::new(config, backend.as_ref());
+        let layout = sizing.layout(sizing.initial_capacity());
+        // The backend's first context: an error here (memory) stops the start.
+        backend
+            .set_kv_layout(layout)
+            .map_err(|e| EngineError::Model(e.to_string()))?;
+        let layout = backend.kv_layout();
+        let sched = Scheduler::new(sizing.sched_config(layout))
+            .map_err(|e| EngineError::Model(e.to_string()))?;
+        let info = EngineInfo {
+            n_vocab: backend.n_vocab(),
+            n_ctx_train: backend.n_ctx_train(),
+            max_sequence_tokens: sizing.max_sequence_tokens(),
+            max_running: config.max_running.max(1),
+        };
+        let stats = EngineStats {
+            threads: config.adaptive_threads.unwrap_or(0),
+            ..EngineStats::default()
+        };
+        Ok(Self {
+            streams: Streams::new(layout.streams, layout.capacity, sizing.block_size()),
+            backend,
+            sched,
+            sizing,
+            threads: config.adaptive_threads.map(ThreadGovernor::new),
+            info,
+            timeout: config.request_timeout,
+            commands,
+            shared,
+            live: HashMap::new(),
+            seqs: HashMap::new(),
+            oversize: Vec::new(),
+            next_seq: 0,
+            evicted_before_reset: 0,
+            draining: false,
+            stats,
+            ttft_sum: 0.0,
+            latency_sum: 0.0,
+            latency_count: 0,
+            logits: Vec::new(),
+        })
+    }
+
+    pub(crate) fn info(&self) -> EngineInfo {
+        self.info
+    }
+
+    /// Runs the loop; a panic inside it fails every request in hand with the
+    /// panic's message and marks the engine dead instead of leaving them hanging.
+    pub(crate) fn run_guarded(&mut self) {
+        if let Err(panic) = std::panic::catch_unwind(AssertUnwindSafe(|| self.run())) {
+            self.die(panic_message(panic.as_ref()));
+        }
+    }
+
+    fn run(&mut self) {
+        loop {
+            if !self.receive_commands() {
+                break;
+            }
+            if !self.has_work() {
+                if self.draining {
+                    break;
+                }
+                continue;
+            }
+            self.check_timeouts();
+            self.adapt_threads();
+            let started = Instant::now();
+            self.step();
+            self.stats.busy_seconds += started.elapsed().as_secs_f64();
+            self.publish_stats();
+        }
+        self.publish_stats();
+    }
+
+    /// Decodes with the cores other processes leave free (see `threads`).
+    fn adapt_threads(&mut self) {
+        let Some(governor) = &mut self.threads else {
+            return;
+        };
+        if let Some(threads) = governor.tick(Instant::now()) {
+            tracing::info!(
+                threads,
+                "decoding with {threads} thread(s): other processes use the rest"
+            );
+            self.backend.set_threads(threads);
+            self.stats.threads = threads;
+        }
+    }
+
+    fn has_work(&self) -> bool {
+        self.sched.has_work() || !self.oversize.is_empty()
+    }
+
+    /// One step: plan, bind KV, decode, sample, emit.
+    fn step(&mut self) {
+        if !self.oversize.is_empty() {
+            self.grow_streams();
+        }
+        let plan = self.sched.schedule();
+        self.stats.steps += 1;
+        for &id in &plan.preempted {
+            self.stats.preemptions += 1;
+            self.unbind(id);
+        }
+        self.drop_evicted();
+        self.bind_admitted(&plan);
+        if !plan.is_empty() {
+            let (batch, rows) = self.build_batch(&plan);
+            let sampled = self.decode(&batch, &rows);
+            self.stats.prefill_tokens += plan.prefill.iter().map(|c| c.len as u64).sum::<u64>();
+            self.record_computed(&plan);
+            let finished_by_length = self.sched.commit(&plan, &sampled);
+            for (seq, token) in sampled {
+                let at_length = finished_by_length.contains(&seq);
+                self.on_token(seq, token, at_length);
+            }
+        }
+        #[cfg(debug_assertions)]
+        self.verify_kv();
+    }
+
+    /// Binds the plan's admissions to streams, copying in reused prefixes.
+    fn bind_admitted(&mut self, plan: &StepPlan) {
+        if plan.admitted.is_empty() {
+            return;
+        }
+        let block_size = self.sizing.block_size();
+        let admissions = plan
+            .admitted
+            .iter()
+            .map(|a| ToBind {
+                seq: a.id,
+                reused: self
+                    .sched
+                    .kv()
+                    .blocks_of(a.id.0)
+                    .map(|b| b[..a.cached_tokens / block_size].to_vec())
+                    .unwrap_or_default(),
+            })
+            .collect();
+        let mut orphans = Vec::new();
+        let bound = self.streams.bind_all(
+            admissions,
+            self.sched.kv(),
+            self.backend.as_mut(),
+            &mut orphans,
+        );
+        self.evict(&orphans);
+        let now = Instant::now();
+        for (id, stream, binding) in bound {
+            match binding {
+                Binding::Copied => self.stats.prefix_copies += 1,
+                Binding::TakenOver => self.stats.prefix_takeovers += 1,
+                Binding::Fresh => {}
+            }
+            let cached = plan
+                .admitted
+                .iter()
+                .find(|a| a.id == id)
+                .map_or(0, |a| a.cached_tokens);
+            self.stats.prefill_tokens_saved += cached as u64;
+            let seq = self.seqs.get_mut(&id).expect("admitted sequences exist");
+            seq.stream = Some(stream);
+            if seq.progressed_since_bind {
+                seq.last_progress = now;
+            }
+            seq.progressed_since_bind = false;
+            let live = self.live.get_mut(&seq.owner).expect("owners exist");
+            live.started.get_or_insert(now);
+            if seq.index == 0 && seq.tokens.is_empty() {
+                live.cached_prompt_tokens = cached.min(live.prompt_tokens);
+            }
+        }
+    }
+
+    /// Takes a sequence's stream away (finished, failed, cancelled,
+    /// preempted), after the accounting has released its blocks.
+    fn unbind(&mut self, id: RequestId) {
+        let Some(stream) = self.seqs.get_mut(&id).and_then(|s| s.stream.take()) else {
+            return;
+        };
+        let mut orphans = Vec::new();
+        self.streams
+            .release(stream, self.sched.kv(), self.backend.as_mut(), &mut orphans);
+        self.evict(&orphans);
+    }
+
+    /// Drops the cells of blocks the accounting evicted.
+    fn drop_evicted(&mut self) {
+        let mut orphans = Vec::new();
+        for block in self.sched.drain_evicted() {
+            self.streams
+                .evicted(block, self.backend.as_mut(), &mut orphans);
+        }
+        self.evict(&orphans);
+    }
+
+    /// Evicts cached blocks whose cells no stream holds any more.
+    fn evict(&mut self, orphans: &[BlockId]) {
+        for &block in orphans {
+            self.sched.evict_cached(block);
+        }
+    }
+
+    #[cfg(debug_assertions)]
+    fn verify_kv(&self) {
+        let kv = self.sched.kv();
+        let table = |seq: RequestId| kv.blocks_of(seq.0);
+        if let Err(problem) = self.streams.verify(kv, table) {
+            panic!("KV binding invariant broken: {problem}");
+        }
+    }
+
+    /// The loop died: every request in hand and every command not yet read
+    /// fails with the reason, and the engine reports itself dead.
+    fn die(&mut self, message: String) {
+        // Dead before anyone hears of it: a caller woken by a failure sees it.
+        self.shared
+            .accepting
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        self.shared.set_health(EngineHealth::Died(message.clone()));
+        let error = EngineError::Died(message);
+        let ids: Vec<RequestId> = self.live.keys().copied().collect();
+        for id in ids {
+            if let Some(live) = self.live.remove(&id) {
+                self.report_end(
+                    &live.events,
+                    EngineEvent::Failed {
+                        id,
+                        error: error.clone(),
+                    },
+                );
+            }
+        }
+        self.refuse_pending(&error);
+        self.publish_stats();
+    }
+}

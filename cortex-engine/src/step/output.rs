@@ -1,0 +1,73 @@
+//! Each sampled token: stop conditions (end of generation, stop ids, stop
+//! strings, length) and the text it adds, streamed as an event.
+
+use std::time::Instant;
+
+use cortex_request::{FinishReason, RequestId, TokenId};
+
+use super::StepLoop;
+use crate::events::EngineEvent;
+use crate::text::StopScan;
+
+impl StepLoop<'_> {
+    /// Applies stop conditions to a sampled token and streams its text.
+    pub(super) fn on_token(&mut self, id: RequestId, token: TokenId, at_length: bool) {
+        let Some(seq) = self.seqs.get_mut(&id) else {
+            return;
+        };
+        let owner = seq.owner;
+        self.stats.generated_tokens += 1;
+        seq.tokens.push(token);
+        let is_end = !seq.ignore_eos && self.backend.is_end_of_generation(token);
+        let is_stop_token = seq.stop_token_ids.contains(&token);
+        let mut finish = if is_end {
+            Some(FinishReason::Eos)
+        } else if is_stop_token {
+            Some(FinishReason::Stop)
+        } else {
+            None
+        };
+        let mut delta = String::new();
+        if finish.is_none() {
+            let text = seq.utf8.push(&self.backend.token_bytes(token));
+            match seq.stops.push(&text) {
+                StopScan::Continue(released) => delta = released,
+                StopScan::Stopped(released) => {
+                    delta = released;
+                    finish = Some(FinishReason::Stop);
+                }
+            }
+        }
+        if finish.is_none() && at_length {
+            finish = Some(FinishReason::Length);
+        }
+        if matches!(finish, Some(FinishReason::Eos | FinishReason::Length)) {
+            // Nothing more can complete a character or a stop string.
+            let tail = seq.utf8.finish();
+            delta.push_str(&seq.stops.push(&tail).into_text());
+            delta.push_str(&seq.stops.finish());
+        }
+        seq.text.push_str(&delta);
+        let index = seq.index;
+        if let Some(live) = self.live.get_mut(&owner) {
+            live.first_token.get_or_insert_with(Instant::now);
+            let _ = live.events.send(EngineEvent::Token {
+                id: owner,
+                index,
+                token,
+                text: delta,
+            });
+        }
+        if let Some(reason) = finish {
+            self.finish_seq(id, reason, !at_length);
+        }
+    }
+}
+
+impl StopScan {
+    fn into_text(self) -> String {
+        match self {
+            StopScan::Continue(text) | StopScan::Stopped(text) => text,
+        }
+    }
+}

@@ -1,0 +1,163 @@
+//! The KV layout: how many streams, how many cells each.
+//!
+//! With one stream per sequence, a stream's cells bound the longest request
+//! (prompt plus generation), and streams times cells is the KV memory. Unless
+//! the user fixes the cells per stream, they start at one granule and grow to
+//! fit the longest request seen so far (at least doubling, so a job causes a
+//! handful of rebuilds at most, nearly always before anything runs). Past the
+//! memory budget, fewer streams run rather than a long request failing.
+
+use cortex_sched::SchedConfig;
+
+use super::StepLoop;
+use crate::backend::{Backend, KvLayout};
+use crate::engine::LoopConfig;
+use crate::error::EngineError;
+use crate::streams::Streams;
+
+/// llama.cpp pads cells per stream to this.
+const GRANULE: usize = 256;
+
+#[derive(Debug, Clone)]
+pub(super) struct Sizing {
+    max_running: usize,
+    fixed: Option<usize>,
+    /// Cells the memory budget allows, across all streams.
+    budget_cells: usize,
+    /// Longest sequence the model takes, in whole granules.
+    model_limit: usize,
+    block_size: usize,
+    max_batch_tokens: usize,
+    prefix_sharing: bool,
+}
+
+impl Sizing {
+    pub(super) fn new(config: &LoopConfig, backend: &dyn Backend) -> Self {
+        let per_token = backend.kv_bytes_per_token().max(1);
+        Self {
+            max_running: config.max_running.max(1),
+            fixed: config
+                .stream_tokens
+                .map(|t| t.max(1).next_multiple_of(GRANULE)),
+            budget_cells: config.kv_memory / per_token,
+            model_limit: (backend.n_ctx_train() / GRANULE * GRANULE).max(GRANULE),
+            block_size: config.block_size.max(1),
+            max_batch_tokens: config.max_batch_tokens.max(1),
+            prefix_sharing: config.prefix_sharing,
+        }
+    }
+
+    pub(super) fn block_size(&self) -> usize {
+        self.block_size
+    }
+
+    /// The longest sequence a request may have: the fixed cells per stream,
+    /// or the model's context within the memory budget of one stream.
+    pub(super) fn max_sequence_tokens(&self) -> usize {
+        self.fixed.unwrap_or_else(|| {
+            self.model_limit
+                .min(self.budget_cells / GRANULE * GRANULE)
+                .max(GRANULE)
+        })
+    }
+
+    pub(super) fn initial_capacity(&self) -> usize {
+        self.fixed.unwrap_or(GRANULE)
+    }
+
+    /// Cells per stream for a sequence of `need` tokens, at least doubling
+    /// `current` so that growing happens rarely.
+    fn grown(&self, current: usize, need: usize) -> usize {
+        need.next_multiple_of(GRANULE)
+            .max(current * 2)
+            .min(self.max_sequence_tokens())
+    }
+
+    /// Streams of `capacity` cells: one per running sequence, fewer when the
+    /// memory budget cannot hold them all.
+    pub(super) fn layout(&self, capacity: usize) -> KvLayout {
+        let streams = match self.fixed {
+            Some(_) => self.max_running,
+            None => (self.budget_cells / capacity).clamp(1, self.max_running),
+        };
+        KvLayout { streams, capacity }
+    }
+
+    /// The scheduler for a layout: its pool is every stream's cells, so KV
+    /// never runs out while each sequence fits its stream.
+    pub(super) fn sched_config(&self, layout: KvLayout) -> SchedConfig {
+        SchedConfig {
+            max_batch_tokens: self.max_batch_tokens.max(layout.streams),
+            max_running: layout.streams,
+            max_prefill_chunk: self.max_batch_tokens,
+            kv_blocks: layout.streams * layout.capacity / self.block_size,
+            kv_block_size: self.block_size,
+            admission_headroom_blocks: 0,
+            aging_steps: 64,
+            prefix_window: 16,
+            prefix_caching: self.prefix_sharing,
+        }
+    }
+}
+
+impl StepLoop<'_> {
+    /// Rebuilds the KV with streams long enough for the parked requests:
+    /// running sequences are preempted (recomputed later), cached prefixes
+    /// are dropped. If the backend cannot make the larger cache, the parked
+    /// requests fail and the old layout stays.
+    pub(super) fn grow_streams(&mut self) {
+        let need = self
+            .oversize
+            .iter()
+            .map(|r| r.prompt.len() + r.max_new_tokens)
+            .max()
+            .unwrap_or(0);
+        let old = self.backend.kv_layout();
+        let capacity = self.sizing.grown(old.capacity, need);
+        let running: Vec<_> = self
+            .seqs
+            .iter()
+            .filter(|(_, s)| s.stream.is_some())
+            .map(|(id, _)| *id)
+            .collect();
+        for id in running {
+            if self.sched.preempt(id).is_ok() {
+                self.stats.preemptions += 1;
+            }
+            if let Some(seq) = self.seqs.get_mut(&id) {
+                seq.stream = None;
+            }
+        }
+        let layout = self.sizing.layout(capacity);
+        if let Err(error) = self.backend.set_kv_layout(layout) {
+            self.fail_oversize(&error.to_string());
+            self.backend
+                .set_kv_layout(old)
+                .expect("the previous KV layout fits again");
+        }
+        let layout = self.backend.kv_layout();
+        self.streams = Streams::new(layout.streams, layout.capacity, self.sizing.block_size);
+        self.evicted_before_reset += self.sched.kv_stats().evictions;
+        self.sched
+            .reset_kv(self.sizing.sched_config(layout))
+            .expect("nothing runs while the KV is rebuilt");
+        self.stats.kv_resizes += 1;
+        for request in std::mem::take(&mut self.oversize) {
+            self.sched
+                .add(request)
+                .expect("the streams now fit every parked request");
+        }
+    }
+
+    fn fail_oversize(&mut self, detail: &str) {
+        let owners: Vec<_> = self
+            .oversize
+            .drain(..)
+            .filter_map(|r| self.seqs.get(&r.id).map(|s| s.owner))
+            .collect();
+        for owner in owners {
+            let error = EngineError::Model(format!("cannot grow the KV cache: {detail}"));
+            self.fail_request(owner, error);
+        }
+    }
+}
