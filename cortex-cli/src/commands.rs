@@ -6,17 +6,19 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use cortex_engine::bench::{self, BenchRow, ReportPlan};
-use cortex_engine::{DEFAULT_MODEL, Engine, EngineEvent, ModelCache, Shutdown, read_gguf};
+use cortex_engine::{
+    DEFAULT_MODEL, Engine, EngineEvent, KNOWN_MODELS, ModelCache, ModelSpec, Shutdown, read_gguf,
+};
 use cortex_queue::{Job, JobFilter, JobId, JobState, QueueError, Store, SubmitOptions, Submitted};
 use cortex_request::{ChatMessage, Prompt, Request, RequestId};
 use serde_json::json;
 
 use crate::config::Config;
 use crate::output;
-use crate::worker::{StopFlag, WorkerPlan, model_name, model_path, run_worker};
+use crate::worker::{StopFlag, identify_model, resolve_model, run_worker};
 use crate::{BenchArgs, GenerateArgs, RunArgs, SubmitArgs, WorkerArgs};
 
-pub(crate) fn open_store(config: &Config) -> anyhow::Result<Store> {
+fn open_store(config: &Config) -> anyhow::Result<Store> {
     Ok(Store::open(config.database()?)?)
 }
 
@@ -25,8 +27,10 @@ fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn submit_options(config: &Config, args: &SubmitArgs) -> SubmitOptions {
-    let mut options = SubmitOptions::new(model_name(config));
+fn submit_options(config: &Config, args: &SubmitArgs) -> anyhow::Result<SubmitOptions> {
+    let (name, sha256) = identify_model(config)?;
+    let mut options = SubmitOptions::new(name);
+    options.model_sha256 = Some(sha256);
     if let Some(v) = args.max_tokens {
         options.defaults.stop.max_tokens = v;
     }
@@ -42,11 +46,11 @@ fn submit_options(config: &Config, args: &SubmitArgs) -> SubmitOptions {
     options.metadata = args.metadata.iter().cloned().collect();
     options.skip_invalid = args.skip_invalid;
     options.force = args.force;
-    options
+    Ok(options)
 }
 
 fn submit_job(store: &mut Store, config: &Config, args: &SubmitArgs) -> anyhow::Result<Submitted> {
-    let options = submit_options(config, args);
+    let options = submit_options(config, args)?;
     store
         .submit_file(&args.file, &options)
         .map_err(|e| match e {
@@ -91,12 +95,12 @@ pub(crate) fn submit(config: &Config, args: &SubmitArgs) -> anyhow::Result<()> {
 
 pub(crate) fn worker(config: &Config, args: &WorkerArgs) -> anyhow::Result<()> {
     let stop = StopFlag::install()?;
-    let plan = WorkerPlan {
-        jobs: (!args.jobs.is_empty()).then(|| args.jobs.iter().copied().map(JobId).collect()),
-        follow: args.follow,
-        parallel: config.parallel.value,
-    };
-    let report = run_worker(config, &model_path(config)?, &plan, &stop, |_| Ok(()))?;
+    let model = resolve_model(config)?;
+    let mut store = open_store(config)?;
+    let jobs = (!args.jobs.is_empty()).then(|| args.jobs.iter().copied().map(JobId).collect());
+    let report = run_worker(config, &mut store, &model, jobs, args.follow, &stop, |_| {
+        Ok(())
+    })?;
     eprintln!(
         "worker done: {} completed, {} failed, {} released, {} tokens generated{}",
         report.completed,
@@ -283,7 +287,7 @@ pub(crate) fn retry(config: &Config, job: i64, json: bool) -> anyhow::Result<()>
 pub(crate) fn run_file(config: &Config, args: &RunArgs) -> anyhow::Result<()> {
     let stop = StopFlag::install()?;
     // Fetch the model before anything is stored, so a missing model fails early.
-    let model = model_path(config)?;
+    let model = resolve_model(config)?;
     let mut store = open_store(config)?;
     let job = match submit_job(&mut store, config, &args.submit) {
         Ok(submitted) => {
@@ -312,18 +316,21 @@ pub(crate) fn run_file(config: &Config, args: &RunArgs) -> anyhow::Result<()> {
         },
     };
     let started = Instant::now();
-    let plan = WorkerPlan {
-        jobs: Some(vec![job]),
-        follow: false,
-        parallel: config.parallel.value,
-    };
     let mut generated = 0;
     if !store.job(job)?.state.is_terminal() {
         let bar = output::job_bar(0);
-        let report = run_worker(config, &model, &plan, &stop, |store| {
-            output::update_bar(&bar, &store.status(job)?);
-            Ok(())
-        })?;
+        let report = run_worker(
+            config,
+            &mut store,
+            &model,
+            Some(vec![job]),
+            false,
+            &stop,
+            |store| {
+                output::update_bar(&bar, &store.status(job)?);
+                Ok(())
+            },
+        )?;
         bar.finish_and_clear();
         generated = report.generated_tokens;
     }
@@ -404,7 +411,7 @@ fn print_run_summary(
 }
 
 pub(crate) fn generate(config: &Config, args: &GenerateArgs) -> anyhow::Result<()> {
-    let model = model_path(config)?;
+    let model = resolve_model(config)?.path;
     let engine = Engine::start(&config.engine(&model, 1))?;
     let prompt = if args.chat {
         Prompt::Chat(vec![ChatMessage::user(&args.prompt)])
@@ -452,14 +459,24 @@ pub(crate) fn generate(config: &Config, args: &GenerateArgs) -> anyhow::Result<(
     Ok(())
 }
 
-pub(crate) fn models_pull() -> anyhow::Result<()> {
+pub(crate) fn models_pull(name: Option<&str>) -> anyhow::Result<()> {
+    let spec = match name {
+        None | Some("default") => &DEFAULT_MODEL,
+        Some(name) => ModelSpec::by_name(name).with_context(|| {
+            let known: Vec<&str> = KNOWN_MODELS.iter().map(|m| m.name).collect();
+            format!(
+                "no known model is called {name:?} (known: {})",
+                known.join(", ")
+            )
+        })?,
+    };
     let cache = ModelCache::default_location();
     eprintln!(
         "fetching {} into {} (if not there yet)…",
-        DEFAULT_MODEL.file_name,
+        spec.file_name,
         cache.dir().display()
     );
-    let path = cache.ensure(&DEFAULT_MODEL)?;
+    let path = cache.ensure(spec)?;
     println!("{}", path.display());
     Ok(())
 }
@@ -501,9 +518,14 @@ pub(crate) fn models_list(json: bool) -> anyhow::Result<()> {
 
 pub(crate) fn models_info(config: &Config, model: Option<&str>, json: bool) -> anyhow::Result<()> {
     let path = match model {
-        None => model_path(config)?,
-        Some("default") => ModelCache::default_location().ensure(&DEFAULT_MODEL)?,
-        Some(path) => PathBuf::from(path),
+        None => resolve_model(config)?.path,
+        Some(name) => match (name == "default")
+            .then_some(&DEFAULT_MODEL)
+            .or_else(|| ModelSpec::by_name(name))
+        {
+            Some(spec) => ModelCache::default_location().ensure(spec)?,
+            None => PathBuf::from(name),
+        },
     };
     let info = read_gguf(&path)?;
     let facts = json!({
@@ -531,7 +553,7 @@ pub(crate) fn models_info(config: &Config, model: Option<&str>, json: bool) -> a
 }
 
 pub(crate) fn bench(config: &Config, args: &BenchArgs) -> anyhow::Result<()> {
-    let model = model_path(config)?;
+    let model = resolve_model(config)?.path;
     let plan = ReportPlan {
         threads: config.threads.value,
         batch_sizes: args.batch.clone(),

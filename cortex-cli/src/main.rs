@@ -128,8 +128,11 @@ enum Command {
 
 #[derive(Debug, Subcommand)]
 enum ModelsCommand {
-    /// Fetch the default model into the cache (verified by size and SHA-256).
-    Pull,
+    /// Fetch a known model into the cache (verified by size and SHA-256).
+    Pull {
+        /// Which: `default` (SmolLM2-135M-Instruct) or `gemma3-270m`.
+        name: Option<String>,
+    },
     /// List the models in the cache.
     List {
         /// Print JSON instead of text.
@@ -341,7 +344,7 @@ fn run(cli: Cli, config: &Config) -> anyhow::Result<()> {
         Command::Run(args) => c::run_file(config, &args),
         Command::Generate(args) => c::generate(config, &args),
         Command::Models { command } => match command {
-            ModelsCommand::Pull => c::models_pull(),
+            ModelsCommand::Pull { name } => c::models_pull(name.as_deref()),
             ModelsCommand::List { json } => c::models_list(json),
             ModelsCommand::Info { model, json } => c::models_info(config, model.as_deref(), json),
         },

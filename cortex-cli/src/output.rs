@@ -60,11 +60,8 @@ pub(crate) fn status_text(status: &JobStatus) -> String {
     let job = &status.job;
     let c = &job.counts;
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "job {}  {}  {}  (model {})",
-        job.id, job.state, job.source_name, job.model
-    );
+    let _ = writeln!(out, "job {}  {}  {}", job.id, job.state, job.source_name);
+    let _ = writeln!(out, "  model     {}", model_text(job));
     let _ = writeln!(
         out,
         "  requests  {} total: {} completed, {} failed, {} cancelled, {} running, {} pending",
@@ -100,22 +97,32 @@ pub(crate) fn status_text(status: &JobStatus) -> String {
     out
 }
 
+/// The model a job needs: its name and the start of its SHA-256 (only
+/// workers running that exact file claim it).
+fn model_text(job: &Job) -> String {
+    match &job.model_sha256 {
+        Some(sha) => format!("{} (sha256 {}…)", job.model, &sha[..sha.len().min(12)]),
+        None => format!("{} (any worker)", job.model),
+    }
+}
+
 /// The table of `cortex list`.
 pub(crate) fn jobs_table(jobs: &[Job]) -> String {
     let mut out = format!(
-        "{:<6} {:<12} {:>12} {:>7} {:<20} {}\n",
-        "ID", "STATE", "DONE/TOTAL", "FAILED", "CREATED", "SOURCE"
+        "{:<6} {:<12} {:>12} {:>7} {:<20} {:<32} {}\n",
+        "ID", "STATE", "DONE/TOTAL", "FAILED", "CREATED", "MODEL", "SOURCE"
     );
     for job in jobs {
         let c = &job.counts;
         let _ = writeln!(
             out,
-            "{:<6} {:<12} {:>12} {:>7} {:<20} {}",
+            "{:<6} {:<12} {:>12} {:>7} {:<20} {:<32} {}",
             job.id.0,
             job.state.as_str(),
             format!("{}/{}", c.finished(), c.total),
             c.failed,
             timestamp(job.times.created_at),
+            job.model,
             job.source_name
         );
     }

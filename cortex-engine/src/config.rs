@@ -1,3 +1,5 @@
+//! The engine's settings, and how they turn into llama.cpp's.
+
 use std::path::PathBuf;
 use std::time::Duration;
 

@@ -1,3 +1,5 @@
+//! Why a request or the engine failed.
+
 use std::path::PathBuf;
 
 use cortex_request::{RequestId, ValidationError};
@@ -5,6 +7,10 @@ use cortex_request::{RequestId, ValidationError};
 use crate::{BackendError, GgufError, ModelError};
 
 /// Why the engine or one of its requests failed.
+///
+/// It is `Clone` and `Eq` because one failure is sent to every request it
+/// ends; so errors that are neither (I/O, the GGUF reader's) are kept as
+/// their messages.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum EngineError {
@@ -43,12 +49,12 @@ pub enum EngineError {
     #[error("request {0} is already in the engine")]
     DuplicateId(RequestId),
     /// The backend failed on a batch containing this request.
-    #[error("request {id}: backend error: {detail}")]
+    #[error("request {id}: backend error: {source}")]
     Backend {
         /// The request.
         id: RequestId,
         /// What the backend said.
-        detail: String,
+        source: BackendError,
     },
     /// No progress for longer than the configured timeout.
     #[error("request {id}: no progress for {seconds} s")]
@@ -105,7 +111,7 @@ impl EngineError {
     pub(crate) fn backend(id: RequestId, error: &BackendError) -> Self {
         EngineError::Backend {
             id,
-            detail: error.to_string(),
+            source: error.clone(),
         }
     }
 }

@@ -1,3 +1,5 @@
+//! What the engine tells its callers: per-request events and engine-wide statistics.
+
 use cortex_request::{RequestId, Response, TokenId};
 
 use crate::EngineError;

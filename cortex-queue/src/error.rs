@@ -1,3 +1,5 @@
+//! The queue's errors, and the report of a rejected input file.
+
 use std::fmt;
 use std::path::PathBuf;
 

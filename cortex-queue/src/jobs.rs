@@ -67,8 +67,11 @@ pub struct Job {
     pub source_name: String,
     /// SHA-256 of the input file's bytes (hex).
     pub source_sha256: String,
-    /// The model it was submitted for.
+    /// The model it was submitted for (its name).
     pub model: String,
+    /// That model's identity (the GGUF's SHA-256): only workers running it
+    /// claim the job. `None`: any worker.
+    pub model_sha256: Option<String>,
     /// Defaults applied to its lines.
     pub defaults: JobDefaults,
     /// Labels given at submit.
@@ -165,8 +168,10 @@ pub struct ItemRecord {
     pub custom_id: String,
     /// Where it is.
     pub state: ItemState,
-    /// Claims so far.
+    /// Attempts charged so far (claims, less those given back).
     pub attempts: u32,
+    /// Times a worker or engine died while it was in flight.
+    pub deaths: u32,
     /// Its current lease token.
     pub lease_token: i64,
     /// The last error's code.
@@ -179,7 +184,8 @@ pub struct ItemRecord {
 
 const JOB_COLUMNS: &str = "id, state, source_name, source_sha256, model, defaults, metadata, priority, max_attempts,
     lines, invalid, n_pending, n_running, n_completed, n_failed, n_cancelled, prompt_tokens, completion_tokens,
-    created_at, validating_at, in_progress_at, finalizing_at, completed_at, failed_at, cancelling_at, cancelled_at";
+    created_at, validating_at, in_progress_at, finalizing_at, completed_at, failed_at, cancelling_at, cancelled_at,
+    model_sha256";
 
 fn job_from_row(row: &Row<'_>) -> rusqlite::Result<Job> {
     let text = |i: usize| row.get::<_, String>(i);
@@ -192,6 +198,7 @@ fn job_from_row(row: &Row<'_>) -> rusqlite::Result<Job> {
         source_name: text(2)?,
         source_sha256: text(3)?,
         model: text(4)?,
+        model_sha256: row.get(26)?,
         defaults: serde_json::from_str(&text(5)?).unwrap_or_default(),
         metadata: serde_json::from_str(&text(6)?).unwrap_or_default(),
         priority: row.get(7)?,
@@ -355,7 +362,7 @@ impl Store {
             let items = tx
                 .prepare_cached(
                     "SELECT i.id, i.line, i.custom_id, i.state, i.attempts, i.lease_token, i.error_code, i.error_message,
-                            r.completed_at
+                            r.completed_at, i.deaths
                      FROM items i LEFT JOIN results r ON r.item_id = i.id WHERE i.job_id = ?1 ORDER BY i.line",
                 )?
                 .query_map([id.0], |row| {
@@ -369,6 +376,7 @@ impl Store {
                         error_code: row.get(6)?,
                         error_message: row.get(7)?,
                         completed_at: row.get(8)?,
+                        deaths: row.get(9)?,
                     })
                 })?
                 .collect::<rusqlite::Result<_>>()?;

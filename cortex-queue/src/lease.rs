@@ -29,6 +29,14 @@ pub struct ClaimOptions {
     pub lease: Duration,
     /// Claim only from these jobs (all jobs when `None`).
     pub jobs: Option<Vec<JobId>>,
+    /// The SHA-256 of the model this worker runs: only jobs submitted for it
+    /// (or for no particular model) are claimed. `None` claims from every job.
+    pub model_sha256: Option<String>,
+    /// Whether suspects may be claimed: items that were in flight when a
+    /// worker died. They come as a group of their own ([`ClaimedItem::suspect`]),
+    /// which the caller must run with nothing else in flight, claiming nothing
+    /// more until the group is done. Set it only when nothing is in flight.
+    pub suspects: bool,
 }
 
 impl Default for ClaimOptions {
@@ -36,6 +44,8 @@ impl Default for ClaimOptions {
         Self {
             lease: Duration::from_secs(60),
             jobs: None,
+            model_sha256: None,
+            suspects: true,
         }
     }
 }
@@ -55,8 +65,11 @@ pub struct ClaimedItem {
     pub endpoint: Endpoint,
     /// What to generate; its `id` is the item id.
     pub request: Request,
-    /// Which attempt this is (1 for the first claim).
+    /// Which attempt this is (1 for the first claim; a worker death that
+    /// was not the item's own doing gives its attempt back).
     pub attempt: u32,
+    /// Part of a suspect group: its worker must run nothing else beside it.
+    pub suspect: bool,
     /// When the lease runs out unless extended (Unix ms).
     pub lease_expires_at: i64,
 }
@@ -126,34 +139,73 @@ fn reap_dead_workers(tx: &Transaction<'_>, me: i64, now: i64) -> rusqlite::Resul
     Ok(())
 }
 
-/// Ends running items whose lease ran out and that must not be claimed again:
-/// those of cancelling jobs, and those out of attempts (a poison item that kills its workers).
-fn sweep_expired(
+/// What a worker death does to the items it had in flight (those matching
+/// `which`, with `?1` bound to now, `?2` to `cause` and `?3..` to `args`). It is the item's own
+/// doing only if it ran alone: then the attempt counts, and after the job's
+/// `max_attempts` the item fails with `worker_lost`. Otherwise the attempt is
+/// given back and the item becomes a suspect one level deeper (smaller groups
+/// next time). Items of cancelling jobs end cancelled.
+fn record_deaths(
+    tx: &Transaction<'_>,
+    which: &str,
+    now: i64,
+    cause: &str,
+    args: &[&dyn rusqlite::ToSql],
+    touched: &mut BTreeSet<i64>,
+) -> rusqlite::Result<usize> {
+    let sql = format!(
+        "UPDATE items SET
+            state = CASE
+                WHEN (SELECT state FROM jobs WHERE jobs.id = items.job_id) = 'cancelling' THEN 'cancelled'
+                WHEN alone = 1 AND attempts >= (SELECT max_attempts FROM jobs WHERE jobs.id = items.job_id) THEN 'failed'
+                ELSE 'pending' END,
+            attempts = attempts - (1 - alone),
+            deaths = deaths + 1,
+            error_code = 'worker_lost',
+            error_message = CASE WHEN alone = 1
+                THEN ?2 || ', with this item alone in it (' || attempts || ' of ' ||
+                     (SELECT max_attempts FROM jobs WHERE jobs.id = items.job_id) || ' attempts; ' ||
+                     (deaths + 1) || ' deaths in all)'
+                ELSE ?2 || ' (not counted as an attempt: other items were in flight; ' ||
+                     (deaths + 1) || ' deaths so far)' END,
+            alone = 0, not_before = 0, worker_id = NULL, lease_expires_at = NULL, updated_at = ?1
+         WHERE state = 'running' AND {which}
+         RETURNING job_id"
+    );
+    let mut bound: Vec<&dyn rusqlite::ToSql> = vec![&now, &cause];
+    bound.extend_from_slice(args);
+    let mut statement = tx.prepare_cached(&sql)?;
+    let mut rows = statement.query(bound.as_slice())?;
+    let mut ended = 0;
+    while let Some(row) = rows.next()? {
+        touched.insert(row.get(0)?);
+        ended += 1;
+    }
+    Ok(ended)
+}
+
+/// Ends the leases that ran out: their worker died or hung.
+fn expire_leases(
     tx: &Transaction<'_>,
     now: i64,
     touched: &mut BTreeSet<i64>,
 ) -> rusqlite::Result<()> {
-    let mut cancel = tx.prepare_cached(
-        "UPDATE items SET state = 'cancelled', worker_id = NULL, lease_expires_at = NULL, updated_at = ?1
-         WHERE state = 'running' AND lease_expires_at <= ?1
-           AND job_id IN (SELECT id FROM jobs WHERE state = 'cancelling')
-         RETURNING job_id",
-    )?;
-    for job in cancel.query_map([now], |row| row.get(0))? {
-        touched.insert(job?);
-    }
-    let mut exhaust = tx.prepare_cached(
-        "UPDATE items SET state = 'failed', worker_id = NULL, lease_expires_at = NULL, updated_at = ?1,
-                error_code = 'worker_lost',
-                error_message = 'its worker stopped (crash, kill or lost lease) on all ' || attempts || ' attempts'
-         WHERE state = 'running' AND lease_expires_at <= ?1
-           AND attempts >= (SELECT max_attempts FROM jobs WHERE jobs.id = items.job_id)
-         RETURNING job_id",
-    )?;
-    for job in exhaust.query_map([now], |row| row.get(0))? {
-        touched.insert(job?);
-    }
-    Ok(())
+    record_deaths(
+        tx,
+        "lease_expires_at <= ?1",
+        now,
+        "its worker stopped while generating it (crash, kill or lost lease)",
+        &[],
+        touched,
+    )
+    .map(drop)
+}
+
+/// How many suspects of `level` deaths run together: half as many per death,
+/// so a poison item is alone after about log2(`n`) deaths.
+fn suspect_group(n: usize, level: i64) -> usize {
+    let shift = u32::try_from(level.clamp(0, 63)).unwrap_or(63);
+    n.checked_shr(shift).unwrap_or(0).max(1)
 }
 
 fn settle_all(tx: &Transaction<'_>, jobs: &BTreeSet<i64>, now: i64) -> rusqlite::Result<()> {
@@ -167,15 +219,15 @@ fn duration_ms(d: Duration) -> i64 {
 impl Store {
     /// Registers this process as a worker (once), so that its leases can be
     /// reclaimed at once if it dies.
-    fn ensure_worker(&mut self) -> Result<i64> {
+    fn ensure_worker(&mut self, model_sha256: Option<&str>) -> Result<i64> {
         if let Some(worker) = self.worker {
             return Ok(worker);
         }
         let (pid, started) = process::this_process();
         let worker = self.write(|tx| {
             tx.execute(
-                "INSERT INTO workers (host, pid, started, registered_at) VALUES (?1, ?2, ?3, ?4)",
-                params![host(), pid, started as i64, now_ms()],
+                "INSERT INTO workers (host, pid, started, registered_at, model_sha256) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![host(), pid, started as i64, now_ms(), model_sha256],
             )?;
             Ok(tx.last_insert_rowid())
         })?;
@@ -199,36 +251,66 @@ impl Store {
     /// first, then pending items (highest job priority first, then input
     /// order). Each claim raises the item's attempt count and lease token.
     pub fn claim(&mut self, n: usize, options: &ClaimOptions) -> Result<Vec<ClaimedItem>> {
-        let worker = self.ensure_worker()?;
-        let job_filter = match &options.jobs {
-            None => String::new(),
-            Some(jobs) => {
-                let ids: Vec<String> = jobs.iter().map(|j| j.0.to_string()).collect();
-                format!("AND job_id IN ({})", ids.join(","))
-            }
-        };
-        let sql = format!(
-            "WITH expired AS (SELECT id FROM items WHERE state = 'running' AND lease_expires_at <= ?1 {job_filter}
-                              ORDER BY lease_expires_at LIMIT ?2),
-                  ready AS (SELECT id FROM items WHERE state = 'pending' AND not_before <= ?1 {job_filter}
-                            ORDER BY priority DESC, id LIMIT ?2)
-             UPDATE items SET state = 'running', attempts = attempts + 1, lease_token = lease_token + 1,
-                              lease_expires_at = ?3, worker_id = ?4, updated_at = ?1
-             WHERE id IN (SELECT id FROM (SELECT id FROM expired UNION ALL SELECT id FROM ready) LIMIT ?2)
-             RETURNING id, job_id, line, custom_id, endpoint, request, attempts, lease_token"
+        let worker = self.ensure_worker(options.model_sha256.as_deref())?;
+        let mut job_filter = String::new();
+        if let Some(jobs) = &options.jobs {
+            let ids: Vec<String> = jobs.iter().map(|j| j.0.to_string()).collect();
+            job_filter = format!("AND job_id IN ({})", ids.join(","));
+        }
+        // ?5: the worker's model; jobs for another model are not its to run.
+        let model_filter = "AND job_id IN (SELECT id FROM jobs WHERE ?5 IS NULL OR model_sha256 IS NULL OR model_sha256 = ?5)";
+        let level_sql = format!(
+            "SELECT deaths FROM items INDEXED BY items_suspects
+             WHERE state = 'pending' AND deaths > 0 AND not_before <= ?1 {job_filter} {model_filter}
+             ORDER BY deaths DESC LIMIT 1"
         );
+        // Two orders, each walking its own partial index: normal items by job
+        // priority and input order (`items_ready`; the few suspects among them
+        // are skipped), suspects most suspected first (`items_suspects`).
+        let claim_sql = |candidates: &str| {
+            format!(
+                "UPDATE items SET state = 'running', attempts = attempts + 1, lease_token = lease_token + 1,
+                                  lease_expires_at = ?3, worker_id = ?4, updated_at = ?1, alone = ?6
+                 WHERE id IN ({candidates})
+                 RETURNING id, job_id, line, custom_id, endpoint, request, attempts, lease_token"
+            )
+        };
+        let normal_sql = claim_sql(&format!(
+            "SELECT id FROM items INDEXED BY items_ready
+             WHERE state = 'pending' AND not_before <= ?1 AND deaths = 0 {job_filter} {model_filter}
+             ORDER BY priority DESC, id LIMIT ?2"
+        ));
+        let suspects_sql = claim_sql(&format!(
+            "SELECT id FROM items INDEXED BY items_suspects
+             WHERE state = 'pending' AND deaths > 0 AND not_before <= ?1 {job_filter} {model_filter}
+             ORDER BY deaths DESC, priority DESC, id LIMIT ?2"
+        ));
         let lease_ms = duration_ms(options.lease);
         let db_path = self.path.clone();
-        let limit = i64::try_from(n).unwrap_or(i64::MAX);
+        let model = options.model_sha256.clone();
         let mut claimed = self.write_checked(|tx| {
             let now = now_ms();
             let mut touched = BTreeSet::new();
             reap_dead_workers(tx, worker, now)?;
-            sweep_expired(tx, now, &mut touched)?;
+            expire_leases(tx, now, &mut touched)?;
+            let level: Option<i64> = if options.suspects {
+                tx.prepare_cached(&level_sql)?
+                    .query_row(params![now, 0, 0, 0, model], |row| row.get(0))
+                    .optional()?
+            } else {
+                None
+            };
+            let (limit, suspect) = match level {
+                Some(level) => (suspect_group(n, level), true),
+                None => (n, false),
+            };
+            let alone = suspect && limit == 1;
             let expires = now + lease_ms;
+            let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+            let sql = if suspect { &suspects_sql } else { &normal_sql };
             let rows: Vec<(i64, String, ClaimedItem)> = tx
-                .prepare_cached(&sql)?
-                .query_map(params![now, limit, expires, worker], |row| {
+                .prepare_cached(sql)?
+                .query_map(params![now, limit, expires, worker, model, alone], |row| {
                     let item = row.get(0)?;
                     let endpoint: String = row.get(4)?;
                     let claimed = ClaimedItem {
@@ -242,17 +324,18 @@ impl Store {
                         endpoint: Endpoint::from_url(&endpoint).unwrap_or(Endpoint::Completions),
                         request: Request::new(RequestId(item as u64), ""),
                         attempt: row.get(6)?,
+                        suspect,
                         lease_expires_at: expires,
                     };
                     Ok((item, row.get(5)?, claimed))
                 })?
                 .collect::<rusqlite::Result<_>>()?;
-            failpoint::hit("claim");
+            failpoint::hit("claim", "");
             let mut claimed = Vec::with_capacity(rows.len());
             for (item, request, mut item_claimed) in rows {
                 touched.insert(item_claimed.job.0);
                 item_claimed.request =
-                    serde_json::from_str(&request).map_err(|e| QueueError::Database {
+                    crate::compact::expand_request(&request).map_err(|e| QueueError::Database {
                         path: db_path.clone(),
                         detail: format!("item {item}: stored request is unreadable: {e}"),
                     })?;
@@ -264,6 +347,29 @@ impl Store {
         })?;
         claimed.sort_by_key(|c| c.lease.item);
         Ok(claimed)
+    }
+
+    /// Ends the attempts of items whose engine died under them, as a worker
+    /// death would (see [`ClaimOptions::suspects`]), recording `cause` (the
+    /// engine's error) as their last error. Returns how many leases were held.
+    pub fn abandon(&mut self, leases: &[Lease], cause: &str) -> Result<usize> {
+        self.write(|tx| {
+            let now = now_ms();
+            let mut touched = BTreeSet::new();
+            let mut ended = 0;
+            for lease in leases {
+                ended += record_deaths(
+                    tx,
+                    "id = ?3 AND lease_token = ?4",
+                    now,
+                    cause,
+                    &[&lease.item.0, &lease.token],
+                    &mut touched,
+                )?;
+            }
+            settle_all(tx, &touched, now)?;
+            Ok(ended)
+        })
     }
 
     /// Extends each lease by `lease` if it is still held; reports leases lost
@@ -348,11 +454,11 @@ impl Store {
                 touched.insert(job);
                 outcomes.push(Ok(()));
             }
-            failpoint::hit("complete:written");
+            failpoint::hit("complete:written", "");
             settle_all(tx, &touched, now)?;
             Ok(outcomes)
         })?;
-        failpoint::hit("complete:committed");
+        failpoint::hit("complete:committed", "");
         Ok(outcomes)
     }
 

@@ -16,6 +16,12 @@
 //!   [`Store::complete`] or [`Store::fail`] them. A result is written only
 //!   while the lease holds, and at most once per item. Leases of a worker
 //!   process that died on this host are reclaimed at once; others expire.
+//!   An item in flight at a worker's death keeps its attempt and becomes a
+//!   suspect, claimed only with other suspects in ever smaller groups
+//!   ([`ClaimOptions::suspects`]) until it runs alone; only deaths while
+//!   alone are charged, so only a poison item ends `worker_lost`.
+//! - Jobs record the SHA-256 of their model; a claim with
+//!   [`ClaimOptions::model_sha256`] takes only that model's jobs.
 //! - [`Store::cancel`], [`Store::resume`], [`Store::retry_failed`],
 //!   [`Store::status`] (counts, tokens, throughput, ETA in O(1) per job),
 //!   [`Store::jobs`] and [`Store::export`] (OpenAI batch output JSONL and an
@@ -74,9 +80,10 @@
 
 #![forbid(unsafe_code)]
 
+mod compact;
 mod error;
 mod export;
-mod failpoint;
+pub mod failpoint;
 mod input;
 mod jobs;
 mod lease;

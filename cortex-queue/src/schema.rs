@@ -12,8 +12,12 @@ const V1: &str = include_str!("../migrations/0001_jobs_items_results.sql");
 /// host are reclaimed at once instead of after their timeout.
 const V2: &str = include_str!("../migrations/0002_workers.sql");
 
+/// Version 3: suspect isolation (deaths per item, charged only when alone)
+/// and model binding (the SHA-256 of the model a job needs).
+const V3: &str = include_str!("../migrations/0003_suspects_models.sql");
+
 /// Migrations in order; `MIGRATIONS[i]` takes the schema from version `i` to `i + 1`.
-pub(crate) const MIGRATIONS: [&str; 2] = [V1, V2];
+pub(crate) const MIGRATIONS: [&str; 3] = [V1, V2, V3];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -1,3 +1,5 @@
+//! The SQLite connection: opening, configuration, migrations, and transactions retried while busy.
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 

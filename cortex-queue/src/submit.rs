@@ -1,3 +1,5 @@
+//! Submitting a JSONL file as one job, in one transaction.
+
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{BufReader, Read};
@@ -13,8 +15,11 @@ use crate::{InputReport, JobId, JobState, QueueError, Result};
 /// How a job is submitted.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SubmitOptions {
-    /// The model the job is meant for (a name or a GGUF path; recorded).
+    /// The model the job is meant for (its name; recorded and shown).
     pub model: String,
+    /// The identity of that model (the GGUF's SHA-256, hex): only workers
+    /// running this model claim the job. `None` lets any worker run it.
+    pub model_sha256: Option<String>,
     /// Defaults for fields a line does not set.
     pub defaults: JobDefaults,
     /// Free-form labels.
@@ -35,6 +40,7 @@ impl SubmitOptions {
     pub fn new(model: impl Into<String>) -> Self {
         Self {
             model: model.into(),
+            model_sha256: None,
             defaults: JobDefaults::default(),
             metadata: BTreeMap::new(),
             priority: 0,
@@ -83,7 +89,11 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 
 /// Identifies "the same parameters" for duplicate detection.
 fn params_hash(options: &SubmitOptions) -> String {
-    let canonical = serde_json::json!({ "model": options.model, "defaults": options.defaults });
+    let canonical = serde_json::json!({
+        "model": options.model,
+        "model_sha256": options.model_sha256,
+        "defaults": options.defaults,
+    });
     hex(&Sha256::digest(canonical.to_string()))
 }
 
@@ -135,9 +145,9 @@ impl Store {
         let tx = self.begin_immediate()?;
         tx.execute(
             "INSERT INTO jobs (state, source_name, source_sha256, params_sha256, model, defaults, metadata,
-                               priority, max_attempts, created_at, validating_at)
-             VALUES ('validating', ?1, '', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8)",
-            params![source_name, params_sha, options.model, defaults_json, metadata_json, options.priority, options.max_attempts.max(1), now],
+                               priority, max_attempts, created_at, validating_at, model_sha256)
+             VALUES ('validating', ?1, '', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9)",
+            params![source_name, params_sha, options.model, defaults_json, metadata_json, options.priority, options.max_attempts.max(1), now, options.model_sha256],
         )
         .map_err(|e| to_error(&e))?;
         let job = JobId(tx.last_insert_rowid());
@@ -158,7 +168,6 @@ impl Store {
             let mut first_use = tx
                 .prepare("SELECT line FROM items WHERE job_id = ?1 AND custom_id = ?2")
                 .map_err(|e| to_error(&e))?;
-            let mut request_json = Vec::with_capacity(1024);
             for next in input.by_ref() {
                 let parsed = next.map_err(|source| QueueError::Io {
                     path: source_name.into(),
@@ -173,11 +182,7 @@ impl Store {
                             model,
                             request,
                         } = &item;
-                        request_json.clear();
-                        serde_json::to_writer(&mut request_json, request)
-                            .expect("requests serialize");
-                        let json =
-                            std::str::from_utf8(&request_json).expect("serde_json writes UTF-8");
+                        let json = crate::compact::compact_request(request);
                         match insert_item.execute(params![
                             job.0,
                             *line as i64,

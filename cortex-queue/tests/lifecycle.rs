@@ -136,9 +136,15 @@ fn a_lost_lease_cannot_heartbeat_or_write_and_the_new_holder_wins() {
     );
     sleep(Duration::from_millis(150));
     let fresh = other.claim(1, &lease(10_000)).unwrap().remove(0);
+    // The lapse is not the item's fault (it was not alone): its attempt is given back.
     assert_eq!(
-        (fresh.lease.item, fresh.lease.token, fresh.attempt),
-        (stale.lease.item, stale.lease.token + 1, 2)
+        (
+            fresh.lease.item,
+            fresh.lease.token,
+            fresh.attempt,
+            fresh.suspect
+        ),
+        (stale.lease.item, stale.lease.token + 1, 1, true)
     );
 
     assert_eq!(
@@ -166,7 +172,7 @@ fn a_lost_lease_cannot_heartbeat_or_write_and_the_new_holder_wins() {
     let items = other.items(job).unwrap();
     assert_eq!(
         (items[0].state, items[0].attempts),
-        (ItemState::Completed, 2)
+        (ItemState::Completed, 1)
     );
     other.integrity_check().unwrap();
 }
@@ -288,7 +294,7 @@ fn a_non_retryable_failure_fails_at_once_and_is_exported_as_an_error() {
 }
 
 #[test]
-fn a_poison_item_whose_workers_keep_dying_fails_after_max_attempts() {
+fn a_lone_poison_item_is_charged_only_for_deaths_while_alone() {
     let dir = tempfile::tempdir().unwrap();
     let mut store = Store::open(dir.path().join("q.db")).unwrap();
     let options = SubmitOptions {
@@ -299,21 +305,84 @@ fn a_poison_item_whose_workers_keep_dying_fails_after_max_attempts() {
         .submit_file(&write_prompts(dir.path(), "p.jsonl", 1), &options)
         .unwrap()
         .job;
-    for attempt in 1..=2 {
+    // The first death is not charged (it was not known to run alone); the
+    // next claims run it alone and are charged.
+    for (attempt, suspect) in [(1, false), (1, true), (2, true)] {
+        let claimed = store.claim(1, &lease(50)).unwrap().remove(0);
+        assert_eq!((claimed.attempt, claimed.suspect), (attempt, suspect));
         // Claimed, then never heard from again.
-        assert_eq!(
-            store.claim(1, &lease(50)).unwrap().remove(0).attempt,
-            attempt
-        );
         sleep(Duration::from_millis(80));
     }
     assert!(store.claim(1, &lease(50)).unwrap().is_empty());
     let item = &store.items(job).unwrap()[0];
     assert_eq!(
-        (item.state, item.error_code.as_deref()),
-        (ItemState::Failed, Some("worker_lost"))
+        (item.state, item.error_code.as_deref(), item.attempts),
+        (ItemState::Failed, Some("worker_lost"), 2)
+    );
+    let message = item.error_message.as_deref().unwrap();
+    assert!(
+        message.contains("alone") && message.contains("3 deaths"),
+        "{message}"
     );
     assert_eq!(store.job(job).unwrap().state, JobState::Failed);
+}
+
+/// A worker that claims up to `parallel` items, suspects only when idle,
+/// and "dies" (lets its leases run out) whenever the poison item is among
+/// them. Returns how many times it died.
+fn work_with_poison(store: &mut Store, parallel: usize, poison: &str) -> usize {
+    let mut deaths = 0;
+    loop {
+        let claimed = store.claim(parallel, &lease(40)).unwrap();
+        if claimed.is_empty() {
+            return deaths;
+        }
+        let suspects = claimed.iter().filter(|c| c.suspect).count();
+        assert!(
+            suspects == 0 || suspects == claimed.len(),
+            "a suspect group mixed with others"
+        );
+        if claimed.iter().any(|c| c.custom_id == poison) {
+            deaths += 1;
+            sleep(Duration::from_millis(60));
+            continue;
+        }
+        for item in &claimed {
+            store.complete(&item.lease, &response_for(item)).unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_poison_item_among_others_fails_alone_and_costs_the_others_no_attempts() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(dir.path().join("q.db")).unwrap();
+    let options = SubmitOptions {
+        max_attempts: 3,
+        ..SubmitOptions::new("m")
+    };
+    let job = store
+        .submit_file(&write_prompts(dir.path(), "p.jsonl", 40), &options)
+        .unwrap()
+        .job;
+    let deaths = work_with_poison(&mut store, 16, "item-5");
+    // Groups of 16, 8, 4, 2 then alone three times.
+    assert_eq!(deaths, 4 + 3);
+    let items = store.items(job).unwrap();
+    for item in &items {
+        if item.custom_id == "item-5" {
+            assert_eq!((item.state, item.attempts), (ItemState::Failed, 3));
+            assert_eq!(item.error_code.as_deref(), Some("worker_lost"));
+        } else {
+            assert_eq!(
+                (item.state, item.attempts),
+                (ItemState::Completed, 1),
+                "{item:?}"
+            );
+        }
+    }
+    let job = store.job(job).unwrap();
+    assert_eq!((job.counts.completed, job.counts.failed), (39, 1));
 }
 
 #[test]

@@ -207,12 +207,9 @@ fn kill_9_at_every_failpoint_loses_nothing_and_records_each_result_once() {
     let db = dir.path().join("q.db");
     let mut store = Store::open(&db).unwrap();
     let items = 120;
-    // A crash costs every item its worker held an attempt, and the next worker
-    // takes those first; allow more attempts than crashes so none runs out.
-    let options = SubmitOptions {
-        max_attempts: 10,
-        ..SubmitOptions::new("m")
-    };
+    // A crash costs the items in flight no attempt (they were not alone), so
+    // the default attempts are enough however many crashes there are.
+    let options = SubmitOptions::new("m");
     let job = store
         .submit_file(&write_prompts(dir.path(), "p.jsonl", items), &options)
         .unwrap()
@@ -290,18 +287,26 @@ fn a_dead_workers_leases_are_reclaimed_at_once() {
     assert!(store.claim(5, &ClaimOptions::default()).unwrap().is_empty());
     child.kill().unwrap();
     child.wait().unwrap();
-    let reclaimed = store.claim(5, &ClaimOptions::default()).unwrap();
-    assert_eq!(reclaimed.len(), 5);
-    assert!(
-        reclaimed
-            .iter()
-            .all(|c| c.attempt == 2 && c.lease.token == 2)
-    );
-    for claimed in &reclaimed {
-        store
-            .complete(&claimed.lease, &response_for(claimed))
-            .unwrap();
+    // They come back as suspects, in small groups, their attempts given back.
+    let mut reclaimed = 0;
+    loop {
+        let group = store.claim(5, &ClaimOptions::default()).unwrap();
+        if group.is_empty() {
+            break;
+        }
+        assert!(group.len() <= 2, "{group:?}");
+        for claimed in &group {
+            assert_eq!(
+                (claimed.attempt, claimed.lease.token, claimed.suspect),
+                (1, 2, true)
+            );
+            store
+                .complete(&claimed.lease, &response_for(claimed))
+                .unwrap();
+        }
+        reclaimed += group.len();
     }
+    assert_eq!(reclaimed, 5);
     assert_exactly_one_result_each(&mut store, job, 5, dir.path());
 }
 
@@ -329,7 +334,7 @@ fn a_stopped_zombie_worker_cannot_heartbeat_or_write_its_stale_result() {
         }
         sleep(Duration::from_millis(50));
     };
-    assert_eq!(claimed.attempt, 2);
+    assert_eq!((claimed.attempt, claimed.suspect), (1, true));
     store
         .complete(&claimed.lease, &response_for(&claimed))
         .unwrap();

@@ -1,3 +1,5 @@
+//! Sampling parameters and stop conditions.
+
 use std::collections::BTreeMap;
 
 use crate::TokenId;

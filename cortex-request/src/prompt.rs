@@ -1,3 +1,5 @@
+//! What a request continues: text, tokens or a conversation.
+
 use crate::TokenId;
 
 /// What the model is asked to continue.

@@ -1,3 +1,5 @@
+//! The life of a request and why a completion ended.
+
 use std::fmt;
 
 /// Why a completion ended.

@@ -1,3 +1,5 @@
+//! Token counts and latencies of a finished request.
+
 use std::time::Duration;
 
 /// Token counts of one request, as the OpenAI API reports them.

@@ -1,3 +1,5 @@
+//! Checking a request against limits before it reaches an engine.
+
 use crate::{ChatMessage, Prompt, Request};
 
 /// Bounds a request is checked against; engines and queues may tighten them.

@@ -1,3 +1,5 @@
+//! The per-request random generator.
+
 /// A small seeded generator (xoshiro256** seeded through SplitMix64).
 ///
 /// It is written out here rather than taken from a crate so that the stream of

@@ -1,3 +1,5 @@
+//! The sampling pipeline: penalties, bias, temperature, truncation, draw.
+
 use std::cmp::Ordering;
 
 use cortex_request::{SamplingParams, TokenId};

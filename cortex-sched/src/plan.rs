@@ -1,3 +1,5 @@
+//! What the scheduler decides for one step.
+
 use std::fmt;
 
 use cortex_request::RequestId;

@@ -1,3 +1,5 @@
+//! The scheduler: admission, prefill chunking, preemption, priorities and prefix reuse.
+
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 use cortex_kv::{KvCache, KvError, KvStats};

@@ -4,6 +4,7 @@
 //! turn (two cores run one generating worker well, not several tests' worth).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::os::unix::process::ExitStatusExt;
 use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -77,38 +78,58 @@ fn a_200_item_job_runs_from_submit_to_a_well_formed_export() {
     assert!(cortex.items(1).iter().all(|i| i.attempts == 1));
 }
 
+/// A number from the environment, else `default` (the long version of a
+/// test is the same test with bigger numbers; see scripts/kill-test.sh).
+fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 #[test]
 fn kill_9_at_random_moments_loses_nothing_and_redoes_nothing_finished() {
     let _turn = turn();
+    let items = env_or("CORTEX_KILL_ITEMS", 200) as usize;
+    let target_kills = env_or("CORTEX_KILL_KILLS", 12);
     let cortex = Cortex::new();
-    cortex.write("p.jsonl", &prompts(200, 16));
-    // A kill costs every in-flight item an attempt and the next worker takes
-    // those first; allow more attempts than kills.
-    cortex.ok(&["submit", "p.jsonl", "--max-attempts", "30"]);
+    cortex.write("p.jsonl", &prompts(items, 16));
+    // Default settings: 3 attempts, 64 in parallel. A kill must cost nothing but time.
+    cortex.ok(&["submit", "p.jsonl"]);
 
     // Items finished before each kill, with their attempt count and result time.
     let mut finished_before: BTreeMap<i64, (u32, Option<i64>)> = BTreeMap::new();
     let mut kills = 0;
     let mut seed = 0x2545_f491_u64;
-    while kills < 12 {
-        let done_before = cortex.job(1).counts.completed;
-        let mut worker = cortex.spawn(&["worker", "--parallel", "8"]);
-        // A pseudo-random moment after the worker made some progress.
+    let mut next = || {
         seed ^= seed << 13;
         seed ^= seed >> 7;
         seed ^= seed << 17;
-        let progress = 1 + seed % 4;
-        let job = cortex.wait_for(1, Duration::from_secs(120), "progress", |j| {
+        seed
+    };
+    let started = Instant::now();
+    while kills < target_kills {
+        let done_before = cortex.job(1).counts.completed;
+        // One or two workers at a time.
+        let mut workers: Vec<_> = (0..1 + next() % 2)
+            .map(|_| cortex.spawn(&["worker"]))
+            .collect();
+        // A pseudo-random moment after the workers made a little progress.
+        let progress = 1 + next() % 4;
+        let job = cortex.wait_for(1, Duration::from_secs(300), "progress", |j| {
             j.counts.completed >= done_before + progress || j.state.is_terminal()
         });
-        std::thread::sleep(Duration::from_millis(seed % 300));
-        if job.state.is_terminal() {
+        std::thread::sleep(Duration::from_millis(next() % 500));
+        for worker in &mut workers {
+            if worker.try_wait().unwrap().is_none() {
+                worker.kill().unwrap();
+                kills += 1;
+            }
             worker.wait().unwrap();
+        }
+        if job.state.is_terminal() {
             break;
         }
-        worker.kill().unwrap();
-        worker.wait().unwrap();
-        kills += 1;
         for item in cortex.items(1) {
             if item.state == ItemState::Completed {
                 finished_before
@@ -117,13 +138,35 @@ fn kill_9_at_random_moments_loses_nothing_and_redoes_nothing_finished() {
             }
         }
     }
-    assert!(kills >= 10, "only {kills} kills before the job ended");
-    cortex.ok(&["worker", "--parallel", "8"]);
+    assert!(
+        kills >= target_kills * 3 / 4,
+        "only {kills} kills before the job ended"
+    );
+    cortex.ok(&["worker"]);
 
-    assert_complete_export(&cortex, 200);
-    let items = cortex.items(1);
-    assert!(items.iter().all(|i| i.state == ItemState::Completed));
-    for item in items {
+    assert_complete_export(&cortex, items);
+    let records = cortex.items(1);
+    let deaths: u64 = records.iter().map(|i| u64::from(i.deaths)).sum();
+    let most_attempts = records.iter().map(|i| i.attempts).max().unwrap_or(0);
+    println!(
+        "kill test: {items} items, {kills} kills, {:.0} s, {} completed, {} failed, \
+         {deaths} item deaths in all, at most {most_attempts} attempts on one item",
+        started.elapsed().as_secs_f64(),
+        records
+            .iter()
+            .filter(|i| i.state == ItemState::Completed)
+            .count(),
+        records
+            .iter()
+            .filter(|i| i.state == ItemState::Failed)
+            .count(),
+    );
+    assert!(
+        records.iter().all(|i| i.state == ItemState::Completed),
+        "{:?}",
+        records.iter().find(|i| i.state != ItemState::Completed)
+    );
+    for item in records {
         if let Some(before) = finished_before.get(&item.id.0) {
             assert_eq!(
                 *before,
@@ -134,6 +177,140 @@ fn kill_9_at_random_moments_loses_nothing_and_redoes_nothing_finished() {
         }
     }
     cortex.store().integrity_check().unwrap();
+}
+
+#[test]
+fn a_poison_item_that_kills_its_worker_fails_alone_and_costs_the_others_nothing() {
+    let _turn = turn();
+    let mut cortex = Cortex::new();
+    cortex.write("p.jsonl", &prompts(40, 8));
+    cortex.ok(&["submit", "p.jsonl"]);
+    // The test build's failpoint: SIGKILL when this item has been generated.
+    cortex.set_env("CORTEX_FAILPOINT", "generated:item-0007");
+    let mut deaths = 0;
+    for _ in 0..30 {
+        let status = cortex
+            .command(&["worker", "--parallel", "8"])
+            .status()
+            .unwrap();
+        if status.success() {
+            break;
+        }
+        assert_eq!(status.signal(), Some(9), "{status:?}");
+        deaths += 1;
+    }
+    // Groups of 8, 4, 2 around it, then alone for each of its 3 attempts.
+    assert_eq!(deaths, 6);
+    let job = cortex.job(1);
+    assert_eq!(
+        (job.state, job.counts.completed, job.counts.failed),
+        (JobState::Completed, 39, 1)
+    );
+    for item in cortex.items(1) {
+        if item.custom_id == "item-0007" {
+            assert_eq!((item.state, item.attempts), (ItemState::Failed, 3));
+            assert_eq!(item.error_code.as_deref(), Some("worker_lost"));
+        } else {
+            assert_eq!(
+                (item.state, item.attempts),
+                (ItemState::Completed, 1),
+                "{item:?}"
+            );
+        }
+    }
+}
+
+/// `n` greedy plain-completion lines (no chat template needed).
+fn completion_prompts(n: usize, tag: &str) -> String {
+    (0..n)
+        .map(|i| {
+            serde_json::json!({
+                "custom_id": format!("{tag}-{i}"),
+                "prompt": format!("The capital of France is"),
+                "max_tokens": 8, "temperature": 0,
+            })
+            .to_string()
+                + "\n"
+        })
+        .collect()
+}
+
+#[test]
+fn workers_claim_only_jobs_for_their_model() {
+    let _turn = turn();
+    let cortex = Cortex::new();
+    // The second model (fetched into the shared cache once).
+    cortex.ok(&["models", "pull", "gemma3-270m"]);
+    cortex.write("smol.jsonl", &completion_prompts(6, "smol"));
+    cortex.write("gemma.jsonl", &completion_prompts(6, "gemma"));
+    cortex.ok(&["submit", "smol.jsonl"]);
+    cortex.ok(&["--model", "gemma3-270m", "submit", "gemma.jsonl"]);
+
+    // The default model's worker does its job and leaves the other waiting.
+    let smol = cortex.run(&["worker"]);
+    assert!(smol.status.success());
+    assert!(
+        String::from_utf8_lossy(&smol.stderr).contains("worker done: 6 completed"),
+        "{}",
+        String::from_utf8_lossy(&smol.stderr)
+    );
+    assert_eq!(cortex.job(1).state, JobState::Completed);
+    assert_eq!(
+        (cortex.job(2).state, cortex.job(2).counts.pending),
+        (JobState::InProgress, 6)
+    );
+    let status = cortex.ok(&["status", "2"]);
+    assert!(
+        status.contains("model     gemma-3-270m-q4_k_m (sha256 a5fd3b62230a…)"),
+        "{status}"
+    );
+
+    // Both kinds of worker at once on a third and fourth job: each item by its own model.
+    cortex.write("smol2.jsonl", &completion_prompts(6, "smol2"));
+    cortex.ok(&["submit", "smol2.jsonl"]);
+    let mut gemma_worker = cortex.spawn(&["--model", "gemma3-270m", "worker"]);
+    let mut smol_worker = cortex.spawn(&["worker"]);
+    assert!(gemma_worker.wait().unwrap().success());
+    assert!(smol_worker.wait().unwrap().success());
+    for job in 1..=3 {
+        assert_eq!(cortex.job(job).state, JobState::Completed, "job {job}");
+    }
+
+    // Greedy outputs show which model wrote each result.
+    let text_of = |job: &str| -> Vec<String> {
+        cortex.ok(&["results", job, "-o", &format!("{job}.out.jsonl")]);
+        read_jsonl(&cortex.dir().join(format!("{job}.out.jsonl")))
+            .iter()
+            .map(|l| {
+                l["response"]["body"]["choices"][0]["text"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect()
+    };
+    let reference = |model: &str| -> String {
+        cortex
+            .ok(&[
+                "--model",
+                model,
+                "generate",
+                "The capital of France is",
+                "--max-tokens",
+                "8",
+                "--temperature",
+                "0",
+            ])
+            .trim_end_matches('\n')
+            .to_owned()
+    };
+    let (smol_text, gemma_text) = (reference("default"), reference("gemma3-270m"));
+    assert_ne!(smol_text, gemma_text);
+    for (job, expected) in [("1", &smol_text), ("2", &gemma_text), ("3", &smol_text)] {
+        for text in text_of(job) {
+            assert_eq!(text.trim(), expected.trim(), "job {job}");
+        }
+    }
 }
 
 #[test]

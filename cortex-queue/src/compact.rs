@@ -1,0 +1,119 @@
+//! How requests are stored: only the fields that differ from a default
+//! request, so a pending item costs little more than its prompt. Defaults are
+//! filled back in when the item is claimed; a fully spelled-out request (as
+//! stored before schema version 3) reads the same.
+
+use cortex_request::{Request, RequestId};
+use serde_json::{Map, Value};
+
+/// A request's fields at their defaults, as JSON, less the prompt (always
+/// stored: it is an enum, which member-wise stripping would break) and the id.
+fn default_request() -> &'static Map<String, Value> {
+    static DEFAULT: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new();
+    DEFAULT.get_or_init(|| {
+        let Value::Object(mut default) =
+            serde_json::to_value(Request::new(RequestId(0), "")).expect("requests serialize")
+        else {
+            unreachable!("a request serializes as an object")
+        };
+        default.remove("prompt");
+        default.remove("id");
+        default
+    })
+}
+
+/// Removes from `value` every object member equal to the one in `default`
+/// (recursively); members `default` lacks stay.
+fn strip_defaults(value: &mut Map<String, Value>, default: &Map<String, Value>) {
+    value.retain(|key, member| match (default.get(key), member) {
+        (Some(Value::Object(default)), Value::Object(member)) => {
+            strip_defaults(member, default);
+            !member.is_empty()
+        }
+        (Some(default), member) => default != member,
+        (None, _) => true,
+    });
+}
+
+/// Puts `default`'s members back where `value` lacks them (recursively).
+fn fill_defaults(value: &mut Map<String, Value>, default: &Map<String, Value>) {
+    for (key, default) in default {
+        match (value.get_mut(key), default) {
+            (Some(Value::Object(member)), Value::Object(default)) => fill_defaults(member, default),
+            (Some(_), _) => {}
+            (None, default) => {
+                value.insert(key.clone(), default.clone());
+            }
+        }
+    }
+}
+
+/// The stored form of `request`: its non-default fields (the id is the
+/// item's and is not stored).
+pub(crate) fn compact_request(request: &Request) -> String {
+    let mut value = serde_json::to_value(request).expect("requests serialize");
+    if let Value::Object(members) = &mut value {
+        strip_defaults(members, default_request());
+        members.remove("id");
+    }
+    value.to_string()
+}
+
+/// The request stored as `text` by [`compact_request`] (or in full).
+pub(crate) fn expand_request(text: &str) -> serde_json::Result<Request> {
+    let mut value: Value = serde_json::from_str(text)?;
+    if let Value::Object(members) = &mut value {
+        members.entry("id").or_insert(Value::from(0));
+        fill_defaults(members, default_request());
+    }
+    serde_json::from_value(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use cortex_request::{Prompt, SamplingParams, StopConditions};
+
+    use super::*;
+
+    #[test]
+    fn a_default_request_stores_only_its_prompt() {
+        let request = Request::new(RequestId(7), "Hello");
+        let stored = compact_request(&request);
+        assert_eq!(stored, r#"{"prompt":{"text":"Hello"}}"#);
+        let mut back = expand_request(&stored).unwrap();
+        back.id = request.id;
+        assert_eq!(back, request);
+    }
+
+    #[test]
+    fn non_default_fields_survive_the_round_trip() {
+        let mut request = Request::new(RequestId(1), Prompt::Tokens(vec![1, 2, 3]));
+        assert_eq!(
+            compact_request(&request),
+            r#"{"prompt":{"tokens":[1,2,3]}}"#
+        );
+        request.sampling = SamplingParams {
+            temperature: 0.0,
+            top_k: 5,
+            seed: Some(9),
+            ..SamplingParams::default()
+        };
+        request.sampling.logit_bias.insert(42, -1.5);
+        request.stop = StopConditions {
+            stop: vec!["\n".into()],
+            ..StopConditions::max_tokens(16)
+        };
+        request.n = 3;
+        request.priority = -2;
+        let mut back = expand_request(&compact_request(&request)).unwrap();
+        back.id = request.id;
+        assert_eq!(back, request);
+    }
+
+    #[test]
+    fn a_request_stored_in_full_still_reads() {
+        let request = Request::new(RequestId(3), "Hi");
+        let full = serde_json::to_string(&request).unwrap();
+        assert_eq!(expand_request(&full).unwrap(), request);
+    }
+}

@@ -1,0 +1,70 @@
+//! The cortex worker as a library: the bridge between a durable queue
+//! ([`cortex_queue::Store`]) and an engine ([`cortex_engine::Engine`]), and
+//! model identity (which GGUF, and its SHA-256 that binds jobs to it).
+//!
+//! The `cortex worker` and `cortex run` commands are thin shells around
+//! [`run_worker`]; a server runs the same function on its own thread.
+//!
+//! What a worker guarantees:
+//! - an item's result is written at most once, under its lease;
+//! - items in flight when a worker (or its engine) dies lose no attempt
+//!   unless they ran alone: they come back as suspects, in ever smaller
+//!   groups run with nothing else beside them, until the one that kills
+//!   workers runs alone and is charged;
+//! - it claims only jobs for its model ([`WorkerPlan::model_sha256`]).
+//!
+//! # Example
+//!
+//! ```no_run
+//! use std::sync::atomic::AtomicBool;
+//! use std::time::Duration;
+//!
+//! use cortex_engine::{Engine, ModelCache};
+//! use cortex_queue::Store;
+//! use cortex_worker::{WorkerPlan, resolve, run_worker};
+//!
+//! let model = resolve("default", &ModelCache::default_location())?;
+//! let engine = Engine::start(&cortex_engine::EngineConfig::new(&model.path))?;
+//! let mut store = Store::open("cortex.db")?;
+//! let mut plan = WorkerPlan::new(Duration::from_secs(60));
+//! plan.model_sha256 = Some(model.sha256);
+//! let report = run_worker(&mut store, engine, &plan, &AtomicBool::new(false), |_| Ok(()))?;
+//! println!("{} completed", report.completed);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+#![forbid(unsafe_code)]
+
+mod model;
+mod worker;
+
+pub use model::{ModelIdentity, identify, resolve};
+pub use worker::{WorkerPlan, WorkerReport, run_worker};
+
+/// Why a worker could not go on.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WorkerError {
+    /// The queue failed (database error, disk full, ...).
+    #[error(transparent)]
+    Queue(#[from] cortex_queue::QueueError),
+    /// The engine refused work.
+    #[error(transparent)]
+    Engine(#[from] cortex_engine::EngineError),
+    /// The engine died; its in-flight items were ended as in a worker death.
+    #[error("the engine died: {message} ({items} in-flight items will be retried)")]
+    EngineDied {
+        /// The engine's message (its panic).
+        message: String,
+        /// How many items were in flight.
+        items: usize,
+    },
+    /// The model cannot be used.
+    #[error("{detail}")]
+    Model {
+        /// The model setting (a name or a path).
+        model: String,
+        /// What is wrong (naming the file or the known model).
+        detail: String,
+    },
+}

@@ -1,0 +1,389 @@
+//! The loop that bridges the queue and the engine: claims items, keeps the
+//! engine full, writes results back under their leases, heartbeats, isolates
+//! suspects, and stops cleanly on request or when the engine dies.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use cortex_engine::{Engine, EngineError, EngineEvent, EngineHealth, EngineStats, Shutdown};
+use cortex_queue::{
+    ClaimOptions, ClaimedItem, ItemFailure, JobFilter, JobId, Lease, LeaseStatus, QueueError,
+    Store, failpoint,
+};
+use cortex_request::{FinishReason, RequestId, Response};
+
+use crate::WorkerError;
+
+/// What one worker run should do.
+#[derive(Debug, Clone)]
+pub struct WorkerPlan {
+    /// Only these jobs (all when `None`).
+    pub jobs: Option<Vec<JobId>>,
+    /// Wait for new work instead of returning when the queue is empty.
+    pub follow: bool,
+    /// How long a lease lasts without a heartbeat (heartbeats go every third of it).
+    pub lease: Duration,
+    /// The SHA-256 of the engine's model: only jobs for it are claimed
+    /// (`None`: every job, whatever model it names).
+    pub model_sha256: Option<String>,
+}
+
+impl WorkerPlan {
+    /// Every job, until the queue is empty, with `lease`-long leases, any model.
+    pub fn new(lease: Duration) -> Self {
+        Self {
+            jobs: None,
+            follow: false,
+            lease,
+            model_sha256: None,
+        }
+    }
+}
+
+/// What a worker run did.
+#[derive(Debug, Default, Clone)]
+pub struct WorkerReport {
+    /// Items completed (results written).
+    pub completed: u64,
+    /// Failed attempts recorded.
+    pub failed: u64,
+    /// Items given back unfinished (stop requested, or cancelled mid-way).
+    pub released: usize,
+    /// Tokens generated for the completed items.
+    pub generated_tokens: u64,
+    /// Whether a stop request ended the run.
+    pub stopped_by_signal: bool,
+    /// The engine's totals at the end.
+    pub engine: EngineStats,
+}
+
+/// How long in-flight items may run on after a stop request before they are released.
+const STOP_GRACE: Duration = Duration::from_secs(3);
+/// How often an idle worker looks for work.
+const POLL: Duration = Duration::from_millis(250);
+
+struct Worker<'a> {
+    store: &'a mut Store,
+    engine: &'a Engine,
+    events: (flume::Sender<EngineEvent>, flume::Receiver<EngineEvent>),
+    in_flight: HashMap<RequestId, ClaimedItem>,
+    /// The in-flight items are a suspect group: claim nothing more until it is done.
+    isolating: bool,
+    claim: ClaimOptions,
+    plan: &'a WorkerPlan,
+    report: WorkerReport,
+}
+
+impl Worker<'_> {
+    /// Fills the engine up to its free slots; returns how many items were claimed.
+    fn fill(&mut self) -> Result<usize, WorkerError> {
+        if self.isolating && !self.in_flight.is_empty() {
+            return Ok(0);
+        }
+        let idle = self.in_flight.is_empty();
+        // Suspects only into an empty engine, and no more of them than run at once.
+        let want = if idle {
+            self.engine.info().max_running
+        } else {
+            self.engine.available_slots()
+        };
+        if want == 0 {
+            return Ok(0);
+        }
+        self.claim.suspects = idle;
+        let claimed = self.store.claim(want, &self.claim)?;
+        self.isolating = claimed.iter().any(|c| c.suspect);
+        let requests = claimed.iter().map(|c| c.request.clone()).collect();
+        let submitted = self.engine.submit_many_to(requests, &self.events.0);
+        let count = claimed.len();
+        for item in claimed {
+            tracing::debug!(item = %item.lease.item, job = %item.job, attempt = item.attempt, suspect = item.suspect, "claimed");
+            self.in_flight.insert(item.request.id, item);
+        }
+        if let Err(error) = submitted {
+            return Err(self.engine_gone(error));
+        }
+        Ok(count)
+    }
+
+    /// The engine refused work or died: its in-flight items end as a worker
+    /// death would end them (suspects, charged only when alone), with the
+    /// engine's error as their last error; items of a clean stop go back.
+    fn engine_gone(&mut self, error: EngineError) -> WorkerError {
+        let leases: Vec<Lease> = self.in_flight.drain().map(|(_, item)| item.lease).collect();
+        let message = match self.engine.health() {
+            EngineHealth::Died(message) => message,
+            _ => match error {
+                EngineError::Died(message) => message,
+                other => {
+                    if let Err(e) = self.store.release(&leases) {
+                        return e.into();
+                    }
+                    return other.into();
+                }
+            },
+        };
+        tracing::error!(items = leases.len(), "the engine died: {message}");
+        if let Err(e) = self
+            .store
+            .abandon(&leases, &format!("the engine died: {message}"))
+        {
+            return e.into();
+        }
+        WorkerError::EngineDied {
+            message,
+            items: leases.len(),
+        }
+    }
+
+    /// Waits up to `wait` for engine events and writes their outcomes back.
+    fn drain_events(&mut self, wait: Duration) -> Result<(), WorkerError> {
+        let mut finished: Vec<(ClaimedItem, Response)> = Vec::new();
+        let mut died = None;
+        let first = self.events.1.recv_timeout(wait).ok();
+        for event in first.into_iter().chain(self.events.1.try_iter()) {
+            match event {
+                EngineEvent::Finished(response) => {
+                    // Items cancelled here (lost lease, cancelled job, shutdown) are already accounted for.
+                    let Some(item) = self.in_flight.remove(&response.id) else {
+                        continue;
+                    };
+                    if response
+                        .completions
+                        .iter()
+                        .any(|c| c.finish_reason == FinishReason::Cancelled)
+                    {
+                        self.store.release(&[item.lease])?;
+                        self.report.released += 1;
+                        continue;
+                    }
+                    failpoint::hit("generated", &item.custom_id);
+                    finished.push((item, response));
+                }
+                EngineEvent::Failed { error, .. } if matches!(error, EngineError::Died(_)) => {
+                    died = Some(error);
+                }
+                EngineEvent::Failed { id, error } => {
+                    let Some(item) = self.in_flight.remove(&id) else {
+                        continue;
+                    };
+                    let failure = ItemFailure {
+                        code: error.code().into(),
+                        message: error.to_string(),
+                        retryable: error.is_retryable(),
+                    };
+                    tracing::warn!(item = %item.lease.item, custom_id = %item.custom_id, "{}", failure.message);
+                    match self.store.fail(&item.lease, &failure) {
+                        Ok(_) => self.report.failed += 1,
+                        Err(QueueError::LeaseLost { .. }) => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                // Tokens: a worker only records whole results.
+                _ => {}
+            }
+        }
+        self.record(&finished)?;
+        match died {
+            Some(error) => Err(self.engine_gone(error)),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes finished items in one transaction (one fsync).
+    fn record(&mut self, finished: &[(ClaimedItem, Response)]) -> Result<(), WorkerError> {
+        if finished.is_empty() {
+            return Ok(());
+        }
+        let done: Vec<_> = finished
+            .iter()
+            .map(|(item, response)| (item.lease, response))
+            .collect();
+        for ((item, response), outcome) in finished.iter().zip(self.store.complete_many(&done)?) {
+            match outcome {
+                Ok(()) => {
+                    self.report.completed += 1;
+                    self.report.generated_tokens += u64::from(response.usage.completion_tokens);
+                }
+                Err(e) => tracing::warn!(item = %item.lease.item, "{e}"),
+            }
+        }
+        Ok(())
+    }
+
+    /// Extends every lease; items whose lease was lost or whose job was cancelled stop.
+    fn heartbeat(&mut self) -> Result<(), WorkerError> {
+        let items: Vec<(RequestId, Lease)> = self
+            .in_flight
+            .iter()
+            .map(|(id, c)| (*id, c.lease))
+            .collect();
+        if items.is_empty() {
+            return Ok(());
+        }
+        let leases: Vec<_> = items.iter().map(|(_, lease)| *lease).collect();
+        let statuses = self.store.heartbeat(&leases, self.claim.lease)?;
+        for ((id, lease), status) in items.into_iter().zip(statuses) {
+            if !matches!(status, LeaseStatus::Held { .. }) {
+                tracing::info!(item = %lease.item, "{status:?}: stopping it");
+                self.in_flight.remove(&id);
+                self.engine.cancel(id);
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether any job this worker serves can still produce work.
+    fn work_remains(&mut self) -> Result<bool, WorkerError> {
+        let jobs = self.store.jobs(&JobFilter::default())?;
+        Ok(jobs.iter().any(|job| {
+            !job.state.is_terminal()
+                && self
+                    .plan
+                    .jobs
+                    .as_ref()
+                    .is_none_or(|only| only.contains(&job.id))
+                && job.model_sha256.as_ref().is_none_or(|sha| {
+                    self.plan
+                        .model_sha256
+                        .as_ref()
+                        .is_none_or(|mine| mine == sha)
+                })
+        }))
+    }
+
+    /// Gives every in-flight item back (shutdown).
+    fn release_all(&mut self) -> Result<(), WorkerError> {
+        let leases: Vec<_> = self
+            .in_flight
+            .drain()
+            .map(|(id, item)| {
+                self.engine.cancel(id);
+                item.lease
+            })
+            .collect();
+        self.report.released += self.store.release(&leases)?;
+        Ok(())
+    }
+}
+
+/// Runs `engine` on the queue in `store` until the queue (or the plan's jobs)
+/// has nothing left for it, or `stop` is set (in-flight items then get a few
+/// seconds to finish and are released). `tick` is called a few times a second
+/// with the store (progress display).
+///
+/// If the engine dies, its in-flight items end as in a worker death (see
+/// [`cortex_queue::ClaimOptions::suspects`]) with the engine's message as their
+/// last error, and the run returns [`WorkerError::EngineDied`].
+pub fn run_worker(
+    store: &mut Store,
+    engine: Engine,
+    plan: &WorkerPlan,
+    stop: &AtomicBool,
+    mut tick: impl FnMut(&mut Store) -> Result<(), QueueError>,
+) -> Result<WorkerReport, WorkerError> {
+    let lease = plan.lease;
+    let mut worker = Worker {
+        store,
+        engine: &engine,
+        events: flume::unbounded(),
+        in_flight: HashMap::new(),
+        isolating: false,
+        claim: ClaimOptions {
+            lease,
+            jobs: plan.jobs.clone(),
+            model_sha256: plan.model_sha256.clone(),
+            suspects: true,
+        },
+        plan,
+        report: WorkerReport::default(),
+    };
+    let outcome = work(&mut worker, stop, &mut tick);
+    let mut report = std::mem::take(&mut worker.report);
+    drop(worker);
+    report.engine = engine.stats();
+    log_engine_totals(&report.engine);
+    let ended = engine.shutdown(Shutdown::Abort);
+    outcome?;
+    if let Err(EngineError::Died(message)) = ended {
+        // It died after its last item was written: nothing was lost, but say so.
+        return Err(WorkerError::EngineDied { message, items: 0 });
+    }
+    store.unregister_worker()?;
+    tracing::info!(
+        completed = report.completed,
+        failed = report.failed,
+        released = report.released,
+        "worker stopped"
+    );
+    Ok(report)
+}
+
+fn work(
+    worker: &mut Worker<'_>,
+    stop: &AtomicBool,
+    tick: &mut impl FnMut(&mut Store) -> Result<(), QueueError>,
+) -> Result<(), WorkerError> {
+    let lease = worker.plan.lease;
+    let mut last_heartbeat = Instant::now();
+    let mut last_tick = Instant::now();
+    let mut next_claim = Instant::now();
+    let mut stop_deadline: Option<Instant> = None;
+    loop {
+        if stop.load(Ordering::SeqCst) && stop_deadline.is_none() {
+            tracing::info!(
+                in_flight = worker.in_flight.len(),
+                "stop requested: finishing or releasing in-flight items"
+            );
+            stop_deadline = Some(Instant::now() + STOP_GRACE);
+            worker.report.stopped_by_signal = true;
+        }
+        let mut drained = false;
+        if stop_deadline.is_none() && Instant::now() >= next_claim && worker.fill()? == 0 {
+            next_claim = Instant::now() + POLL;
+            // Nothing to claim and nothing in hand: done unless a job in scope can still produce work.
+            drained =
+                worker.in_flight.is_empty() && !worker.plan.follow && !worker.work_remains()?;
+        }
+        worker.drain_events(Duration::from_millis(50))?;
+        if let EngineHealth::Died(message) = worker.engine.health() {
+            return Err(worker.engine_gone(EngineError::Died(message)));
+        }
+        if last_heartbeat.elapsed() >= lease / 3 {
+            worker.heartbeat()?;
+            last_heartbeat = Instant::now();
+        }
+        if last_tick.elapsed() >= Duration::from_millis(250) {
+            tick(worker.store)?;
+            last_tick = Instant::now();
+        }
+        let finished = match stop_deadline {
+            Some(deadline) => worker.in_flight.is_empty() || Instant::now() >= deadline,
+            None => drained,
+        };
+        if finished {
+            break;
+        }
+    }
+    worker.release_all()?;
+    tick(worker.store)?;
+    Ok(())
+}
+
+fn log_engine_totals(stats: &EngineStats) {
+    tracing::info!(
+        steps = stats.steps,
+        busy_seconds = format!("{:.2}", stats.busy_seconds),
+        decode_seconds = format!("{:.2}", stats.decode_seconds),
+        prefill_tokens = stats.prefill_tokens,
+        prefill_tokens_saved = stats.prefill_tokens_saved,
+        generated_tokens = stats.generated_tokens,
+        preemptions = stats.preemptions,
+        kv_streams = stats.kv_streams,
+        kv_stream_tokens = stats.kv_stream_tokens,
+        kv_resizes = stats.kv_resizes,
+        prefix_copies = stats.prefix_copies,
+        "engine totals"
+    );
+}

@@ -1,0 +1,149 @@
+//! A worker whose engine dies mid-job: its in-flight items are ended as in a
+//! worker death (suspects, attempts given back), the engine's panic message is
+//! their last error, the run returns `EngineDied`, and a healthy worker then
+//! finishes the job with every item attempted once.
+
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use cortex_engine::{
+    Backend, BackendError, BatchToken, Engine, EngineError, KvLayout, LoopConfig, StreamId,
+};
+use cortex_queue::{ItemState, JobState, Store, SubmitOptions};
+use cortex_request::{ChatMessage, TokenId};
+use cortex_worker::{WorkerError, WorkerPlan, run_worker};
+
+const VOCAB: usize = 32;
+
+/// A tiny deterministic model: the next token is always 5; text is bytes.
+/// After `panic_after` decodes it panics, as a bug in a backend would.
+struct Toy {
+    layout: KvLayout,
+    logits: Vec<Vec<f32>>,
+    decodes: usize,
+    panic_after: Option<usize>,
+}
+
+impl Toy {
+    fn new(panic_after: Option<usize>) -> Self {
+        Self {
+            layout: KvLayout {
+                streams: 1,
+                capacity: 256,
+            },
+            logits: Vec::new(),
+            decodes: 0,
+            panic_after,
+        }
+    }
+}
+
+impl Backend for Toy {
+    fn n_vocab(&self) -> usize {
+        VOCAB
+    }
+    fn n_ctx_train(&self) -> usize {
+        4096
+    }
+    fn kv_bytes_per_token(&self) -> usize {
+        64
+    }
+    fn kv_layout(&self) -> KvLayout {
+        self.layout
+    }
+    fn set_kv_layout(&mut self, layout: KvLayout) -> Result<(), BackendError> {
+        self.layout = layout;
+        Ok(())
+    }
+    fn tokenize(&self, text: &str, _add_bos: bool, _parse_special: bool) -> Vec<TokenId> {
+        text.bytes().map(|b| TokenId::from(b % 30 + 1)).collect()
+    }
+    fn token_bytes(&self, token: TokenId) -> Vec<u8> {
+        vec![b'a' + (token as u8 % 26)]
+    }
+    fn is_end_of_generation(&self, _token: TokenId) -> bool {
+        false
+    }
+    fn apply_chat_template(&self, messages: &[ChatMessage]) -> Result<String, BackendError> {
+        Ok(messages.iter().map(|m| m.content.as_str()).collect())
+    }
+    fn decode(&mut self, batch: &[BatchToken]) -> Result<(), BackendError> {
+        self.decodes += 1;
+        if self.panic_after.is_some_and(|n| self.decodes > n) {
+            panic!("injected backend bug at decode {}", self.decodes);
+        }
+        // Slow enough that several items are in flight at the panic.
+        std::thread::sleep(Duration::from_millis(5));
+        self.logits = batch
+            .iter()
+            .map(|_| {
+                let mut row = vec![0.0; VOCAB];
+                row[5] = 10.0;
+                row
+            })
+            .collect();
+        Ok(())
+    }
+    fn logits(&self, index: usize) -> &[f32] {
+        &self.logits[index]
+    }
+    fn copy_stream(&mut self, _src: StreamId, _dst: StreamId) {}
+    fn truncate_stream(&mut self, _stream: StreamId, _from: usize) {}
+}
+
+fn engine(panic_after: Option<usize>) -> Engine {
+    let mut config = LoopConfig::new(4, 16);
+    config.prefix_sharing = false;
+    Engine::start_with_backend(config, move || Ok::<_, EngineError>(Toy::new(panic_after))).unwrap()
+}
+
+#[test]
+fn an_engine_death_ends_its_items_as_suspects_with_the_panic_as_their_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("p.jsonl");
+    let lines: String = (0..12)
+        .map(|i| format!("{{\"prompt\": \"item {i}\", \"max_tokens\": 8}}\n"))
+        .collect();
+    std::fs::write(&input, lines).unwrap();
+    let mut store = Store::open(dir.path().join("q.db")).unwrap();
+    let job = store
+        .submit_file(&input, &SubmitOptions::new("toy"))
+        .unwrap()
+        .job;
+    let plan = WorkerPlan::new(Duration::from_secs(60));
+    let stop = AtomicBool::new(false);
+
+    let error = run_worker(&mut store, engine(Some(12)), &plan, &stop, |_| Ok(())).unwrap_err();
+    let WorkerError::EngineDied { message, items } = &error else {
+        panic!("expected EngineDied, got {error}");
+    };
+    assert!(message.contains("injected backend bug"), "{message}");
+    assert!(*items > 0, "{error}");
+    let job_now = store.job(job).unwrap();
+    assert_eq!(job_now.counts.running, 0, "nothing is left under a lease");
+    let abandoned: Vec<_> = store
+        .items(job)
+        .unwrap()
+        .into_iter()
+        .filter(|i| i.error_code.as_deref() == Some("worker_lost"))
+        .collect();
+    assert_eq!(abandoned.len(), *items);
+    for item in &abandoned {
+        assert_eq!((item.state, item.attempts), (ItemState::Pending, 0));
+        let text = item.error_message.as_deref().unwrap();
+        assert!(
+            text.contains("the engine died: ") && text.contains("injected backend bug"),
+            "{text}"
+        );
+    }
+
+    // A healthy engine finishes the job; nobody lost an attempt.
+    let report = run_worker(&mut store, engine(None), &plan, &stop, |_| Ok(())).unwrap();
+    assert!(report.completed > 0);
+    let job_now = store.job(job).unwrap();
+    assert_eq!(
+        (job_now.state, job_now.counts.completed),
+        (JobState::Completed, 12)
+    );
+    assert!(store.items(job).unwrap().iter().all(|i| i.attempts == 1));
+}
