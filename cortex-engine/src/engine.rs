@@ -107,6 +107,9 @@ pub struct LoopConfig {
     pub stream_tokens: Option<usize>,
     /// Bytes the KV may take when streams grow.
     pub kv_memory: usize,
+    /// Cells the streams of one step span at most when streams grow
+    /// (see [`EngineConfig::step_cells`]).
+    pub step_cells: usize,
     /// Share KV of common prompt prefixes.
     pub prefix_sharing: bool,
     /// Fail running requests that make no progress for this long.
@@ -126,6 +129,7 @@ impl LoopConfig {
             max_batch_tokens: 64,
             stream_tokens: None,
             kv_memory: 1 << 30,
+            step_cells: usize::MAX,
             prefix_sharing: true,
             request_timeout: None,
             adaptive_threads: None,
@@ -141,6 +145,7 @@ impl From<&EngineConfig> for LoopConfig {
             max_batch_tokens: c.max_batch_tokens,
             stream_tokens: c.stream_tokens,
             kv_memory: c.effective_kv_memory(),
+            step_cells: c.step_cells,
             prefix_sharing: c.prefix_sharing,
             request_timeout: c.request_timeout,
             adaptive_threads: (c.threads == 0).then(|| c.effective_threads()),

@@ -367,6 +367,43 @@ fn a_longer_request_grows_the_streams_and_running_ones_are_recomputed_exactly() 
 }
 
 #[test]
+fn longer_streams_mean_fewer_of_them_within_the_step_cells() {
+    // 8 sequences at most, 1,024 cells per step: 4 streams of 256, then 2 of 512.
+    let mut config = LoopConfig::new(8, 4);
+    config.step_cells = 1024;
+    let engine = start_with(config, FakeBackend::default);
+    let requests: Vec<(Request, Vec<TokenId>)> = (0..6)
+        .map(|i| {
+            let prompt: Vec<TokenId> = (0..300).map(|j| 1 + (i + j) % 20).collect();
+            let mut r = request(80 + u64::from(i), prompt.clone());
+            r.stop.max_tokens = 20;
+            (r, prompt)
+        })
+        .collect();
+    let short = request(90, vec![1, 2, 3]);
+    assert!(matches!(
+        last_event(&engine.submit(short).unwrap()),
+        EngineEvent::Finished(_)
+    ));
+    assert_eq!(engine.stats().kv_streams, 4);
+    let receivers = engine
+        .submit_many(requests.iter().map(|(r, _)| r.clone()).collect())
+        .unwrap();
+    for ((_, prompt), rx) in requests.iter().zip(&receivers) {
+        match last_event(rx) {
+            EngineEvent::Finished(r) => assert_eq!(r.completions[0].tokens, expected(prompt, 20)),
+            other => panic!("{other:?}"),
+        }
+    }
+    let stats = engine.stats();
+    assert_eq!(
+        (stats.kv_streams, stats.kv_stream_tokens),
+        (2, 512),
+        "{stats:?}"
+    );
+}
+
+#[test]
 fn a_fixed_stream_size_refuses_longer_prompts_and_cuts_generation_at_its_end() {
     let mut config = LoopConfig::new(4, 4);
     config.stream_tokens = Some(256);

@@ -368,11 +368,14 @@ fn request_from(
         Endpoint::ChatCompletions => "messages",
         Endpoint::Completions => "prompt",
     };
-    if let Some(key) = fields.keys().find(|k| {
-        k.as_str() != prompt_field
-            && !SAMPLING_FIELDS.contains(&k.as_str())
-            && !extra_allowed.contains(&k.as_str())
-    }) {
+    for (key, value) in fields {
+        if key == prompt_field
+            || SAMPLING_FIELDS.contains(&key.as_str())
+            || extra_allowed.contains(&key.as_str())
+            || crate::openai_fields::check(endpoint, key, value)?
+        {
+            continue;
+        }
         return Err(format!("unknown field {key:?}"));
     }
     let prompt = match (endpoint, fields.get(prompt_field)) {

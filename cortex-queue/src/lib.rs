@@ -87,6 +87,7 @@ pub mod failpoint;
 mod input;
 mod jobs;
 mod lease;
+mod openai_fields;
 mod process;
 mod schema;
 mod store;

@@ -24,6 +24,9 @@ pub(super) struct Sizing {
     fixed: Option<usize>,
     /// Cells the memory budget allows, across all streams.
     budget_cells: usize,
+    /// Cells the streams of one step span at most (fewer, longer streams
+    /// for long requests).
+    step_cells: usize,
     /// Longest sequence the model takes, in whole granules.
     model_limit: usize,
     block_size: usize,
@@ -40,6 +43,7 @@ impl Sizing {
                 .stream_tokens
                 .map(|t| t.max(1).next_multiple_of(GRANULE)),
             budget_cells: config.kv_memory / per_token,
+            step_cells: config.step_cells.max(GRANULE),
             model_limit: (backend.n_ctx_train() / GRANULE * GRANULE).max(GRANULE),
             block_size: config.block_size.max(1),
             max_batch_tokens: config.max_batch_tokens.max(1),
@@ -74,11 +78,11 @@ impl Sizing {
     }
 
     /// Streams of `capacity` cells: one per running sequence, fewer when the
-    /// memory budget cannot hold them all.
+    /// memory budget or the step's cell span cannot hold them all.
     pub(super) fn layout(&self, capacity: usize) -> KvLayout {
         let streams = match self.fixed {
             Some(_) => self.max_running,
-            None => (self.budget_cells / capacity).clamp(1, self.max_running),
+            None => (self.budget_cells.min(self.step_cells) / capacity).clamp(1, self.max_running),
         };
         KvLayout { streams, capacity }
     }

@@ -1,0 +1,133 @@
+//! OpenAI request fields that cortex does not implement: each is either
+//! accepted with a documented meaning here (it changes nothing about what is
+//! generated) or refused with an error that says it is OpenAI's, why cortex
+//! does not take it, and what to do instead. Fields nobody documents stay
+//! "unknown field" errors.
+
+use serde_json::Value;
+
+use crate::input::Endpoint;
+
+/// Accepted anywhere, with no effect on generation.
+const HARMLESS: &[(&str, &str)] = &[
+    (
+        "user",
+        "an end-user id for OpenAI's abuse monitoring; recorded nowhere",
+    ),
+    (
+        "safety_identifier",
+        "an end-user id for OpenAI's abuse monitoring; recorded nowhere",
+    ),
+    (
+        "prompt_cache_key",
+        "a hint for OpenAI's prompt cache; cortex shares prefixes on its own",
+    ),
+    (
+        "store",
+        "whether OpenAI keeps the output; cortex keeps every result in its queue",
+    ),
+    (
+        "metadata",
+        "labels for OpenAI's stored completions; give job labels with `submit --metadata`",
+    ),
+    (
+        "service_tier",
+        "OpenAI's processing tier; one machine has one",
+    ),
+    ("parallel_tool_calls", "only matters with tools"),
+];
+
+/// What a field of `endpoint` means to cortex, if it is one OpenAI documents
+/// that cortex does not implement: `Ok(true)` accepted as harmless (see
+/// [`HARMLESS`] and the value checks below), `Err` refused with the reason,
+/// `Ok(false)` not such a field.
+pub(crate) fn check(endpoint: Endpoint, key: &str, value: &Value) -> Result<bool, String> {
+    if HARMLESS.iter().any(|(name, _)| *name == key) {
+        return Ok(true);
+    }
+    let off = |accepted: bool, reason: &str| {
+        if accepted {
+            Ok(true)
+        } else {
+            Err(format!(
+                "{key} = {value} is an OpenAI field cortex does not support: {reason}"
+            ))
+        }
+    };
+    let is_falsy = matches!(value, Value::Null | Value::Bool(false)) || value.as_u64() == Some(0);
+    let chat = endpoint == Endpoint::ChatCompletions;
+    match key {
+        "stream" => off(
+            is_falsy,
+            "a batch writes whole results; stream from a server instead",
+        ),
+        "stream_options" => off(value.is_null(), "it only applies to streaming"),
+        "logprobs" | "top_logprobs" => off(is_falsy, "log probabilities are not implemented yet"),
+        "response_format" if chat => off(
+            value.is_null() || value.get("type").and_then(Value::as_str) == Some("text"),
+            "structured outputs (json_object, json_schema) are not implemented yet",
+        ),
+        "tools" | "functions" if chat => off(
+            value.is_null() || value.as_array().is_some_and(Vec::is_empty),
+            "tool calling is not implemented yet",
+        ),
+        "tool_choice" | "function_call" if chat => off(
+            value.is_null() || value.as_str() == Some("none"),
+            "tool calling is not implemented yet",
+        ),
+        "modalities" if chat => off(
+            value.is_null() || *value == serde_json::json!(["text"]),
+            "cortex generates text only",
+        ),
+        "audio" if chat => off(value.is_null(), "cortex generates text only"),
+        "prediction" if chat => off(value.is_null(), "predicted outputs are not implemented"),
+        "web_search_options" if chat => off(value.is_null(), "a local model has no web search"),
+        "reasoning_effort" | "verbosity" if chat => off(
+            value.is_null(),
+            "it is for OpenAI's reasoning models; a local model takes no such setting",
+        ),
+        "echo" if !chat => off(is_falsy, "echoing the prompt is not implemented"),
+        "suffix" if !chat => off(
+            value.is_null(),
+            "insertion (text after the completion) is not implemented",
+        ),
+        "best_of" if !chat => off(
+            value.is_null() || value.as_u64() == Some(1),
+            "best_of needs log probabilities, which are not implemented yet; use n",
+        ),
+        _ => Ok(false),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn harmless_fields_are_accepted_and_unsupported_ones_say_why() {
+        let chat = Endpoint::ChatCompletions;
+        assert_eq!(check(chat, "user", &json!("u-1")), Ok(true));
+        assert_eq!(check(chat, "stream", &json!(false)), Ok(true));
+        assert_eq!(check(chat, "logprobs", &json!(false)), Ok(true));
+        assert_eq!(
+            check(chat, "response_format", &json!({"type": "text"})),
+            Ok(true)
+        );
+        assert_eq!(check(chat, "tool_choice", &json!("none")), Ok(true));
+        assert_eq!(check(chat, "temperature", &json!(1)), Ok(false));
+        assert_eq!(check(chat, "echo", &json!(true)), Ok(false));
+        let error = check(chat, "tools", &json!([{"type": "function"}])).unwrap_err();
+        assert!(
+            error.starts_with("tools = [{\"type\":\"function\"}] is an OpenAI field cortex does not support: tool calling"),
+            "{error}"
+        );
+        let error = check(chat, "stream", &json!(true)).unwrap_err();
+        assert!(error.contains("a batch writes whole results"), "{error}");
+        let completions = Endpoint::Completions;
+        assert_eq!(check(completions, "best_of", &json!(1)), Ok(true));
+        assert!(check(completions, "suffix", &json!("end")).is_err());
+        assert!(check(completions, "logprobs", &json!(3)).is_err());
+    }
+}
