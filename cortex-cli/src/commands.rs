@@ -9,6 +9,7 @@ use cortex_engine::bench::{self, BenchRow, ReportPlan};
 use cortex_engine::{
     DEFAULT_MODEL, Engine, EngineEvent, KNOWN_MODELS, ModelCache, ModelSpec, Shutdown, read_gguf,
 };
+use cortex_openai::{ExportJsonl, SubmitJsonl};
 use cortex_queue::{Job, JobFilter, JobId, JobState, QueueError, Store, SubmitOptions, Submitted};
 use cortex_request::{ChatMessage, Prompt, Request, RequestId};
 use serde_json::json;

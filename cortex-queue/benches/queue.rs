@@ -8,8 +8,9 @@ use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use cortex_openai::{InputReader, SubmitJsonl};
 use cortex_queue::{
-    ClaimOptions, InputReader, JobDefaults, JobId, Store, StoreConfig, SubmitOptions, Synchronous,
+    ClaimOptions, JobDefaults, JobId, Store, StoreConfig, SubmitOptions, Synchronous,
 };
 use cortex_request::{Completion, FinishReason, Response, Timings, Usage};
 

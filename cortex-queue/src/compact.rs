@@ -1,9 +1,9 @@
-//! How requests are stored: only the fields that differ from a default
+//! How requests and results are stored. Requests: only the fields that differ from a default
 //! request, so a pending item costs little more than its prompt. Defaults are
 //! filled back in when the item is claimed; a fully spelled-out request (as
 //! stored before schema version 3) reads the same.
 
-use cortex_request::{Request, RequestId};
+use cortex_request::{Request, RequestId, Response};
 use serde_json::{Map, Value};
 
 /// A request's fields at their defaults, as JSON, less the prompt (always
@@ -57,6 +57,16 @@ pub(crate) fn compact_request(request: &Request) -> String {
         members.remove("id");
     }
     value.to_string()
+}
+
+/// The stored form of a result: the response without its token ids (the
+/// text is what outputs carry).
+pub(crate) fn compact_response(response: &Response) -> String {
+    let mut stored = response.clone();
+    for completion in &mut stored.completions {
+        completion.tokens = Vec::new();
+    }
+    serde_json::to_string(&stored).expect("responses serialize")
 }
 
 /// The request stored as `text` by [`compact_request`] (or in full).

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use crate::input::LineError;
+use crate::submit::LineError;
 use crate::{ItemId, JobId, JobState};
 
 /// Why a queue operation failed. Every variant says what to do about it.

@@ -1,16 +1,14 @@
-//! OpenAI batch output: result bodies, and writing a job's output and error
-//! files so that a crash or a full disk never leaves a half-written file under
-//! the final name.
+//! A job's output and error files, written so that a crash or a full disk
+//! never leaves a half-written file under the final name. The lines' format
+//! is the caller's ([`ExportFormat`]); the queue supplies what each says.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use cortex_request::Response;
-use serde_json::json;
 
-use crate::input::Endpoint;
-use crate::jobs::{JobCounts, load_job};
+use crate::jobs::{Job, JobCounts, load_job};
 use crate::store::{Outcome, Store};
 use crate::{ItemId, JobId, QueueError, Result};
 
@@ -29,51 +27,52 @@ pub struct ExportSummary {
     pub counts: JobCounts,
 }
 
-/// The `body` of an output line: a `chat.completion` or `text_completion` object.
-pub(crate) fn response_body(
-    item: ItemId,
-    endpoint: Endpoint,
-    model: &str,
-    created: i64,
-    response: &Response,
-) -> String {
-    let choices: Vec<serde_json::Value> = response
-        .completions
-        .iter()
-        .map(|c| match endpoint {
-            Endpoint::ChatCompletions => json!({
-                "index": c.index,
-                "message": { "role": "assistant", "content": c.text },
-                "logprobs": null,
-                "finish_reason": c.finish_reason.as_openai(),
-            }),
-            Endpoint::Completions => json!({
-                "index": c.index,
-                "text": c.text,
-                "logprobs": null,
-                "finish_reason": c.finish_reason.as_openai(),
-            }),
-        })
-        .collect();
-    let (id, object) = match endpoint {
-        Endpoint::ChatCompletions => (format!("chatcmpl-{item}"), "chat.completion"),
-        Endpoint::Completions => (format!("cmpl-{item}"), "text_completion"),
-    };
-    let usage = &response.usage;
-    json!({
-        "id": id,
-        "object": object,
-        "created": created,
-        "model": model,
-        "choices": choices,
-        "usage": {
-            "prompt_tokens": usage.prompt_tokens,
-            "completion_tokens": usage.completion_tokens,
-            "total_tokens": usage.total_tokens(),
-            "prompt_tokens_details": { "cached_tokens": usage.cached_prompt_tokens },
-        },
-    })
-    .to_string()
+/// A result as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StoredResult {
+    /// The response (token ids are not kept).
+    Response(Response),
+    /// A body rendered when it was written (databases from before schema
+    /// version 4 kept OpenAI bodies); write it out as it is.
+    Rendered(String),
+}
+
+/// One completed item, for its output line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExportedResult {
+    /// The item.
+    pub item: ItemId,
+    /// Its input line.
+    pub line: u64,
+    /// The caller's id.
+    pub custom_id: String,
+    /// The format its line named (an endpoint path).
+    pub endpoint: String,
+    /// When its result was written (Unix ms).
+    pub completed_at: i64,
+    /// The result.
+    pub result: StoredResult,
+}
+
+/// One item without a result (failed, cancelled) or a bad input line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExportedError {
+    /// Its input line.
+    pub line: u64,
+    /// The caller's id (the line number when there was none).
+    pub custom_id: String,
+    /// A short code: the error's, `cancelled`, or `invalid_input`.
+    pub code: String,
+    /// What happened.
+    pub message: String,
+}
+
+/// How output and error lines are written (the wire format's business).
+pub trait ExportFormat {
+    /// The output line of a completed item of `job` (without its newline).
+    fn result_line(&self, job: &Job, result: &ExportedResult) -> String;
+    /// The error-file line of an item of `job` that has no result.
+    fn error_line(&self, job: &Job, error: &ExportedError) -> String;
 }
 
 /// Writes `path` through a temporary file beside it: written, flushed,
@@ -117,15 +116,17 @@ fn write_atomically(
 }
 
 impl Store {
-    /// Writes the job's results as OpenAI batch output lines, in input order,
-    /// to `output`, and (if given) its failed, cancelled and invalid requests
-    /// to `errors`. Refuses while the job is still running unless `partial`.
-    pub fn export(
+    /// Writes the job's completed items in input order to `output`, and (if
+    /// given) its failed, cancelled and invalid requests to `errors`, each
+    /// line as `format` renders it, both from one snapshot and each file
+    /// atomically. Refuses while the job is still running unless `partial`.
+    pub fn export_with(
         &mut self,
         id: JobId,
         output: &Path,
         errors: Option<&Path>,
         partial: bool,
+        format: &dyn ExportFormat,
     ) -> Result<ExportSummary> {
         let io = |e: std::io::Error, path: &Path| {
             Outcome::Queue(QueueError::Io {
@@ -133,7 +134,7 @@ impl Store {
                 source: e,
             })
         };
-        // The state check and the lines written come from one snapshot.
+        let db_path = self.path.clone();
         self.read(|tx| {
             let job = load_job(tx, id)?;
             if !partial && !job.state.is_terminal() {
@@ -150,22 +151,32 @@ impl Store {
             }
             let results = write_atomically(output, |w| {
                 let mut rows = tx.prepare_cached(
-                    "SELECT i.line, i.custom_id, r.body FROM items i JOIN results r ON r.item_id = i.id
+                    "SELECT i.id, i.line, i.custom_id, i.endpoint, r.completed_at, r.response, r.body
+                     FROM items i JOIN results r ON r.item_id = i.id
                      WHERE i.job_id = ?1 AND i.state = 'completed' ORDER BY i.line",
                 )?;
                 let mut rows = rows.query([id.0])?;
                 let mut count = 0;
                 while let Some(row) = rows.next()? {
-                    let (line, custom_id, body): (i64, String, String) = (row.get(0)?, row.get(1)?, row.get(2)?);
-                    let request_id = format!("batch_req_{id}_{line}");
-                    writeln!(
-                        w,
-                        r#"{{"id":{},"custom_id":{},"response":{{"status_code":200,"request_id":{},"body":{body}}},"error":null}}"#,
-                        json!(request_id),
-                        json!(custom_id),
-                        json!(request_id),
-                    )
-                    .map_err(|e| io(e, output))?;
+                    let response: Option<String> = row.get(5)?;
+                    let result = match response {
+                        Some(text) => StoredResult::Response(serde_json::from_str(&text).map_err(|e| {
+                            Outcome::Queue(QueueError::Database {
+                                path: db_path.clone(),
+                                detail: format!("the result of item {} is unreadable: {e}", row.get::<_, i64>(0).unwrap_or(0)),
+                            })
+                        })?),
+                        None => StoredResult::Rendered(row.get(6)?),
+                    };
+                    let exported = ExportedResult {
+                        item: ItemId(row.get(0)?),
+                        line: row.get::<_, i64>(1)? as u64,
+                        custom_id: row.get(2)?,
+                        endpoint: row.get(3)?,
+                        completed_at: row.get(4)?,
+                        result,
+                    };
+                    writeln!(w, "{}", format.result_line(&job, &exported)).map_err(|e| io(e, output))?;
                     count += 1;
                 }
                 Ok(count)
@@ -186,17 +197,13 @@ impl Store {
                     let mut rows = rows.query([id.0])?;
                     let mut count = 0;
                     while let Some(row) = rows.next()? {
-                        let (line, custom_id, code, message): (i64, String, String, String) =
-                            (row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?);
-                        writeln!(
-                            w,
-                            r#"{{"id":{},"custom_id":{},"response":null,"error":{{"code":{},"message":{},"line":{line}}}}}"#,
-                            json!(format!("batch_req_{id}_{line}")),
-                            json!(custom_id),
-                            json!(code),
-                            json!(message),
-                        )
-                        .map_err(|e| io(e, path))?;
+                        let exported = ExportedError {
+                            line: row.get::<_, i64>(0)? as u64,
+                            custom_id: row.get(1)?,
+                            code: row.get(2)?,
+                            message: row.get(3)?,
+                        };
+                        writeln!(w, "{}", format.error_line(&job, &exported)).map_err(|e| io(e, path))?;
                         count += 1;
                     }
                     Ok(count)

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use rusqlite::{OptionalExtension, Row, Transaction, params};
 
-use crate::input::JobDefaults;
 use crate::store::{Outcome, Store, now_ms};
+use crate::submit::JobDefaults;
 use crate::{ItemId, ItemState, JobId, JobState, QueueError, Result};
 
 /// How many requests of a job are where.

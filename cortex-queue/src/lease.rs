@@ -7,8 +7,6 @@ use std::time::Duration;
 use cortex_request::{Request, RequestId, Response};
 use rusqlite::{OptionalExtension, Transaction, params};
 
-use crate::export::response_body;
-use crate::input::Endpoint;
 use crate::jobs::settle;
 use crate::store::{Outcome, Store, now_ms};
 use crate::{ItemId, JobId, QueueError, Result, failpoint, process};
@@ -61,8 +59,8 @@ pub struct ClaimedItem {
     pub line: u64,
     /// The caller's id.
     pub custom_id: String,
-    /// The endpoint its output is shaped for.
-    pub endpoint: Endpoint,
+    /// The format its output is rendered in (an endpoint path).
+    pub endpoint: String,
     /// What to generate; its `id` is the item id.
     pub request: Request,
     /// Which attempt this is (1 for the first claim; a worker death that
@@ -312,7 +310,6 @@ impl Store {
                 .prepare_cached(sql)?
                 .query_map(params![now, limit, expires, worker, model, alone], |row| {
                     let item = row.get(0)?;
-                    let endpoint: String = row.get(4)?;
                     let claimed = ClaimedItem {
                         lease: Lease {
                             item: ItemId(item),
@@ -321,7 +318,7 @@ impl Store {
                         job: JobId(row.get(1)?),
                         line: row.get::<_, i64>(2)? as u64,
                         custom_id: row.get(3)?,
-                        endpoint: Endpoint::from_url(&endpoint).unwrap_or(Endpoint::Completions),
+                        endpoint: row.get(4)?,
                         request: Request::new(RequestId(item as u64), ""),
                         attempt: row.get(6)?,
                         suspect,
@@ -423,30 +420,26 @@ impl Store {
                 "UPDATE items SET state = 'completed', worker_id = NULL, lease_expires_at = NULL,
                                   error_code = NULL, error_message = NULL, updated_at = ?3
                  WHERE id = ?1 AND lease_token = ?2 AND state = 'running'
-                 RETURNING job_id, endpoint, attempts, (SELECT model FROM jobs WHERE jobs.id = items.job_id)",
+                 RETURNING job_id, attempts",
             )?;
             let mut insert = tx.prepare_cached(
-                "INSERT INTO results (item_id, job_id, attempt, body, prompt_tokens, completion_tokens, completed_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                "INSERT INTO results (item_id, job_id, attempt, body, response, prompt_tokens, completion_tokens, completed_at)
+                 VALUES (?1, ?2, ?3, '', ?4, ?5, ?6, ?7)",
             )?;
             let mut outcomes = Vec::with_capacity(done.len());
             for (lease, response) in done {
-                let row: Option<(i64, String, i64, String)> = finish
-                    .query_row(params![lease.item.0, lease.token, now], |row| {
-                        Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
-                    })
+                let row: Option<(i64, i64)> = finish
+                    .query_row(params![lease.item.0, lease.token, now], |row| Ok((row.get(0)?, row.get(1)?)))
                     .optional()?;
-                let Some((job, endpoint, attempt, model)) = row else {
+                let Some((job, attempt)) = row else {
                     outcomes.push(Err(QueueError::LeaseLost { item: lease.item, token: lease.token }));
                     continue;
                 };
-                let endpoint = Endpoint::from_url(&endpoint).unwrap_or(Endpoint::Completions);
-                let body = response_body(lease.item, endpoint, &model, now / 1000, response);
                 insert.execute(params![
                     lease.item.0,
                     job,
                     attempt,
-                    body,
+                    crate::compact::compact_response(response),
                     response.usage.prompt_tokens,
                     response.usage.completion_tokens,
                     now

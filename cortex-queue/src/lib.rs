@@ -4,13 +4,15 @@
 //! A [`Store`] is one connection to a database file; any number of processes
 //! may open the same file at once (SQLite WAL). The life of a job:
 //!
-//! - [`Store::submit_file`] streams a JSONL file (OpenAI batch lines or plain
-//!   `{"prompt"...}` / `{"messages"...}` lines, see [`parse_line`]), validates
-//!   every line and stores the job and all its items in one transaction: a
-//!   file with a bad line is rejected as a whole with an [`InputReport`] naming
-//!   every bad line, unless [`SubmitOptions::skip_invalid`] records them as
-//!   failed instead. The same file with the same parameters is refused as a
-//!   [`QueueError::DuplicateJob`] unless [`SubmitOptions::force`].
+//! - [`Store::submit_items`] takes a job's parsed input (an [`ItemSource`]:
+//!   typed requests or line errors, as the wire-format crate `cortex-openai`
+//!   reads them from JSONL) and stores the job and all its items in one
+//!   transaction: input with a bad line is rejected as a whole with an
+//!   [`InputReport`] naming every bad line, unless
+//!   [`SubmitOptions::skip_invalid`] records them as failed instead. The same
+//!   input with the same parameters is refused as a
+//!   [`QueueError::DuplicateJob`] unless [`SubmitOptions::force`]. The queue
+//!   knows no JSON shapes: it stores requests and responses as data.
 //! - Workers [`Store::claim`] items under a lease (a token that every later
 //!   write must present), [`Store::heartbeat`] to keep it, and
 //!   [`Store::complete`] or [`Store::fail`] them. A result is written only
@@ -24,8 +26,8 @@
 //!   [`ClaimOptions::model_sha256`] takes only that model's jobs.
 //! - [`Store::cancel`], [`Store::resume`], [`Store::retry_failed`],
 //!   [`Store::status`] (counts, tokens, throughput, ETA in O(1) per job),
-//!   [`Store::jobs`] and [`Store::export`] (OpenAI batch output JSONL and an
-//!   error file, written atomically).
+//!   [`Store::jobs`] and [`Store::export_with`] (an output and an error file
+//!   in the caller's [`ExportFormat`], written atomically).
 //!
 //! Every write runs in `BEGIN IMMEDIATE` and is retried with jitter while
 //! another process holds the database, so callers do not see "database is
@@ -36,6 +38,7 @@
 //! # Example
 //!
 //! ```
+//! use cortex_openai::{ExportJsonl, SubmitJsonl};
 //! use cortex_queue::{Store, SubmitOptions, ClaimOptions, JobState};
 //! use cortex_request::{Completion, FinishReason, Response, Usage, Timings};
 //!
@@ -84,10 +87,8 @@ mod compact;
 mod error;
 mod export;
 pub mod failpoint;
-mod input;
 mod jobs;
 mod lease;
-mod openai_fields;
 mod process;
 mod schema;
 mod store;
@@ -96,13 +97,14 @@ mod submit;
 use std::fmt;
 
 pub use error::{InputReport, QueueError};
-pub use export::ExportSummary;
-pub use input::{Endpoint, InputItem, InputReader, JobDefaults, LineError, LineResult, parse_line};
+pub use export::{ExportFormat, ExportSummary, ExportedError, ExportedResult, StoredResult};
 pub use jobs::{ItemRecord, Job, JobCounts, JobFilter, JobStatus, JobTimes};
 pub use lease::{ClaimOptions, ClaimedItem, FailOutcome, ItemFailure, Lease, LeaseStatus};
 pub use schema::SCHEMA_VERSION;
 pub use store::{Store, StoreConfig, Synchronous, now_ms};
-pub use submit::{SubmitOptions, Submitted};
+pub use submit::{
+    ItemSource, JobDefaults, LineError, LineResult, NewItem, SubmitOptions, Submitted,
+};
 
 /// Shorthand for this crate's results.
 pub type Result<T, E = QueueError> = std::result::Result<T, E>;

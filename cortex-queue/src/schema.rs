@@ -16,8 +16,11 @@ const V2: &str = include_str!("../migrations/0002_workers.sql");
 /// and model binding (the SHA-256 of the model a job needs).
 const V3: &str = include_str!("../migrations/0003_suspects_models.sql");
 
+/// Version 4: results as typed responses, rendered at export by the caller.
+const V4: &str = include_str!("../migrations/0004_typed_results.sql");
+
 /// Migrations in order; `MIGRATIONS[i]` takes the schema from version `i` to `i + 1`.
-pub(crate) const MIGRATIONS: [&str; 3] = [V1, V2, V3];
+pub(crate) const MIGRATIONS: [&str; 4] = [V1, V2, V3, V4];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

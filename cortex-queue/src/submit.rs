@@ -2,15 +2,70 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::io::{BufReader, Read};
-use std::path::Path;
 
+use cortex_request::{Request, SamplingParams, StopConditions};
 use rusqlite::{ErrorCode, OptionalExtension, params};
 use sha2::{Digest, Sha256};
 
-use crate::input::{InputItem, InputReader, JobDefaults, LineError};
 use crate::store::{Store, now_ms};
 use crate::{InputReport, JobId, JobState, QueueError, Result};
+
+/// One valid input line, parsed: what the queue stores for it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewItem {
+    /// 1-based line number in the file.
+    pub line: u64,
+    /// The caller's id, unique in the job.
+    pub custom_id: String,
+    /// The format its output is rendered in (an endpoint path such as
+    /// `/v1/chat/completions`; the queue stores it and hands it back).
+    pub endpoint: String,
+    /// The `model` the line named, if any (recorded, not used to pick a model).
+    pub model: Option<String>,
+    /// The request (its `id` is assigned when stored).
+    pub request: Request,
+}
+
+/// One bad input line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LineError {
+    /// 1-based line number.
+    pub line: u64,
+    /// The line's `custom_id`, when it could be read.
+    pub custom_id: Option<String>,
+    /// What is wrong, naming the field.
+    pub message: String,
+}
+
+impl std::fmt::Display for LineError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.custom_id {
+            Some(id) => write!(f, "line {} (custom_id {id:?}): {}", self.line, self.message),
+            None => write!(f, "line {}: {}", self.line, self.message),
+        }
+    }
+}
+
+/// What a reader yields per non-blank line.
+pub type LineResult = std::result::Result<NewItem, LineError>;
+
+/// A job's default sampling and stop settings; each line's own fields override them.
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct JobDefaults {
+    /// Sampling defaults.
+    pub sampling: SamplingParams,
+    /// Stop defaults (`max_tokens`, stop strings, ...).
+    pub stop: StopConditions,
+}
+
+/// A job's input, parsed line by line by the caller (the wire-format crate
+/// knows the line formats; the queue stores what they mean).
+pub trait ItemSource: Iterator<Item = std::io::Result<LineResult>> {
+    /// SHA-256 (hex) of the whole input, once every line was read: with the
+    /// submit parameters it identifies a resubmission of the same file.
+    fn source_sha256(&mut self) -> String;
+}
 
 /// How a job is submitted.
 #[derive(Debug, Clone, PartialEq)]
@@ -64,20 +119,7 @@ pub struct Submitted {
     pub first_errors: Vec<LineError>,
 }
 
-/// Hashes everything read through it, so the file is read once.
-struct HashingReader<R> {
-    inner: R,
-    hasher: Sha256,
-}
-
-impl<R: Read> Read for HashingReader<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.hasher.update(&buf[..n]);
-        Ok(n)
-    }
-}
-
+/// Lowercase hex of `bytes`.
 pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes
         .iter()
@@ -100,43 +142,18 @@ fn params_hash(options: &SubmitOptions) -> String {
 const KEEP_ERRORS: usize = 100;
 
 impl Store {
-    /// Submits the JSONL file at `path` as one job (see [`Store::submit_reader`]).
-    pub fn submit_file(&mut self, path: &Path, options: &SubmitOptions) -> Result<Submitted> {
-        let file = std::fs::File::open(path).map_err(|source| QueueError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let name = path.display().to_string();
-        self.submit_reader(file, &name, options)
-            .map_err(|e| match e {
-                QueueError::Io { source, .. } => QueueError::Io {
-                    path: path.to_path_buf(),
-                    source,
-                },
-                other => other,
-            })
-    }
-
-    /// Reads a JSONL stream line by line and stores the job and its items in
-    /// one transaction, so no partial job is ever visible. Every line is
-    /// checked; with bad lines the job is rejected with a report of all of them
-    /// unless `options.skip_invalid`.
-    pub fn submit_reader(
+    /// Stores a job and all its items in one transaction, so no partial job
+    /// is ever visible. Every line is checked; with bad lines the job is
+    /// rejected with a report of all of them unless `options.skip_invalid`.
+    /// `source_name` names the input in messages and listings.
+    pub fn submit_items(
         &mut self,
-        reader: impl Read,
+        input: &mut dyn ItemSource,
         source_name: &str,
         options: &SubmitOptions,
     ) -> Result<Submitted> {
         let db_path = self.path.clone();
         let to_error = |e: &rusqlite::Error| crate::store::map_error(&db_path, e);
-        let hashing = HashingReader {
-            inner: reader,
-            hasher: Sha256::new(),
-        };
-        let mut input = InputReader::new(
-            BufReader::with_capacity(1 << 18, hashing),
-            options.defaults.clone(),
-        );
         let now = now_ms();
         let params_sha = params_hash(options);
         let defaults_json = serde_json::to_string(&options.defaults).expect("defaults serialize");
@@ -168,14 +185,14 @@ impl Store {
             let mut first_use = tx
                 .prepare("SELECT line FROM items WHERE job_id = ?1 AND custom_id = ?2")
                 .map_err(|e| to_error(&e))?;
-            for next in input.by_ref() {
+            for next in &mut *input {
                 let parsed = next.map_err(|source| QueueError::Io {
                     path: source_name.into(),
                     source,
                 })?;
                 let error = match parsed {
                     Ok(item) => {
-                        let InputItem {
+                        let NewItem {
                             line,
                             custom_id,
                             endpoint,
@@ -187,7 +204,7 @@ impl Store {
                             job.0,
                             *line as i64,
                             custom_id,
-                            endpoint.url(),
+                            endpoint,
                             model,
                             json,
                             options.priority,
@@ -245,7 +262,7 @@ impl Store {
                 errors,
             }));
         }
-        let source_sha = hex(&input.into_inner().into_inner().hasher.finalize());
+        let source_sha = input.source_sha256();
         if !options.force {
             let earlier: Option<(i64, String)> = tx
                 .query_row(

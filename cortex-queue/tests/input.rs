@@ -3,9 +3,8 @@
 
 mod common;
 
-use cortex_queue::{
-    Endpoint, JobDefaults, JobFilter, JobState, QueueError, Store, SubmitOptions, parse_line,
-};
+use cortex_openai::{Endpoint, ExportJsonl, SubmitJsonl, parse_line};
+use cortex_queue::{JobDefaults, JobFilter, JobState, QueueError, Store, SubmitOptions};
 use cortex_request::{ChatMessage, Prompt};
 
 /// One file with every defect DESIGN.md lists, around good lines (a BOM on
@@ -123,7 +122,7 @@ fn both_formats_parse_with_their_fields_and_job_defaults() {
         &defaults,
     )
     .unwrap();
-    assert_eq!(chat.endpoint, Endpoint::ChatCompletions);
+    assert_eq!(chat.endpoint, Endpoint::ChatCompletions.url());
     assert_eq!(chat.model.as_deref(), Some("gpt-x"));
     assert_eq!(
         chat.request.prompt,
@@ -158,8 +157,8 @@ fn both_formats_parse_with_their_fields_and_job_defaults() {
     )
     .unwrap();
     assert_eq!(
-        (plain.custom_id.as_str(), plain.endpoint),
-        ("9", Endpoint::Completions)
+        (plain.custom_id.as_str(), plain.endpoint.as_str()),
+        ("9", Endpoint::Completions.url())
     );
     assert_eq!(plain.request.prompt, Prompt::Tokens(vec![1, 2, 3]));
     let r = &plain.request;

@@ -7,6 +7,7 @@ use std::thread::sleep;
 use std::time::Duration;
 
 use common::{open_fast, response_for, submit_prompts, write_prompts};
+use cortex_openai::{ExportJsonl, SubmitJsonl};
 use cortex_queue::{
     ClaimOptions, FailOutcome, ItemFailure, ItemState, JobFilter, JobState, LeaseStatus,
     QueueError, Store, SubmitOptions,

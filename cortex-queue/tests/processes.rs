@@ -16,6 +16,7 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use common::{response_for, submit_prompts, write_prompts};
+use cortex_openai::{ExportJsonl, SubmitJsonl};
 use cortex_queue::{
     ClaimOptions, ItemState, JobId, JobState, LeaseStatus, QueueError, Store, SubmitOptions,
 };

@@ -7,6 +7,7 @@ use std::path::Path;
 use std::process::Command;
 
 use common::{response_for, submit_prompts, write_prompts};
+use cortex_openai::{ExportJsonl, SubmitJsonl};
 use cortex_queue::{ClaimOptions, JobState, QueueError, SCHEMA_VERSION, Store, SubmitOptions};
 use cortex_request::{ChatMessage, Request, RequestId};
 
@@ -75,6 +76,23 @@ fn a_version_1_database_is_migrated_and_keeps_working() {
     assert_eq!(store.job(job.id).unwrap().state, JobState::Completed);
     let out = dir.path().join("out.jsonl");
     assert_eq!(store.export(job.id, &out, None, false).unwrap().results, 2);
+    // The old row's body as it was rendered then; the new one rendered now.
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&out)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        lines[0]["response"]["body"],
+        serde_json::json!({"object": "chat.completion", "choices": []})
+    );
+    assert_eq!(lines[1]["custom_id"], "old-2");
+    let body = &lines[1]["response"]["body"];
+    assert_eq!(
+        (body["object"].as_str(), body["model"].as_str()),
+        (Some("chat.completion"), Some("smol"))
+    );
+    assert_eq!(body["choices"][0]["message"]["content"], "answer to old-2");
     store.integrity_check().unwrap();
 
     // A second open finds it current and changes nothing.

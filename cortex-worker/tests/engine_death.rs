@@ -9,6 +9,7 @@ use std::time::Duration;
 use cortex_engine::{
     Backend, BackendError, BatchToken, Engine, EngineError, KvLayout, LoopConfig, StreamId,
 };
+use cortex_openai::SubmitJsonl;
 use cortex_queue::{ItemState, JobState, Store, SubmitOptions};
 use cortex_request::{ChatMessage, TokenId};
 use cortex_worker::{WorkerError, WorkerPlan, run_worker};

@@ -239,3 +239,33 @@ fn unsafe_code_lives_only_in_the_engines_ffi_module() {
         offenders.join("\n")
     );
 }
+
+#[test]
+fn openai_json_shapes_live_only_in_the_wire_format_crate() {
+    // The names of OpenAI's response objects, spelled in pieces so that this
+    // file does not match itself.
+    let needles: Vec<String> = [("chat", ".completion"), ("text", "_completion"), ("batch", "_req_")]
+        .iter()
+        .map(|(a, b)| [*a, *b].concat())
+        .collect();
+    let mut files = Vec::new();
+    for krate in ["cortex-queue", "cortex-worker", "cortex-engine", "cortex-cli", "cortex-request"] {
+        rust_sources(&workspace_root().join(krate).join("src"), &mut files);
+    }
+    let offenders: Vec<String> = files
+        .iter()
+        .filter(|f| {
+            let text = std::fs::read_to_string(f).unwrap();
+            // Doc comments may show an input line; code may not render one.
+            text.lines()
+                .filter(|line| !line.trim_start().starts_with("//"))
+                .any(|line| needles.iter().any(|n| line.contains(n.as_str())))
+        })
+        .map(|f| f.display().to_string())
+        .collect();
+    assert!(
+        offenders.is_empty(),
+        "OpenAI response shapes outside cortex-openai:\n{}",
+        offenders.join("\n")
+    );
+}

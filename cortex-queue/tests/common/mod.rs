@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use cortex_openai::SubmitJsonl;
 use cortex_queue::{ClaimedItem, JobId, Store, StoreConfig, SubmitOptions};
 use cortex_request::{Completion, FinishReason, Response, Timings, Usage};
 

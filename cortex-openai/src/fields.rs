@@ -6,7 +6,7 @@
 
 use serde_json::Value;
 
-use crate::input::Endpoint;
+use crate::Endpoint;
 
 /// Accepted anywhere, with no effect on generation.
 const HARMLESS: &[(&str, &str)] = &[

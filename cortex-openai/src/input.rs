@@ -1,84 +1,15 @@
-//! Reading a job's JSONL input: both line formats, every check, streaming.
+//! Reading a job's JSONL input: both line formats (OpenAI batch lines and
+//! plain `{"prompt"...}` / `{"messages"...}` lines), every check, streaming.
 
 use std::io::BufRead;
 
+use cortex_queue::{JobDefaults, LineError, LineResult, NewItem};
 use cortex_request::{
     ChatMessage, Limits, Prompt, Request, RequestId, SamplingParams, StopConditions, TokenId,
 };
 use serde_json::{Map, Value};
 
-/// Which OpenAI endpoint a line asks for (plain lines map to one too).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Endpoint {
-    /// `/v1/chat/completions`: `messages` in, `chat.completion` out.
-    ChatCompletions,
-    /// `/v1/completions`: `prompt` in, `text_completion` out.
-    Completions,
-}
-
-impl Endpoint {
-    /// The URL path.
-    pub fn url(self) -> &'static str {
-        match self {
-            Endpoint::ChatCompletions => "/v1/chat/completions",
-            Endpoint::Completions => "/v1/completions",
-        }
-    }
-
-    /// Parses a URL path.
-    pub fn from_url(url: &str) -> Option<Self> {
-        match url {
-            "/v1/chat/completions" => Some(Endpoint::ChatCompletions),
-            "/v1/completions" => Some(Endpoint::Completions),
-            _ => None,
-        }
-    }
-}
-
-/// One valid input line.
-#[derive(Debug, Clone, PartialEq)]
-pub struct InputItem {
-    /// 1-based line number in the file.
-    pub line: u64,
-    /// The caller's id (the line number when a plain line names none).
-    pub custom_id: String,
-    /// The endpoint the output is shaped for.
-    pub endpoint: Endpoint,
-    /// The `model` the line named, if any (recorded, not used to pick a model).
-    pub model: Option<String>,
-    /// The request (its `id` is assigned when stored).
-    pub request: Request,
-}
-
-/// One bad input line.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LineError {
-    /// 1-based line number.
-    pub line: u64,
-    /// The line's `custom_id`, when it could be read.
-    pub custom_id: Option<String>,
-    /// What is wrong, naming the field.
-    pub message: String,
-}
-
-impl std::fmt::Display for LineError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.custom_id {
-            Some(id) => write!(f, "line {} (custom_id {id:?}): {}", self.line, self.message),
-            None => write!(f, "line {}: {}", self.line, self.message),
-        }
-    }
-}
-
-/// A job's default sampling and stop settings; each line's own fields override them.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
-#[serde(default)]
-pub struct JobDefaults {
-    /// Sampling defaults.
-    pub sampling: SamplingParams,
-    /// Stop defaults (`max_tokens`, stop strings, ...).
-    pub stop: StopConditions,
-}
+use crate::Endpoint;
 
 /// Sampling and stop fields accepted on both formats.
 const SAMPLING_FIELDS: [&str; 17] = [
@@ -372,7 +303,7 @@ fn request_from(
         if key == prompt_field
             || SAMPLING_FIELDS.contains(&key.as_str())
             || extra_allowed.contains(&key.as_str())
-            || crate::openai_fields::check(endpoint, key, value)?
+            || crate::fields::check(endpoint, key, value)?
         {
             continue;
         }
@@ -413,15 +344,16 @@ fn custom_id_of(fields: &Fields) -> Result<Option<String>, String> {
 /// fields the line does not set come from `defaults`.
 ///
 /// ```
-/// use cortex_queue::{parse_line, Endpoint, JobDefaults};
+/// use cortex_openai::parse_line;
+/// use cortex_queue::JobDefaults;
 ///
 /// let item = parse_line(1, r#"{"prompt": "Hi", "max_tokens": 4}"#, &JobDefaults::default()).unwrap();
-/// assert_eq!((item.custom_id.as_str(), item.endpoint, item.request.stop.max_tokens), ("1", Endpoint::Completions, 4));
+/// assert_eq!((item.custom_id.as_str(), item.endpoint.as_str(), item.request.stop.max_tokens), ("1", "/v1/completions", 4));
 ///
 /// let error = parse_line(7, r#"{"prompt": "Hi", "top_p": 2}"#, &JobDefaults::default()).unwrap_err();
 /// assert_eq!(error.to_string(), "line 7: top_p = 2 is out of range: expected a number in (0, 1]");
 /// ```
-pub fn parse_line(line: u64, text: &str, defaults: &JobDefaults) -> Result<InputItem, LineError> {
+pub fn parse_line(line: u64, text: &str, defaults: &JobDefaults) -> Result<NewItem, LineError> {
     let error = |custom_id: Option<String>, message: String| LineError {
         line,
         custom_id,
@@ -489,10 +421,10 @@ pub fn parse_line(line: u64, text: &str, defaults: &JobDefaults) -> Result<Input
             request_from(&fields, endpoint, &["custom_id"], defaults).map_err(fail)?,
         )
     };
-    Ok(InputItem {
+    Ok(NewItem {
         line,
         custom_id: custom_id.unwrap_or_else(|| line.to_string()),
-        endpoint,
+        endpoint: endpoint.url().to_owned(),
         model,
         request,
     })
@@ -525,14 +457,16 @@ impl<R: BufRead> InputReader<R> {
         self.reader
     }
 
+    /// The reader, to look at what it saw so far (e.g. a hash).
+    pub fn get_ref(&self) -> &R {
+        &self.reader
+    }
+
     /// Lines read so far.
     pub fn lines_read(&self) -> u64 {
         self.line
     }
 }
-
-/// What the reader yields per non-blank line.
-pub type LineResult = Result<InputItem, LineError>;
 
 impl<R: BufRead> Iterator for InputReader<R> {
     type Item = std::io::Result<LineResult>;

@@ -1,0 +1,141 @@
+//! JSONL files in and out of a store: submit a file (parsed here, stored as
+//! typed items there) and export a job as OpenAI batch output.
+
+use std::io::{BufReader, Read};
+use std::path::Path;
+
+use cortex_queue::{
+    ExportSummary, ItemSource, JobId, LineResult, QueueError, Store, SubmitOptions, Submitted,
+};
+use sha2::{Digest, Sha256};
+
+use crate::{BatchOutput, InputReader};
+
+/// Hashes everything read through it, so the file is read once.
+struct HashingReader<R> {
+    inner: R,
+    hasher: Sha256,
+}
+
+impl<R: Read> Read for HashingReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hasher.update(&buf[..n]);
+        Ok(n)
+    }
+}
+
+/// A JSONL stream as an [`ItemSource`]: parsed lines, then the stream's hash.
+struct JsonlSource<R: Read> {
+    lines: InputReader<BufReader<HashingReader<R>>>,
+}
+
+impl<R: Read> Iterator for JsonlSource<R> {
+    type Item = std::io::Result<LineResult>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.lines.next()
+    }
+}
+
+impl<R: Read> ItemSource for JsonlSource<R> {
+    fn source_sha256(&mut self) -> String {
+        let hasher = &self.lines.get_ref().get_ref().hasher;
+        hasher
+            .clone()
+            .finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+}
+
+/// Submitting JSONL input to a [`Store`].
+pub trait SubmitJsonl {
+    /// Submits the JSONL file at `path` as one job (see [`SubmitJsonl::submit_reader`]).
+    fn submit_file(
+        &mut self,
+        path: &Path,
+        options: &SubmitOptions,
+    ) -> Result<Submitted, QueueError>;
+
+    /// Reads a JSONL stream line by line (OpenAI batch lines or plain lines,
+    /// see [`crate::parse_line`]; fields a line does not set come from
+    /// `options.defaults`) and submits it as one job with
+    /// [`Store::submit_items`]: all of it, or, with bad lines, nothing and a
+    /// report of every one (unless `options.skip_invalid`).
+    fn submit_reader(
+        &mut self,
+        reader: impl Read,
+        source_name: &str,
+        options: &SubmitOptions,
+    ) -> Result<Submitted, QueueError>;
+}
+
+impl SubmitJsonl for Store {
+    fn submit_file(
+        &mut self,
+        path: &Path,
+        options: &SubmitOptions,
+    ) -> Result<Submitted, QueueError> {
+        let file = std::fs::File::open(path).map_err(|source| QueueError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let name = path.display().to_string();
+        self.submit_reader(file, &name, options)
+            .map_err(|e| match e {
+                QueueError::Io { source, .. } => QueueError::Io {
+                    path: path.to_path_buf(),
+                    source,
+                },
+                other => other,
+            })
+    }
+
+    fn submit_reader(
+        &mut self,
+        reader: impl Read,
+        source_name: &str,
+        options: &SubmitOptions,
+    ) -> Result<Submitted, QueueError> {
+        let hashing = HashingReader {
+            inner: reader,
+            hasher: Sha256::new(),
+        };
+        let mut source = JsonlSource {
+            lines: InputReader::new(
+                BufReader::with_capacity(1 << 18, hashing),
+                options.defaults.clone(),
+            ),
+        };
+        self.submit_items(&mut source, source_name, options)
+    }
+}
+
+/// Exporting a job as OpenAI batch output.
+pub trait ExportJsonl {
+    /// Writes the job's results as OpenAI batch output lines, in input
+    /// order, to `output`, and (if given) its failed, cancelled and invalid
+    /// requests to `errors`, each file atomically. Refuses while the job is
+    /// still running unless `partial`.
+    fn export(
+        &mut self,
+        job: JobId,
+        output: &Path,
+        errors: Option<&Path>,
+        partial: bool,
+    ) -> Result<ExportSummary, QueueError>;
+}
+
+impl ExportJsonl for Store {
+    fn export(
+        &mut self,
+        job: JobId,
+        output: &Path,
+        errors: Option<&Path>,
+        partial: bool,
+    ) -> Result<ExportSummary, QueueError> {
+        self.export_with(job, output, errors, partial, &BatchOutput)
+    }
+}

@@ -1,0 +1,49 @@
+//! OpenAI's wire format for cortex: what a batch line says, as typed
+//! requests for the queue, and what a result becomes, as OpenAI's output and
+//! error lines. The queue ([`cortex_queue`]) stores and returns data and
+//! knows no JSON shapes; this crate is the one place that does.
+//!
+//! - [`parse_line`] / [`InputReader`]: OpenAI batch lines
+//!   (`{"custom_id", "method", "url", "body"}`) and plain `{"prompt"...}` /
+//!   `{"messages"...}` lines, every field checked, each error naming its line
+//!   and field. OpenAI fields that change nothing here are accepted; those
+//!   cortex does not implement are refused with the reason.
+//! - [`SubmitJsonl`] (for [`cortex_queue::Store`]): submit a JSONL file.
+//! - [`BatchOutput`] and [`ExportJsonl`]: a job's results as OpenAI batch
+//!   output, [`response_body`] for one result.
+//!
+//! # Example
+//!
+//! ```
+//! use cortex_openai::{ExportJsonl, SubmitJsonl};
+//! use cortex_queue::{Store, SubmitOptions};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let input = dir.path().join("prompts.jsonl");
+//! std::fs::write(&input, "{\"prompt\": \"Once upon a time\", \"max_tokens\": 8}\n")?;
+//! let mut store = Store::open(dir.path().join("cortex.db"))?;
+//! let job = store.submit_file(&input, &SubmitOptions::new("m"))?.job;
+//! let claimed = store.claim(1, &Default::default())?;
+//! assert_eq!(claimed[0].request.stop.max_tokens, 8);
+//!
+//! let error = store
+//!     .submit_reader("{\"prompt\": \"Hi\", \"stream\": true}\n".as_bytes(), "s.jsonl", &SubmitOptions::new("m"))
+//!     .unwrap_err()
+//!     .to_string();
+//! assert!(error.contains("line 1: stream = true is an OpenAI field cortex does not support"), "{error}");
+//! # let _ = job;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+#![forbid(unsafe_code)]
+
+mod endpoint;
+mod fields;
+mod input;
+mod jsonl;
+mod output;
+
+pub use endpoint::Endpoint;
+pub use input::{InputReader, parse_line};
+pub use jsonl::{ExportJsonl, SubmitJsonl};
+pub use output::{BatchOutput, response_body};
