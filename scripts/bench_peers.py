@@ -351,7 +351,14 @@ def main():
             (prompt_chars(i) // 3 + 32 + i["max_tokens"] + 255) // 256 * 256 for i in items))
         for n in slots:
             log(f"job {name}: llama-server -np {n}")
-            peer = server_run(args.peers, args.model, args.threads, items, n, slot_tokens)
+            try:
+                peer = server_run(args.peers, args.model, args.threads, items, n, slot_tokens)
+            except RuntimeError as e:
+                # A side that cannot finish the job (requests past the client's
+                # timeout) is a result too; the other rows still run.
+                row["peers"][f"np{n}"] = {"error": str(e)}
+                print(f"| {name:<8} | llama-server -np{n:<2}| failed: {e}", flush=True)
+                continue
             row["peers"][f"np{n}"] = peer
             print(f"| {name:<8} | llama-server -np{n:<2}| {peer['seconds']:>7.1f} | {peer['prompt_tokens']:>10} "
                   f"| {peer['completion_tokens']:>7} | {mib(peer['peak_rss_bytes'])} "

@@ -5,7 +5,7 @@ use cortex_request::{RequestId, Response, TokenId};
 use crate::EngineError;
 
 /// What the engine reports about a request.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum EngineEvent {
     /// A token was generated. `text` is the new text it completes (possibly

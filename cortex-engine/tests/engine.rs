@@ -33,6 +33,47 @@ fn greedy_through_the_engine_equals_a_plain_llama_loop() {
     assert_eq!(outcome.streamed_text(0), completion.text);
 }
 
+#[test]
+fn log_probabilities_describe_the_tokens_greedy_decoding_chose() {
+    let engine = engine(|_| {});
+    let mut with = greedy(2, "The capital of France is", 12);
+    with.logprobs = Some(3);
+    let without = greedy(3, "The capital of France is", 12);
+    let with = collect(&engine.submit(with).unwrap());
+    let without = collect(&engine.submit(without).unwrap());
+    let (a, b) = (
+        &with.response().completions[0],
+        &without.response().completions[0],
+    );
+    assert_eq!(
+        a.tokens, b.tokens,
+        "asking for log probabilities changes nothing generated"
+    );
+    assert!(b.logprobs.is_none());
+    let logprobs = a.logprobs.as_ref().expect("asked for");
+    assert_eq!(
+        logprobs.len(),
+        a.tokens.len() - usize::from(a.finish_reason == FinishReason::Eos)
+    );
+    for (entry, &token) in logprobs.iter().zip(&a.tokens) {
+        assert_eq!(entry.chosen.token, token);
+        assert_eq!(entry.top.len(), 3);
+        // Greedy picks the most likely token; the alternatives come in order.
+        assert_eq!(entry.top[0].token, token);
+        assert!((entry.top[0].logprob - entry.chosen.logprob).abs() < 1e-6);
+        assert!(entry.top.windows(2).all(|w| w[0].logprob >= w[1].logprob));
+        assert!(entry.chosen.logprob <= 0.0 && entry.chosen.logprob > -30.0);
+    }
+    let text: Vec<u8> = logprobs
+        .iter()
+        .flat_map(|l| l.chosen.bytes.clone())
+        .collect();
+    assert!(
+        String::from_utf8_lossy(&text).starts_with(a.text.trim_end()),
+        "{a:?}"
+    );
+}
+
 fn mixed_requests() -> Vec<Request> {
     let topics = [
         "the sea",

@@ -62,7 +62,6 @@ pub(crate) fn check(endpoint: Endpoint, key: &str, value: &Value) -> Result<bool
             "a batch writes whole results; stream from a server instead",
         ),
         "stream_options" => off(value.is_null(), "it only applies to streaming"),
-        "logprobs" | "top_logprobs" => off(is_falsy, "log probabilities are not implemented yet"),
         "response_format" if chat => off(
             value.is_null() || value.get("type").and_then(Value::as_str) == Some("text"),
             "structured outputs (json_object, json_schema) are not implemented yet",
@@ -93,7 +92,7 @@ pub(crate) fn check(endpoint: Endpoint, key: &str, value: &Value) -> Result<bool
         ),
         "best_of" if !chat => off(
             value.is_null() || value.as_u64() == Some(1),
-            "best_of needs log probabilities, which are not implemented yet; use n",
+            "choosing the best of several completions is not implemented; use n",
         ),
         _ => Ok(false),
     }
@@ -110,7 +109,6 @@ mod tests {
         let chat = Endpoint::ChatCompletions;
         assert_eq!(check(chat, "user", &json!("u-1")), Ok(true));
         assert_eq!(check(chat, "stream", &json!(false)), Ok(true));
-        assert_eq!(check(chat, "logprobs", &json!(false)), Ok(true));
         assert_eq!(
             check(chat, "response_format", &json!({"type": "text"})),
             Ok(true)
@@ -128,6 +126,5 @@ mod tests {
         let completions = Endpoint::Completions;
         assert_eq!(check(completions, "best_of", &json!(1)), Ok(true));
         assert!(check(completions, "suffix", &json!("end")).is_err());
-        assert!(check(completions, "logprobs", &json!(3)).is_err());
     }
 }

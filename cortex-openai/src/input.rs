@@ -185,6 +185,37 @@ fn apply_sampling(fields: &Fields, request: &mut Request) -> Result<(), String> 
     Ok(())
 }
 
+/// The fields that ask for log probabilities on `endpoint`.
+fn logprob_fields(endpoint: Endpoint) -> &'static [&'static str] {
+    match endpoint {
+        Endpoint::ChatCompletions => &["logprobs", "top_logprobs"],
+        Endpoint::Completions => &["logprobs"],
+    }
+}
+
+/// How many alternatives per position to report log probabilities of, if
+/// any: chat's `logprobs: true` with `top_logprobs: N`, completions'
+/// `logprobs: N`.
+fn logprobs_of(fields: &Fields, endpoint: Endpoint) -> Result<Option<u32>, String> {
+    let max = u64::from(Request::MAX_TOP_LOGPROBS);
+    match endpoint {
+        Endpoint::ChatCompletions => {
+            let wanted = match fields.get("logprobs") {
+                None | Some(Value::Null) => false,
+                Some(Value::Bool(b)) => *b,
+                Some(other) => return Err(type_error("logprobs", "true or false", other)),
+            };
+            let top = unsigned(fields, "top_logprobs", max)?;
+            match (wanted, top) {
+                (false, Some(_)) => Err("top_logprobs needs logprobs: true".into()),
+                (false, None) => Ok(None),
+                (true, top) => Ok(Some(top.unwrap_or(0) as u32)),
+            }
+        }
+        Endpoint::Completions => Ok(unsigned(fields, "logprobs", max)?.map(|n| n as u32)),
+    }
+}
+
 fn messages(value: &Value) -> Result<Vec<ChatMessage>, String> {
     let Value::Array(items) = value else {
         return Err(type_error(
@@ -302,6 +333,7 @@ fn request_from(
     for (key, value) in fields {
         if key == prompt_field
             || SAMPLING_FIELDS.contains(&key.as_str())
+            || logprob_fields(endpoint).contains(&key.as_str())
             || extra_allowed.contains(&key.as_str())
             || crate::fields::check(endpoint, key, value)?
         {
@@ -323,6 +355,7 @@ fn request_from(
     request.sampling = defaults.sampling.clone();
     request.stop = defaults.stop.clone();
     apply_sampling(fields, &mut request)?;
+    request.logprobs = logprobs_of(fields, endpoint)?;
     request
         .validate(&Limits::default())
         .map_err(|e| e.to_string())?;
@@ -518,5 +551,46 @@ impl<R: BufRead> Iterator for InputReader<R> {
             }
             return Some(Ok(parsed));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn logprobs(line: &str) -> Result<Option<u32>, String> {
+        parse_line(1, line, &JobDefaults::default())
+            .map(|item| item.request.logprobs)
+            .map_err(|e| e.message)
+    }
+
+    #[test]
+    fn log_probability_fields_of_both_endpoints() {
+        let chat = |extra: &str| {
+            logprobs(&format!(
+                r#"{{"messages": [{{"role": "user", "content": "Hi"}}]{extra}}}"#
+            ))
+        };
+        assert_eq!(chat(""), Ok(None));
+        assert_eq!(chat(r#", "logprobs": false"#), Ok(None));
+        assert_eq!(chat(r#", "logprobs": true"#), Ok(Some(0)));
+        assert_eq!(
+            chat(r#", "logprobs": true, "top_logprobs": 5"#),
+            Ok(Some(5))
+        );
+        assert_eq!(
+            chat(r#", "top_logprobs": 5"#),
+            Err("top_logprobs needs logprobs: true".into())
+        );
+        assert_eq!(
+            chat(r#", "logprobs": true, "top_logprobs": 21"#),
+            Err("top_logprobs = 21 is too large (at most 20)".into())
+        );
+        assert_eq!(logprobs(r#"{"prompt": "Hi", "logprobs": 3}"#), Ok(Some(3)));
+        assert_eq!(logprobs(r#"{"prompt": "Hi", "logprobs": null}"#), Ok(None));
+        assert_eq!(
+            logprobs(r#"{"prompt": "Hi", "top_logprobs": 3}"#),
+            Err("unknown field \"top_logprobs\"".into())
+        );
     }
 }

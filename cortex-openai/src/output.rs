@@ -2,7 +2,7 @@
 //! `text_completion`), output lines and error lines.
 
 use cortex_queue::{ExportFormat, ExportedError, ExportedResult, ItemId, Job, StoredResult};
-use cortex_request::Response;
+use cortex_request::{Completion, Response, TokenLogprob, TopLogprob};
 use serde_json::{Value, json};
 
 use crate::Endpoint;
@@ -23,14 +23,14 @@ pub fn response_body(
         .map(|c| match endpoint {
             Endpoint::ChatCompletions => json!({
                 "index": c.index,
-                "message": { "role": "assistant", "content": c.text },
-                "logprobs": null,
+                "message": { "role": "assistant", "content": c.text, "refusal": null },
+                "logprobs": chat_logprobs(c),
                 "finish_reason": c.finish_reason.as_openai(),
             }),
             Endpoint::Completions => json!({
                 "index": c.index,
                 "text": c.text,
-                "logprobs": null,
+                "logprobs": completion_logprobs(c),
                 "finish_reason": c.finish_reason.as_openai(),
             }),
         })
@@ -52,6 +52,59 @@ pub fn response_body(
             "total_tokens": usage.total_tokens(),
             "prompt_tokens_details": { "cached_tokens": usage.cached_prompt_tokens },
         },
+    })
+}
+
+fn token_text(entry: &TopLogprob) -> String {
+    String::from_utf8_lossy(&entry.bytes).into_owned()
+}
+
+fn chat_entry(entry: &TopLogprob) -> Value {
+    json!({ "token": token_text(entry), "logprob": entry.logprob, "bytes": entry.bytes })
+}
+
+/// Chat's `choices[].logprobs`: `{"content": [{token, logprob, bytes,
+/// top_logprobs}], "refusal": null}`, or null when not asked for.
+fn chat_logprobs(completion: &Completion) -> Value {
+    let Some(logprobs) = &completion.logprobs else {
+        return Value::Null;
+    };
+    let content: Vec<Value> = logprobs
+        .iter()
+        .map(|TokenLogprob { chosen, top }| {
+            let mut entry = chat_entry(chosen);
+            entry["top_logprobs"] = top.iter().map(chat_entry).collect();
+            entry
+        })
+        .collect();
+    json!({ "content": content, "refusal": null })
+}
+
+/// Completions' `choices[].logprobs`: parallel arrays of tokens, their log
+/// probabilities, the alternatives (token text to log probability) and each
+/// token's character offset in the completion's text.
+fn completion_logprobs(completion: &Completion) -> Value {
+    let Some(logprobs) = &completion.logprobs else {
+        return Value::Null;
+    };
+    let tokens: Vec<String> = logprobs.iter().map(|l| token_text(&l.chosen)).collect();
+    let mut offset = 0;
+    let text_offset: Vec<usize> = tokens
+        .iter()
+        .map(|t| {
+            let at = offset;
+            offset += t.chars().count();
+            at
+        })
+        .collect();
+    json!({
+        "tokens": tokens,
+        "token_logprobs": logprobs.iter().map(|l| l.chosen.logprob).collect::<Vec<_>>(),
+        "top_logprobs": logprobs
+            .iter()
+            .map(|l| l.top.iter().map(|t| (token_text(t), json!(t.logprob))).collect::<serde_json::Map<_, _>>())
+            .collect::<Vec<_>>(),
+        "text_offset": text_offset,
     })
 }
 
@@ -98,5 +151,90 @@ impl ExportFormat for BatchOutput {
             json!(error.message),
             error.line,
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use cortex_request::{FinishReason, Timings, Usage};
+
+    use super::*;
+
+    fn response_with_logprobs() -> Response {
+        let entry = |token, text: &str, logprob| TopLogprob {
+            token,
+            bytes: text.as_bytes().to_vec(),
+            logprob,
+        };
+        Response {
+            id: cortex_request::RequestId(1),
+            completions: vec![Completion {
+                index: 0,
+                text: " Paris.".into(),
+                tokens: vec![7, 8],
+                finish_reason: FinishReason::Length,
+                logprobs: Some(vec![
+                    TokenLogprob {
+                        chosen: entry(7, " Paris", -0.25),
+                        top: vec![entry(7, " Paris", -0.25), entry(9, " Lyon", -2.5)],
+                    },
+                    TokenLogprob {
+                        chosen: entry(8, ".", -0.5),
+                        top: vec![entry(8, ".", -0.5), entry(10, ",", -1.0)],
+                    },
+                ]),
+            }],
+            usage: Usage {
+                prompt_tokens: 5,
+                completion_tokens: 2,
+                cached_prompt_tokens: 0,
+            },
+            timings: Timings::default(),
+        }
+    }
+
+    #[test]
+    fn chat_logprobs_have_openais_shape() {
+        let body = response_body(
+            ItemId(3),
+            Endpoint::ChatCompletions,
+            "m",
+            0,
+            &response_with_logprobs(),
+        );
+        let content = &body["choices"][0]["logprobs"]["content"];
+        assert_eq!(content[0]["token"], " Paris");
+        assert_eq!(content[0]["logprob"], -0.25);
+        assert_eq!(content[0]["bytes"], json!(" Paris".as_bytes()));
+        assert_eq!(content[0]["top_logprobs"][1]["token"], " Lyon");
+        assert_eq!(content[1]["top_logprobs"][1]["logprob"], -1.0);
+        assert_eq!(body["choices"][0]["logprobs"]["refusal"], Value::Null);
+    }
+
+    #[test]
+    fn completion_logprobs_are_parallel_arrays() {
+        let body = response_body(
+            ItemId(3),
+            Endpoint::Completions,
+            "m",
+            0,
+            &response_with_logprobs(),
+        );
+        let logprobs = &body["choices"][0]["logprobs"];
+        assert_eq!(logprobs["tokens"], json!([" Paris", "."]));
+        assert_eq!(logprobs["token_logprobs"], json!([-0.25, -0.5]));
+        assert_eq!(
+            logprobs["top_logprobs"][0],
+            json!({" Paris": -0.25, " Lyon": -2.5})
+        );
+        assert_eq!(logprobs["text_offset"], json!([0, 6]));
+    }
+
+    #[test]
+    fn no_logprobs_asked_means_null() {
+        let mut response = response_with_logprobs();
+        response.completions[0].logprobs = None;
+        let body = response_body(ItemId(3), Endpoint::ChatCompletions, "m", 0, &response);
+        assert_eq!(body["choices"][0]["logprobs"], Value::Null);
     }
 }

@@ -39,6 +39,7 @@ fn response(id: cortex_request::RequestId) -> Response {
                 .into(),
             tokens: vec![1; 16],
             finish_reason: FinishReason::Stop,
+            logprobs: None,
         }],
         usage: Usage {
             prompt_tokens: 24,

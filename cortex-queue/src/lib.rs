@@ -62,6 +62,7 @@
 //!             text: "Hello!".into(),
 //!             tokens: vec![1, 2],
 //!             finish_reason: FinishReason::Eos,
+//!             logprobs: None,
 //!         }],
 //!         usage: Usage { prompt_tokens: 5, completion_tokens: 2, cached_prompt_tokens: 0 },
 //!         timings: Timings::default(),

@@ -80,6 +80,11 @@ pub struct Request {
     pub priority: i32,
     /// Number of completions of the prompt (they share its KV).
     pub n: u32,
+    /// Report the log probability of each generated token, with this many
+    /// most likely alternatives (0 to [`Request::MAX_TOP_LOGPROBS`]) at each
+    /// position; `None` reports none.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub logprobs: Option<u32>,
 }
 
 impl Request {
@@ -92,12 +97,41 @@ impl Request {
             stop: StopConditions::default(),
             priority: 0,
             n: 1,
+            logprobs: None,
         }
     }
+
+    /// Most alternatives per position a request may ask log probabilities of.
+    pub const MAX_TOP_LOGPROBS: u32 = 20;
+}
+
+/// A token and its log probability.
+#[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct TopLogprob {
+    /// The token.
+    pub token: TokenId,
+    /// The bytes it stands for.
+    pub bytes: Vec<u8>,
+    /// Its natural-log probability.
+    pub logprob: f32,
+}
+
+/// The log probability of a generated token and the most likely tokens at
+/// its position, from the logits the sampler chose from after logit bias and
+/// penalties, before temperature and truncation (so they do not depend on
+/// the sampling settings that only reshape the draw).
+#[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct TokenLogprob {
+    /// The generated token, its bytes and its log probability.
+    pub chosen: TopLogprob,
+    /// The most likely tokens at this position, most likely first.
+    pub top: Vec<TopLogprob>,
 }
 
 /// One finished completion of a request.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Completion {
     /// Which of the `n` completions this is.
@@ -108,10 +142,17 @@ pub struct Completion {
     pub tokens: Vec<TokenId>,
     /// Why it ended.
     pub finish_reason: FinishReason,
+    /// Per generated token (the ending EOS or stop token excepted), when the
+    /// request asked for log probabilities.
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Option::is_none")
+    )]
+    pub logprobs: Option<Vec<TokenLogprob>>,
 }
 
 /// The outcome of a request: its completions, usage and timings.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Response {
     /// The request this answers.

@@ -166,6 +166,15 @@ impl Request {
             "an integer >= 1 within the server's limit",
         )?;
 
+        if let Some(top) = self.logprobs {
+            check(
+                top <= Request::MAX_TOP_LOGPROBS,
+                "top_logprobs",
+                &top,
+                "an integer from 0 to 20",
+            )?;
+        }
+
         let s = &self.sampling;
         check(
             s.temperature.is_finite() && s.temperature >= 0.0,

@@ -45,6 +45,7 @@
 
 mod fastexp;
 mod kernels;
+mod logprobs;
 mod rng;
 mod sampler;
 
@@ -52,6 +53,7 @@ use cortex_request::TokenId;
 use rayon::prelude::*;
 
 pub use cortex_request::SamplingParams;
+pub use logprobs::logprobs;
 pub use rng::SampleRng;
 pub use sampler::{Sampler, argmax};
 

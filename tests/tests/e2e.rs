@@ -220,6 +220,46 @@ fn a_poison_item_that_kills_its_worker_fails_alone_and_costs_the_others_nothing(
     }
 }
 
+#[test]
+fn log_probabilities_reach_the_export_in_openais_shapes() {
+    let _turn = turn();
+    let cortex = Cortex::new();
+    cortex.write(
+        "lp.jsonl",
+        concat!(
+            r#"{"custom_id": "chat", "method": "POST", "url": "/v1/chat/completions", "body": {"messages": [{"role": "user", "content": "Name a colour."}], "max_tokens": 6, "temperature": 0, "logprobs": true, "top_logprobs": 2, "ignore_eos": true}}"#,
+            "\n",
+            r#"{"custom_id": "text", "prompt": "The sky is", "max_tokens": 5, "logprobs": 3, "ignore_eos": true}"#,
+            "\n",
+        ),
+    );
+    cortex.ok(&["submit", "lp.jsonl"]);
+    cortex.ok(&["worker"]);
+    cortex.ok(&["results", "1", "-o", "out.jsonl"]);
+    let lines = read_jsonl(&cortex.dir().join("out.jsonl"));
+    let chat = &lines[0]["response"]["body"]["choices"][0];
+    let content = chat["logprobs"]["content"].as_array().unwrap();
+    assert_eq!(content.len(), 6);
+    for entry in content {
+        assert!(entry["logprob"].as_f64().unwrap() <= 0.0, "{entry}");
+        assert_eq!(entry["top_logprobs"].as_array().unwrap().len(), 2);
+        assert_eq!(
+            entry["top_logprobs"][0]["token"], entry["token"],
+            "greedy picks the top one"
+        );
+    }
+    let tokens: String = content
+        .iter()
+        .map(|e| e["token"].as_str().unwrap())
+        .collect();
+    assert_eq!(tokens, chat["message"]["content"].as_str().unwrap());
+    let text = &lines[1]["response"]["body"]["choices"][0]["logprobs"];
+    assert_eq!(text["tokens"].as_array().unwrap().len(), 5);
+    assert_eq!(text["token_logprobs"].as_array().unwrap().len(), 5);
+    assert_eq!(text["top_logprobs"][0].as_object().unwrap().len(), 3);
+    assert_eq!(text["text_offset"][0], 0);
+}
+
 /// `n` greedy plain-completion lines (no chat template needed).
 fn completion_prompts(n: usize, tag: &str) -> String {
     (0..n)

@@ -244,12 +244,22 @@ fn unsafe_code_lives_only_in_the_engines_ffi_module() {
 fn openai_json_shapes_live_only_in_the_wire_format_crate() {
     // The names of OpenAI's response objects, spelled in pieces so that this
     // file does not match itself.
-    let needles: Vec<String> = [("chat", ".completion"), ("text", "_completion"), ("batch", "_req_")]
-        .iter()
-        .map(|(a, b)| [*a, *b].concat())
-        .collect();
+    let needles: Vec<String> = [
+        ("chat", ".completion"),
+        ("text", "_completion"),
+        ("batch", "_req_"),
+    ]
+    .iter()
+    .map(|(a, b)| [*a, *b].concat())
+    .collect();
     let mut files = Vec::new();
-    for krate in ["cortex-queue", "cortex-worker", "cortex-engine", "cortex-cli", "cortex-request"] {
+    for krate in [
+        "cortex-queue",
+        "cortex-worker",
+        "cortex-engine",
+        "cortex-cli",
+        "cortex-request",
+    ] {
         rust_sources(&workspace_root().join(krate).join("src"), &mut files);
     }
     let offenders: Vec<String> = files

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use cortex_request::{RequestId, TokenId};
+use cortex_request::{RequestId, TokenId, TokenLogprob, TopLogprob};
 use cortex_sample::{BatchRow, Sampler, sample_batch};
 use cortex_sched::StepPlan;
 
@@ -199,7 +199,36 @@ impl StepLoop<'_> {
             })
             .collect();
         let tokens = sample_batch(&mut batch);
+        drop(batch);
+        for (i, (row, &token)) in rows.iter().zip(&tokens).enumerate() {
+            self.record_logprob(row.seq, token, i);
+        }
         rows.iter().map(|r| r.seq).zip(tokens).collect()
+    }
+
+    /// For a sequence that reports log probabilities: those of `token` and
+    /// the most likely alternatives, from the `row`-th logits buffer (as the
+    /// sampler left it: bias and penalties applied, no temperature).
+    fn record_logprob(&mut self, id: RequestId, token: TokenId, row: usize) {
+        let Some(seq) = self.seqs.get_mut(&id) else {
+            return;
+        };
+        let Some(top) = seq.top_logprobs else {
+            return;
+        };
+        let (logprob, alternatives) = cortex_sample::logprobs(&self.logits[row], token, top);
+        let entry = |token: TokenId, logprob: f32| TopLogprob {
+            token,
+            bytes: self.backend.token_bytes(token),
+            logprob,
+        };
+        seq.logprobs.push(TokenLogprob {
+            chosen: entry(token, logprob),
+            top: alternatives
+                .into_iter()
+                .map(|(token, logprob)| entry(token, logprob))
+                .collect(),
+        });
     }
 
     /// Records, before the scheduler commits the step, the positions each

@@ -212,6 +212,8 @@ fn new_seq(request: &Request, index: u32, now: Instant) -> Seq {
         ignore_eos: request.stop.ignore_eos,
         text: String::new(),
         tokens: Vec::new(),
+        top_logprobs: request.logprobs.map(|top| top as usize),
+        logprobs: Vec::new(),
         stream: None,
         last_progress: now,
         progressed_since_bind: true,

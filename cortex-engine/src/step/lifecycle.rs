@@ -43,11 +43,25 @@ impl StepLoop<'_> {
         let Some(live) = self.live.get_mut(&seq.owner) else {
             return;
         };
+        let logprobs = seq.top_logprobs.map(|_| {
+            let mut logprobs = seq.logprobs;
+            // The token that ended it (EOS or a stop id) is not part of the output.
+            let ended_by_token = reason == FinishReason::Eos
+                || seq
+                    .tokens
+                    .last()
+                    .is_some_and(|t| seq.stop_token_ids.contains(t));
+            if ended_by_token {
+                logprobs.truncate(seq.tokens.len().saturating_sub(1));
+            }
+            logprobs
+        });
         live.completions[seq.index as usize] = Some(Completion {
             index: seq.index,
             text: seq.text,
             tokens: seq.tokens,
             finish_reason: reason,
+            logprobs,
         });
         if live.completions.iter().all(Option::is_some) {
             self.finish_request(seq.owner);

@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cortex_kv::BlockId;
-use cortex_request::{Completion, RequestId, TokenId};
+use cortex_request::{Completion, RequestId, TokenId, TokenLogprob};
 use cortex_sample::Sampler;
 use cortex_sched::{SchedRequest, Scheduler, StepPlan};
 
@@ -65,6 +65,10 @@ struct Seq {
     ignore_eos: bool,
     text: String,
     tokens: Vec<TokenId>,
+    /// Alternatives per position when the request asked for log
+    /// probabilities, and those of each token sampled so far.
+    top_logprobs: Option<usize>,
+    logprobs: Vec<TokenLogprob>,
     /// The KV stream it runs in, while running.
     stream: Option<StreamId>,
     /// When it last computed anything (or was first bound).

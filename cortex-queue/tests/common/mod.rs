@@ -36,6 +36,7 @@ pub fn response_for(item: &ClaimedItem) -> Response {
             text: format!("answer to {}", item.custom_id),
             tokens: vec![1, 2, 3],
             finish_reason: FinishReason::Length,
+            logprobs: None,
         }],
         usage: Usage {
             prompt_tokens: 7,
