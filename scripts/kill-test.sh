@@ -11,4 +11,4 @@ cd "$(dirname "$0")/.."
 cargo build --workspace --tests --quiet
 CORTEX_KILL_ITEMS="${1:-500}" CORTEX_KILL_KILLS="${2:-100}" \
     cargo test --quiet -p cortex-tests --test e2e -- \
-    kill_9_at_random_moments_loses_nothing_and_redoes_nothing_finished --exact --nocapture 2>&1 | grep -E "kill test|test result|panicked|assert"
+    kill_9_at_random_moments_loses_nothing_and_redoes_nothing_finished --exact --nocapture 2>&1 | grep -E "kill test|not completed|test result|panicked|assert"

@@ -1,6 +1,7 @@
 //! The seam between the step loop and what computes logits.
 
 use cortex_request::{ChatMessage, TokenId};
+use cortex_sample::TokenFilter;
 
 /// A KV stream of the backend, which is also the id of the sequence that runs
 /// in it (llama.cpp's `llama_seq_id` in non-unified KV mode).
@@ -29,6 +30,13 @@ pub enum BackendError {
     /// Anything else the backend reports.
     #[error("{0}")]
     Failed(String),
+}
+
+/// One sequence's grammar state (see [`Backend::grammar`]): which tokens may
+/// come next, advanced past each token the sequence takes.
+pub trait TokenGrammar: TokenFilter {
+    /// Advances past `token`, which the grammar allowed.
+    fn accept(&mut self, token: TokenId);
 }
 
 /// How the KV cache is laid out: `streams` streams of `capacity` cells each.
@@ -70,6 +78,13 @@ pub trait Backend {
     fn token_bytes(&self, token: TokenId) -> Vec<u8>;
     /// Whether the token ends generation (EOS, EOT, ...).
     fn is_end_of_generation(&self, token: TokenId) -> bool;
+    /// A fresh grammar constraint (GBNF text, start rule `root`) for one
+    /// sequence. Backends without grammar support refuse.
+    fn grammar(&self, _gbnf: &str) -> Result<Box<dyn TokenGrammar>, BackendError> {
+        Err(BackendError::Failed(
+            "this backend does not support grammars".into(),
+        ))
+    }
     /// Renders a chat with the model's template, ending with the assistant's turn.
     fn apply_chat_template(&self, messages: &[ChatMessage]) -> Result<String, BackendError>;
     /// Computes a batch. On error the KV of the batch's positions is undefined

@@ -76,7 +76,7 @@ mod step;
 mod streams;
 mod text;
 
-pub use backend::{Backend, BackendError, BatchToken, KvLayout, StreamId};
+pub use backend::{Backend, BackendError, BatchToken, KvLayout, StreamId, TokenGrammar};
 pub use config::EngineConfig;
 pub use engine::{Engine, EngineHealth, EngineInfo, LoopConfig, Shutdown};
 pub use error::EngineError;

@@ -8,6 +8,8 @@ pub enum Endpoint {
     ChatCompletions,
     /// `/v1/completions`: `prompt` in, `text_completion` out.
     Completions,
+    /// `/v1/responses`: `input` (and `instructions`) in, `response` out.
+    Responses,
 }
 
 impl Endpoint {
@@ -16,6 +18,7 @@ impl Endpoint {
         match self {
             Endpoint::ChatCompletions => "/v1/chat/completions",
             Endpoint::Completions => "/v1/completions",
+            Endpoint::Responses => "/v1/responses",
         }
     }
 
@@ -24,6 +27,7 @@ impl Endpoint {
         match url {
             "/v1/chat/completions" => Some(Endpoint::ChatCompletions),
             "/v1/completions" => Some(Endpoint::Completions),
+            "/v1/responses" => Some(Endpoint::Responses),
             _ => None,
         }
     }

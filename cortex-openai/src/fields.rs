@@ -56,16 +56,46 @@ pub(crate) fn check(endpoint: Endpoint, key: &str, value: &Value) -> Result<bool
     };
     let is_falsy = matches!(value, Value::Null | Value::Bool(false)) || value.as_u64() == Some(0);
     let chat = endpoint == Endpoint::ChatCompletions;
+    let responses = endpoint == Endpoint::Responses;
     match key {
+        "truncation" if responses => off(
+            value.is_null() || value == "disabled",
+            "cortex never drops input to fit; a prompt longer than the context fails",
+        ),
+        "previous_response_id" | "conversation" if responses => off(
+            value.is_null(),
+            "a batch line stands alone; put the whole conversation in input",
+        ),
+        "background" if responses => off(is_falsy, "a batch runs in the background anyway"),
+        "prompt" if responses => off(value.is_null(), "stored prompt templates are OpenAI's"),
+        "include" if responses => off(
+            value.is_null() || value.as_array().is_some_and(Vec::is_empty),
+            "extra output data (logprobs, sources) is not implemented for /v1/responses yet",
+        ),
+        "top_logprobs" if responses => off(
+            value.is_null(),
+            "log probabilities are not implemented for /v1/responses yet; use /v1/chat/completions",
+        ),
+        "reasoning" if responses => off(
+            value.is_null() || value.get("effort").is_some_and(Value::is_null),
+            "it is for OpenAI's reasoning models; a local model takes no such setting",
+        ),
+        "tools" if responses => off(
+            value.is_null() || value.as_array().is_some_and(Vec::is_empty),
+            "tool calling is not implemented yet",
+        ),
+        "tool_choice" if responses => off(
+            value.is_null() || value == "none" || value == "auto",
+            "tool calling is not implemented yet",
+        ),
+        "max_tool_calls" if responses => {
+            off(value.is_null(), "tool calling is not implemented yet")
+        }
         "stream" => off(
             is_falsy,
             "a batch writes whole results; stream from a server instead",
         ),
         "stream_options" => off(value.is_null(), "it only applies to streaming"),
-        "response_format" if chat => off(
-            value.is_null() || value.get("type").and_then(Value::as_str) == Some("text"),
-            "structured outputs (json_object, json_schema) are not implemented yet",
-        ),
         "tools" | "functions" if chat => off(
             value.is_null() || value.as_array().is_some_and(Vec::is_empty),
             "tool calling is not implemented yet",
@@ -85,12 +115,14 @@ pub(crate) fn check(endpoint: Endpoint, key: &str, value: &Value) -> Result<bool
             value.is_null(),
             "it is for OpenAI's reasoning models; a local model takes no such setting",
         ),
-        "echo" if !chat => off(is_falsy, "echoing the prompt is not implemented"),
-        "suffix" if !chat => off(
+        "echo" if endpoint == Endpoint::Completions => {
+            off(is_falsy, "echoing the prompt is not implemented")
+        }
+        "suffix" if endpoint == Endpoint::Completions => off(
             value.is_null(),
             "insertion (text after the completion) is not implemented",
         ),
-        "best_of" if !chat => off(
+        "best_of" if endpoint == Endpoint::Completions => off(
             value.is_null() || value.as_u64() == Some(1),
             "choosing the best of several completions is not implemented; use n",
         ),
@@ -109,10 +141,6 @@ mod tests {
         let chat = Endpoint::ChatCompletions;
         assert_eq!(check(chat, "user", &json!("u-1")), Ok(true));
         assert_eq!(check(chat, "stream", &json!(false)), Ok(true));
-        assert_eq!(
-            check(chat, "response_format", &json!({"type": "text"})),
-            Ok(true)
-        );
         assert_eq!(check(chat, "tool_choice", &json!("none")), Ok(true));
         assert_eq!(check(chat, "temperature", &json!(1)), Ok(false));
         assert_eq!(check(chat, "echo", &json!(true)), Ok(false));

@@ -4,12 +4,16 @@
 use std::io::BufRead;
 
 use cortex_queue::{JobDefaults, LineError, LineResult, NewItem};
-use cortex_request::{
-    ChatMessage, Limits, Prompt, Request, RequestId, SamplingParams, StopConditions, TokenId,
-};
+use cortex_request::{Limits, Prompt, Request, RequestId, SamplingParams, StopConditions, TokenId};
 use serde_json::{Map, Value};
 
 use crate::Endpoint;
+
+mod format;
+mod prompt;
+
+use format::{constraint_fields, grammar_of};
+use prompt::{completion_prompt, messages, response_input};
 
 /// Sampling and stop fields accepted on both formats.
 const SAMPLING_FIELDS: [&str; 17] = [
@@ -190,6 +194,7 @@ fn logprob_fields(endpoint: Endpoint) -> &'static [&'static str] {
     match endpoint {
         Endpoint::ChatCompletions => &["logprobs", "top_logprobs"],
         Endpoint::Completions => &["logprobs"],
+        Endpoint::Responses => &[],
     }
 }
 
@@ -213,109 +218,7 @@ fn logprobs_of(fields: &Fields, endpoint: Endpoint) -> Result<Option<u32>, Strin
             }
         }
         Endpoint::Completions => Ok(unsigned(fields, "logprobs", max)?.map(|n| n as u32)),
-    }
-}
-
-fn messages(value: &Value) -> Result<Vec<ChatMessage>, String> {
-    let Value::Array(items) = value else {
-        return Err(type_error(
-            "messages",
-            "an array of {role, content} objects",
-            value,
-        ));
-    };
-    items
-        .iter()
-        .enumerate()
-        .map(|(i, item)| {
-            let Value::Object(m) = item else {
-                return Err(type_error(&format!("messages[{i}]"), "an object", item));
-            };
-            if let Some(key) = m
-                .keys()
-                .find(|k| !["role", "content", "name"].contains(&k.as_str()))
-            {
-                return Err(format!("messages[{i}] has unknown field {key:?}"));
-            }
-            let role = match m.get("role") {
-                Some(Value::String(r)) => r.clone(),
-                Some(other) => {
-                    return Err(type_error(
-                        &format!("messages[{i}].role"),
-                        "a string",
-                        other,
-                    ));
-                }
-                None => return Err(format!("messages[{i}] has no role")),
-            };
-            let content = match m.get("content") {
-                Some(Value::String(c)) => c.clone(),
-                Some(Value::Array(parts)) => text_parts(parts, i)?,
-                Some(Value::Null) | None => return Err(format!("messages[{i}] has no content")),
-                Some(other) => {
-                    return Err(type_error(
-                        &format!("messages[{i}].content"),
-                        "a string",
-                        other,
-                    ));
-                }
-            };
-            Ok(ChatMessage { role, content })
-        })
-        .collect()
-}
-
-/// OpenAI's content parts: only `{"type": "text", "text": ...}` is supported.
-fn text_parts(parts: &[Value], message: usize) -> Result<String, String> {
-    let mut text = String::new();
-    for (j, part) in parts.iter().enumerate() {
-        let field = format!("messages[{message}].content[{j}]");
-        match (
-            part.get("type").and_then(Value::as_str),
-            part.get("text").and_then(Value::as_str),
-        ) {
-            (Some("text"), Some(t)) => text.push_str(t),
-            (Some(kind), _) if kind != "text" => {
-                return Err(format!("{field} has type {kind:?}; only text is supported"));
-            }
-            _ => {
-                return Err(type_error(
-                    &field,
-                    "a {\"type\": \"text\", \"text\": ...} part",
-                    part,
-                ));
-            }
-        }
-    }
-    Ok(text)
-}
-
-fn completion_prompt(value: &Value) -> Result<Prompt, String> {
-    match value {
-        Value::String(s) => Ok(Prompt::Text(s.clone())),
-        Value::Array(items) if items.iter().all(Value::is_u64) && !items.is_empty() => {
-            Ok(Prompt::Tokens(
-                items
-                    .iter()
-                    .enumerate()
-                    .map(|(i, v)| token_id(v, &format!("prompt[{i}]")))
-                    .collect::<Result<_, _>>()?,
-            ))
-        }
-        Value::Array(items) if items.len() == 1 && items[0].is_string() => Ok(Prompt::Text(
-            items[0].as_str().unwrap_or_default().to_owned(),
-        )),
-        Value::Array(items) if items.len() > 1 && items.iter().all(Value::is_string) => {
-            Err(format!(
-                "prompt holds {} prompts; put one prompt per line",
-                items.len()
-            ))
-        }
-        other => Err(type_error(
-            "prompt",
-            "a string or an array of token ids",
-            other,
-        )),
+        Endpoint::Responses => Ok(None),
     }
 }
 
@@ -329,11 +232,15 @@ fn request_from(
     let prompt_field = match endpoint {
         Endpoint::ChatCompletions => "messages",
         Endpoint::Completions => "prompt",
+        Endpoint::Responses => "input",
     };
     for (key, value) in fields {
         if key == prompt_field
+            || (endpoint == Endpoint::Responses
+                && ["instructions", "max_output_tokens"].contains(&key.as_str()))
             || SAMPLING_FIELDS.contains(&key.as_str())
             || logprob_fields(endpoint).contains(&key.as_str())
+            || constraint_fields(endpoint).contains(&key.as_str())
             || extra_allowed.contains(&key.as_str())
             || crate::fields::check(endpoint, key, value)?
         {
@@ -345,6 +252,7 @@ fn request_from(
         (_, None | Some(Value::Null)) => return Err(format!("missing {prompt_field}")),
         (Endpoint::ChatCompletions, Some(v)) => Prompt::Chat(messages(v)?),
         (Endpoint::Completions, Some(v)) => completion_prompt(v)?,
+        (Endpoint::Responses, Some(_)) => Prompt::Chat(response_input(fields)?),
     };
     let model = match fields.get("model") {
         None | Some(Value::Null) => None,
@@ -356,6 +264,15 @@ fn request_from(
     request.stop = defaults.stop.clone();
     apply_sampling(fields, &mut request)?;
     request.logprobs = logprobs_of(fields, endpoint)?;
+    request.grammar = grammar_of(fields, endpoint)?;
+    if endpoint == Endpoint::Responses {
+        if let Some(v) = unsigned(fields, "max_output_tokens", u64::from(u32::MAX))? {
+            request.stop.max_tokens = v as u32;
+        }
+        if request.n != 1 {
+            return Err("n is not a /v1/responses field (a response has one output); use /v1/chat/completions for several".into());
+        }
+    }
     request
         .validate(&Limits::default())
         .map_err(|e| e.to_string())?;
@@ -426,7 +343,7 @@ pub fn parse_line(line: u64, text: &str, defaults: &JobDefaults) -> Result<NewIt
         }
         let endpoint = match fields.get("url") {
             Some(Value::String(url)) => Endpoint::from_url(url).ok_or_else(|| {
-                fail(format!("url {url:?} is not supported; use \"/v1/chat/completions\" or \"/v1/completions\""))
+                fail(format!("url {url:?} is not supported; use \"/v1/chat/completions\", \"/v1/completions\" or \"/v1/responses\""))
             })?,
             None => return Err(fail("missing url".into())),
             Some(other) => return Err(fail(type_error("url", "a string", other))),
@@ -556,12 +473,142 @@ impl<R: BufRead> Iterator for InputReader<R> {
 
 #[cfg(test)]
 mod tests {
+    use cortex_request::ChatMessage;
+
     use super::*;
 
     fn logprobs(line: &str) -> Result<Option<u32>, String> {
         parse_line(1, line, &JobDefaults::default())
             .map(|item| item.request.logprobs)
             .map_err(|e| e.message)
+    }
+
+    fn grammar(line: &str) -> Result<Option<String>, String> {
+        parse_line(1, line, &JobDefaults::default())
+            .map(|item| item.request.grammar)
+            .map_err(|e| e.message)
+    }
+
+    #[test]
+    fn structured_output_fields_compile_at_submit() {
+        let chat = |extra: &str| {
+            grammar(&format!(
+                r#"{{"messages": [{{"role": "user", "content": "Hi"}}]{extra}}}"#
+            ))
+        };
+        assert_eq!(chat(r#", "response_format": {"type": "text"}"#), Ok(None));
+        assert_eq!(
+            chat(r#", "response_format": {"type": "json_object"}"#),
+            Ok(Some(cortex_grammar::json_object()))
+        );
+        let schema = chat(
+            r#", "response_format": {"type": "json_schema", "json_schema": {"name": "n", "strict": true, "schema": {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"], "additionalProperties": false}}}"#,
+        )
+        .unwrap()
+        .unwrap();
+        assert!(
+            schema.contains(r#""\"a\"" space ":" space integer"#),
+            "{schema}"
+        );
+        assert_eq!(
+            chat(r#", "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": {"type": "string", "pattern": "x+"}}}"#),
+            Err("response_format.json_schema: schema: pattern is not supported (a regular expression constraint)".into())
+        );
+        assert_eq!(
+            chat(
+                r#", "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": {}, "strict": true, "extra": 1}}"#
+            ),
+            Err("response_format.json_schema has unknown field \"extra\"".into())
+        );
+        assert_eq!(
+            chat(r#", "response_format": {"type": "yaml"}"#),
+            Err(
+                "response_format.type \"yaml\" is not one of text, json_object, json_schema".into()
+            )
+        );
+        assert_eq!(
+            chat(
+                r#", "grammar": "root ::= \"yes\" | \"no\"", "response_format": {"type": "json_object"}"#
+            ),
+            Err("give a JSON format or a grammar, not both".into())
+        );
+        assert_eq!(
+            grammar(r#"{"prompt": "Hi", "grammar": "root ::= answer"}"#),
+            Err("grammar line 1: rule answer is used but not defined".into())
+        );
+        assert_eq!(
+            grammar(r#"{"prompt": "Hi", "grammar": "root ::= [0-9]+"}"#),
+            Ok(Some("root ::= [0-9]+".into()))
+        );
+        assert_eq!(
+            grammar(r#"{"prompt": "Hi", "response_format": {"type": "json_object"}}"#),
+            Err("unknown field \"response_format\"".into())
+        );
+    }
+
+    #[test]
+    fn responses_lines_become_chats() {
+        let line = |body: &str| {
+            parse_line(
+                1,
+                &format!(r#"{{"custom_id": "r", "method": "POST", "url": "/v1/responses", "body": {body}}}"#),
+                &JobDefaults::default(),
+            )
+            .map_err(|e| e.message)
+        };
+        let item = line(
+            r#"{"model": "m", "instructions": "Be brief.", "input": "Hi", "max_output_tokens": 9, "store": true, "truncation": "disabled"}"#,
+        )
+        .unwrap();
+        assert_eq!(item.endpoint, "/v1/responses");
+        assert_eq!(
+            item.request.prompt,
+            Prompt::Chat(vec![
+                ChatMessage {
+                    role: "system".into(),
+                    content: "Be brief.".into()
+                },
+                ChatMessage::user("Hi"),
+            ])
+        );
+        assert_eq!(item.request.stop.max_tokens, 9);
+        let item = line(
+            r#"{"input": [{"role": "developer", "content": "Rules."}, {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "A"}, {"type": "input_text", "text": "B"}]}],
+                "text": {"format": {"type": "json_schema", "name": "x", "strict": true, "schema": {"type": "object", "properties": {"a": {"type": "boolean"}}, "required": ["a"]}}}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            item.request.prompt,
+            Prompt::Chat(vec![
+                ChatMessage {
+                    role: "system".into(),
+                    content: "Rules.".into()
+                },
+                ChatMessage::user("AB"),
+            ])
+        );
+        assert!(item.request.grammar.unwrap().contains("boolean"));
+        assert_eq!(
+            line(r#"{"input": "Hi", "previous_response_id": "resp_1"}"#).unwrap_err(),
+            "body: previous_response_id = \"resp_1\" is an OpenAI field cortex does not support: a batch line stands alone; put the whole conversation in input"
+        );
+        assert_eq!(
+            line(r#"{"input": [{"type": "function_call_output", "call_id": "c"}]}"#).unwrap_err(),
+            "body: input[0] has type \"function_call_output\"; only message items are supported (no tool calls or files)"
+        );
+        assert_eq!(
+            line(r#"{"input": "Hi", "text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": "string", "format": "email"}}}}"#).unwrap_err(),
+            "body: text.format: schema at format: format \"email\" is not supported (supported: date, time, date-time, uuid)"
+        );
+        assert!(
+            line(r#"{"input": "Hi", "n": 2}"#)
+                .unwrap_err()
+                .contains("n is not a /v1/responses field")
+        );
+        assert_eq!(
+            line(r#"{"instructions": "x"}"#).unwrap_err(),
+            "body: missing input"
+        );
     }
 
     #[test]

@@ -17,6 +17,9 @@ pub fn response_body(
     created: i64,
     response: &Response,
 ) -> Value {
+    if endpoint == Endpoint::Responses {
+        return response_object(item, model, created, response);
+    }
     let choices: Vec<Value> = response
         .completions
         .iter()
@@ -33,11 +36,13 @@ pub fn response_body(
                 "logprobs": completion_logprobs(c),
                 "finish_reason": c.finish_reason.as_openai(),
             }),
+            Endpoint::Responses => unreachable!("rendered by response_object"),
         })
         .collect();
     let (id, object) = match endpoint {
         Endpoint::ChatCompletions => (format!("chatcmpl-{item}"), "chat.completion"),
         Endpoint::Completions => (format!("cmpl-{item}"), "text_completion"),
+        Endpoint::Responses => unreachable!("rendered by response_object"),
     };
     let usage = &response.usage;
     json!({
@@ -52,6 +57,63 @@ pub fn response_body(
             "total_tokens": usage.total_tokens(),
             "prompt_tokens_details": { "cached_tokens": usage.cached_prompt_tokens },
         },
+    })
+}
+
+/// A `/v1/responses` `response` object: one assistant message of one
+/// `output_text`, `incomplete` (reason `max_output_tokens`) when generation
+/// hit the token limit. Request parameters are not echoed back (the export
+/// has the result, not the request): `temperature`, `top_p`, `instructions`
+/// and `max_output_tokens` are null, as OpenAI's optional members allow.
+fn response_object(item: ItemId, model: &str, created: i64, response: &Response) -> Value {
+    let completion = response.completions.first();
+    let incomplete =
+        completion.is_some_and(|c| c.finish_reason == cortex_request::FinishReason::Length);
+    let status = if incomplete {
+        "incomplete"
+    } else {
+        "completed"
+    };
+    let usage = &response.usage;
+    json!({
+        "id": format!("resp_{item}"),
+        "object": "response",
+        "created_at": created,
+        "status": status,
+        "error": null,
+        "incomplete_details": if incomplete { json!({"reason": "max_output_tokens"}) } else { Value::Null },
+        "instructions": null,
+        "max_output_tokens": null,
+        "model": model,
+        "output": [{
+            "type": "message",
+            "id": format!("msg_{item}"),
+            "status": status,
+            "role": "assistant",
+            "content": [{
+                "type": "output_text",
+                "text": completion.map_or("", |c| c.text.as_str()),
+                "annotations": [],
+            }],
+        }],
+        "parallel_tool_calls": true,
+        "previous_response_id": null,
+        "temperature": null,
+        "tool_choice": "auto",
+        "tools": [],
+        "top_p": null,
+        "truncation": "disabled",
+        "usage": {
+            "input_tokens": usage.prompt_tokens,
+            "input_tokens_details": {
+                "cached_tokens": usage.cached_prompt_tokens,
+                "cache_write_tokens": 0,
+            },
+            "output_tokens": usage.completion_tokens,
+            "output_tokens_details": { "reasoning_tokens": 0 },
+            "total_tokens": usage.total_tokens(),
+        },
+        "metadata": {},
     })
 }
 

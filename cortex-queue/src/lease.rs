@@ -35,6 +35,13 @@ pub struct ClaimOptions {
     /// which the caller must run with nothing else in flight, claiming nothing
     /// more until the group is done. Set it only when nothing is in flight.
     pub suspects: bool,
+    /// Whether a suspect may be claimed to run alone (one deep enough that a
+    /// death charges it an attempt). Kills from outside land on whatever is
+    /// running; a worker that takes at most one lone suspect per life, and
+    /// not as its first claim, spreads them thin, so bad luck seldom charges
+    /// an innocent item twice, while a poison item kills every worker that
+    /// runs it anyway. When nothing else is claimable it is taken regardless.
+    pub alone: bool,
 }
 
 impl Default for ClaimOptions {
@@ -44,6 +51,7 @@ impl Default for ClaimOptions {
             jobs: None,
             model_sha256: None,
             suspects: true,
+            alone: true,
         }
     }
 }
@@ -68,6 +76,8 @@ pub struct ClaimedItem {
     pub attempt: u32,
     /// Part of a suspect group: its worker must run nothing else beside it.
     pub suspect: bool,
+    /// A suspect claimed alone: if its worker dies now, it is charged.
+    pub alone: bool,
     /// When the lease runs out unless extended (Unix ms).
     pub lease_expires_at: i64,
 }
@@ -117,8 +127,18 @@ fn host() -> &'static str {
     HOST.get_or_init(process::host_identity)
 }
 
-/// Expires the leases of workers on this host whose process is gone.
-fn reap_dead_workers(tx: &Transaction<'_>, me: i64, now: i64) -> rusqlite::Result<()> {
+/// What a lease that ran out records as the item's last error.
+const WORKER_STOPPED: &str = "its worker stopped while generating it (crash, kill or lost lease)";
+
+/// Ends the in-flight items of workers on this host whose process is gone:
+/// each such worker is one death.
+fn reap_dead_workers(
+    tx: &Transaction<'_>,
+    me: i64,
+    now: i64,
+    lone_retry_ms: i64,
+    touched: &mut BTreeSet<i64>,
+) -> rusqlite::Result<()> {
     let workers: Vec<(i64, u32, i64)> = tx
         .prepare_cached("SELECT id, pid, started FROM workers WHERE host = ?1 AND id <> ?2")?
         .query_map(params![host(), me], |row| {
@@ -127,76 +147,149 @@ fn reap_dead_workers(tx: &Transaction<'_>, me: i64, now: i64) -> rusqlite::Resul
         .collect::<rusqlite::Result<_>>()?;
     for (worker, pid, started) in workers {
         if process::is_gone(pid, started as u64) {
-            tx.execute(
-                "UPDATE items SET lease_expires_at = ?2 WHERE state = 'running' AND worker_id = ?1",
-                params![worker, now - 1],
+            let death = Death::new(tx, now, WORKER_STOPPED, lone_retry_ms)?;
+            let mut ended = Vec::new();
+            record_deaths(
+                tx,
+                &death,
+                "worker_id = ?4",
+                &[&worker],
+                touched,
+                &mut ended,
             )?;
+            // A worker that died with nothing in flight was killed from
+            // outside: it breaks any streak too.
+            set_death_streak(tx, &ended)?;
             tx.execute("DELETE FROM workers WHERE id = ?1", [worker])?;
         }
     }
     Ok(())
 }
 
+/// One worker death: when, why, what the death before it was (the streak's
+/// item), and the lone suspects' retry delay in ms.
+struct Death<'a> {
+    now: i64,
+    cause: &'a str,
+    streak: Option<i64>,
+    lone_retry_ms: i64,
+}
+
+impl<'a> Death<'a> {
+    /// A death now, following whatever the last one was.
+    fn new(
+        tx: &Transaction<'_>,
+        now: i64,
+        cause: &'a str,
+        lone_retry_ms: i64,
+    ) -> rusqlite::Result<Self> {
+        Ok(Self {
+            now,
+            cause,
+            streak: death_streak(tx)?,
+            lone_retry_ms,
+        })
+    }
+}
+
+/// The item whose lone run the last death was, if it was one.
+fn death_streak(tx: &Transaction<'_>) -> rusqlite::Result<Option<i64>> {
+    tx.prepare_cached("SELECT item FROM death_streak WHERE id = 1")?
+        .query_row([], |row| row.get(0))
+        .optional()
+        .map(Option::flatten)
+}
+
+/// Records what the death that just ended `ended` (item, ran alone) was.
+fn set_death_streak(tx: &Transaction<'_>, ended: &[(i64, bool)]) -> rusqlite::Result<()> {
+    let item = match ended {
+        [(item, true)] => Some(*item),
+        _ => None,
+    };
+    tx.prepare_cached("UPDATE death_streak SET item = ?1 WHERE id = 1")?
+        .execute([item])
+        .map(drop)
+}
+
 /// What a worker death does to the items it had in flight (those matching
-/// `which`, with `?1` bound to now, `?2` to `cause` and `?3..` to `args`). It is the item's own
-/// doing only if it ran alone: then the attempt counts, and after the job's
-/// `max_attempts` the item fails with `worker_lost`. Otherwise the attempt is
-/// given back and the item becomes a suspect one level deeper (smaller groups
-/// next time). Items of cancelling jobs end cancelled.
+/// `which`, with `?1` bound to now, `?2` to the cause, `?3` to the streak's
+/// item and `?4..` to `args`); each ended item is added to `ended` with whether it
+/// ran alone. It is the item's own doing only if it ran alone and the death
+/// before this one (`streak`) was also its own, alone: then the attempt
+/// counts, and after the job's `max_attempts` the item fails with
+/// `worker_lost`. Otherwise the attempt is given back and the item becomes a
+/// suspect one level deeper (smaller groups next time). Items of cancelling
+/// jobs end cancelled. A lone suspect waits `lone_retry` (doubled per
+/// attempt charged) before it runs alone again.
 fn record_deaths(
     tx: &Transaction<'_>,
+    death: &Death<'_>,
     which: &str,
-    now: i64,
-    cause: &str,
     args: &[&dyn rusqlite::ToSql],
     touched: &mut BTreeSet<i64>,
-) -> rusqlite::Result<usize> {
+    ended: &mut Vec<(i64, bool)>,
+) -> rusqlite::Result<()> {
+    let charged = "(alone = 1 AND id IS ?3)";
+    let lone_retry = death.lone_retry_ms;
     let sql = format!(
         "UPDATE items SET
             state = CASE
                 WHEN (SELECT state FROM jobs WHERE jobs.id = items.job_id) = 'cancelling' THEN 'cancelled'
-                WHEN alone = 1 AND attempts >= (SELECT max_attempts FROM jobs WHERE jobs.id = items.job_id) THEN 'failed'
+                WHEN {charged} AND attempts >= (SELECT max_attempts FROM jobs WHERE jobs.id = items.job_id) THEN 'failed'
                 ELSE 'pending' END,
-            attempts = attempts - (1 - alone),
+            attempts = attempts - (1 - {charged}),
             deaths = deaths + 1,
             error_code = 'worker_lost',
-            error_message = CASE WHEN alone = 1
-                THEN ?2 || ', with this item alone in it (' || attempts || ' of ' ||
+            error_message = CASE
+                WHEN {charged}
+                THEN ?2 || ', with this item alone in it, as at the death before (' || attempts || ' of ' ||
                      (SELECT max_attempts FROM jobs WHERE jobs.id = items.job_id) || ' attempts; ' ||
                      (deaths + 1) || ' deaths in all)'
+                WHEN alone = 1
+                THEN ?2 || ' (not counted as an attempt: it ran alone, but the death before was not its own; ' ||
+                     (deaths + 1) || ' deaths so far)'
                 ELSE ?2 || ' (not counted as an attempt: other items were in flight; ' ||
                      (deaths + 1) || ' deaths so far)' END,
-            alone = 0, not_before = 0, worker_id = NULL, lease_expires_at = NULL, updated_at = ?1
+            not_before = CASE WHEN alone = 1
+                THEN ?1 + ({lone_retry} << min(attempts - (1 - {charged}), 5)) ELSE 0 END,
+            worker_id = NULL, lease_expires_at = NULL, updated_at = ?1
          WHERE state = 'running' AND {which}
-         RETURNING job_id"
+         RETURNING job_id, id, alone"
     );
-    let mut bound: Vec<&dyn rusqlite::ToSql> = vec![&now, &cause];
+    let mut bound: Vec<&dyn rusqlite::ToSql> = vec![&death.now, &death.cause, &death.streak];
     bound.extend_from_slice(args);
     let mut statement = tx.prepare_cached(&sql)?;
     let mut rows = statement.query(bound.as_slice())?;
-    let mut ended = 0;
     while let Some(row) = rows.next()? {
         touched.insert(row.get(0)?);
-        ended += 1;
+        // `alone` describes the claim that just ended (the next claim sets it).
+        ended.push((row.get(1)?, row.get::<_, bool>(2)?));
     }
-    Ok(ended)
+    Ok(())
 }
 
-/// Ends the leases that ran out: their worker died or hung.
+/// Ends the leases that ran out (their worker died, hung or lost touch)
+/// as one death.
 fn expire_leases(
     tx: &Transaction<'_>,
     now: i64,
+    lone_retry_ms: i64,
     touched: &mut BTreeSet<i64>,
 ) -> rusqlite::Result<()> {
+    let death = Death::new(tx, now, WORKER_STOPPED, lone_retry_ms)?;
+    let mut ended = Vec::new();
     record_deaths(
         tx,
+        &death,
         "lease_expires_at <= ?1",
-        now,
-        "its worker stopped while generating it (crash, kill or lost lease)",
         &[],
         touched,
-    )
-    .map(drop)
+        &mut ended,
+    )?;
+    if ended.is_empty() {
+        return Ok(());
+    }
+    set_death_streak(tx, &ended)
 }
 
 /// How many suspects of `level` deaths run together: half as many per death,
@@ -204,6 +297,11 @@ fn expire_leases(
 fn suspect_group(n: usize, level: i64) -> usize {
     let shift = u32::try_from(level.clamp(0, 63)).unwrap_or(63);
     n.checked_shr(shift).unwrap_or(0).max(1)
+}
+
+/// The suspect level from which items run alone (see [`suspect_group`]).
+fn alone_level(n: usize) -> i64 {
+    i64::from(n.max(1).ilog2())
 }
 
 fn settle_all(tx: &Transaction<'_>, jobs: &BTreeSet<i64>, now: i64) -> rusqlite::Result<()> {
@@ -264,7 +362,11 @@ impl Store {
         );
         // Two orders, each walking its own partial index: normal items by job
         // priority and input order (`items_ready`; the few suspects among them
-        // are skipped), suspects most suspected first (`items_suspects`).
+        // are skipped), suspects most suspected first (`items_suspects`). Items
+        // deep enough to run alone (?7) take turns, longest waiting first: an
+        // item whose lone run was hit by an outside kill goes to the back, so
+        // kills that come at the same moment after each start do not keep
+        // charging the same innocent item.
         let claim_sql = |candidates: &str| {
             format!(
                 "UPDATE items SET state = 'running', attempts = attempts + 1, lease_token = lease_token + 1,
@@ -281,16 +383,17 @@ impl Store {
         let suspects_sql = claim_sql(&format!(
             "SELECT id FROM items INDEXED BY items_suspects
              WHERE state = 'pending' AND deaths > 0 AND not_before <= ?1 {job_filter} {model_filter}
-             ORDER BY deaths DESC, priority DESC, id LIMIT ?2"
+             ORDER BY min(deaths, ?7) DESC, updated_at, priority DESC, id LIMIT ?2"
         ));
         let lease_ms = duration_ms(options.lease);
+        let lone_retry_ms = duration_ms(self.config.lone_retry);
         let db_path = self.path.clone();
         let model = options.model_sha256.clone();
         let mut claimed = self.write_checked(|tx| {
             let now = now_ms();
             let mut touched = BTreeSet::new();
-            reap_dead_workers(tx, worker, now)?;
-            expire_leases(tx, now, &mut touched)?;
+            reap_dead_workers(tx, worker, now, lone_retry_ms, &mut touched)?;
+            expire_leases(tx, now, lone_retry_ms, &mut touched)?;
             let level: Option<i64> = if options.suspects {
                 tx.prepare_cached(&level_sql)?
                     .query_row(params![now, 0, 0, 0, model], |row| row.get(0))
@@ -298,35 +401,57 @@ impl Store {
             } else {
                 None
             };
-            let (limit, suspect) = match level {
-                Some(level) => (suspect_group(n, level), true),
-                None => (n, false),
-            };
-            let alone = suspect && limit == 1;
             let expires = now + lease_ms;
-            let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-            let sql = if suspect { &suspects_sql } else { &normal_sql };
-            let rows: Vec<(i64, String, ClaimedItem)> = tx
-                .prepare_cached(sql)?
-                .query_map(params![now, limit, expires, worker, model, alone], |row| {
-                    let item = row.get(0)?;
-                    let claimed = ClaimedItem {
-                        lease: Lease {
-                            item: ItemId(item),
-                            token: row.get(7)?,
-                        },
-                        job: JobId(row.get(1)?),
-                        line: row.get::<_, i64>(2)? as u64,
-                        custom_id: row.get(3)?,
-                        endpoint: row.get(4)?,
-                        request: Request::new(RequestId(item as u64), ""),
-                        attempt: row.get(6)?,
-                        suspect,
-                        lease_expires_at: expires,
-                    };
-                    Ok((item, row.get(5)?, claimed))
-                })?
-                .collect::<rusqlite::Result<_>>()?;
+            let level_bound = alone_level(n);
+            let claim = |suspect: bool,
+                         limit: usize|
+             -> rusqlite::Result<Vec<(i64, String, ClaimedItem)>> {
+                let alone = suspect && limit == 1;
+                let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+                let mut bound: Vec<&dyn rusqlite::ToSql> =
+                    vec![&now, &limit, &expires, &worker, &model, &alone];
+                let sql = if suspect {
+                    bound.push(&level_bound);
+                    &suspects_sql
+                } else {
+                    &normal_sql
+                };
+                tx.prepare_cached(sql)?
+                    .query_map(bound.as_slice(), |row| {
+                        let item = row.get(0)?;
+                        let claimed = ClaimedItem {
+                            lease: Lease {
+                                item: ItemId(item),
+                                token: row.get(7)?,
+                            },
+                            job: JobId(row.get(1)?),
+                            line: row.get::<_, i64>(2)? as u64,
+                            custom_id: row.get(3)?,
+                            endpoint: row.get(4)?,
+                            request: Request::new(RequestId(item as u64), ""),
+                            attempt: row.get(6)?,
+                            suspect,
+                            alone,
+                            lease_expires_at: expires,
+                        };
+                        Ok((item, row.get(5)?, claimed))
+                    })?
+                    .collect::<rusqlite::Result<_>>()
+            };
+            let rows = match level {
+                Some(level) if suspect_group(n, level) == 1 && !options.alone => {
+                    // Not this worker's turn for a lone suspect: other work
+                    // first, if there is any.
+                    let normal = claim(false, n)?;
+                    if normal.is_empty() {
+                        claim(true, 1)?
+                    } else {
+                        normal
+                    }
+                }
+                Some(level) => claim(true, suspect_group(n, level))?,
+                None => claim(false, n)?,
+            };
             failpoint::hit("claim", "");
             let mut claimed = Vec::with_capacity(rows.len());
             for (item, request, mut item_claimed) in rows {
@@ -350,22 +475,26 @@ impl Store {
     /// death would (see [`ClaimOptions::suspects`]), recording `cause` (the
     /// engine's error) as their last error. Returns how many leases were held.
     pub fn abandon(&mut self, leases: &[Lease], cause: &str) -> Result<usize> {
+        let lone_retry_ms = duration_ms(self.config.lone_retry);
         self.write(|tx| {
             let now = now_ms();
             let mut touched = BTreeSet::new();
-            let mut ended = 0;
+            // One death, whatever it had in flight.
+            let death = Death::new(tx, now, cause, lone_retry_ms)?;
+            let mut ended = Vec::new();
             for lease in leases {
-                ended += record_deaths(
+                record_deaths(
                     tx,
-                    "id = ?3 AND lease_token = ?4",
-                    now,
-                    cause,
+                    &death,
+                    "id = ?4 AND lease_token = ?5",
                     &[&lease.item.0, &lease.token],
                     &mut touched,
+                    &mut ended,
                 )?;
             }
+            set_death_streak(tx, &ended)?;
             settle_all(tx, &touched, now)?;
-            Ok(ended)
+            Ok(ended.len())
         })
     }
 

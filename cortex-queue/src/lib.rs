@@ -21,7 +21,9 @@
 //!   An item in flight at a worker's death keeps its attempt and becomes a
 //!   suspect, claimed only with other suspects in ever smaller groups
 //!   ([`ClaimOptions::suspects`]) until it runs alone; only deaths while
-//!   alone are charged, so only a poison item ends `worker_lost`.
+//!   alone that follow a lone death of the same item are charged (a poison
+//!   item kills worker after worker; outside kills hit whatever runs), so
+//!   only a poison item ends `worker_lost`.
 //! - Jobs record the SHA-256 of their model; a claim with
 //!   [`ClaimOptions::model_sha256`] takes only that model's jobs.
 //! - [`Store::cancel`], [`Store::resume`], [`Store::retry_failed`],

@@ -19,8 +19,12 @@ const V3: &str = include_str!("../migrations/0003_suspects_models.sql");
 /// Version 4: results as typed responses, rendered at export by the caller.
 const V4: &str = include_str!("../migrations/0004_typed_results.sql");
 
+/// Version 5: the item the last worker death was charged to, so that only
+/// deaths in a row charge a lone suspect.
+const V5: &str = include_str!("../migrations/0005_death_streak.sql");
+
 /// Migrations in order; `MIGRATIONS[i]` takes the schema from version `i` to `i + 1`.
-pub(crate) const MIGRATIONS: [&str; 4] = [V1, V2, V3, V4];
+pub(crate) const MIGRATIONS: [&str; 5] = [V1, V2, V3, V4, V5];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

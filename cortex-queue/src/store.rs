@@ -32,6 +32,12 @@ pub struct StoreConfig {
     pub retry_backoff: Duration,
     /// Longest retry delay.
     pub max_retry_backoff: Duration,
+    /// How long a suspect whose lone run ended in a worker death waits
+    /// before it runs alone again (doubled per attempt charged, up to 32
+    /// times): some worker must stay alive meanwhile, and kills from outside
+    /// hit idle and busy workers alike, ending the streak of deaths that
+    /// charges a lone suspect (a poison item's deaths stay in a row).
+    pub lone_retry: Duration,
 }
 
 impl Default for StoreConfig {
@@ -42,6 +48,7 @@ impl Default for StoreConfig {
             busy_patience: Duration::from_secs(120),
             retry_backoff: Duration::from_secs(2),
             max_retry_backoff: Duration::from_secs(300),
+            lone_retry: Duration::from_secs(1),
         }
     }
 }

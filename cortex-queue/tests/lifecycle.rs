@@ -297,7 +297,7 @@ fn a_non_retryable_failure_fails_at_once_and_is_exported_as_an_error() {
 #[test]
 fn a_lone_poison_item_is_charged_only_for_deaths_while_alone() {
     let dir = tempfile::tempdir().unwrap();
-    let mut store = Store::open(dir.path().join("q.db")).unwrap();
+    let mut store = open_fast(&dir.path().join("q.db"));
     let options = SubmitOptions {
         max_attempts: 2,
         ..SubmitOptions::new("m")
@@ -306,9 +306,10 @@ fn a_lone_poison_item_is_charged_only_for_deaths_while_alone() {
         .submit_file(&write_prompts(dir.path(), "p.jsonl", 1), &options)
         .unwrap()
         .job;
-    // The first death is not charged (it was not known to run alone); the
-    // next claims run it alone and are charged.
-    for (attempt, suspect) in [(1, false), (1, true), (2, true)] {
+    // The first death is not charged (it was not known to run alone), nor
+    // the first alone (the death before was not a lone run of it); the next
+    // ones are deaths in a row while it runs alone, and are charged.
+    for (attempt, suspect) in [(1, false), (1, true), (1, true), (2, true)] {
         let claimed = store.claim(1, &lease(50)).unwrap().remove(0);
         assert_eq!((claimed.attempt, claimed.suspect), (attempt, suspect));
         // Claimed, then never heard from again.
@@ -322,10 +323,92 @@ fn a_lone_poison_item_is_charged_only_for_deaths_while_alone() {
     );
     let message = item.error_message.as_deref().unwrap();
     assert!(
-        message.contains("alone") && message.contains("3 deaths"),
+        message.contains("alone") && message.contains("4 deaths"),
         "{message}"
     );
     assert_eq!(store.job(job).unwrap().state, JobState::Failed);
+}
+
+#[test]
+fn lone_suspects_take_turns_and_wait_for_a_workers_later_claim() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = open_fast(&dir.path().join("q.db"));
+    let options = SubmitOptions {
+        max_attempts: 5,
+        ..SubmitOptions::new("m")
+    };
+    let job = store
+        .submit_file(&write_prompts(dir.path(), "p.jsonl", 3), &options)
+        .unwrap()
+        .job;
+    let first_claim = ClaimOptions {
+        alone: false,
+        ..lease(50)
+    };
+    let later_claim = lease(50);
+    let claim = |store: &mut Store, options: &ClaimOptions| {
+        let claimed = store.claim(1, options).unwrap().remove(0);
+        (claimed.custom_id.clone(), claimed.alone, claimed)
+    };
+    let die = || sleep(Duration::from_millis(80));
+    // A worker's first claim takes normal work while there is some.
+    let (id, alone, _) = claim(&mut store, &first_claim);
+    assert_eq!((id.as_str(), alone), ("item-0", false));
+    die();
+    let (id, alone, _) = claim(&mut store, &first_claim);
+    assert_eq!((id.as_str(), alone), ("item-1", false));
+    die();
+    // Later claims run lone suspects, longest waiting first: a kill that
+    // hit one alone sends it to the back.
+    for expected in ["item-0", "item-1"] {
+        let (id, alone, _) = claim(&mut store, &later_claim);
+        assert_eq!((id.as_str(), alone), (expected, true));
+        die();
+    }
+    let (id, _, item) = claim(&mut store, &later_claim);
+    assert_eq!(id, "item-0");
+    store.complete(&item.lease, &response_for(&item)).unwrap();
+    let (id, alone, item) = claim(&mut store, &first_claim);
+    assert_eq!((id.as_str(), alone), ("item-2", false));
+    store.complete(&item.lease, &response_for(&item)).unwrap();
+    // With nothing else left, a first claim takes a lone suspect too.
+    let (id, alone, item) = claim(&mut store, &first_claim);
+    assert_eq!((id.as_str(), alone), ("item-1", true));
+    store.complete(&item.lease, &response_for(&item)).unwrap();
+    let attempts: Vec<u32> = store
+        .items(job)
+        .unwrap()
+        .iter()
+        .map(|i| i.attempts)
+        .collect();
+    // No lone death followed one of the same item: nothing was charged.
+    assert_eq!(attempts, [1, 1, 1]);
+    assert_eq!(store.job(job).unwrap().state, JobState::Completed);
+}
+
+#[test]
+fn a_lone_suspect_whose_worker_died_waits_before_it_runs_alone_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = cortex_queue::StoreConfig {
+        lone_retry: Duration::from_millis(400),
+        ..cortex_queue::StoreConfig::default()
+    };
+    let mut store = Store::open_with(dir.path().join("q.db"), config).unwrap();
+    let job = submit_prompts(&mut store, dir.path(), "p.jsonl", 1);
+    let die = || sleep(Duration::from_millis(80));
+    assert!(!store.claim(1, &lease(50)).unwrap()[0].alone);
+    die();
+    // Its first lone run: the worker dies again.
+    assert!(store.claim(1, &lease(50)).unwrap()[0].alone);
+    die();
+    // Not again until some worker has lived through the delay.
+    assert!(store.claim(1, &lease(50)).unwrap().is_empty());
+    assert_eq!(store.job(job).unwrap().counts.pending, 1);
+    sleep(Duration::from_millis(400));
+    let item = store.claim(1, &lease(50)).unwrap().remove(0);
+    assert!(item.alone);
+    store.complete(&item.lease, &response_for(&item)).unwrap();
+    assert_eq!(store.job(job).unwrap().state, JobState::Completed);
 }
 
 /// A worker that claims up to `parallel` items, suspects only when idle,
@@ -357,7 +440,7 @@ fn work_with_poison(store: &mut Store, parallel: usize, poison: &str) -> usize {
 #[test]
 fn a_poison_item_among_others_fails_alone_and_costs_the_others_no_attempts() {
     let dir = tempfile::tempdir().unwrap();
-    let mut store = Store::open(dir.path().join("q.db")).unwrap();
+    let mut store = open_fast(&dir.path().join("q.db"));
     let options = SubmitOptions {
         max_attempts: 3,
         ..SubmitOptions::new("m")
@@ -367,8 +450,9 @@ fn a_poison_item_among_others_fails_alone_and_costs_the_others_no_attempts() {
         .unwrap()
         .job;
     let deaths = work_with_poison(&mut store, 16, "item-5");
-    // Groups of 16, 8, 4, 2 then alone three times.
-    assert_eq!(deaths, 4 + 3);
+    // Groups of 16, 8, 4, 2, then alone: once before the streak starts,
+    // then three charged deaths in a row.
+    assert_eq!(deaths, 4 + 1 + 3);
     let items = store.items(job).unwrap();
     for item in &items {
         if item.custom_id == "item-5" {

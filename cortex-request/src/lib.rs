@@ -85,6 +85,14 @@ pub struct Request {
     /// position; `None` reports none.
     #[cfg_attr(feature = "serde", serde(default))]
     pub logprobs: Option<u32>,
+    /// What every completion must match: a GBNF grammar (llama.cpp's
+    /// format) whose `root` rule the whole generated text matches. Tokens it
+    /// rejects are never drawn; the others keep their relative odds.
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Option::is_none")
+    )]
+    pub grammar: Option<String>,
 }
 
 impl Request {
@@ -98,6 +106,7 @@ impl Request {
             priority: 0,
             n: 1,
             logprobs: None,
+            grammar: None,
         }
     }
 

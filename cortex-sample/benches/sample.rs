@@ -107,6 +107,7 @@ fn main() {
                     sampler,
                     logits,
                     history: &history,
+                    constraint: None,
                 })
                 .collect();
             black_box(sample_batch(&mut batch));

@@ -35,8 +35,8 @@
 //! let mut b = Sampler::new(SamplingParams::greedy(), 1);
 //! let (mut la, mut lb) = (vec![0.0, 5.0], vec![3.0, 1.0]);
 //! let mut rows = [
-//!     BatchRow { sampler: &mut a, logits: &mut la, history: &[] },
-//!     BatchRow { sampler: &mut b, logits: &mut lb, history: &[] },
+//!     BatchRow { sampler: &mut a, logits: &mut la, history: &[], constraint: None },
+//!     BatchRow { sampler: &mut b, logits: &mut lb, history: &[], constraint: None },
 //! ];
 //! assert_eq!(sample_batch(&mut rows), vec![1, 0]);
 //! ```
@@ -53,9 +53,9 @@ use cortex_request::TokenId;
 use rayon::prelude::*;
 
 pub use cortex_request::SamplingParams;
-pub use logprobs::logprobs;
+pub use logprobs::{IMPOSSIBLE, logprobs};
 pub use rng::SampleRng;
-pub use sampler::{Sampler, argmax};
+pub use sampler::{Sampler, TokenFilter, argmax};
 
 /// One row of a batch: a request's sampler, its logits and its token history.
 #[derive(Debug)]
@@ -66,16 +66,45 @@ pub struct BatchRow<'a> {
     pub logits: &'a mut [f32],
     /// Tokens seen so far, oldest first (for penalties).
     pub history: &'a [TokenId],
+    /// What the next token must satisfy, if anything.
+    pub constraint: Option<Constraint<'a>>,
+}
+
+/// A row's constraint: its filter, and whether to mask before the draw (see
+/// [`Sampler::sample_constrained`]).
+pub struct Constraint<'a> {
+    /// Which tokens may come next.
+    pub filter: &'a mut dyn TokenFilter,
+    /// Mask the whole vocabulary before drawing rather than only after a
+    /// rejected draw.
+    pub mask_first: bool,
+}
+
+impl std::fmt::Debug for Constraint<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Constraint")
+            .field("mask_first", &self.mask_first)
+            .finish_non_exhaustive()
+    }
+}
+
+impl BatchRow<'_> {
+    fn sample(&mut self) -> TokenId {
+        match &mut self.constraint {
+            Some(c) => {
+                self.sampler
+                    .sample_constrained(self.logits, self.history, c.filter, c.mask_first)
+            }
+            None => self.sampler.sample(self.logits, self.history),
+        }
+    }
 }
 
 /// Samples every row, in parallel on rayon's pool; results are in row order and
 /// identical to sampling the rows one by one.
 pub fn sample_batch(rows: &mut [BatchRow<'_>]) -> Vec<TokenId> {
     if rows.len() == 1 {
-        let row = &mut rows[0];
-        return vec![row.sampler.sample(row.logits, row.history)];
+        return vec![rows[0].sample()];
     }
-    rows.par_iter_mut()
-        .map(|row| row.sampler.sample(row.logits, row.history))
-        .collect()
+    rows.par_iter_mut().map(BatchRow::sample).collect()
 }

@@ -3,8 +3,15 @@
 
 use cortex_request::TokenId;
 
+/// The log probability reported for a token that could not have been drawn
+/// (OpenAI's value for "as good as impossible").
+pub const IMPOSSIBLE: f32 = -9999.0;
+
 /// The log probability of `chosen` and of the `top` most likely tokens
 /// (most likely first, ties by lower id) under the softmax of `logits`.
+/// Impossible tokens (-inf, e.g. masked by a grammar) are never among the
+/// alternatives; an impossible `chosen` gets [`IMPOSSIBLE`] rather than -inf,
+/// which JSON cannot carry.
 ///
 /// ```
 /// let (chosen, top) = cortex_sample::logprobs(&[0.0, 2.0_f32.ln(), f32::NEG_INFINITY], 0, 2);
@@ -15,6 +22,7 @@ use cortex_request::TokenId;
 /// # Panics
 /// If `logits` is empty or `chosen` is not in it.
 pub fn logprobs(logits: &[f32], chosen: TokenId, top: usize) -> (f32, Vec<(TokenId, f32)>) {
+    let finite = |l: f32| if l.is_finite() { l } else { IMPOSSIBLE };
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let sum: f64 = logits.iter().map(|&l| f64::from(l - max).exp()).sum();
     let log_norm = f64::from(max) + sum.ln();
@@ -34,8 +42,9 @@ pub fn logprobs(logits: &[f32], chosen: TokenId, top: usize) -> (f32, Vec<(Token
     let top = best
         .into_iter()
         .map(|t| (t, logprob(logits[t as usize])))
+        .filter(|(_, l)| l.is_finite())
         .collect();
-    (logprob(logits[chosen as usize]), top)
+    (finite(logprob(logits[chosen as usize])), top)
 }
 
 #[cfg(test)]
@@ -56,5 +65,8 @@ mod tests {
         assert!(top[0].1 > top[2].1);
         assert!(logprobs(&logits, 0, 0).1.is_empty());
         assert_eq!(logprobs(&logits, 0, 99).1.len(), 5);
+        let masked = [f32::NEG_INFINITY, 0.0, f32::NEG_INFINITY];
+        assert_eq!(logprobs(&masked, 1, 3), (0.0, vec![(1, 0.0)]));
+        assert_eq!(logprobs(&masked, 0, 0).0, IMPOSSIBLE);
     }
 }

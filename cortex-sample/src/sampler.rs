@@ -51,6 +51,17 @@ pub struct Sampler {
     candidates: Vec<Candidate>,
     window: Vec<TokenId>,
     block_sums: Vec<f64>,
+    /// The logits as given, kept while a constrained draw may need them again.
+    unconstrained: Vec<f32>,
+}
+
+/// Which tokens may come next, e.g. under a grammar: a constraint the
+/// sampler consults (see [`Sampler::sample_constrained`]).
+pub trait TokenFilter: Send {
+    /// Whether `token` may come next.
+    fn allows(&mut self, token: TokenId) -> bool;
+    /// Sets the logit of every token that may not come next to -inf.
+    fn mask(&mut self, logits: &mut [f32]);
 }
 
 /// The filter settings [`Sampler::select`] reads, copied out so the
@@ -95,6 +106,7 @@ impl Sampler {
             candidates: Vec::new(),
             window: Vec::new(),
             block_sums: Vec::new(),
+            unconstrained: Vec::new(),
         }
     }
 
@@ -118,6 +130,40 @@ impl Sampler {
             Selection::Whole(scale) => self.draw_from_vocabulary(logits, scale),
             Selection::Candidates(scale) => self.draw_from_candidates(scale),
         }
+    }
+
+    /// Chooses the next token among those `filter` allows.
+    ///
+    /// With `mask_first`, the filter masks the whole vocabulary before the
+    /// draw (so `logits` end up masked, for log probabilities after the
+    /// constraint). Otherwise the draw is made unconstrained first and kept
+    /// if the filter allows it, and only a rejected draw pays for a mask of
+    /// the whole vocabulary and a second draw (llama.cpp's order too). Both
+    /// give the argmax of the allowed tokens when greedy; either way the same
+    /// inputs give the same token.
+    pub fn sample_constrained(
+        &mut self,
+        logits: &mut [f32],
+        history: &[TokenId],
+        filter: &mut dyn TokenFilter,
+        mask_first: bool,
+    ) -> TokenId {
+        if mask_first {
+            filter.mask(logits);
+            return self.sample(logits, history);
+        }
+        let mut unconstrained = std::mem::take(&mut self.unconstrained);
+        unconstrained.clear();
+        unconstrained.extend_from_slice(logits);
+        let token = self.sample(logits, history);
+        if !filter.allows(token) {
+            logits.copy_from_slice(&unconstrained);
+            filter.mask(logits);
+            self.unconstrained = unconstrained;
+            return self.sample(logits, history);
+        }
+        self.unconstrained = unconstrained;
+        token
     }
 
     /// The distribution a draw would be made from after steps 1–4, as

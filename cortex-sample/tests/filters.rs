@@ -1,8 +1,8 @@
 //! Exact results of each filter on hand-made logits, and a statistical check
 //! that sampled frequencies follow the filtered softmax.
 
-use cortex_request::SamplingParams;
-use cortex_sample::{BatchRow, Sampler, sample_batch};
+use cortex_request::{SamplingParams, TokenId};
+use cortex_sample::{BatchRow, Sampler, TokenFilter, sample_batch};
 
 fn params(edit: impl FnOnce(&mut SamplingParams)) -> SamplingParams {
     let mut p = SamplingParams::default();
@@ -225,6 +225,7 @@ fn batch_sampling_equals_row_by_row() {
             sampler,
             logits,
             history: &[1, 2, 3],
+            constraint: None,
         })
         .collect();
     assert_eq!(sample_batch(&mut rows), expected);
@@ -320,4 +321,61 @@ fn plain_temperature_sampling_matches_softmax() {
     // 3 degrees of freedom; 16.27 is the 0.999 quantile.
     let stat = chi_square(&counts, &probs, draws);
     assert!(stat < 16.27, "chi-square {stat} for {counts:?}");
+}
+
+/// Allows only even token ids; counts how often it masked.
+struct EvenOnly {
+    masks: usize,
+}
+
+impl TokenFilter for EvenOnly {
+    fn allows(&mut self, token: TokenId) -> bool {
+        token.is_multiple_of(2)
+    }
+
+    fn mask(&mut self, logits: &mut [f32]) {
+        self.masks += 1;
+        for (token, logit) in logits.iter_mut().enumerate() {
+            if token % 2 == 1 {
+                *logit = f32::NEG_INFINITY;
+            }
+        }
+    }
+}
+
+#[test]
+fn constrained_draws_only_give_allowed_tokens_and_mask_only_when_needed() {
+    let logits = [0.5f32, 3.0, 1.0, 2.9, 0.2, 0.1];
+    // Greedy: the best allowed token, by either order.
+    for mask_first in [false, true] {
+        let mut filter = EvenOnly { masks: 0 };
+        let mut sampler = Sampler::new(SamplingParams::greedy(), 0);
+        let token = sampler.sample_constrained(&mut logits.clone(), &[], &mut filter, mask_first);
+        assert_eq!((token, filter.masks), (2, 1));
+    }
+    // An allowed first draw costs no mask.
+    let mut filter = EvenOnly { masks: 0 };
+    let mut sampler = Sampler::new(SamplingParams::greedy(), 0);
+    let mut allowed_best = [3.0f32, 0.5, 1.0];
+    assert_eq!(
+        sampler.sample_constrained(&mut allowed_best, &[], &mut filter, false),
+        0
+    );
+    assert_eq!(filter.masks, 0);
+    // Random draws never give a disallowed token, and repeat with the seed.
+    let params = SamplingParams {
+        temperature: 1.5,
+        seed: Some(11),
+        ..SamplingParams::default()
+    };
+    let draw = || {
+        let mut sampler = Sampler::new(params.clone(), 0);
+        let mut filter = EvenOnly { masks: 0 };
+        (0..200)
+            .map(|_| sampler.sample_constrained(&mut logits.clone(), &[], &mut filter, false))
+            .collect::<Vec<_>>()
+    };
+    let tokens = draw();
+    assert!(tokens.iter().all(|t| t.is_multiple_of(2)), "{tokens:?}");
+    assert_eq!(tokens, draw());
 }

@@ -10,7 +10,8 @@
 //! - items in flight when a worker (or its engine) dies lose no attempt
 //!   unless they ran alone: they come back as suspects, in ever smaller
 //!   groups run with nothing else beside them, until the one that kills
-//!   workers runs alone and is charged;
+//!   workers runs alone and is charged for the deaths it causes in a row
+//!   (at most one lone suspect per worker life, never its first claim);
 //! - it claims only jobs for its model ([`WorkerPlan::model_sha256`]).
 //!
 //! # Example

@@ -70,6 +70,10 @@ struct Worker<'a> {
     in_flight: HashMap<RequestId, ClaimedItem>,
     /// The in-flight items are a suspect group: claim nothing more until it is done.
     isolating: bool,
+    /// Claims that brought items, and whether one was a lone suspect (see
+    /// [`ClaimOptions::alone`]: at most one per worker, never first).
+    claims: usize,
+    ran_alone: bool,
     claim: ClaimOptions,
     plan: &'a WorkerPlan,
     report: WorkerReport,
@@ -92,8 +96,11 @@ impl Worker<'_> {
             return Ok(0);
         }
         self.claim.suspects = idle;
+        self.claim.alone = self.claims > 0 && !self.ran_alone;
         let claimed = self.store.claim(want, &self.claim)?;
         self.isolating = claimed.iter().any(|c| c.suspect);
+        self.ran_alone |= claimed.iter().any(|c| c.alone);
+        self.claims += usize::from(!claimed.is_empty());
         let requests = claimed.iter().map(|c| c.request.clone()).collect();
         let submitted = self.engine.submit_many_to(requests, &self.events.0);
         let count = claimed.len();
@@ -295,7 +302,10 @@ pub fn run_worker(
             jobs: plan.jobs.clone(),
             model_sha256: plan.model_sha256.clone(),
             suspects: true,
+            alone: false,
         },
+        claims: 0,
+        ran_alone: false,
         plan,
         report: WorkerReport::default(),
     };

@@ -219,3 +219,39 @@ pub fn read_jsonl(path: &Path) -> Vec<serde_json::Value> {
         .map(|line| serde_json::from_str(line).expect("a JSON line"))
         .collect()
 }
+
+/// The Python interpreter of the environment with the official client
+/// packages (`scripts/python-env.sh` makes it; `scripts/test.sh` passes it
+/// as `CORTEX_TEST_PYTHON`).
+pub fn python() -> PathBuf {
+    let python = std::env::var_os("CORTEX_TEST_PYTHON").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/python-env/bin/python"),
+        PathBuf::from,
+    );
+    assert!(
+        python.is_file(),
+        "{} is missing: run `bash scripts/python-env.sh` (scripts/test.sh does) first",
+        python.display()
+    );
+    python
+}
+
+/// Runs one of the Python checks in `tests/python/` with `args`; panics
+/// with its output unless it succeeds. Returns what it printed.
+pub fn python_check(script: &str, args: &[&Path]) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("python")
+        .join(script);
+    let output = Command::new(python())
+        .arg(&path)
+        .args(args)
+        .output()
+        .expect("run python");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{script} failed:\n{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}

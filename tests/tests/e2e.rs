@@ -109,17 +109,14 @@ fn kill_9_at_random_moments_loses_nothing_and_redoes_nothing_finished() {
     };
     let started = Instant::now();
     while kills < target_kills {
-        let done_before = cortex.job(1).counts.completed;
         // One or two workers at a time.
         let mut workers: Vec<_> = (0..1 + next() % 2)
             .map(|_| cortex.spawn(&["worker"]))
             .collect();
-        // A pseudo-random moment after the workers made a little progress.
-        let progress = 1 + next() % 4;
-        let job = cortex.wait_for(1, Duration::from_secs(300), "progress", |j| {
-            j.counts.completed >= done_before + progress || j.state.is_terminal()
-        });
-        std::thread::sleep(Duration::from_millis(next() % 500));
+        // A pseudo-random moment 0.3-3 s after the start: sometimes while the
+        // model loads, mostly mid-step.
+        std::thread::sleep(Duration::from_millis(300 + next() % 2700));
+        let job = cortex.job(1);
         for worker in &mut workers {
             if worker.try_wait().unwrap().is_none() {
                 worker.kill().unwrap();
@@ -138,13 +135,8 @@ fn kill_9_at_random_moments_loses_nothing_and_redoes_nothing_finished() {
             }
         }
     }
-    assert!(
-        kills >= target_kills * 3 / 4,
-        "only {kills} kills before the job ended"
-    );
     cortex.ok(&["worker"]);
 
-    assert_complete_export(&cortex, items);
     let records = cortex.items(1);
     let deaths: u64 = records.iter().map(|i| u64::from(i.deaths)).sum();
     let most_attempts = records.iter().map(|i| i.attempts).max().unwrap_or(0);
@@ -162,10 +154,22 @@ fn kill_9_at_random_moments_loses_nothing_and_redoes_nothing_finished() {
             .count(),
     );
     assert!(
-        records.iter().all(|i| i.state == ItemState::Completed),
-        "{:?}",
-        records.iter().find(|i| i.state != ItemState::Completed)
+        kills >= target_kills * 3 / 4,
+        "only {kills} kills before the job ended"
     );
+    let not_completed: Vec<_> = records
+        .iter()
+        .filter(|i| i.state != ItemState::Completed)
+        .collect();
+    for item in &not_completed {
+        println!("kill test: not completed: {item:?}");
+    }
+    assert!(
+        not_completed.is_empty(),
+        "{} items not completed",
+        not_completed.len()
+    );
+    assert_complete_export(&cortex, items);
     for item in records {
         if let Some(before) = finished_before.get(&item.id.0) {
             assert_eq!(
@@ -199,8 +203,9 @@ fn a_poison_item_that_kills_its_worker_fails_alone_and_costs_the_others_nothing(
         assert_eq!(status.signal(), Some(9), "{status:?}");
         deaths += 1;
     }
-    // Groups of 8, 4, 2 around it, then alone for each of its 3 attempts.
-    assert_eq!(deaths, 6);
+    // Groups of 8, 4, 2 around it, then alone: once to start the streak,
+    // then three deaths in a row, one per attempt.
+    assert_eq!(deaths, 7);
     let job = cortex.job(1);
     assert_eq!(
         (job.state, job.counts.completed, job.counts.failed),

@@ -159,6 +159,8 @@ fn the_crate_graph_has_no_cycles_and_the_engine_sits_below_the_queue_users() {
             );
         }
     }
+    // The grammar compiler is a leaf: JSON in, GBNF out.
+    assert_eq!(deps_of("cortex-grammar"), Vec::<String>::new());
     // The engine and the queue do not know each other; the worker joins them.
     assert!(!deps_of("cortex-engine").contains(&"cortex-queue".to_owned()));
     assert!(!deps_of("cortex-queue").contains(&"cortex-engine".to_owned()));

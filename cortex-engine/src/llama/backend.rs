@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use cortex_request::{ChatMessage, TokenId};
 
 use super::Model;
-use super::sys::{ContextParams, RawBatch, RawContext};
-use crate::backend::{Backend, BackendError, BatchToken, KvLayout, StreamId};
+use super::sys::{ContextParams, RawBatch, RawContext, RawGrammar};
+use crate::backend::{Backend, BackendError, BatchToken, KvLayout, StreamId, TokenGrammar};
 
 /// llama.cpp's limit on sequences (`LLAMA_MAX_SEQ`).
 pub const MAX_STREAMS: usize = 256;
@@ -121,6 +121,11 @@ impl Backend for LlamaEngineBackend<'_> {
         self.model.apply_chat_template(messages)
     }
 
+    fn grammar(&self, gbnf: &str) -> Result<Box<dyn TokenGrammar>, BackendError> {
+        let grammar = RawGrammar::new(&self.model.raw, gbnf).map_err(BackendError::Failed)?;
+        Ok(Box::new(grammar))
+    }
+
     fn decode(&mut self, batch: &[BatchToken]) -> Result<(), BackendError> {
         self.batch.clear();
         for t in batch {
@@ -157,5 +162,21 @@ impl Backend for LlamaEngineBackend<'_> {
 
     fn truncate_stream(&mut self, stream: StreamId, from: usize) {
         self.ctx_mut().truncate_sequence(stream, from);
+    }
+}
+
+impl cortex_sample::TokenFilter for RawGrammar {
+    fn allows(&mut self, token: TokenId) -> bool {
+        RawGrammar::allows(self, token as i32)
+    }
+
+    fn mask(&mut self, logits: &mut [f32]) {
+        RawGrammar::mask(self, logits);
+    }
+}
+
+impl TokenGrammar for RawGrammar {
+    fn accept(&mut self, token: TokenId) {
+        RawGrammar::accept(self, token as i32);
     }
 }

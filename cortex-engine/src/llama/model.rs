@@ -1,6 +1,7 @@
 //! A loaded GGUF model: vocabulary, tokenizer, chat template, KV footprint.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use cortex_request::{ChatMessage, TokenId};
 
@@ -11,7 +12,8 @@ use crate::gguf::read_gguf;
 
 /// A loaded GGUF model (weights, memory-mapped, and vocabulary).
 pub struct Model {
-    pub(crate) raw: RawModel,
+    /// Shared with the grammars made for it, which read its vocabulary.
+    pub(crate) raw: Arc<RawModel>,
 }
 
 impl std::fmt::Debug for Model {
@@ -31,7 +33,7 @@ impl Model {
             path: path.to_owned(),
             detail,
         })?;
-        Ok(Self { raw })
+        Ok(Self { raw: Arc::new(raw) })
     }
 
     /// Tokens in the vocabulary.

@@ -5,10 +5,10 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use cortex_request::{RequestId, TokenId, TokenLogprob, TopLogprob};
-use cortex_sample::{BatchRow, Sampler, sample_batch};
+use cortex_sample::{BatchRow, Constraint, TokenFilter, sample_batch};
 use cortex_sched::StepPlan;
 
-use super::StepLoop;
+use super::{Seq, StepLoop};
 use crate::backend::{BackendError, BatchToken, StreamId};
 use crate::error::EngineError;
 
@@ -183,24 +183,33 @@ impl StepLoop<'_> {
     fn sample(&mut self, rows: &[SampleRow]) -> Vec<(RequestId, TokenId)> {
         let order: HashMap<RequestId, usize> =
             rows.iter().enumerate().map(|(i, r)| (r.seq, i)).collect();
-        let mut samplers: Vec<(usize, &mut Sampler)> = self
+        let mut samplers: Vec<(usize, &mut Seq)> = self
             .seqs
             .iter_mut()
-            .filter_map(|(id, seq)| order.get(id).map(|&i| (i, &mut seq.sampler)))
+            .filter_map(|(id, seq)| order.get(id).map(|&i| (i, seq)))
             .collect();
         samplers.sort_unstable_by_key(|(i, _)| *i);
         let mut batch: Vec<BatchRow<'_>> = samplers
             .into_iter()
             .zip(self.logits.iter_mut())
-            .map(|((i, sampler), logits)| BatchRow {
-                sampler,
+            .map(|((i, seq), logits)| BatchRow {
+                sampler: &mut seq.sampler,
                 logits: logits.as_mut_slice(),
                 history: self.sched.tokens(rows[i].seq).unwrap_or(&[]),
+                // Log probabilities are reported after the constraint, so
+                // such rows mask before they draw.
+                constraint: seq.grammar.as_deref_mut().map(|grammar| Constraint {
+                    filter: grammar as &mut dyn TokenFilter,
+                    mask_first: seq.top_logprobs.is_some(),
+                }),
             })
             .collect();
         let tokens = sample_batch(&mut batch);
         drop(batch);
         for (i, (row, &token)) in rows.iter().zip(&tokens).enumerate() {
+            if let Some(grammar) = self.seqs.get_mut(&row.seq).and_then(|s| s.grammar.as_mut()) {
+                grammar.accept(token);
+            }
             self.record_logprob(row.seq, token, i);
         }
         rows.iter().map(|r| r.seq).zip(tokens).collect()

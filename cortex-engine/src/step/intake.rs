@@ -8,6 +8,7 @@ use cortex_sample::Sampler;
 use cortex_sched::{SchedError, SchedRequest};
 
 use super::{Live, Seq, StepLoop};
+use crate::backend::TokenGrammar;
 use crate::engine::{Command, Shutdown};
 use crate::error::EngineError;
 use crate::events::EngineEvent;
@@ -119,10 +120,26 @@ impl StepLoop<'_> {
         }
         // Generation stops at the context's end: `length`, like max_tokens.
         let max_new = (request.stop.max_tokens as usize).min(limit - prompt.len());
+        let grammar = |backend: &dyn crate::backend::Backend| {
+            request
+                .grammar
+                .as_deref()
+                .map(|gbnf| backend.grammar(gbnf))
+                .transpose()
+                .map_err(|e| EngineError::Invalid {
+                    id,
+                    field: "grammar".into(),
+                    message: e.to_string(),
+                })
+        };
+        // One grammar per completion, all made before anything is queued.
+        let grammars = (0..request.n)
+            .map(|_| grammar(self.backend.as_ref()))
+            .collect::<Result<Vec<_>, _>>()?;
         let fits_now = prompt.len() + max_new <= self.streams.capacity();
         let now = Instant::now();
         let mut seqs = Vec::with_capacity(request.n as usize);
-        for index in 0..request.n {
+        for (index, grammar) in (0..request.n).zip(grammars) {
             let seq_id = RequestId(self.next_seq);
             self.next_seq += 1;
             let sched_request = SchedRequest {
@@ -149,7 +166,8 @@ impl StepLoop<'_> {
             } else {
                 self.oversize.push(sched_request);
             }
-            self.seqs.insert(seq_id, new_seq(request, index, now));
+            self.seqs
+                .insert(seq_id, new_seq(request, index, grammar, now));
             seqs.push(seq_id);
         }
         Ok((seqs, prompt.len()))
@@ -192,7 +210,12 @@ impl StepLoop<'_> {
 }
 
 /// The loop's state for completion `index` of `request`.
-fn new_seq(request: &Request, index: u32, now: Instant) -> Seq {
+fn new_seq(
+    request: &Request,
+    index: u32,
+    grammar: Option<Box<dyn TokenGrammar>>,
+    now: Instant,
+) -> Seq {
     // Each completion has its own stream of random numbers: seed + index, or
     // one derived from the request id, so runs repeat.
     let mut sampling = request.sampling.clone();
@@ -214,6 +237,7 @@ fn new_seq(request: &Request, index: u32, now: Instant) -> Seq {
         tokens: Vec::new(),
         top_logprobs: request.logprobs.map(|top| top as usize),
         logprobs: Vec::new(),
+        grammar,
         stream: None,
         last_progress: now,
         progressed_since_bind: true,

@@ -32,7 +32,7 @@ use cortex_request::{Completion, RequestId, TokenId, TokenLogprob};
 use cortex_sample::Sampler;
 use cortex_sched::{SchedRequest, Scheduler, StepPlan};
 
-use crate::backend::{Backend, StreamId};
+use crate::backend::{Backend, StreamId, TokenGrammar};
 use crate::engine::{Command, EngineHealth, EngineInfo, LoopConfig, Shared, panic_message};
 use crate::error::EngineError;
 use crate::events::{EngineEvent, EngineStats};
@@ -69,6 +69,8 @@ struct Seq {
     /// probabilities, and those of each token sampled so far.
     top_logprobs: Option<usize>,
     logprobs: Vec<TokenLogprob>,
+    /// The request's grammar, in this completion's state.
+    grammar: Option<Box<dyn TokenGrammar>>,
     /// The KV stream it runs in, while running.
     stream: Option<StreamId>,
     /// When it last computed anything (or was first bound).

@@ -47,11 +47,13 @@ pub fn response_for(item: &ClaimedItem) -> Response {
     }
 }
 
-/// A store with fast retries, for tests that exercise backoff.
+/// A store with fast retries (and lone suspects retried at once), for tests
+/// that exercise backoff and worker deaths.
 pub fn open_fast(path: &Path) -> Store {
     let config = StoreConfig {
         retry_backoff: std::time::Duration::from_millis(50),
         max_retry_backoff: std::time::Duration::from_millis(200),
+        lone_retry: std::time::Duration::ZERO,
         ..StoreConfig::default()
     };
     Store::open_with(path, config).unwrap()

@@ -1,0 +1,210 @@
+//! What to continue: chat `messages` (with content parts), completion
+//! `prompt`s, and `/v1/responses` `input` with its `instructions`.
+
+use cortex_request::{ChatMessage, Prompt};
+use serde_json::Value;
+
+use super::format::only;
+use super::{Fields, token_id, type_error};
+
+/// A `/v1/responses` `input` (a string, or message items) after its
+/// `instructions`, as chat messages.
+pub(super) fn response_input(fields: &Fields) -> Result<Vec<ChatMessage>, String> {
+    let mut out = Vec::new();
+    match fields.get("instructions") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(text)) => out.push(ChatMessage {
+            role: "system".into(),
+            content: text.clone(),
+        }),
+        Some(other) => return Err(type_error("instructions", "a string", other)),
+    }
+    match fields.get("input") {
+        None | Some(Value::Null) => return Err("missing input".into()),
+        Some(Value::String(text)) => out.push(ChatMessage::user(text.clone())),
+        Some(Value::Array(items)) => {
+            for (i, item) in items.iter().enumerate() {
+                out.push(input_item(item, i)?);
+            }
+        }
+        Some(other) => {
+            return Err(type_error(
+                "input",
+                "a string or an array of message items",
+                other,
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// One message item of a `/v1/responses` input: `{"role", "content"}` with
+/// an optional `"type": "message"`; content as a string or `input_text` /
+/// `output_text` parts.
+fn input_item(item: &Value, i: usize) -> Result<ChatMessage, String> {
+    let at = format!("input[{i}]");
+    let Value::Object(m) = item else {
+        return Err(type_error(&at, "a message item", item));
+    };
+    match m.get("type").and_then(Value::as_str) {
+        None | Some("message") => {}
+        Some(kind) => {
+            return Err(format!(
+                "{at} has type {kind:?}; only message items are supported (no tool calls or files)"
+            ));
+        }
+    }
+    only(&["type", "role", "content", "id", "status"], &at, m)?;
+    let role = match m.get("role").and_then(Value::as_str) {
+        Some("developer") => "system",
+        Some(role @ ("user" | "assistant" | "system")) => role,
+        Some(other) => {
+            return Err(format!(
+                "{at}.role {other:?} is not user, assistant, system or developer"
+            ));
+        }
+        None => return Err(format!("{at} has no role")),
+    };
+    let content = match m.get("content") {
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Array(parts)) => {
+            let mut text = String::new();
+            for (j, part) in parts.iter().enumerate() {
+                match (
+                    part.get("type").and_then(Value::as_str),
+                    part.get("text").and_then(Value::as_str),
+                ) {
+                    (Some("input_text" | "output_text"), Some(t)) => text.push_str(t),
+                    (Some(kind), _) => {
+                        return Err(format!(
+                            "{at}.content[{j}] has type {kind:?}; only input_text is supported"
+                        ));
+                    }
+                    _ => {
+                        return Err(type_error(
+                            &format!("{at}.content[{j}]"),
+                            "an {\"type\": \"input_text\", \"text\": ...} part",
+                            part,
+                        ));
+                    }
+                }
+            }
+            text
+        }
+        None | Some(Value::Null) => return Err(format!("{at} has no content")),
+        Some(other) => {
+            return Err(type_error(
+                &format!("{at}.content"),
+                "a string or parts",
+                other,
+            ));
+        }
+    };
+    Ok(ChatMessage {
+        role: role.to_owned(),
+        content,
+    })
+}
+
+pub(super) fn messages(value: &Value) -> Result<Vec<ChatMessage>, String> {
+    let Value::Array(items) = value else {
+        return Err(type_error(
+            "messages",
+            "an array of {role, content} objects",
+            value,
+        ));
+    };
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            let Value::Object(m) = item else {
+                return Err(type_error(&format!("messages[{i}]"), "an object", item));
+            };
+            if let Some(key) = m
+                .keys()
+                .find(|k| !["role", "content", "name"].contains(&k.as_str()))
+            {
+                return Err(format!("messages[{i}] has unknown field {key:?}"));
+            }
+            let role = match m.get("role") {
+                Some(Value::String(r)) => r.clone(),
+                Some(other) => {
+                    return Err(type_error(
+                        &format!("messages[{i}].role"),
+                        "a string",
+                        other,
+                    ));
+                }
+                None => return Err(format!("messages[{i}] has no role")),
+            };
+            let content = match m.get("content") {
+                Some(Value::String(c)) => c.clone(),
+                Some(Value::Array(parts)) => text_parts(parts, i)?,
+                Some(Value::Null) | None => return Err(format!("messages[{i}] has no content")),
+                Some(other) => {
+                    return Err(type_error(
+                        &format!("messages[{i}].content"),
+                        "a string",
+                        other,
+                    ));
+                }
+            };
+            Ok(ChatMessage { role, content })
+        })
+        .collect()
+}
+
+/// OpenAI's content parts: only `{"type": "text", "text": ...}` is supported.
+fn text_parts(parts: &[Value], message: usize) -> Result<String, String> {
+    let mut text = String::new();
+    for (j, part) in parts.iter().enumerate() {
+        let field = format!("messages[{message}].content[{j}]");
+        match (
+            part.get("type").and_then(Value::as_str),
+            part.get("text").and_then(Value::as_str),
+        ) {
+            (Some("text"), Some(t)) => text.push_str(t),
+            (Some(kind), _) if kind != "text" => {
+                return Err(format!("{field} has type {kind:?}; only text is supported"));
+            }
+            _ => {
+                return Err(type_error(
+                    &field,
+                    "a {\"type\": \"text\", \"text\": ...} part",
+                    part,
+                ));
+            }
+        }
+    }
+    Ok(text)
+}
+
+pub(super) fn completion_prompt(value: &Value) -> Result<Prompt, String> {
+    match value {
+        Value::String(s) => Ok(Prompt::Text(s.clone())),
+        Value::Array(items) if items.iter().all(Value::is_u64) && !items.is_empty() => {
+            Ok(Prompt::Tokens(
+                items
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| token_id(v, &format!("prompt[{i}]")))
+                    .collect::<Result<_, _>>()?,
+            ))
+        }
+        Value::Array(items) if items.len() == 1 && items[0].is_string() => Ok(Prompt::Text(
+            items[0].as_str().unwrap_or_default().to_owned(),
+        )),
+        Value::Array(items) if items.len() > 1 && items.iter().all(Value::is_string) => {
+            Err(format!(
+                "prompt holds {} prompts; put one prompt per line",
+                items.len()
+            ))
+        }
+        other => Err(type_error(
+            "prompt",
+            "a string or an array of token ids",
+            other,
+        )),
+    }
+}

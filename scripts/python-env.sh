@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The Python environment the tests check cortex with: the official `openai`
+# package, whose types validate cortex's output lines (a real client, not a
+# copy of its shapes). Made once in target/python-env (pip, from the Python
+# package registry); prints the interpreter's path.
+# Usage: bash scripts/python-env.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+env=target/python-env
+packages=(openai==3.54.0)
+if ! "$env/bin/python" -c "import openai" >/dev/null 2>&1; then
+    echo "==> python env: ${packages[*]} into $env" >&2
+    rm -rf "$env"
+    python3 -m venv "$env" >&2
+    "$env/bin/python" -m pip install --quiet --disable-pip-version-check "${packages[@]}" >&2
+fi
+echo "$PWD/$env/bin/python"

@@ -1,0 +1,121 @@
+//! An OpenAI batch file of every kind of line people's pipelines make, run
+//! through the `cortex` binary on the real model: each line either produces
+//! an output that the official `openai` package's types accept, or is
+//! refused at submit with its line number and why.
+
+use cortex_tests::{Cortex, python_check, read_jsonl};
+use serde_json::{Value, json};
+
+fn chat(custom_id: &str, extra: &Value) -> Value {
+    let mut body = json!({
+        "model": "gpt-4o-mini",
+        "messages": [{"role": "user", "content": "Name a fruit."}],
+        "max_tokens": 12,
+        "temperature": 0,
+    });
+    for (key, value) in extra.as_object().unwrap() {
+        body[key] = value.clone();
+    }
+    json!({"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions", "body": body})
+}
+
+#[test]
+fn every_kind_of_batch_line_gives_a_valid_output_or_a_clear_error() {
+    let cortex = Cortex::new();
+    let lines = vec![
+        chat(
+            "json-object",
+            &json!({"messages": [{"role": "user", "content": "Give the colour red as JSON with keys name and hex."}],
+                                   "max_tokens": 60, "response_format": {"type": "json_object"}}),
+        ),
+        chat(
+            "json-schema",
+            &json!({"max_tokens": 60, "response_format": {"type": "json_schema", "json_schema": {
+            "name": "fruit", "strict": true, "schema": {"type": "object", "properties": {
+                "fruit": {"type": "string", "maxLength": 20}, "colour": {"enum": ["red", "green", "yellow"]}},
+                "required": ["fruit", "colour"], "additionalProperties": false}}}}),
+        ),
+        chat("logprobs", &json!({"logprobs": true, "top_logprobs": 3})),
+        chat(
+            "harmless",
+            &json!({"user": "u-42", "stream": false, "store": true, "metadata": {"run": "7"},
+                                "service_tier": "auto", "parallel_tool_calls": false, "tool_choice": "none"}),
+        ),
+        chat(
+            "parts",
+            &json!({"messages": [{"role": "user", "content": [{"type": "text", "text": "Name a "}, {"type": "text", "text": "fruit."}]}],
+                             "max_tokens": null, "max_completion_tokens": 12}),
+        ),
+        chat(
+            "tools",
+            &json!({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}),
+        ),
+        json!({"custom_id": "completion", "method": "POST", "url": "/v1/completions",
+               "body": {"model": "x", "prompt": "Once upon a time", "max_tokens": 8, "logprobs": 2, "temperature": 0}}),
+        json!({"custom_id": "responses", "method": "POST", "url": "/v1/responses",
+               "body": {"model": "x", "instructions": "Answer in one word.", "input": "Name a fruit.", "max_output_tokens": 8}}),
+        json!({"custom_id": "responses-schema", "method": "POST", "url": "/v1/responses",
+               "body": {"input": [{"role": "user", "content": [{"type": "input_text", "text": "Is water wet? Answer as JSON."}]}],
+                        "max_output_tokens": 40, "temperature": 0,
+                        "text": {"format": {"type": "json_schema", "name": "a", "strict": true, "schema": {
+                            "type": "object", "properties": {"answer": {"type": "boolean"}}, "required": ["answer"], "additionalProperties": false}}}}}),
+        json!({"custom_id": "embeddings", "method": "POST", "url": "/v1/embeddings",
+               "body": {"model": "x", "input": "hello"}}),
+    ];
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    let input = cortex.write("in.jsonl", &text);
+    // All or nothing first: the refused lines are named with their numbers.
+    let refused = cortex.run(&["submit", "in.jsonl"]);
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    for expected in [
+        "line 6 (custom_id \"tools\"): body: tools = ",
+        "is an OpenAI field cortex does not support: tool calling is not implemented yet",
+        "line 10 (custom_id \"embeddings\"): url \"/v1/embeddings\" is not supported",
+    ] {
+        assert!(stderr.contains(expected), "{expected}\n{stderr}");
+    }
+    cortex.ok(&["submit", "in.jsonl", "--skip-invalid"]);
+    cortex.ok(&["worker"]);
+    cortex.ok(&["results", "1", "-o", "out.jsonl", "--errors", "err.jsonl"]);
+    let out_path = cortex.dir().join("out.jsonl");
+    let outputs = read_jsonl(&out_path);
+    assert_eq!(outputs.len(), 8);
+    let errors = read_jsonl(&cortex.dir().join("err.jsonl"));
+    let refused: Vec<(&str, u64)> = errors
+        .iter()
+        .map(|e| {
+            (
+                e["custom_id"].as_str().unwrap(),
+                e["error"]["line"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(refused, [("tools", 6), ("embeddings", 10)]);
+
+    let report = python_check("validate_openai.py", &[&input, &out_path]);
+    assert!(
+        report.contains("5 /v1/chat/completions, 1 /v1/completions, 2 /v1/responses"),
+        "{report}"
+    );
+    let body = |id: &str| {
+        outputs
+            .iter()
+            .find(|o| o["custom_id"] == id)
+            .map(|o| o["response"]["body"].clone())
+            .unwrap()
+    };
+    let schema = body("json-schema");
+    let fruit: Value =
+        serde_json::from_str(schema["choices"][0]["message"]["content"].as_str().unwrap()).unwrap();
+    assert!(
+        ["red", "green", "yellow"].contains(&fruit["colour"].as_str().unwrap()),
+        "{fruit}"
+    );
+    let answer = body("responses-schema");
+    let answer: Value =
+        serde_json::from_str(answer["output"][0]["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert!(answer["answer"].is_boolean(), "{answer}");
+    let top = &body("logprobs")["choices"][0]["logprobs"]["content"][0]["top_logprobs"];
+    assert_eq!(top.as_array().unwrap().len(), 3);
+}
