@@ -57,6 +57,7 @@ struct FileConfig {
     kv_memory_mib: Option<usize>,
     lease_seconds: Option<u64>,
     max_attempts: Option<u32>,
+    chat_template: Option<String>,
 }
 
 /// Flags that override everything.
@@ -66,6 +67,7 @@ pub(crate) struct Overrides {
     pub(crate) model: Option<String>,
     pub(crate) threads: Option<usize>,
     pub(crate) parallel: Option<usize>,
+    pub(crate) chat_template: Option<String>,
 }
 
 /// The effective configuration.
@@ -91,6 +93,9 @@ pub(crate) struct Config {
     pub(crate) lease_seconds: Setting<u64>,
     /// Attempts per item for new jobs.
     pub(crate) max_attempts: Setting<u32>,
+    /// The chat template instead of the model's own (a name llama.cpp knows
+    /// or a file); empty: the model's own.
+    pub(crate) chat_template: Setting<String>,
 }
 
 fn env_path(name: &str) -> Option<PathBuf> {
@@ -212,6 +217,14 @@ impl Config {
             "CORTEX_MAX_ATTEMPTS",
             None,
         )?;
+        let mut chat_template = Setting::default(String::new());
+        layer(
+            &mut chat_template,
+            file.chat_template,
+            fp,
+            "CORTEX_CHAT_TEMPLATE",
+            overrides.chat_template.clone(),
+        )?;
         if parallel.value == 0 {
             bail!("parallel must be at least 1 (from {})", parallel.source);
         }
@@ -232,6 +245,7 @@ impl Config {
             kv_memory_mib,
             lease_seconds,
             max_attempts,
+            chat_template,
         })
     }
 
@@ -243,6 +257,8 @@ impl Config {
         engine.threads = self.threads.value;
         engine.stream_tokens = (self.context.value > 0).then_some(self.context.value);
         engine.kv_memory = self.kv_memory_mib.value << 20;
+        engine.chat_template =
+            (!self.chat_template.value.is_empty()).then(|| self.chat_template.value.clone());
         engine
     }
 
@@ -297,6 +313,15 @@ impl Config {
                 "max_attempts",
                 self.max_attempts.value.to_string(),
                 &self.max_attempts.source,
+            ),
+            show(
+                "chat_template",
+                if self.chat_template.value.is_empty() {
+                    "(the model's own)".to_owned()
+                } else {
+                    self.chat_template.value.clone()
+                },
+                &self.chat_template.source,
             ),
         ]
     }

@@ -31,6 +31,10 @@ struct Cli {
     /// llama.cpp threads (0: every core).
     #[arg(long, global = true, value_name = "N")]
     threads: Option<usize>,
+    /// Render chats with this template instead of the model's own (for a GGUF
+    /// without one): a name llama.cpp knows (chatml, llama3, gemma, ...) or a file.
+    #[arg(long, global = true, value_name = "NAME|FILE")]
+    chat_template: Option<String>,
     /// More detail on errors and progress (-vv for debug).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
@@ -297,6 +301,7 @@ fn main() -> ExitCode {
         model: cli.model.clone(),
         threads: cli.threads,
         parallel,
+        chat_template: cli.chat_template.clone(),
     };
     let result = Config::load(&overrides).and_then(|config| run(cli, &config));
     match result {

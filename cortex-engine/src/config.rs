@@ -39,6 +39,10 @@ pub struct EngineConfig {
     pub prefix_sharing: bool,
     /// Fail a running request that makes no progress for this long.
     pub request_timeout: Option<Duration>,
+    /// Render chats with this template instead of the model's own (for a
+    /// GGUF without one): the name of a template llama.cpp knows (`chatml`,
+    /// `llama3`, `gemma`, ...: `chat_template_names`) or a file holding one.
+    pub chat_template: Option<String>,
 }
 
 impl EngineConfig {
@@ -66,6 +70,7 @@ impl EngineConfig {
             threads: 0,
             prefix_sharing: true,
             request_timeout: Some(Duration::from_secs(600)),
+            chat_template: None,
         }
     }
 

@@ -163,9 +163,19 @@ impl Engine {
             threads: config.effective_threads(),
         };
         let path = config.model.clone();
+        let chat_template = config
+            .chat_template
+            .as_deref()
+            .map(crate::llama::resolve_chat_template)
+            .transpose()?;
         Self::spawn(loop_config, move |run| {
             let model = Model::load(&path)?;
-            let backend = LlamaEngineBackend::new(&model, context, &path);
+            let mut backend = LlamaEngineBackend::new(&model, context, &path);
+            if let Some(template) = chat_template {
+                backend = backend
+                    .with_chat_template(template)
+                    .map_err(|e| EngineError::Model(e.to_string()))?;
+            }
             run(Box::new(backend));
             Ok(())
         })

@@ -82,7 +82,7 @@ pub use engine::{Engine, EngineHealth, EngineInfo, LoopConfig, Shutdown};
 pub use error::EngineError;
 pub use events::{EngineEvent, EngineStats};
 pub use gguf::{GgufError, GgufInfo, GgufValue, read_gguf};
-pub use llama::{ContextConfig, LlamaEngineBackend, MAX_STREAMS, Model};
+pub use llama::{ContextConfig, LlamaEngineBackend, MAX_STREAMS, Model, chat_template_names};
 pub use models::{
     DEFAULT_MODEL, GEMMA3_270M, KNOWN_MODELS, ModelCache, ModelError, ModelSpec, PackagedFile,
     file_sha256, verify_file,

@@ -119,3 +119,69 @@ fn every_kind_of_batch_line_gives_a_valid_output_or_a_clear_error() {
     let top = &body("logprobs")["choices"][0]["logprobs"]["content"][0]["top_logprobs"];
     assert_eq!(top.as_array().unwrap().len(), 3);
 }
+
+#[test]
+fn a_model_without_a_chat_template_takes_chats_with_one_chosen_by_name_or_file() {
+    let cortex = Cortex::new();
+    // Gemma 3 270M (base) ships no chat template.
+    cortex.ok(&["models", "pull", "gemma3-270m"]);
+    let chats: String = (0..2)
+        .map(|i| {
+            format!(
+                "{}\n",
+                json!({"custom_id": format!("c{i}"), "messages": [{"role": "user", "content": "Name a fruit."}],
+                       "max_tokens": 6, "temperature": 0})
+            )
+        })
+        .collect();
+    cortex.write("chat.jsonl", &chats);
+    let gemma = ["--model", "gemma3-270m"];
+
+    // Without one, each item fails at once with what to do.
+    cortex.ok(&[&gemma[..], &["submit", "chat.jsonl"]].concat());
+    cortex.ok(&[&gemma[..], &["worker"]].concat());
+    let job = cortex.job(1);
+    assert_eq!(job.counts.failed, 2);
+    let item = &cortex.items(1)[0];
+    assert_eq!(item.attempts, 1);
+    assert!(
+        item.error_message
+            .as_deref()
+            .unwrap()
+            .contains("the model has no chat template of its own; choose one with --chat-template"),
+        "{item:?}"
+    );
+
+    // By name, and from a file (llama.cpp recognises the template by its markers).
+    cortex.ok(&[&gemma[..], &["retry", "1"]].concat());
+    cortex.ok(&[&gemma[..], &["--chat-template", "gemma", "worker"]].concat());
+    assert_eq!(cortex.job(1).counts.completed, 2);
+    let file = cortex.write(
+        "gemma.jinja",
+        "{% for m in messages %}<start_of_turn>{{ m.role }}\n{{ m.content }}<end_of_turn>\n{% endfor %}<start_of_turn>model\n",
+    );
+    cortex.ok(&[&gemma[..], &["submit", "chat.jsonl", "--force"]].concat());
+    cortex.ok(&[
+        &gemma[..],
+        &["--chat-template", file.to_str().unwrap(), "worker"],
+    ]
+    .concat());
+    assert_eq!(cortex.job(2).counts.completed, 2);
+    // The same template renders the same prompt: the same greedy outputs.
+    let texts = |job: &str| {
+        cortex.ok(&["results", job, "-o", &format!("{job}.jsonl")]);
+        read_jsonl(&cortex.dir().join(format!("{job}.jsonl")))
+            .iter()
+            .map(|l| l["response"]["body"]["choices"][0]["message"]["content"].clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(texts("1"), texts("2"));
+
+    // A name llama.cpp does not know is refused before anything runs.
+    let refused = cortex.run(&["--chat-template", "no-such-template", "worker"]);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr)
+            .contains("is neither a file nor a template llama.cpp knows (")
+    );
+}

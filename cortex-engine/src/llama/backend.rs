@@ -24,6 +24,8 @@ pub struct ContextConfig {
 /// (llama.cpp's non-unified mode: a token attends only to its own stream).
 pub struct LlamaEngineBackend<'m> {
     model: &'m Model,
+    /// The chat template chats are rendered with instead of the model's own.
+    chat_template: Option<String>,
     config: ContextConfig,
     path: PathBuf,
     ctx: Option<RawContext<'m>>,
@@ -37,6 +39,7 @@ impl<'m> LlamaEngineBackend<'m> {
     pub fn new(model: &'m Model, config: ContextConfig, path: &Path) -> Self {
         Self {
             model,
+            chat_template: None,
             config,
             path: path.to_owned(),
             ctx: None,
@@ -46,6 +49,20 @@ impl<'m> LlamaEngineBackend<'m> {
             },
             batch: RawBatch::new(config.max_batch_tokens.max(1)),
         }
+    }
+
+    /// Renders chats with `template` (a template's text or a name llama.cpp
+    /// knows) instead of the model's own; checked by rendering one message.
+    pub fn with_chat_template(mut self, template: String) -> Result<Self, BackendError> {
+        self.model
+            .apply_chat_template_with(Some(&template), &[ChatMessage::user("hi")])
+            .map_err(|e| {
+                BackendError::Failed(format!(
+                    "chat template: llama.cpp cannot render it ({e}); it renders the templates it knows by name or by their markers"
+                ))
+            })?;
+        self.chat_template = Some(template);
+        Ok(self)
     }
 
     fn ctx(&self) -> &RawContext<'m> {
@@ -118,7 +135,8 @@ impl Backend for LlamaEngineBackend<'_> {
     }
 
     fn apply_chat_template(&self, messages: &[ChatMessage]) -> Result<String, BackendError> {
-        self.model.apply_chat_template(messages)
+        self.model
+            .apply_chat_template_with(self.chat_template.as_deref(), messages)
     }
 
     fn grammar(&self, gbnf: &str) -> Result<Box<dyn TokenGrammar>, BackendError> {

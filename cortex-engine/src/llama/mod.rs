@@ -6,4 +6,5 @@ mod model;
 pub(crate) mod sys;
 
 pub use backend::{ContextConfig, LlamaEngineBackend, MAX_STREAMS};
-pub use model::Model;
+pub(crate) use model::resolve_chat_template;
+pub use model::{Model, chat_template_names};

@@ -82,10 +82,25 @@ impl Model {
     /// Renders messages with the model's own chat template, ready for the
     /// assistant's reply.
     pub fn apply_chat_template(&self, messages: &[ChatMessage]) -> Result<String, BackendError> {
-        let template = self
-            .raw
-            .chat_template()
-            .ok_or_else(|| BackendError::Failed("the model has no usable chat template".into()))?;
+        self.apply_chat_template_with(None, messages)
+    }
+
+    /// Renders messages with `template` (a template's text, or the name of
+    /// one llama.cpp renders itself: see [`chat_template_names`]) or, when
+    /// `None`, the model's own.
+    pub fn apply_chat_template_with(
+        &self,
+        template: Option<&str>,
+        messages: &[ChatMessage],
+    ) -> Result<String, BackendError> {
+        let template = match template {
+            Some(template) => template.to_owned(),
+            None => self.raw.chat_template().ok_or_else(|| {
+                BackendError::Failed(
+                    "the model has no chat template of its own; choose one with --chat-template (e.g. chatml, gemma, llama3)".into(),
+                )
+            })?,
+        };
         let pairs: Vec<(&str, &str)> = messages
             .iter()
             .map(|m| (m.role.as_str(), m.content.as_str()))
@@ -93,4 +108,28 @@ impl Model {
         sys::apply_chat_template(&template, &pairs, true)
             .map_err(|e| BackendError::Failed(format!("chat template: {e}")))
     }
+}
+
+/// The names of the chat templates llama.cpp renders itself, for
+/// [`Model::apply_chat_template_with`] and `EngineConfig::chat_template`.
+pub fn chat_template_names() -> Vec<String> {
+    sys::builtin_chat_templates()
+}
+
+/// The template a chat-template setting stands for: the text of the file it
+/// names, or a name llama.cpp knows.
+pub(crate) fn resolve_chat_template(setting: &str) -> Result<String, EngineError> {
+    let path = Path::new(setting);
+    if path.is_file() {
+        return std::fs::read_to_string(path)
+            .map_err(|e| EngineError::Model(format!("chat template {}: {e}", path.display())));
+    }
+    let names = chat_template_names();
+    if names.iter().any(|n| n == setting) {
+        return Ok(setting.to_owned());
+    }
+    Err(EngineError::Model(format!(
+        "chat template {setting:?} is neither a file nor a template llama.cpp knows ({})",
+        names.join(", ")
+    )))
 }

@@ -268,6 +268,23 @@ pub(crate) fn apply_chat_template(
     }
 }
 
+/// The names of the chat templates llama.cpp renders itself (chatml,
+/// llama3, gemma, ...).
+pub(crate) fn builtin_chat_templates() -> Vec<String> {
+    // SAFETY: with a null output and length 0 llama.cpp only counts.
+    let count = unsafe { ffi::llama_chat_builtin_templates(std::ptr::null_mut(), 0) };
+    let mut names: Vec<*const c_char> = vec![std::ptr::null(); usize::try_from(count).unwrap_or(0)];
+    // SAFETY: `names` has room for `count` pointers, which llama.cpp fills
+    // with static strings.
+    unsafe { ffi::llama_chat_builtin_templates(names.as_mut_ptr(), names.len()) };
+    names
+        .into_iter()
+        .filter(|p| !p.is_null())
+        // SAFETY: each is a NUL-terminated static string of llama.cpp.
+        .map(|p| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+        .collect()
+}
+
 /// What a context is made with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ContextParams {
