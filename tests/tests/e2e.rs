@@ -93,7 +93,8 @@ fn kill_9_at_random_moments_loses_nothing_and_redoes_nothing_finished() {
     let items = env_or("CORTEX_KILL_ITEMS", 200) as usize;
     let target_kills = env_or("CORTEX_KILL_KILLS", 12);
     let cortex = Cortex::new();
-    cortex.write("p.jsonl", &prompts(items, 16));
+    // Long enough (32 tokens each) that the job outlasts the kills.
+    cortex.write("p.jsonl", &prompts(items, 32));
     // Default settings: 3 attempts, 64 in parallel. A kill must cost nothing but time.
     cortex.ok(&["submit", "p.jsonl"]);
 
