@@ -411,6 +411,27 @@ fn print_run_summary(
     Ok(())
 }
 
+/// The grammar `generate` constrains its output with, from `--json-schema`
+/// or `--grammar`, checked before the model loads.
+fn generation_grammar(args: &GenerateArgs) -> anyhow::Result<Option<String>> {
+    let read = |path: &Path| {
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))
+    };
+    if let Some(path) = &args.json_schema {
+        let schema: serde_json::Value = serde_json::from_str(&read(path)?)
+            .with_context(|| format!("{}: not JSON", path.display()))?;
+        let grammar = cortex_grammar::from_json_schema(&schema)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        return Ok(Some(grammar));
+    }
+    if let Some(path) = &args.grammar {
+        let grammar = read(path)?;
+        cortex_grammar::check(&grammar).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        return Ok(Some(grammar));
+    }
+    Ok(None)
+}
+
 pub(crate) fn generate(config: &Config, args: &GenerateArgs) -> anyhow::Result<()> {
     let model = resolve_model(config)?.path;
     let engine = Engine::start(&config.engine(&model, 1))?;
@@ -426,6 +447,7 @@ pub(crate) fn generate(config: &Config, args: &GenerateArgs) -> anyhow::Result<(
         request.sampling.top_p = top_p;
     }
     request.sampling.seed = args.seed;
+    request.grammar = generation_grammar(args)?;
     request.validate(&cortex_request::Limits::default())?;
     let events = engine.submit(request)?;
     let mut stdout = std::io::stdout().lock();

@@ -259,6 +259,12 @@ struct GenerateArgs {
     top_p: Option<f32>,
     #[arg(long)]
     seed: Option<u64>,
+    /// Constrain the output to a JSON Schema (a file), as `response_format` json_schema does.
+    #[arg(long, value_name = "FILE", conflicts_with = "grammar")]
+    json_schema: Option<PathBuf>,
+    /// Constrain the output to a GBNF grammar (a file, start rule `root`).
+    #[arg(long, value_name = "FILE")]
+    grammar: Option<PathBuf>,
 }
 
 /// Exit code for an error: see `EXIT_CODES`.

@@ -184,6 +184,23 @@ fn json_object_and_grammar_lines_match_and_bad_schemas_are_refused_at_submit() {
         "{year:?}"
     );
 
+    // `generate` takes a schema or a grammar file too.
+    let schema = cortex.write(
+        "fruit.json",
+        r#"{"type": "object", "properties": {"fruit": {"type": "string", "maxLength": 20}}, "required": ["fruit"]}"#,
+    );
+    let text = cortex.ok(&[
+        "generate",
+        "--chat",
+        "--temperature",
+        "0",
+        "--json-schema",
+        schema.to_str().unwrap(),
+        "Name a fruit as JSON.",
+    ]);
+    let fruit: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    assert!(fruit["fruit"].is_string(), "{fruit}");
+
     // Refused at submit, with the line number and what in the schema.
     let bad = [
         text.lines().next().unwrap().to_owned(),
