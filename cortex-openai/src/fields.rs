@@ -68,14 +68,6 @@ pub(crate) fn check(endpoint: Endpoint, key: &str, value: &Value) -> Result<bool
         ),
         "background" if responses => off(is_falsy, "a batch runs in the background anyway"),
         "prompt" if responses => off(value.is_null(), "stored prompt templates are OpenAI's"),
-        "include" if responses => off(
-            value.is_null() || value.as_array().is_some_and(Vec::is_empty),
-            "extra output data (logprobs, sources) is not implemented for /v1/responses yet",
-        ),
-        "top_logprobs" if responses => off(
-            value.is_null(),
-            "log probabilities are not implemented for /v1/responses yet; use /v1/chat/completions",
-        ),
         "reasoning" if responses => off(
             value.is_null() || value.get("effort").is_some_and(Value::is_null),
             "it is for OpenAI's reasoning models; a local model takes no such setting",

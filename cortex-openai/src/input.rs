@@ -194,13 +194,17 @@ fn logprob_fields(endpoint: Endpoint) -> &'static [&'static str] {
     match endpoint {
         Endpoint::ChatCompletions => &["logprobs", "top_logprobs"],
         Endpoint::Completions => &["logprobs"],
-        Endpoint::Responses => &[],
+        Endpoint::Responses => &["top_logprobs", "include"],
     }
 }
 
+/// What responses' `include` may ask for here.
+const LOGPROBS_INCLUDE: &str = "message.output_text.logprobs";
+
 /// How many alternatives per position to report log probabilities of, if
 /// any: chat's `logprobs: true` with `top_logprobs: N`, completions'
-/// `logprobs: N`.
+/// `logprobs: N`, responses' `include: ["message.output_text.logprobs"]`
+/// with `top_logprobs: N`.
 fn logprobs_of(fields: &Fields, endpoint: Endpoint) -> Result<Option<u32>, String> {
     let max = u64::from(Request::MAX_TOP_LOGPROBS);
     match endpoint {
@@ -218,7 +222,27 @@ fn logprobs_of(fields: &Fields, endpoint: Endpoint) -> Result<Option<u32>, Strin
             }
         }
         Endpoint::Completions => Ok(unsigned(fields, "logprobs", max)?.map(|n| n as u32)),
-        Endpoint::Responses => Ok(None),
+        Endpoint::Responses => {
+            let wanted = match fields.get("include") {
+                None | Some(Value::Null) => false,
+                Some(Value::Array(items)) => {
+                    if let Some(other) = items.iter().find(|i| *i != LOGPROBS_INCLUDE) {
+                        return Err(format!(
+                            "include {other} is not available here (only {LOGPROBS_INCLUDE:?}: cortex has no tools, files or reasoning to report)"
+                        ));
+                    }
+                    !items.is_empty()
+                }
+                Some(other) => return Err(type_error("include", "an array of strings", other)),
+            };
+            match (wanted, unsigned(fields, "top_logprobs", max)?) {
+                (false, Some(_)) => Err(format!(
+                    "top_logprobs needs include: [{LOGPROBS_INCLUDE:?}]"
+                )),
+                (false, None) => Ok(None),
+                (true, top) => Ok(Some(top.unwrap_or(0) as u32)),
+            }
+        }
     }
 }
 

@@ -94,6 +94,7 @@ fn response_object(item: ItemId, model: &str, created: i64, response: &Response)
                 "type": "output_text",
                 "text": completion.map_or("", |c| c.text.as_str()),
                 "annotations": [],
+                "logprobs": completion.and_then(logprob_entries).unwrap_or_default(),
             }],
         }],
         "parallel_tool_calls": true,
@@ -128,18 +129,26 @@ fn chat_entry(entry: &TopLogprob) -> Value {
 /// Chat's `choices[].logprobs`: `{"content": [{token, logprob, bytes,
 /// top_logprobs}], "refusal": null}`, or null when not asked for.
 fn chat_logprobs(completion: &Completion) -> Value {
-    let Some(logprobs) = &completion.logprobs else {
-        return Value::Null;
-    };
-    let content: Vec<Value> = logprobs
-        .iter()
-        .map(|TokenLogprob { chosen, top }| {
-            let mut entry = chat_entry(chosen);
-            entry["top_logprobs"] = top.iter().map(chat_entry).collect();
-            entry
-        })
-        .collect();
-    json!({ "content": content, "refusal": null })
+    match logprob_entries(completion) {
+        Some(content) => json!({ "content": content, "refusal": null }),
+        None => Value::Null,
+    }
+}
+
+/// Per generated token `{token, logprob, bytes, top_logprobs}` (chat's
+/// `logprobs.content` and responses' `output_text.logprobs`).
+fn logprob_entries(completion: &Completion) -> Option<Vec<Value>> {
+    let logprobs = completion.logprobs.as_ref()?;
+    Some(
+        logprobs
+            .iter()
+            .map(|TokenLogprob { chosen, top }| {
+                let mut entry = chat_entry(chosen);
+                entry["top_logprobs"] = top.iter().map(chat_entry).collect();
+                entry
+            })
+            .collect(),
+    )
 }
 
 /// Completions' `choices[].logprobs`: parallel arrays of tokens, their log

@@ -53,7 +53,8 @@ fn every_kind_of_batch_line_gives_a_valid_output_or_a_clear_error() {
         json!({"custom_id": "completion", "method": "POST", "url": "/v1/completions",
                "body": {"model": "x", "prompt": "Once upon a time", "max_tokens": 8, "logprobs": 2, "temperature": 0}}),
         json!({"custom_id": "responses", "method": "POST", "url": "/v1/responses",
-               "body": {"model": "x", "instructions": "Answer in one word.", "input": "Name a fruit.", "max_output_tokens": 8}}),
+               "body": {"model": "x", "instructions": "Answer in one word.", "input": "Name a fruit.", "max_output_tokens": 8,
+                        "include": ["message.output_text.logprobs"], "top_logprobs": 2}}),
         json!({"custom_id": "responses-schema", "method": "POST", "url": "/v1/responses",
                "body": {"input": [{"role": "user", "content": [{"type": "input_text", "text": "Is water wet? Answer as JSON."}]}],
                         "max_output_tokens": 40, "temperature": 0,
@@ -118,6 +119,8 @@ fn every_kind_of_batch_line_gives_a_valid_output_or_a_clear_error() {
     assert!(answer["answer"].is_boolean(), "{answer}");
     let top = &body("logprobs")["choices"][0]["logprobs"]["content"][0]["top_logprobs"];
     assert_eq!(top.as_array().unwrap().len(), 3);
+    let top = &body("responses")["output"][0]["content"][0]["logprobs"][0]["top_logprobs"];
+    assert_eq!(top.as_array().unwrap().len(), 2);
 }
 
 #[test]
