@@ -5,6 +5,7 @@
 
 use cortex_request::{Request, RequestId, Response};
 use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
 
 /// A request's fields at their defaults, as JSON, less the prompt (always
 /// stored: it is an enum, which member-wise stripping would break) and the id.
@@ -57,6 +58,44 @@ pub(crate) fn compact_request(request: &Request) -> String {
         members.remove("id");
     }
     value.to_string()
+}
+
+/// The member of a stored request that names its grammar in `grammars`.
+const GRAMMAR_REF: &str = "grammar_sha256";
+
+/// The stored form of `request` when its grammar is kept apart: the request
+/// without it but with its SHA-256 (see [`GRAMMAR_REF`]), and the grammar's
+/// (SHA-256, text) to store once in `grammars`.
+pub(crate) fn compact_request_apart(request: &Request) -> (String, Option<(String, &str)>) {
+    let Some(grammar) = request.grammar.as_deref() else {
+        return (compact_request(request), None);
+    };
+    let sha = format!("{:x}", Sha256::digest(grammar.as_bytes()));
+    let mut without = request.clone();
+    without.grammar = None;
+    let mut value: Value = serde_json::from_str(&compact_request(&without)).expect("just written");
+    if let Value::Object(members) = &mut value {
+        members.insert(GRAMMAR_REF.into(), Value::String(sha.clone()));
+    }
+    (value.to_string(), Some((sha, grammar)))
+}
+
+/// The request stored as `text` (by [`compact_request`],
+/// [`compact_request_apart`] or in full), its grammar fetched by SHA-256
+/// with `grammar` when it was kept apart.
+pub(crate) fn expand_request_with(
+    text: &str,
+    grammar: impl FnOnce(&str) -> Option<String>,
+) -> Result<Request, String> {
+    let mut value: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    if let Value::Object(members) = &mut value
+        && let Some(sha) = members.remove(GRAMMAR_REF)
+    {
+        let sha = sha.as_str().unwrap_or_default().to_owned();
+        let text = grammar(&sha).ok_or_else(|| format!("its grammar {sha} is missing"))?;
+        members.insert("grammar".into(), Value::String(text));
+    }
+    expand_request(&value.to_string()).map_err(|e| e.to_string())
 }
 
 /// The stored form of a result: the response without its token ids (the
@@ -118,6 +157,33 @@ mod tests {
         let mut back = expand_request(&compact_request(&request)).unwrap();
         back.id = request.id;
         assert_eq!(back, request);
+    }
+
+    #[test]
+    fn a_grammar_kept_apart_comes_back() {
+        let mut request = Request::new(RequestId(1), "Hi");
+        request.grammar = Some("root ::= \"yes\"".into());
+        let (stored, grammar) = compact_request_apart(&request);
+        let (sha, text) = grammar.unwrap();
+        assert_eq!(text, "root ::= \"yes\"");
+        assert_eq!(
+            stored,
+            format!(r#"{{"prompt":{{"text":"Hi"}},"grammar_sha256":"{sha}"}}"#)
+        );
+        let mut back =
+            expand_request_with(&stored, |s| (s == sha).then(|| text.to_owned())).unwrap();
+        back.id = request.id;
+        assert_eq!(back, request);
+        assert_eq!(
+            expand_request_with(&stored, |_| None).unwrap_err(),
+            format!("its grammar {sha} is missing")
+        );
+        // Without a grammar, the plain stored form.
+        let plain = Request::new(RequestId(2), "Hi");
+        assert_eq!(
+            compact_request_apart(&plain),
+            (compact_request(&plain), None)
+        );
     }
 
     #[test]

@@ -456,8 +456,14 @@ impl Store {
             let mut claimed = Vec::with_capacity(rows.len());
             for (item, request, mut item_claimed) in rows {
                 touched.insert(item_claimed.job.0);
-                item_claimed.request =
-                    crate::compact::expand_request(&request).map_err(|e| QueueError::Database {
+                let grammar = |sha: &str| {
+                    tx.prepare_cached("SELECT text FROM grammars WHERE sha256 = ?1")
+                        .and_then(|mut s| s.query_row([sha], |row| row.get(0)).optional())
+                        .ok()
+                        .flatten()
+                };
+                item_claimed.request = crate::compact::expand_request_with(&request, grammar)
+                    .map_err(|e| QueueError::Database {
                         path: db_path.clone(),
                         detail: format!("item {item}: stored request is unreadable: {e}"),
                     })?;

@@ -23,8 +23,11 @@ const V4: &str = include_str!("../migrations/0004_typed_results.sql");
 /// deaths in a row charge a lone suspect.
 const V5: &str = include_str!("../migrations/0005_death_streak.sql");
 
+/// Version 6: output grammars stored once, referred to by SHA-256.
+const V6: &str = include_str!("../migrations/0006_grammars.sql");
+
 /// Migrations in order; `MIGRATIONS[i]` takes the schema from version `i` to `i + 1`.
-pub(crate) const MIGRATIONS: [&str; 5] = [V1, V2, V3, V4, V5];
+pub(crate) const MIGRATIONS: [&str; 6] = [V1, V2, V3, V4, V5, V6];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

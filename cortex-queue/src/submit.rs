@@ -182,6 +182,11 @@ impl Store {
             let mut insert_error = tx
                 .prepare("INSERT INTO input_errors (job_id, line, custom_id, message) VALUES (?1, ?2, ?3, ?4)")
                 .map_err(|e| to_error(&e))?;
+            let mut insert_grammar = tx
+                .prepare("INSERT OR IGNORE INTO grammars (sha256, text) VALUES (?1, ?2)")
+                .map_err(|e| to_error(&e))?;
+            // Items of one job mostly share one grammar: stored once.
+            let mut last_grammar = String::new();
             let mut first_use = tx
                 .prepare("SELECT line FROM items WHERE job_id = ?1 AND custom_id = ?2")
                 .map_err(|e| to_error(&e))?;
@@ -199,7 +204,15 @@ impl Store {
                             model,
                             request,
                         } = &item;
-                        let json = crate::compact::compact_request(request);
+                        let (json, grammar) = crate::compact::compact_request_apart(request);
+                        if let Some((sha, text)) = grammar
+                            && sha != last_grammar
+                        {
+                            insert_grammar
+                                .execute(params![sha, text])
+                                .map_err(|e| to_error(&e))?;
+                            last_grammar = sha;
+                        }
                         match insert_item.execute(params![
                             job.0,
                             *line as i64,

@@ -267,3 +267,44 @@ fn a_job_records_its_source_model_defaults_and_metadata() {
     };
     assert!(store.jobs(&filter).unwrap().is_empty());
 }
+
+#[test]
+fn a_jobs_shared_grammar_is_stored_once_and_comes_back_with_each_item() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.db");
+    let mut store = Store::open(&path).unwrap();
+    let schema = r#"{"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}}, "required": ["name", "age"]}"#;
+    let text: String = (0..50)
+        .map(|i| {
+            format!(
+                r#"{{"custom_id": "s{i}", "method": "POST", "url": "/v1/chat/completions", "body": {{"messages": [{{"role": "user", "content": "Person {i}"}}], "response_format": {{"type": "json_schema", "json_schema": {{"name": "p", "schema": {schema}}}}}}}}}"#
+            ) + "\n"
+        })
+        .collect();
+    let file = dir.path().join("s.jsonl");
+    std::fs::write(&file, text).unwrap();
+    store.submit_file(&file, &SubmitOptions::new("m")).unwrap();
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let grammars: i64 = conn
+        .query_row("SELECT count(*) FROM grammars", [], |row| row.get(0))
+        .unwrap();
+    let longest: i64 = conn
+        .query_row("SELECT max(length(request)) FROM items", [], |row| {
+            row.get(0)
+        })
+        .unwrap();
+    assert_eq!(grammars, 1);
+    // The prompt and a 64-digit reference, not the grammar.
+    assert!(longest < 200, "{longest} bytes");
+    let claimed = store
+        .claim(50, &cortex_queue::ClaimOptions::default())
+        .unwrap();
+    assert_eq!(claimed.len(), 50);
+    let expected =
+        cortex_grammar::from_json_schema(&serde_json::from_str(schema).unwrap()).unwrap();
+    assert!(
+        claimed
+            .iter()
+            .all(|c| c.request.grammar.as_deref() == Some(expected.as_str()))
+    );
+}
