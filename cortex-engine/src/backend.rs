@@ -20,6 +20,10 @@ pub struct BatchToken {
     pub logits: bool,
 }
 
+/// Most inputs one [`Backend::embed`] call takes (sequences of the
+/// embedding context).
+pub const EMBED_SEQUENCES: usize = 64;
+
 /// A backend failure.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -83,6 +87,15 @@ pub trait Backend {
     fn grammar(&self, _gbnf: &str) -> Result<Box<dyn TokenGrammar>, BackendError> {
         Err(BackendError::Failed(
             "this backend does not support grammars".into(),
+        ))
+    }
+    /// Embeddings of whole inputs (at most [`EMBED_SEQUENCES`]), computed
+    /// together in one decode of their own (apart from the streams), one
+    /// unit-length vector each, in order. Backends without an embedding
+    /// mode refuse.
+    fn embed(&mut self, _inputs: &[Vec<TokenId>]) -> Result<Vec<Vec<f32>>, BackendError> {
+        Err(BackendError::Failed(
+            "this backend does not compute embeddings".into(),
         ))
     }
     /// Renders a chat with the model's template, ending with the assistant's turn.

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use cortex_request::{Prompt, Request, RequestId, SamplingParams, TokenId};
+use cortex_request::{Prompt, Request, RequestId, SamplingParams, TokenId, Work};
 
 use crate::llama::sys::{ContextParams, RawBatch, RawContext};
 use crate::{Engine, EngineConfig, EngineError, EngineEvent, Model};
@@ -137,6 +137,7 @@ pub fn raw_row(model: &Model, settings: &BenchSettings, b: usize) -> Result<Benc
             batch: (b * pp).max(512),
             threads,
             unified: false,
+            embeddings: None,
         },
     )?;
     let vocab = model.n_vocab();
@@ -194,6 +195,7 @@ pub fn greedy_reference(
             batch: cells,
             threads,
             unified: true,
+            embeddings: None,
         },
     )?;
     for (i, &t) in prompt.iter().enumerate() {
@@ -256,7 +258,7 @@ pub fn engine_row(
     let engine = Engine::start(&config)?;
     warm_up(&engine)?;
     let vocab = engine.info().n_vocab;
-    let requests = (0..b)
+    let requests: Vec<Request> = (0..b)
         .map(|s| {
             let mut r = Request::new(
                 RequestId(s as u64),
@@ -270,7 +272,7 @@ pub fn engine_row(
         .collect();
     let (tx, rx) = flume::unbounded();
     let start = Instant::now();
-    engine.submit_many_to(requests, &tx)?;
+    engine.submit_many_to(requests.into_iter().map(Work::Generate).collect(), &tx)?;
     let (mut first_tokens, mut finished) = (vec![false; b], 0);
     let mut t_pp = None;
     while finished < b {
@@ -372,7 +374,7 @@ pub fn prefix_run(
     let engine = Engine::start(&config)?;
     let vocab = engine.info().n_vocab;
     let shared = prompt_tokens(9_999, prefix, vocab);
-    let batch = (0..requests)
+    let batch: Vec<Request> = (0..requests)
         .map(|i| {
             let mut tokens = shared.clone();
             tokens.extend(prompt_tokens(i as u64, distinct, vocab));
@@ -385,7 +387,7 @@ pub fn prefix_run(
         .collect();
     let (tx, rx) = flume::unbounded();
     let start = Instant::now();
-    engine.submit_many_to(batch, &tx)?;
+    engine.submit_many_to(batch.into_iter().map(Work::Generate).collect(), &tx)?;
     let mut finished = 0;
     while finished < requests {
         match rx.recv().map_err(|_| EngineError::Stopped)? {

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use cortex_request::{Request, RequestId};
+use cortex_request::{EmbeddingRequest, Request, RequestId, Work};
 
 use crate::backend::Backend;
 use crate::config::EngineConfig;
@@ -25,7 +25,7 @@ pub enum Shutdown {
 }
 
 pub(crate) enum Command {
-    Submit(Vec<(Request, flume::Sender<EngineEvent>)>),
+    Submit(Vec<(Work, flume::Sender<EngineEvent>)>),
     Cancel(RequestId),
     Shutdown(Shutdown),
 }
@@ -273,7 +273,21 @@ impl Engine {
         request: Request,
         events: flume::Sender<EngineEvent>,
     ) -> Result<(), EngineError> {
-        self.send_many(vec![(request, events)])
+        self.send_many(vec![(Work::Generate(request), events)])
+    }
+
+    /// Submits an embedding request; its one event is `Finished` (with
+    /// [`cortex_request::Response::embeddings`]) or `Failed`. Inputs of
+    /// many requests are computed together, up to
+    /// [`crate::EMBED_SEQUENCES`] per decode, between generation steps.
+    /// Embedding requests run to the end: cancelling one changes nothing.
+    pub fn embed(
+        &self,
+        request: EmbeddingRequest,
+    ) -> Result<flume::Receiver<EngineEvent>, EngineError> {
+        let (tx, rx) = flume::unbounded();
+        self.send_many(vec![(Work::Embed(request), tx)])?;
+        Ok(rx)
     }
 
     /// Submits several requests that reach the engine together, before its
@@ -289,23 +303,27 @@ impl Engine {
                 ((request, tx), rx)
             })
             .unzip();
-        self.send_many(pairs)?;
+        self.send_many(
+            pairs
+                .into_iter()
+                .map(|(r, tx)| (Work::Generate(r), tx))
+                .collect(),
+        )?;
         Ok(receivers)
     }
 
-    /// [`Engine::submit_many`] with every event going to one channel.
+    /// Submits generation and embedding requests together (see
+    /// [`Engine::submit_many`] and [`Engine::embed`]), every event going to
+    /// one channel.
     pub fn submit_many_to(
         &self,
-        requests: Vec<Request>,
+        requests: Vec<Work>,
         events: &flume::Sender<EngineEvent>,
     ) -> Result<(), EngineError> {
         self.send_many(requests.into_iter().map(|r| (r, events.clone())).collect())
     }
 
-    fn send_many(
-        &self,
-        pairs: Vec<(Request, flume::Sender<EngineEvent>)>,
-    ) -> Result<(), EngineError> {
+    fn send_many(&self, pairs: Vec<(Work, flume::Sender<EngineEvent>)>) -> Result<(), EngineError> {
         if !self.shared.accepting.load(Ordering::SeqCst) {
             return Err(self.refusal());
         }

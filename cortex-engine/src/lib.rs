@@ -76,7 +76,9 @@ mod step;
 mod streams;
 mod text;
 
-pub use backend::{Backend, BackendError, BatchToken, KvLayout, StreamId, TokenGrammar};
+pub use backend::{
+    Backend, BackendError, BatchToken, EMBED_SEQUENCES, KvLayout, StreamId, TokenGrammar,
+};
 pub use config::EngineConfig;
 pub use engine::{Engine, EngineHealth, EngineInfo, LoopConfig, Shutdown};
 pub use error::EngineError;

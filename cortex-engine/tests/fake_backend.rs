@@ -9,7 +9,8 @@ use cortex_engine::{
     LoopConfig, StreamId,
 };
 use cortex_request::{
-    ChatMessage, FinishReason, Prompt, Request, RequestId, SamplingParams, TokenId,
+    ChatMessage, EmbeddingRequest, FinishReason, Prompt, Request, RequestId, SamplingParams,
+    TokenId,
 };
 
 const VOCAB: usize = 32;
@@ -138,6 +139,19 @@ impl Backend for FakeBackend {
         // A static row per token value keeps the borrow simple.
         &ROWS[self.next[index] as usize]
     }
+    /// Each input's vector is (its length, the sum of its tokens); an input
+    /// holding POISON fails the batch. Every batch's (inputs, tokens) is kept.
+    fn embed(&mut self, inputs: &[Vec<TokenId>]) -> Result<Vec<Vec<f32>>, BackendError> {
+        let tokens = inputs.iter().map(Vec::len).sum();
+        EMBED_BATCHES.lock().unwrap().push((inputs.len(), tokens));
+        if inputs.iter().flatten().any(|&t| t == POISON) {
+            return Err(BackendError::Failed("injected embedding failure".into()));
+        }
+        Ok(inputs
+            .iter()
+            .map(|i| vec![i.len() as f32, i.iter().sum::<TokenId>() as f32])
+            .collect())
+    }
     fn copy_stream(&mut self, src: StreamId, dst: StreamId) {
         self.cells[dst as usize] = self.cells[src as usize].clone();
     }
@@ -145,6 +159,9 @@ impl Backend for FakeBackend {
         self.cells[stream as usize].truncate(from);
     }
 }
+
+/// (inputs, tokens) of every embedding batch the fake computed.
+static EMBED_BATCHES: std::sync::Mutex<Vec<(usize, usize)>> = std::sync::Mutex::new(Vec::new());
 
 /// Row `i` puts all the mass on token `i`.
 static ROWS: std::sync::LazyLock<Vec<Vec<f32>>> = std::sync::LazyLock::new(|| {
@@ -629,4 +646,99 @@ fn random_workloads_keep_the_kv_binding_consistent_and_every_output_exact() {
     );
     assert!(stats.kv_evicted_blocks > 0, "{stats:?}");
     assert_eq!(stats.requests_failed, 0);
+}
+
+#[test]
+fn embedding_inputs_of_many_requests_share_decodes_within_the_limits() {
+    let engine = start();
+    // 150 one-input requests, one of 100 inputs, one with an input longer
+    // than a batch's token budget, interleaved with generation.
+    let mut receivers = Vec::new();
+    for id in 0..150u64 {
+        let input = vec![1 + (id % 7) as TokenId; 1 + (id % 5) as usize];
+        let request = EmbeddingRequest::new(RequestId(1000 + id), vec![Prompt::Tokens(input)]);
+        receivers.push((id, engine.embed(request).unwrap()));
+    }
+    let many: Vec<Prompt> = (0..100)
+        .map(|i| Prompt::Tokens(vec![2; 1 + i % 3]))
+        .collect();
+    let many_rx = engine
+        .embed(EmbeddingRequest::new(RequestId(2000), many))
+        .unwrap();
+    let long_rx = engine
+        .embed(EmbeddingRequest::new(
+            RequestId(2001),
+            vec![Prompt::Tokens(vec![3; 3000])],
+        ))
+        .unwrap();
+    let generation = engine.submit(request(1, vec![1, 2, 3])).unwrap();
+    for (id, rx) in receivers {
+        let EngineEvent::Finished(response) = last_event(&rx) else {
+            panic!("request {id} did not finish")
+        };
+        let len = 1 + id % 5;
+        let token = 1 + id % 7;
+        assert_eq!(
+            response.embeddings,
+            vec![vec![len as f32, (len * token) as f32]]
+        );
+        assert_eq!(u64::from(response.usage.prompt_tokens), len);
+        assert!(response.completions.is_empty());
+    }
+    let EngineEvent::Finished(many) = last_event(&many_rx) else {
+        panic!()
+    };
+    assert_eq!(many.embeddings.len(), 100);
+    assert_eq!(many.embeddings[4], vec![2.0, 4.0]);
+    let EngineEvent::Finished(long) = last_event(&long_rx) else {
+        panic!()
+    };
+    assert_eq!(long.embeddings, vec![vec![3000.0, 9000.0]]);
+    assert!(matches!(last_event(&generation), EngineEvent::Finished(_)));
+
+    let batches = EMBED_BATCHES.lock().unwrap().clone();
+    assert_eq!(batches.iter().map(|b| b.0).sum::<usize>(), 251);
+    assert!(
+        batches
+            .iter()
+            .all(|&(inputs, tokens)| inputs <= cortex_engine::EMBED_SEQUENCES
+                && (tokens <= 2048 || inputs == 1)),
+        "{batches:?}"
+    );
+    // Packed: far fewer decodes than inputs.
+    assert!(
+        batches.len() <= 8,
+        "{} decodes for 251 inputs: {batches:?}",
+        batches.len()
+    );
+
+    // A failing batch fails the requests that had inputs in it, no others;
+    // invalid inputs fail at once with the input named.
+    let poisoned = engine
+        .embed(EmbeddingRequest::new(
+            RequestId(3000),
+            vec![Prompt::Tokens(vec![POISON])],
+        ))
+        .unwrap();
+    let EngineEvent::Failed { error, .. } = last_event(&poisoned) else {
+        panic!()
+    };
+    assert!(error.is_retryable(), "{error}");
+    let outside = engine
+        .embed(EmbeddingRequest::new(
+            RequestId(3001),
+            vec![Prompt::Tokens(vec![1]), Prompt::Tokens(vec![99])],
+        ))
+        .unwrap();
+    let EngineEvent::Failed { error, .. } = last_event(&outside) else {
+        panic!()
+    };
+    assert_eq!(
+        error.to_string(),
+        "request req-3001: invalid input: input[1]: token id 99 is outside the vocabulary of 32"
+    );
+    let after = engine
+        .embed(EmbeddingRequest::new(RequestId(3002), vec!["ok".into()]))
+        .unwrap();
+    assert!(matches!(last_event(&after), EngineEvent::Finished(_)));
 }

@@ -4,14 +4,19 @@
 use std::io::BufRead;
 
 use cortex_queue::{JobDefaults, LineError, LineResult, NewItem};
-use cortex_request::{Limits, Prompt, Request, RequestId, SamplingParams, StopConditions, TokenId};
+use cortex_request::{
+    Limits, Prompt, Request, RequestId, SamplingParams, StopConditions, TokenId, Work,
+};
 use serde_json::{Map, Value};
 
 use crate::Endpoint;
+use crate::endpoint::output_tag;
 
+mod embedding;
 mod format;
 mod prompt;
 
+use embedding::{EmbeddingLine, embedding_from};
 use format::{constraint_fields, grammar_of};
 use prompt::{completion_prompt, messages, response_input};
 
@@ -195,6 +200,7 @@ fn logprob_fields(endpoint: Endpoint) -> &'static [&'static str] {
         Endpoint::ChatCompletions => &["logprobs", "top_logprobs"],
         Endpoint::Completions => &["logprobs"],
         Endpoint::Responses => &["top_logprobs", "include"],
+        Endpoint::Embeddings => &[],
     }
 }
 
@@ -243,6 +249,7 @@ fn logprobs_of(fields: &Fields, endpoint: Endpoint) -> Result<Option<u32>, Strin
                 (true, top) => Ok(Some(top.unwrap_or(0) as u32)),
             }
         }
+        Endpoint::Embeddings => Ok(None),
     }
 }
 
@@ -256,7 +263,7 @@ fn request_from(
     let prompt_field = match endpoint {
         Endpoint::ChatCompletions => "messages",
         Endpoint::Completions => "prompt",
-        Endpoint::Responses => "input",
+        Endpoint::Responses | Endpoint::Embeddings => "input",
     };
     for (key, value) in fields {
         if key == prompt_field
@@ -277,6 +284,7 @@ fn request_from(
         (Endpoint::ChatCompletions, Some(v)) => Prompt::Chat(messages(v)?),
         (Endpoint::Completions, Some(v)) => completion_prompt(v)?,
         (Endpoint::Responses, Some(_)) => Prompt::Chat(response_input(fields)?),
+        (Endpoint::Embeddings, Some(_)) => unreachable!("embeddings are read by embedding_from"),
     };
     let model = match fields.get("model") {
         None | Some(Value::Null) => None,
@@ -322,7 +330,7 @@ fn custom_id_of(fields: &Fields) -> Result<Option<String>, String> {
 /// use cortex_queue::JobDefaults;
 ///
 /// let item = parse_line(1, r#"{"prompt": "Hi", "max_tokens": 4}"#, &JobDefaults::default()).unwrap();
-/// assert_eq!((item.custom_id.as_str(), item.endpoint.as_str(), item.request.stop.max_tokens), ("1", "/v1/completions", 4));
+/// assert_eq!((item.custom_id.as_str(), item.endpoint.as_str(), item.request.as_generate().unwrap().stop.max_tokens), ("1", "/v1/completions", 4));
 ///
 /// let error = parse_line(7, r#"{"prompt": "Hi", "top_p": 2}"#, &JobDefaults::default()).unwrap_err();
 /// assert_eq!(error.to_string(), "line 7: top_p = 2 is out of range: expected a number in (0, 1]");
@@ -343,8 +351,7 @@ pub fn parse_line(line: u64, text: &str, defaults: &JobDefaults) -> Result<NewIt
     };
     let custom_id = custom_id_of(&fields).map_err(|m| error(None, m))?;
     let fail = |m: String| error(custom_id.clone(), m);
-    let (endpoint, (request, model)) = if fields.contains_key("body") || fields.contains_key("url")
-    {
+    let (tag, (request, model)) = if fields.contains_key("body") || fields.contains_key("url") {
         // OpenAI batch line.
         if let Some(key) = fields
             .keys()
@@ -367,7 +374,7 @@ pub fn parse_line(line: u64, text: &str, defaults: &JobDefaults) -> Result<NewIt
         }
         let endpoint = match fields.get("url") {
             Some(Value::String(url)) => Endpoint::from_url(url).ok_or_else(|| {
-                fail(format!("url {url:?} is not supported; use \"/v1/chat/completions\", \"/v1/completions\" or \"/v1/responses\""))
+                fail(format!("url {url:?} is not supported; use \"/v1/chat/completions\", \"/v1/completions\", \"/v1/responses\" or \"/v1/embeddings\""))
             })?,
             None => return Err(fail("missing url".into())),
             Some(other) => return Err(fail(type_error("url", "a string", other))),
@@ -377,9 +384,22 @@ pub fn parse_line(line: u64, text: &str, defaults: &JobDefaults) -> Result<NewIt
             None => return Err(fail("missing body".into())),
             Some(other) => return Err(fail(type_error("body", "an object", other))),
         };
-        let built =
-            request_from(body, endpoint, &[], defaults).map_err(|m| fail(format!("body: {m}")))?;
-        (endpoint, built)
+        let body_error = |m: String| fail(format!("body: {m}"));
+        if endpoint == Endpoint::Embeddings {
+            let EmbeddingLine {
+                request,
+                model,
+                base64,
+            } = embedding_from(body).map_err(body_error)?;
+            (output_tag(endpoint, base64), (Work::Embed(request), model))
+        } else {
+            let (request, model) =
+                request_from(body, endpoint, &[], defaults).map_err(body_error)?;
+            (
+                output_tag(endpoint, false),
+                (Work::Generate(request), model),
+            )
+        }
     } else {
         let endpoint = match (
             fields.contains_key("messages"),
@@ -390,15 +410,17 @@ pub fn parse_line(line: u64, text: &str, defaults: &JobDefaults) -> Result<NewIt
             (false, true) => Endpoint::Completions,
             (false, false) => return Err(fail("missing prompt (or messages)".into())),
         };
+        let (request, model) =
+            request_from(&fields, endpoint, &["custom_id"], defaults).map_err(fail)?;
         (
-            endpoint,
-            request_from(&fields, endpoint, &["custom_id"], defaults).map_err(fail)?,
+            output_tag(endpoint, false),
+            (Work::Generate(request), model),
         )
     };
     Ok(NewItem {
         line,
         custom_id: custom_id.unwrap_or_else(|| line.to_string()),
-        endpoint: endpoint.url().to_owned(),
+        endpoint: tag,
         model,
         request,
     })
@@ -503,13 +525,13 @@ mod tests {
 
     fn logprobs(line: &str) -> Result<Option<u32>, String> {
         parse_line(1, line, &JobDefaults::default())
-            .map(|item| item.request.logprobs)
+            .map(|item| item.request.as_generate().unwrap().logprobs)
             .map_err(|e| e.message)
     }
 
     fn grammar(line: &str) -> Result<Option<String>, String> {
         parse_line(1, line, &JobDefaults::default())
-            .map(|item| item.request.grammar)
+            .map(|item| item.request.as_generate().unwrap().grammar.clone())
             .map_err(|e| e.message)
     }
 
@@ -586,7 +608,7 @@ mod tests {
         .unwrap();
         assert_eq!(item.endpoint, "/v1/responses");
         assert_eq!(
-            item.request.prompt,
+            item.request.as_generate().unwrap().prompt,
             Prompt::Chat(vec![
                 ChatMessage {
                     role: "system".into(),
@@ -595,14 +617,14 @@ mod tests {
                 ChatMessage::user("Hi"),
             ])
         );
-        assert_eq!(item.request.stop.max_tokens, 9);
+        assert_eq!(item.request.as_generate().unwrap().stop.max_tokens, 9);
         let item = line(
             r#"{"input": [{"role": "developer", "content": "Rules."}, {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "A"}, {"type": "input_text", "text": "B"}]}],
                 "text": {"format": {"type": "json_schema", "name": "x", "strict": true, "schema": {"type": "object", "properties": {"a": {"type": "boolean"}}, "required": ["a"]}}}}"#,
         )
         .unwrap();
         assert_eq!(
-            item.request.prompt,
+            item.request.as_generate().unwrap().prompt,
             Prompt::Chat(vec![
                 ChatMessage {
                     role: "system".into(),
@@ -611,7 +633,15 @@ mod tests {
                 ChatMessage::user("AB"),
             ])
         );
-        assert!(item.request.grammar.unwrap().contains("boolean"));
+        assert!(
+            item.request
+                .as_generate()
+                .unwrap()
+                .grammar
+                .clone()
+                .unwrap()
+                .contains("boolean")
+        );
         assert_eq!(
             line(r#"{"input": "Hi", "previous_response_id": "resp_1"}"#).unwrap_err(),
             "body: previous_response_id = \"resp_1\" is an OpenAI field cortex does not support: a batch line stands alone; put the whole conversation in input"

@@ -24,7 +24,7 @@
 //! let mut store = Store::open(dir.path().join("cortex.db"))?;
 //! let job = store.submit_file(&input, &SubmitOptions::new("m"))?.job;
 //! let claimed = store.claim(1, &Default::default())?;
-//! assert_eq!(claimed[0].request.stop.max_tokens, 8);
+//! assert_eq!(claimed[0].request.as_generate().unwrap().stop.max_tokens, 8);
 //!
 //! let error = store
 //!     .submit_reader("{\"prompt\": \"Hi\", \"stream\": true}\n".as_bytes(), "s.jsonl", &SubmitOptions::new("m"))

@@ -1,11 +1,15 @@
 //! OpenAI batch output: result bodies (`chat.completion`,
-//! `text_completion`), output lines and error lines.
+//! `text_completion`, `response`, a `list` of embeddings), output lines and
+//! error lines.
 
 use cortex_queue::{ExportFormat, ExportedError, ExportedResult, ItemId, Job, StoredResult};
 use cortex_request::{Completion, Response, TokenLogprob, TopLogprob};
 use serde_json::{Value, json};
 
+use base64::Engine as _;
+
 use crate::Endpoint;
+use crate::endpoint::parse_output_tag;
 
 /// The `body` of an output line: a `chat.completion` or `text_completion`
 /// object for the item `item` of a job run on `model`, created at `created`
@@ -17,8 +21,10 @@ pub fn response_body(
     created: i64,
     response: &Response,
 ) -> Value {
-    if endpoint == Endpoint::Responses {
-        return response_object(item, model, created, response);
+    match endpoint {
+        Endpoint::Responses => return response_object(item, model, created, response),
+        Endpoint::Embeddings => return embedding_list(model, response, false),
+        _ => {}
     }
     let choices: Vec<Value> = response
         .completions
@@ -36,13 +42,13 @@ pub fn response_body(
                 "logprobs": completion_logprobs(c),
                 "finish_reason": c.finish_reason.as_openai(),
             }),
-            Endpoint::Responses => unreachable!("rendered by response_object"),
+            _ => unreachable!("rendered above"),
         })
         .collect();
     let (id, object) = match endpoint {
         Endpoint::ChatCompletions => (format!("chatcmpl-{item}"), "chat.completion"),
         Endpoint::Completions => (format!("cmpl-{item}"), "text_completion"),
-        Endpoint::Responses => unreachable!("rendered by response_object"),
+        _ => unreachable!("rendered above"),
     };
     let usage = &response.usage;
     json!({
@@ -118,6 +124,33 @@ fn response_object(item: ItemId, model: &str, created: i64, response: &Response)
     })
 }
 
+/// A `/v1/embeddings` body: a `list` of `embedding` objects in input order,
+/// each vector as numbers or (`base64`) the base64 of its little-endian
+/// 32-bit floats, as OpenAI's clients decode it.
+fn embedding_list(model: &str, response: &Response, base64: bool) -> Value {
+    let data: Vec<Value> = response
+        .embeddings
+        .iter()
+        .enumerate()
+        .map(|(index, vector)| {
+            let embedding = if base64 {
+                let bytes: Vec<u8> = vector.iter().flat_map(|v| v.to_le_bytes()).collect();
+                Value::String(base64::engine::general_purpose::STANDARD.encode(bytes))
+            } else {
+                json!(vector)
+            };
+            json!({ "object": "embedding", "index": index, "embedding": embedding })
+        })
+        .collect();
+    let tokens = response.usage.prompt_tokens;
+    json!({
+        "object": "list",
+        "data": data,
+        "model": model,
+        "usage": { "prompt_tokens": tokens, "total_tokens": tokens },
+    })
+}
+
 fn token_text(entry: &TopLogprob) -> String {
     String::from_utf8_lossy(&entry.bytes).into_owned()
 }
@@ -190,17 +223,18 @@ impl ExportFormat for BatchOutput {
     fn result_line(&self, job: &Job, result: &ExportedResult) -> String {
         let request_id = format!("batch_req_{}_{}", job.id, result.line);
         let body = match &result.result {
-            StoredResult::Response(response) => {
-                let endpoint =
-                    Endpoint::from_url(&result.endpoint).unwrap_or(Endpoint::Completions);
-                response_body(
+            StoredResult::Response(response) => match parse_output_tag(&result.endpoint) {
+                (Some(Endpoint::Embeddings), base64) => {
+                    embedding_list(&job.model, response, base64)
+                }
+                (endpoint, _) => response_body(
                     result.item,
-                    endpoint,
+                    endpoint.unwrap_or(Endpoint::Completions),
                     &job.model,
                     result.completed_at / 1000,
                     response,
-                )
-            }
+                ),
+            },
             StoredResult::Rendered(body) => {
                 serde_json::from_str(body).unwrap_or_else(|_| Value::String(body.clone()))
             }
@@ -261,6 +295,7 @@ mod tests {
                 cached_prompt_tokens: 0,
             },
             timings: Timings::default(),
+            embeddings: Vec::new(),
         }
     }
 

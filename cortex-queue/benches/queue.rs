@@ -47,6 +47,7 @@ fn response(id: cortex_request::RequestId) -> Response {
             cached_prompt_tokens: 0,
         },
         timings: Timings::default(),
+        embeddings: Vec::new(),
     }
 }
 
@@ -89,7 +90,8 @@ fn claim_complete(
         let claimed = store.claim(batch, &options).unwrap();
         assert!(!claimed.is_empty(), "ran out of items");
         if batched_commit {
-            let responses: Vec<Response> = claimed.iter().map(|c| response(c.request.id)).collect();
+            let responses: Vec<Response> =
+                claimed.iter().map(|c| response(c.request.id())).collect();
             let done_now: Vec<_> = claimed
                 .iter()
                 .zip(&responses)
@@ -100,7 +102,7 @@ fn claim_complete(
             }
         } else {
             for c in &claimed {
-                store.complete(&c.lease, &response(c.request.id)).unwrap();
+                store.complete(&c.lease, &response(c.request.id())).unwrap();
             }
         }
         done += claimed.len();

@@ -3,7 +3,7 @@
 //! filled back in when the item is claimed; a fully spelled-out request (as
 //! stored before schema version 3) reads the same.
 
-use cortex_request::{Request, RequestId, Response};
+use cortex_request::{EmbeddingRequest, Request, RequestId, Response, Work};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
@@ -78,6 +78,47 @@ pub(crate) fn compact_request_apart(request: &Request) -> (String, Option<(Strin
         members.insert(GRAMMAR_REF.into(), Value::String(sha.clone()));
     }
     (value.to_string(), Some((sha, grammar)))
+}
+
+/// The member of a stored item that holds an embedding request (a
+/// generation request is stored as itself, with `prompt` always present).
+const EMBED: &str = "embed";
+
+/// The stored form of `work` (see [`compact_request_apart`]; an embedding
+/// request is `{"embed": {"inputs": [...]}}`).
+pub(crate) fn compact_work_apart(work: &Work) -> (String, Option<(String, &str)>) {
+    match work {
+        Work::Generate(request) => compact_request_apart(request),
+        Work::Embed(request) => {
+            let mut value = serde_json::to_value(request).expect("requests serialize");
+            if let Value::Object(members) = &mut value {
+                members.remove("id");
+            }
+            (serde_json::json!({ EMBED: value }).to_string(), None)
+        }
+        other => unreachable!("every kind of work is stored: {other:?}"),
+    }
+}
+
+/// The work stored as `text` by [`compact_work_apart`] (or a request in
+/// any earlier stored form).
+pub(crate) fn expand_work_with(
+    text: &str,
+    grammar: impl FnOnce(&str) -> Option<String>,
+) -> Result<Work, String> {
+    if text.starts_with("{\"embed\"") {
+        let mut value: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let mut embed = value
+            .get_mut(EMBED)
+            .map(Value::take)
+            .ok_or("no embedding request")?;
+        if let Value::Object(members) = &mut embed {
+            members.insert("id".into(), Value::from(0));
+        }
+        let request: EmbeddingRequest = serde_json::from_value(embed).map_err(|e| e.to_string())?;
+        return Ok(Work::Embed(request));
+    }
+    expand_request_with(text, grammar).map(Work::Generate)
 }
 
 /// The request stored as `text` (by [`compact_request`],
@@ -183,6 +224,27 @@ mod tests {
         assert_eq!(
             compact_request_apart(&plain),
             (compact_request(&plain), None)
+        );
+    }
+
+    #[test]
+    fn an_embedding_request_round_trips() {
+        let request = EmbeddingRequest::new(RequestId(4), vec!["a".into(), vec![7, 8].into()]);
+        let work = Work::Embed(request.clone());
+        let (stored, grammar) = compact_work_apart(&work);
+        assert_eq!(
+            stored,
+            r#"{"embed":{"inputs":[{"text":"a"},{"tokens":[7,8]}]}}"#
+        );
+        assert!(grammar.is_none());
+        let mut back = expand_work_with(&stored, |_| None).unwrap();
+        back.set_id(request.id);
+        assert_eq!(back, Work::Embed(request));
+        // A generation request reads as one.
+        let plain = Request::new(RequestId(0), "Hi");
+        assert_eq!(
+            expand_work_with(&compact_request(&plain), |_| None).unwrap(),
+            Work::Generate(plain)
         );
     }
 

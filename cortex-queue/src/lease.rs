@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use cortex_request::{Request, RequestId, Response};
+use cortex_request::{Request, RequestId, Response, Work};
 use rusqlite::{OptionalExtension, Transaction, params};
 
 use crate::jobs::settle;
@@ -69,8 +69,8 @@ pub struct ClaimedItem {
     pub custom_id: String,
     /// The format its output is rendered in (an endpoint path).
     pub endpoint: String,
-    /// What to generate; its `id` is the item id.
-    pub request: Request,
+    /// What to compute; its `id` is the item id.
+    pub request: Work,
     /// Which attempt this is (1 for the first claim; a worker death that
     /// was not the item's own doing gives its attempt back).
     pub attempt: u32,
@@ -428,7 +428,7 @@ impl Store {
                             line: row.get::<_, i64>(2)? as u64,
                             custom_id: row.get(3)?,
                             endpoint: row.get(4)?,
-                            request: Request::new(RequestId(item as u64), ""),
+                            request: Work::Generate(Request::new(RequestId(item as u64), "")),
                             attempt: row.get(6)?,
                             suspect,
                             alone,
@@ -462,12 +462,12 @@ impl Store {
                         .ok()
                         .flatten()
                 };
-                item_claimed.request = crate::compact::expand_request_with(&request, grammar)
+                item_claimed.request = crate::compact::expand_work_with(&request, grammar)
                     .map_err(|e| QueueError::Database {
                         path: db_path.clone(),
                         detail: format!("item {item}: stored request is unreadable: {e}"),
                     })?;
-                item_claimed.request.id = RequestId(item as u64);
+                item_claimed.request.set_id(RequestId(item as u64));
                 claimed.push(item_claimed);
             }
             settle_all(tx, &touched, now)?;

@@ -68,6 +68,7 @@
 //!         }],
 //!         usage: Usage { prompt_tokens: 5, completion_tokens: 2, cached_prompt_tokens: 0 },
 //!         timings: Timings::default(),
+//!         embeddings: Vec::new(),
 //!     };
 //!     store.complete(&claimed.lease, &response)?;
 //! }

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use cortex_request::{Request, SamplingParams, StopConditions};
+use cortex_request::{SamplingParams, StopConditions, Work};
 use rusqlite::{ErrorCode, OptionalExtension, params};
 use sha2::{Digest, Sha256};
 
@@ -22,8 +22,8 @@ pub struct NewItem {
     pub endpoint: String,
     /// The `model` the line named, if any (recorded, not used to pick a model).
     pub model: Option<String>,
-    /// The request (its `id` is assigned when stored).
-    pub request: Request,
+    /// What it asks for (its `id` is assigned when stored).
+    pub request: Work,
 }
 
 /// One bad input line.
@@ -204,7 +204,7 @@ impl Store {
                             model,
                             request,
                         } = &item;
-                        let (json, grammar) = crate::compact::compact_request_apart(request);
+                        let (json, grammar) = crate::compact::compact_work_apart(request);
                         if let Some((sha, text)) = grammar
                             && sha != last_grammar
                         {

@@ -18,7 +18,7 @@ fn every_bad_line() -> Vec<u8> {
         br#"{"prompt": "x", "max_tokens": 4"#,
         br#"{"max_tokens": 4}"#,
         br#"{"prompt": ""}"#,
-        br#"{"custom_id": "e1", "method": "POST", "url": "/v1/embeddings", "body": {"input": "x"}}"#,
+        br#"{"custom_id": "e1", "method": "POST", "url": "/v1/moderations", "body": {"input": "x"}}"#,
         br#"{"custom_id": "g1", "method": "GET", "url": "/v1/completions", "body": {"prompt": "x"}}"#,
         br#"{"prompt": "x", "temperature": -1}"#,
         b"{\"prompt\": \"caf\xE9\"}",
@@ -125,13 +125,13 @@ fn both_formats_parse_with_their_fields_and_job_defaults() {
     assert_eq!(chat.endpoint, Endpoint::ChatCompletions.url());
     assert_eq!(chat.model.as_deref(), Some("gpt-x"));
     assert_eq!(
-        chat.request.prompt,
+        chat.request.as_generate().unwrap().prompt,
         Prompt::Chat(vec![
             ChatMessage::system("Be brief."),
             ChatMessage::user("Hi")
         ])
     );
-    let r = &chat.request;
+    let r = chat.request.as_generate().unwrap();
     assert_eq!(
         (
             r.stop.max_tokens,
@@ -160,8 +160,11 @@ fn both_formats_parse_with_their_fields_and_job_defaults() {
         (plain.custom_id.as_str(), plain.endpoint.as_str()),
         ("9", Endpoint::Completions.url())
     );
-    assert_eq!(plain.request.prompt, Prompt::Tokens(vec![1, 2, 3]));
-    let r = &plain.request;
+    assert_eq!(
+        plain.request.as_generate().unwrap().prompt,
+        Prompt::Tokens(vec![1, 2, 3])
+    );
+    let r = plain.request.as_generate().unwrap();
     assert_eq!(
         (
             r.stop.max_tokens,
@@ -305,6 +308,6 @@ fn a_jobs_shared_grammar_is_stored_once_and_comes_back_with_each_item() {
     assert!(
         claimed
             .iter()
-            .all(|c| c.request.grammar.as_deref() == Some(expected.as_str()))
+            .all(|c| c.request.as_generate().unwrap().grammar.as_deref() == Some(expected.as_str()))
     );
 }

@@ -48,11 +48,9 @@ fn a_job_runs_to_completion_and_exports_openai_batch_output_in_input_order() {
             .collect::<Vec<_>>(),
         ["item-0", "item-1", "item-2"]
     );
-    assert!(
-        first.iter().all(|c| c.attempt == 1
-            && c.lease.token == 1
-            && c.request.id.0 == c.lease.item.0 as u64)
-    );
+    assert!(first.iter().all(|c| c.attempt == 1
+        && c.lease.token == 1
+        && c.request.id().0 == c.lease.item.0 as u64));
     let rest = store.claim(10, &ClaimOptions::default()).unwrap();
     assert_eq!(rest.len(), 2);
     assert_eq!(

@@ -35,6 +35,7 @@
 
 #![forbid(unsafe_code)]
 
+mod embed;
 mod params;
 mod prompt;
 mod state;
@@ -43,6 +44,7 @@ mod validate;
 
 use std::fmt;
 
+pub use embed::{EmbeddingRequest, Work};
 pub use params::{SamplingParams, StopConditions};
 pub use prompt::{ChatMessage, Prompt};
 pub use state::{FinishReason, InvalidTransition, RequestState};
@@ -172,6 +174,13 @@ pub struct Response {
     pub usage: Usage,
     /// Latencies.
     pub timings: Timings,
+    /// For an [`EmbeddingRequest`]: one vector per input, in input order
+    /// (no completions then; `usage.prompt_tokens` counts every input).
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Vec::is_empty")
+    )]
+    pub embeddings: Vec<Vec<f32>>,
 }
 
 #[cfg(all(test, feature = "serde"))]

@@ -106,7 +106,7 @@ impl Worker<'_> {
         let count = claimed.len();
         for item in claimed {
             tracing::debug!(item = %item.lease.item, job = %item.job, attempt = item.attempt, suspect = item.suspect, "claimed");
-            self.in_flight.insert(item.request.id, item);
+            self.in_flight.insert(item.request.id(), item);
         }
         if let Err(error) = submitted {
             return Err(self.engine_gone(error));

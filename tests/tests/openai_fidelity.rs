@@ -72,7 +72,6 @@ fn every_kind_of_batch_line_gives_a_valid_output_or_a_clear_error() {
     for expected in [
         "line 6 (custom_id \"tools\"): body: tools = ",
         "is an OpenAI field cortex does not support: tool calling is not implemented yet",
-        "line 10 (custom_id \"embeddings\"): url \"/v1/embeddings\" is not supported",
     ] {
         assert!(stderr.contains(expected), "{expected}\n{stderr}");
     }
@@ -81,7 +80,7 @@ fn every_kind_of_batch_line_gives_a_valid_output_or_a_clear_error() {
     cortex.ok(&["results", "1", "-o", "out.jsonl", "--errors", "err.jsonl"]);
     let out_path = cortex.dir().join("out.jsonl");
     let outputs = read_jsonl(&out_path);
-    assert_eq!(outputs.len(), 8);
+    assert_eq!(outputs.len(), 9);
     let errors = read_jsonl(&cortex.dir().join("err.jsonl"));
     let refused: Vec<(&str, u64)> = errors
         .iter()
@@ -92,11 +91,13 @@ fn every_kind_of_batch_line_gives_a_valid_output_or_a_clear_error() {
             )
         })
         .collect();
-    assert_eq!(refused, [("tools", 6), ("embeddings", 10)]);
+    assert_eq!(refused, [("tools", 6)]);
 
     let report = python_check("validate_openai.py", &[&input, &out_path]);
     assert!(
-        report.contains("5 /v1/chat/completions, 1 /v1/completions, 2 /v1/responses"),
+        report.contains(
+            "5 /v1/chat/completions, 1 /v1/completions, 1 /v1/embeddings, 2 /v1/responses"
+        ),
         "{report}"
     );
     let body = |id: &str| {

@@ -6,6 +6,7 @@ use cortex_request::{ChatMessage, TokenId};
 
 use super::Model;
 use super::sys::{ContextParams, RawBatch, RawContext, RawGrammar};
+use crate::backend::EMBED_SEQUENCES;
 use crate::backend::{Backend, BackendError, BatchToken, KvLayout, StreamId, TokenGrammar};
 
 /// llama.cpp's limit on sequences (`LLAMA_MAX_SEQ`).
@@ -31,6 +32,9 @@ pub struct LlamaEngineBackend<'m> {
     ctx: Option<RawContext<'m>>,
     layout: KvLayout,
     batch: RawBatch,
+    /// The embedding context, made on the first embedding request and
+    /// grown to the largest batch; its batch holds as many tokens.
+    embedder: Option<(RawContext<'m>, RawBatch)>,
 }
 
 impl<'m> LlamaEngineBackend<'m> {
@@ -48,6 +52,7 @@ impl<'m> LlamaEngineBackend<'m> {
                 capacity: 0,
             },
             batch: RawBatch::new(config.max_batch_tokens.max(1)),
+            embedder: None,
         }
     }
 
@@ -63,6 +68,40 @@ impl<'m> LlamaEngineBackend<'m> {
             })?;
         self.chat_template = Some(template);
         Ok(self)
+    }
+
+    /// The embedding context and batch, able to take `tokens` tokens in
+    /// one decode: made (or remade larger) as needed, emptied.
+    fn embedder(&mut self, tokens: usize) -> Result<&mut (RawContext<'m>, RawBatch), BackendError> {
+        let fits = self
+            .embedder
+            .as_ref()
+            .is_some_and(|(_, batch)| batch.capacity() >= tokens);
+        if !fits {
+            let capacity = tokens.next_power_of_two().max(EMBED_MIN_CELLS);
+            self.embedder = None;
+            let params = ContextParams {
+                cells: capacity,
+                sequences: EMBED_SEQUENCES,
+                batch: capacity,
+                threads: self.config.threads,
+                // One batch at a time, emptied before each: a unified cache
+                // holds just that batch.
+                unified: true,
+                embeddings: Some(self.model.embedding_pooling()),
+            };
+            let ctx = RawContext::new(&self.model.raw, &params).map_err(|e| {
+                BackendError::Failed(format!(
+                    "{}: cannot create an embedding context of {capacity} tokens: {e}",
+                    self.path.display()
+                ))
+            })?;
+            self.embedder = Some((ctx, RawBatch::new(capacity)));
+        }
+        let embedder = self.embedder.as_mut().expect("made above");
+        embedder.0.clear_memory();
+        embedder.1.clear();
+        Ok(embedder)
     }
 
     fn ctx(&self) -> &RawContext<'m> {
@@ -104,6 +143,7 @@ impl Backend for LlamaEngineBackend<'_> {
             batch: self.batch.capacity(),
             threads: self.config.threads,
             unified: false,
+            embeddings: None,
         };
         // The old context's memory goes before the new one is allocated.
         self.ctx = None;
@@ -120,6 +160,43 @@ impl Backend for LlamaEngineBackend<'_> {
 
     fn set_threads(&mut self, threads: usize) {
         self.ctx_mut().set_threads(threads);
+        if let Some((ctx, _)) = &mut self.embedder {
+            ctx.set_threads(threads);
+        }
+    }
+
+    fn embed(&mut self, inputs: &[Vec<TokenId>]) -> Result<Vec<Vec<f32>>, BackendError> {
+        if inputs.len() > EMBED_SEQUENCES {
+            return Err(BackendError::Failed(format!(
+                "{} inputs in one embedding batch; at most {EMBED_SEQUENCES}",
+                inputs.len()
+            )));
+        }
+        let n_embd = self.model.n_embd();
+        let tokens = inputs.iter().map(Vec::len).sum();
+        let (ctx, batch) = self.embedder(tokens)?;
+        for (seq, input) in (0..).zip(inputs) {
+            for (pos, &token) in input.iter().enumerate() {
+                batch.push(token as i32, pos, seq, true);
+            }
+        }
+        match ctx.decode(batch) {
+            0 => {}
+            1 => return Err(BackendError::NoKvSlot),
+            code => {
+                return Err(BackendError::Failed(format!(
+                    "llama_decode (embeddings) failed with code {code}"
+                )));
+            }
+        }
+        (0..inputs.len() as i32)
+            .map(|seq| {
+                let pooled = ctx.sequence_embedding(seq, n_embd).ok_or_else(|| {
+                    BackendError::Failed(format!("llama.cpp gave no embedding for input {seq}"))
+                })?;
+                Ok(normalized(pooled))
+            })
+            .collect()
     }
 
     fn tokenize(&self, text: &str, add_bos: bool, parse_special: bool) -> Vec<TokenId> {
@@ -181,6 +258,21 @@ impl Backend for LlamaEngineBackend<'_> {
     fn truncate_stream(&mut self, stream: StreamId, from: usize) {
         self.ctx_mut().truncate_sequence(stream, from);
     }
+}
+
+/// Cells an embedding context starts with.
+const EMBED_MIN_CELLS: usize = 512;
+
+/// `v` scaled to unit length (Euclidean), as OpenAI's embeddings are, so a
+/// dot product is the cosine similarity.
+fn normalized(v: &[f32]) -> Vec<f32> {
+    let norm = v
+        .iter()
+        .map(|x| f64::from(*x) * f64::from(*x))
+        .sum::<f64>()
+        .sqrt();
+    let scale = if norm > 0.0 { (1.0 / norm) as f32 } else { 0.0 };
+    v.iter().map(|x| x * scale).collect()
 }
 
 impl cortex_sample::TokenFilter for RawGrammar {

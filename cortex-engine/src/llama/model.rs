@@ -79,6 +79,23 @@ impl Model {
         m.n_layer() * m.n_head_kv().max(1) * (head_dim("key_length") + head_dim("value_length")) * 2
     }
 
+    /// Size of the model's embedding vectors.
+    pub fn n_embd(&self) -> usize {
+        self.raw.n_embd()
+    }
+
+    /// How embeddings pool token vectors: the GGUF's own pooling type if it
+    /// names one (embedding models do), else the mean (a decoder model's
+    /// last hidden states averaged over the input, as llama-server's
+    /// `--pooling mean`).
+    pub(crate) fn embedding_pooling(&self) -> sys::Pooling {
+        let arch = self.raw.meta("general.architecture").unwrap_or_default();
+        match self.raw.meta(&format!("{arch}.pooling_type")) {
+            Some(kind) if kind != "0" => sys::Pooling::Model,
+            _ => sys::Pooling::Mean,
+        }
+    }
+
     /// Renders messages with the model's own chat template, ready for the
     /// assistant's reply.
     pub fn apply_chat_template(&self, messages: &[ChatMessage]) -> Result<String, BackendError> {

@@ -298,6 +298,18 @@ pub(crate) struct ContextParams {
     pub(crate) threads: usize,
     /// One KV stream for all sequences (true) or one per sequence.
     pub(crate) unified: bool,
+    /// An embedding context (pooled vectors per sequence instead of logits),
+    /// and how tokens are pooled.
+    pub(crate) embeddings: Option<Pooling>,
+}
+
+/// How an embedding context pools a sequence's token vectors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pooling {
+    /// As the GGUF says (`<arch>.pooling_type`).
+    Model,
+    /// The mean over the sequence's tokens (for decoder models, which name none).
+    Mean,
 }
 
 /// A llama.cpp context over a borrowed model.
@@ -328,6 +340,15 @@ impl<'m> RawContext<'m> {
         cparams.n_threads = threads;
         cparams.n_threads_batch = threads;
         cparams.kv_unified = params.unified;
+        if let Some(pooling) = params.embeddings {
+            cparams.embeddings = true;
+            cparams.pooling_type = match pooling {
+                Pooling::Model => ffi::LLAMA_POOLING_TYPE_UNSPECIFIED,
+                Pooling::Mean => ffi::LLAMA_POOLING_TYPE_MEAN,
+            };
+            // Pooling needs each sequence whole in one micro-batch.
+            cparams.n_ubatch = batch;
+        }
         // SAFETY: the model is alive for 'm, which outlives the context; null
         // means failure (logged by llama.cpp).
         let ptr = unsafe { ffi::llama_init_from_model(model.ptr.as_ptr(), cparams) };
@@ -388,6 +409,23 @@ impl<'m> RawContext<'m> {
         // SAFETY: a non-null row holds `n_vocab` floats, valid until the next
         // decode, which needs `&mut self` and so ends this borrow first.
         NonNull::new(ptr).map(|p| unsafe { std::slice::from_raw_parts(p.as_ptr(), self.n_vocab) })
+    }
+
+    /// The pooled embedding of sequence `seq` after the last decode of an
+    /// embedding context (`n_embd` floats), if it had that sequence.
+    pub(crate) fn sequence_embedding(&mut self, seq: i32, n_embd: usize) -> Option<&[f32]> {
+        // SAFETY: a live context; llama.cpp returns null for a sequence the
+        // last batch did not have or a context without pooling.
+        let ptr = unsafe { ffi::llama_get_embeddings_seq(self.ptr.as_ptr(), seq) };
+        // SAFETY: a non-null result holds `n_embd` floats, valid until the
+        // next decode, which needs `&mut self` and so ends this borrow first.
+        NonNull::new(ptr).map(|p| unsafe { std::slice::from_raw_parts(p.as_ptr(), n_embd) })
+    }
+
+    /// Empties the KV cache (every sequence, and its data).
+    pub(crate) fn clear_memory(&mut self) {
+        // SAFETY: a live context's memory.
+        unsafe { ffi::llama_memory_clear(self.memory(), true) }
     }
 
     fn memory(&self) -> ffi::llama_memory_t {

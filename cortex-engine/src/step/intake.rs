@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use cortex_request::{Limits, Prompt, Request, RequestId, TokenId};
+use cortex_request::{Limits, Prompt, Request, RequestId, TokenId, Work};
 use cortex_sample::Sampler;
 use cortex_sched::{SchedError, SchedRequest};
 
@@ -37,8 +37,20 @@ impl StepLoop<'_> {
             };
             match command {
                 Command::Submit(pairs) => {
-                    for (request, events) in pairs {
-                        self.admit_request(&request, events);
+                    for (work, events) in pairs {
+                        match &work {
+                            Work::Generate(request) => self.admit_request(request, events),
+                            Work::Embed(request) => self.admit_embedding(request, events),
+                            other => self.report_end(
+                                &events,
+                                EngineEvent::Failed {
+                                    id: other.id(),
+                                    error: EngineError::Model(format!(
+                                        "this engine cannot run {other:?}"
+                                    )),
+                                },
+                            ),
+                        }
                     }
                 }
                 Command::Cancel(id) => self.cancel(id),
@@ -48,6 +60,7 @@ impl StepLoop<'_> {
                     for id in ids {
                         self.cancel(id);
                     }
+                    self.fail_embeddings(&EngineError::Stopped);
                     self.refuse_pending(&EngineError::Stopped);
                     return false;
                 }
@@ -59,11 +72,11 @@ impl StepLoop<'_> {
     pub(super) fn refuse_pending(&mut self, error: &EngineError) {
         while let Ok(command) = self.commands.try_recv() {
             if let Command::Submit(pairs) = command {
-                for (request, events) in pairs {
+                for (work, events) in pairs {
                     self.report_end(
                         &events,
                         EngineEvent::Failed {
-                            id: request.id,
+                            id: work.id(),
                             error: error.clone(),
                         },
                     );

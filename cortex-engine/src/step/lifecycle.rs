@@ -94,6 +94,7 @@ impl StepLoop<'_> {
                 cached_prompt_tokens: live.cached_prompt_tokens as u32,
             },
             timings,
+            embeddings: Vec::new(),
         };
         self.report_end(&live.events, EngineEvent::Finished(response));
     }

@@ -11,18 +11,21 @@
 //!   sampling, and what each stream computed;
 //! - `output`: stop conditions and the streamed text of each token;
 //! - `lifecycle`: the one path that ends a request (finished, failed,
-//!   cancelled, refused) and owns the counters, plus timeouts and statistics.
+//!   cancelled, refused) and owns the counters, plus timeouts and statistics;
+//! - `embed`: embedding requests, packed into decodes of their own between
+//!   generation steps.
 //!
 //! Which stream each sequence runs in is [`crate::streams`].
 
 mod decode;
+mod embed;
 mod intake;
 mod lifecycle;
 mod output;
 mod sizing;
 mod threads;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -93,6 +96,8 @@ pub(crate) struct StepLoop<'b> {
     shared: Arc<Shared>,
     live: HashMap<RequestId, Live>,
     seqs: HashMap<RequestId, Seq>,
+    /// Embedding requests, in arrival order.
+    embeds: VecDeque<embed::PendingEmbed>,
     /// Completions whose prompt plus generation exceed the streams' cells:
     /// they enter the scheduler once the streams have grown.
     oversize: Vec<SchedRequest>,
@@ -145,6 +150,7 @@ impl<'b> StepLoop<'b> {
             shared,
             live: HashMap::new(),
             seqs: HashMap::new(),
+            embeds: VecDeque::new(),
             oversize: Vec::new(),
             next_seq: 0,
             evicted_before_reset: 0,
@@ -183,7 +189,12 @@ impl<'b> StepLoop<'b> {
             self.check_timeouts();
             self.adapt_threads();
             let started = Instant::now();
-            self.step();
+            if self.has_generation_work() {
+                self.step();
+            }
+            if !self.embeds.is_empty() {
+                self.embed_step();
+            }
             self.stats.busy_seconds += started.elapsed().as_secs_f64();
             self.publish_stats();
         }
@@ -206,6 +217,10 @@ impl<'b> StepLoop<'b> {
     }
 
     fn has_work(&self) -> bool {
+        self.has_generation_work() || !self.embeds.is_empty()
+    }
+
+    fn has_generation_work(&self) -> bool {
         self.sched.has_work() || !self.oversize.is_empty()
     }
 
@@ -350,6 +365,7 @@ impl<'b> StepLoop<'b> {
                 );
             }
         }
+        self.fail_embeddings(&error);
         self.refuse_pending(&error);
         self.publish_stats();
     }

@@ -14,6 +14,7 @@ pub(super) fn constraint_fields(endpoint: Endpoint) -> &'static [&'static str] {
         Endpoint::ChatCompletions => &["response_format", "grammar"],
         Endpoint::Completions => &["grammar"],
         Endpoint::Responses => &["text", "grammar"],
+        Endpoint::Embeddings => &[],
     }
 }
 
@@ -58,7 +59,7 @@ pub(super) fn grammar_of(fields: &Fields, endpoint: Endpoint) -> Result<Option<S
             }
             Some(other) => return Err(type_error("text", "an object", other)),
         },
-        Endpoint::Completions => None,
+        Endpoint::Completions | Endpoint::Embeddings => None,
     };
     match (compiled, grammar) {
         (Some(_), Some(_)) => Err("give a JSON format or a grammar, not both".into()),

@@ -30,7 +30,7 @@ pub fn write_prompts(dir: &Path, name: &str, n: usize) -> PathBuf {
 /// What a worker would produce for `item` (deterministic, so duplicates would show).
 pub fn response_for(item: &ClaimedItem) -> Response {
     Response {
-        id: item.request.id,
+        id: item.request.id(),
         completions: vec![Completion {
             index: 0,
             text: format!("answer to {}", item.custom_id),
@@ -44,6 +44,7 @@ pub fn response_for(item: &ClaimedItem) -> Response {
             cached_prompt_tokens: 0,
         },
         timings: Timings::default(),
+        embeddings: Vec::new(),
     }
 }
 

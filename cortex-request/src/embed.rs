@@ -1,0 +1,123 @@
+//! Embedding requests, and the one type a queued item asks for: a
+//! generation ([`Request`]) or embeddings ([`EmbeddingRequest`]).
+
+use crate::{Prompt, Request, RequestId};
+
+/// Embeddings of one or more inputs (text or token ids), one vector each,
+/// in input order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct EmbeddingRequest {
+    /// Who asked (echoed in the response).
+    pub id: RequestId,
+    /// The inputs; chats are not embedded (`Prompt::Chat` is refused).
+    pub inputs: Vec<Prompt>,
+}
+
+impl EmbeddingRequest {
+    /// Most inputs in one request (OpenAI's limit for one call).
+    pub const MAX_INPUTS: usize = 2048;
+
+    /// A request for the embeddings of `inputs`.
+    pub fn new(id: RequestId, inputs: Vec<Prompt>) -> Self {
+        Self { id, inputs }
+    }
+
+    /// Checks the inputs: at least one, at most [`Self::MAX_INPUTS`], none
+    /// empty, no chats. The message names the input by index.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.inputs.is_empty() {
+            return Err("input is empty: give at least one text".into());
+        }
+        if self.inputs.len() > Self::MAX_INPUTS {
+            return Err(format!(
+                "input has {} entries; at most {} per request",
+                self.inputs.len(),
+                Self::MAX_INPUTS
+            ));
+        }
+        for (i, input) in self.inputs.iter().enumerate() {
+            if matches!(input, Prompt::Chat(_)) {
+                return Err(format!(
+                    "input[{i}] is a chat; embeddings take text or token ids"
+                ));
+            }
+            if input.is_empty() {
+                return Err(format!("input[{i}] is empty"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What one queued item asks for.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Work {
+    /// Generate completions.
+    Generate(Request),
+    /// Compute embeddings.
+    Embed(EmbeddingRequest),
+}
+
+impl Work {
+    /// The request's id.
+    pub fn id(&self) -> RequestId {
+        match self {
+            Work::Generate(request) => request.id,
+            Work::Embed(request) => request.id,
+        }
+    }
+
+    /// Sets the request's id.
+    pub fn set_id(&mut self, id: RequestId) {
+        match self {
+            Work::Generate(request) => request.id = id,
+            Work::Embed(request) => request.id = id,
+        }
+    }
+
+    /// The generation request, if this is one.
+    pub fn as_generate(&self) -> Option<&Request> {
+        match self {
+            Work::Generate(request) => Some(request),
+            Work::Embed(_) => None,
+        }
+    }
+}
+
+impl From<Request> for Work {
+    fn from(request: Request) -> Self {
+        Work::Generate(request)
+    }
+}
+
+impl From<EmbeddingRequest> for Work {
+    fn from(request: EmbeddingRequest) -> Self {
+        Work::Embed(request)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validation_names_the_input() {
+        let ok = EmbeddingRequest::new(RequestId(1), vec!["a".into(), vec![1, 2].into()]);
+        assert_eq!(ok.validate(), Ok(()));
+        let empty = EmbeddingRequest::new(RequestId(1), vec!["a".into(), "".into()]);
+        assert_eq!(empty.validate(), Err("input[1] is empty".into()));
+        let none = EmbeddingRequest::new(RequestId(1), vec![]);
+        assert!(none.validate().unwrap_err().contains("at least one"));
+        let chat = EmbeddingRequest::new(
+            RequestId(1),
+            vec![Prompt::Chat(vec![crate::ChatMessage::user("x")])],
+        );
+        assert!(
+            chat.validate()
+                .unwrap_err()
+                .starts_with("input[0] is a chat")
+        );
+    }
+}
