@@ -98,8 +98,14 @@ pub trait Backend {
             "this backend does not compute embeddings".into(),
         ))
     }
-    /// Renders a chat with the model's template, ending with the assistant's turn.
-    fn apply_chat_template(&self, messages: &[ChatMessage]) -> Result<String, BackendError>;
+    /// Renders a chat with the model's template, ending with the assistant's
+    /// turn; `tools` (a JSON array of function definitions) are offered to
+    /// the model through the template, which must take them.
+    fn apply_chat_template(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&str>,
+    ) -> Result<String, BackendError>;
     /// Computes a batch. On error the KV of the batch's positions is undefined
     /// and the caller truncates the streams involved.
     fn decode(&mut self, batch: &[BatchToken]) -> Result<(), BackendError>;

@@ -173,7 +173,7 @@ impl Engine {
             let mut backend = LlamaEngineBackend::new(&model, context, &path);
             if let Some(template) = chat_template {
                 backend = backend
-                    .with_chat_template(template)
+                    .with_chat_template(&template)
                     .map_err(|e| EngineError::Model(e.to_string()))?;
             }
             run(Box::new(backend));

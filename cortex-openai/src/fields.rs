@@ -74,27 +74,24 @@ pub(crate) fn check(endpoint: Endpoint, key: &str, value: &Value) -> Result<bool
         ),
         "tools" if responses => off(
             value.is_null() || value.as_array().is_some_and(Vec::is_empty),
-            "tool calling is not implemented yet",
+            "tool calling is implemented for /v1/chat/completions lines, not /v1/responses yet",
         ),
         "tool_choice" if responses => off(
             value.is_null() || value == "none" || value == "auto",
-            "tool calling is not implemented yet",
+            "tool calling is implemented for /v1/chat/completions lines, not /v1/responses yet",
         ),
-        "max_tool_calls" if responses => {
-            off(value.is_null(), "tool calling is not implemented yet")
-        }
+        "max_tool_calls" if responses => off(
+            value.is_null(),
+            "tool calling is implemented for /v1/chat/completions lines, not /v1/responses yet",
+        ),
         "stream" => off(
             is_falsy,
             "a batch writes whole results; stream from a server instead",
         ),
         "stream_options" => off(value.is_null(), "it only applies to streaming"),
-        "tools" | "functions" if chat => off(
-            value.is_null() || value.as_array().is_some_and(Vec::is_empty),
-            "tool calling is not implemented yet",
-        ),
-        "tool_choice" | "function_call" if chat => off(
-            value.is_null() || value.as_str() == Some("none"),
-            "tool calling is not implemented yet",
+        "functions" | "function_call" if chat => off(
+            value.is_null(),
+            "it is the deprecated form of tools and tool_choice; give those",
         ),
         "modalities" if chat => off(
             value.is_null() || *value == serde_json::json!(["text"]),
@@ -133,12 +130,12 @@ mod tests {
         let chat = Endpoint::ChatCompletions;
         assert_eq!(check(chat, "user", &json!("u-1")), Ok(true));
         assert_eq!(check(chat, "stream", &json!(false)), Ok(true));
-        assert_eq!(check(chat, "tool_choice", &json!("none")), Ok(true));
+        assert_eq!(check(chat, "tool_choice", &json!("none")), Ok(false));
         assert_eq!(check(chat, "temperature", &json!(1)), Ok(false));
         assert_eq!(check(chat, "echo", &json!(true)), Ok(false));
-        let error = check(chat, "tools", &json!([{"type": "function"}])).unwrap_err();
+        let error = check(chat, "functions", &json!([{"name": "f"}])).unwrap_err();
         assert!(
-            error.starts_with("tools = [{\"type\":\"function\"}] is an OpenAI field cortex does not support: tool calling"),
+            error.starts_with("functions = [{\"name\":\"f\"}] is an OpenAI field cortex does not support: it is the deprecated form"),
             "{error}"
         );
         let error = check(chat, "stream", &json!(true)).unwrap_err();

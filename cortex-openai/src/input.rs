@@ -15,10 +15,12 @@ use crate::endpoint::output_tag;
 mod embedding;
 mod format;
 mod prompt;
+mod tools;
 
 use embedding::{EmbeddingLine, embedding_from};
 use format::{constraint_fields, grammar_of};
 use prompt::{completion_prompt, messages, response_input};
+use tools::{TOOL_FIELDS, tools_of};
 
 /// Sampling and stop fields accepted on both formats.
 const SAMPLING_FIELDS: [&str; 17] = [
@@ -272,6 +274,7 @@ fn request_from(
             || SAMPLING_FIELDS.contains(&key.as_str())
             || logprob_fields(endpoint).contains(&key.as_str())
             || constraint_fields(endpoint).contains(&key.as_str())
+            || (endpoint == Endpoint::ChatCompletions && TOOL_FIELDS.contains(&key.as_str()))
             || extra_allowed.contains(&key.as_str())
             || crate::fields::check(endpoint, key, value)?
         {
@@ -297,6 +300,14 @@ fn request_from(
     apply_sampling(fields, &mut request)?;
     request.logprobs = logprobs_of(fields, endpoint)?;
     request.grammar = grammar_of(fields, endpoint)?;
+    if endpoint == Endpoint::ChatCompletions {
+        let (tools, forced) = tools_of(fields)?;
+        if forced.is_some() && request.grammar.is_some() {
+            return Err("a forced tool call (tool_choice required or a function) and a response_format or grammar cannot both constrain the output".into());
+        }
+        request.grammar = forced.or(request.grammar.take());
+        request.tools = tools;
+    }
     if endpoint == Endpoint::Responses {
         if let Some(v) = unsigned(fields, "max_output_tokens", u64::from(u32::MAX))? {
             request.stop.max_tokens = v as u32;
@@ -610,10 +621,7 @@ mod tests {
         assert_eq!(
             item.request.as_generate().unwrap().prompt,
             Prompt::Chat(vec![
-                ChatMessage {
-                    role: "system".into(),
-                    content: "Be brief.".into()
-                },
+                ChatMessage::system("Be brief."),
                 ChatMessage::user("Hi"),
             ])
         );
@@ -625,13 +633,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             item.request.as_generate().unwrap().prompt,
-            Prompt::Chat(vec![
-                ChatMessage {
-                    role: "system".into(),
-                    content: "Rules.".into()
-                },
-                ChatMessage::user("AB"),
-            ])
+            Prompt::Chat(vec![ChatMessage::system("Rules."), ChatMessage::user("AB"),])
         );
         assert!(
             item.request

@@ -30,12 +30,7 @@ pub fn response_body(
         .completions
         .iter()
         .map(|c| match endpoint {
-            Endpoint::ChatCompletions => json!({
-                "index": c.index,
-                "message": { "role": "assistant", "content": c.text, "refusal": null },
-                "logprobs": chat_logprobs(c),
-                "finish_reason": c.finish_reason.as_openai(),
-            }),
+            Endpoint::ChatCompletions => chat_choice(item, c),
             Endpoint::Completions => json!({
                 "index": c.index,
                 "text": c.text,
@@ -63,6 +58,40 @@ pub fn response_body(
             "total_tokens": usage.total_tokens(),
             "prompt_tokens_details": { "cached_tokens": usage.cached_prompt_tokens },
         },
+    })
+}
+
+/// One choice of a `chat.completion`: the assistant's message, with its
+/// function calls as `tool_calls` (ids `call_ITEM_CHOICE_K`, content null
+/// when there was no text around them, finish reason `tool_calls`).
+fn chat_choice(item: ItemId, c: &Completion) -> Value {
+    let mut message = json!({ "role": "assistant", "content": c.text, "refusal": null });
+    let mut finish_reason = c.finish_reason.as_openai();
+    if !c.tool_calls.is_empty() {
+        message["tool_calls"] = c
+            .tool_calls
+            .iter()
+            .enumerate()
+            .map(|(k, call)| {
+                json!({
+                    "id": format!("call_{item}_{}_{k}", c.index),
+                    "type": "function",
+                    "function": { "name": call.name, "arguments": call.arguments },
+                })
+            })
+            .collect();
+        if c.text.is_empty() {
+            message["content"] = Value::Null;
+        }
+        if finish_reason == "stop" {
+            finish_reason = "tool_calls";
+        }
+    }
+    json!({
+        "index": c.index,
+        "message": message,
+        "logprobs": chat_logprobs(c),
+        "finish_reason": finish_reason,
     })
 }
 
@@ -288,6 +317,7 @@ mod tests {
                         top: vec![entry(8, ".", -0.5), entry(10, ",", -1.0)],
                     },
                 ]),
+                tool_calls: Vec::new(),
             }],
             usage: Usage {
                 prompt_tokens: 5,

@@ -65,6 +65,7 @@
 //!             tokens: vec![1, 2],
 //!             finish_reason: FinishReason::Eos,
 //!             logprobs: None,
+//!             tool_calls: Vec::new(),
 //!         }],
 //!         usage: Usage { prompt_tokens: 5, completion_tokens: 2, cached_prompt_tokens: 0 },
 //!         timings: Timings::default(),

@@ -39,6 +39,7 @@ mod embed;
 mod params;
 mod prompt;
 mod state;
+mod tools;
 mod usage;
 mod validate;
 
@@ -48,6 +49,7 @@ pub use embed::{EmbeddingRequest, Work};
 pub use params::{SamplingParams, StopConditions};
 pub use prompt::{ChatMessage, Prompt};
 pub use state::{FinishReason, InvalidTransition, RequestState};
+pub use tools::{ToolCall, ToolChoice, Tools};
 pub use usage::{Timings, Usage};
 pub use validate::{Limits, ValidationError};
 
@@ -95,6 +97,14 @@ pub struct Request {
         serde(default, skip_serializing_if = "Option::is_none")
     )]
     pub grammar: Option<String>,
+    /// Functions a chat offers the model: rendered by the chat template,
+    /// and the calls in each completion's text parsed into
+    /// [`Completion::tool_calls`].
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Option::is_none")
+    )]
+    pub tools: Option<Tools>,
 }
 
 impl Request {
@@ -109,6 +119,7 @@ impl Request {
             n: 1,
             logprobs: None,
             grammar: None,
+            tools: None,
         }
     }
 
@@ -160,6 +171,13 @@ pub struct Completion {
         serde(default, skip_serializing_if = "Option::is_none")
     )]
     pub logprobs: Option<Vec<TokenLogprob>>,
+    /// The function calls the model made, when the request offered tools
+    /// and the text held calls (`text` is then what was around them).
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Vec::is_empty")
+    )]
+    pub tool_calls: Vec<ToolCall>,
 }
 
 /// The outcome of a request: its completions, usage and timings.

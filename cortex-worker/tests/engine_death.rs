@@ -65,7 +65,11 @@ impl Backend for Toy {
     fn is_end_of_generation(&self, _token: TokenId) -> bool {
         false
     }
-    fn apply_chat_template(&self, messages: &[ChatMessage]) -> Result<String, BackendError> {
+    fn apply_chat_template(
+        &self,
+        messages: &[ChatMessage],
+        _tools: Option<&str>,
+    ) -> Result<String, BackendError> {
         Ok(messages.iter().map(|m| m.content.as_str()).collect())
     }
     fn decode(&mut self, batch: &[BatchToken]) -> Result<(), BackendError> {

@@ -131,6 +131,21 @@ impl Cortex {
         String::from_utf8_lossy(&output.stdout).into_owned()
     }
 
+    /// Runs `cortex ARGS`, which must fail with every one of `expected` in
+    /// what it printed to stderr; returns that.
+    pub fn refused(&self, args: &[&str], expected: &[&str]) -> String {
+        let output = self.run(args);
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert!(
+            !output.status.success(),
+            "cortex {args:?} succeeded: {stderr}"
+        );
+        for text in expected {
+            assert!(stderr.contains(text), "{text}\n{stderr}");
+        }
+        stderr
+    }
+
     /// Starts in the background (output kept for the caller to read).
     pub fn spawn(&self, args: &[&str]) -> Child {
         self.command(args)
@@ -218,6 +233,15 @@ pub fn read_jsonl(path: &Path) -> Vec<serde_json::Value> {
     text.lines()
         .map(|line| serde_json::from_str(line).expect("a JSON line"))
         .collect()
+}
+
+/// The `response.body` of the output line with `custom_id` (panics if none).
+pub fn response_body(outputs: &[serde_json::Value], custom_id: &str) -> serde_json::Value {
+    outputs
+        .iter()
+        .find(|o| o["custom_id"] == custom_id)
+        .map(|o| o["response"]["body"].clone())
+        .unwrap_or_else(|| panic!("no output line for {custom_id}"))
 }
 
 /// The Python interpreter of the environment with the official client

@@ -5,7 +5,7 @@
 //! for the official `openai` package; bad lines refused at submit.
 
 use base64::Engine as _;
-use cortex_tests::{Cortex, python_check, read_jsonl};
+use cortex_tests::{Cortex, python_check, read_jsonl, response_body};
 use serde_json::{Value, json};
 
 /// SmolLM2-135M's hidden size.
@@ -90,13 +90,7 @@ fn embeddings_lines_give_unit_vectors_that_do_not_depend_on_their_batch() {
     let report = python_check("validate_openai.py", &[&input, &out_path]);
     assert!(report.contains("51 /v1/embeddings"), "{report}");
 
-    let body = |id: &str| {
-        outputs
-            .iter()
-            .find(|o| o["custom_id"] == id)
-            .map(|o| o["response"]["body"].clone())
-            .unwrap()
-    };
+    let body = |id: &str| response_body(&outputs, id);
     for output in &outputs {
         let body = &output["response"]["body"];
         assert_eq!(body["object"], "list");
@@ -157,15 +151,13 @@ fn bad_embeddings_lines_are_refused_at_submit_with_their_line() {
     ]
     .concat();
     cortex.write("bad.jsonl", &text);
-    let refused = cortex.run(&["submit", "bad.jsonl"]);
-    assert!(!refused.status.success());
-    let stderr = String::from_utf8_lossy(&refused.stderr);
-    for expected in [
-        "line 2 (custom_id \"dims\"): body: dimensions = 256 is an OpenAI field cortex does not support",
-        "line 3 (custom_id \"empty\"): body: input[1] is empty",
-        "line 4 (custom_id \"format\"): body: encoding_format must be \"float\" or \"base64\", not \"int8\"",
-        "line 5 (custom_id \"sampling\"): body: unknown field \"temperature\"",
-    ] {
-        assert!(stderr.contains(expected), "{expected}\n{stderr}");
-    }
+    cortex.refused(
+        &["submit", "bad.jsonl"],
+        &[
+            "line 2 (custom_id \"dims\"): body: dimensions = 256 is an OpenAI field cortex does not support",
+            "line 3 (custom_id \"empty\"): body: input[1] is empty",
+            "line 4 (custom_id \"format\"): body: encoding_format must be \"float\" or \"base64\", not \"int8\"",
+            "line 5 (custom_id \"sampling\"): body: unknown field \"temperature\"",
+        ],
+    );
 }

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use cortex_request::{ChatMessage, TokenId};
 
 use super::Model;
+use super::chat::ChatRenderer;
 use super::sys::{ContextParams, RawBatch, RawContext, RawGrammar};
 use crate::backend::EMBED_SEQUENCES;
 use crate::backend::{Backend, BackendError, BatchToken, KvLayout, StreamId, TokenGrammar};
@@ -25,8 +26,8 @@ pub struct ContextConfig {
 /// (llama.cpp's non-unified mode: a token attends only to its own stream).
 pub struct LlamaEngineBackend<'m> {
     model: &'m Model,
-    /// The chat template chats are rendered with instead of the model's own.
-    chat_template: Option<String>,
+    /// What renders chats: the model's own template or the one chosen.
+    chat: ChatRenderer,
     config: ContextConfig,
     path: PathBuf,
     ctx: Option<RawContext<'m>>,
@@ -43,7 +44,7 @@ impl<'m> LlamaEngineBackend<'m> {
     pub fn new(model: &'m Model, config: ContextConfig, path: &Path) -> Self {
         Self {
             model,
-            chat_template: None,
+            chat: ChatRenderer::new(model, None).unwrap_or(ChatRenderer::Missing),
             config,
             path: path.to_owned(),
             ctx: None,
@@ -56,17 +57,13 @@ impl<'m> LlamaEngineBackend<'m> {
         }
     }
 
-    /// Renders chats with `template` (a template's text or a name llama.cpp
-    /// knows) instead of the model's own; checked by rendering one message.
-    pub fn with_chat_template(mut self, template: String) -> Result<Self, BackendError> {
-        self.model
-            .apply_chat_template_with(Some(&template), &[ChatMessage::user("hi")])
-            .map_err(|e| {
-                BackendError::Failed(format!(
-                    "chat template: llama.cpp cannot render it ({e}); it renders the templates it knows by name or by their markers"
-                ))
-            })?;
-        self.chat_template = Some(template);
+    /// Renders chats with `template` (a Jinja template's text, or a name
+    /// llama.cpp knows) instead of the model's own; a template that does
+    /// not compile, or renders no chat, is refused here.
+    pub fn with_chat_template(mut self, template: &str) -> Result<Self, BackendError> {
+        let chat = ChatRenderer::new(self.model, Some(template))?;
+        chat.render(&[ChatMessage::user("hi")], None)?;
+        self.chat = chat;
         Ok(self)
     }
 
@@ -211,9 +208,12 @@ impl Backend for LlamaEngineBackend<'_> {
         self.model.is_end_of_generation(token)
     }
 
-    fn apply_chat_template(&self, messages: &[ChatMessage]) -> Result<String, BackendError> {
-        self.model
-            .apply_chat_template_with(self.chat_template.as_deref(), messages)
+    fn apply_chat_template(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&str>,
+    ) -> Result<String, BackendError> {
+        self.chat.render(messages, tools)
     }
 
     fn grammar(&self, gbnf: &str) -> Result<Box<dyn TokenGrammar>, BackendError> {

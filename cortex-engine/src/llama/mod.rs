@@ -2,6 +2,7 @@
 //! boundary (`sys`, the only code in cortex with `unsafe`).
 
 mod backend;
+mod chat;
 mod model;
 pub(crate) mod sys;
 

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use cortex_request::{ChatMessage, TokenId};
 
+use super::chat::ChatRenderer;
 use super::sys::{self, RawModel};
 use crate::backend::BackendError;
 use crate::error::EngineError;
@@ -96,39 +97,16 @@ impl Model {
         }
     }
 
-    /// Renders messages with the model's own chat template, ready for the
-    /// assistant's reply.
+    /// Renders messages with the model's own chat template (its Jinja
+    /// source, rendered as `transformers` does), ready for the assistant's
+    /// reply.
     pub fn apply_chat_template(&self, messages: &[ChatMessage]) -> Result<String, BackendError> {
-        self.apply_chat_template_with(None, messages)
-    }
-
-    /// Renders messages with `template` (a template's text, or the name of
-    /// one llama.cpp renders itself: see [`chat_template_names`]) or, when
-    /// `None`, the model's own.
-    pub fn apply_chat_template_with(
-        &self,
-        template: Option<&str>,
-        messages: &[ChatMessage],
-    ) -> Result<String, BackendError> {
-        let template = match template {
-            Some(template) => template.to_owned(),
-            None => self.raw.chat_template().ok_or_else(|| {
-                BackendError::Failed(
-                    "the model has no chat template of its own; choose one with --chat-template (e.g. chatml, gemma, llama3)".into(),
-                )
-            })?,
-        };
-        let pairs: Vec<(&str, &str)> = messages
-            .iter()
-            .map(|m| (m.role.as_str(), m.content.as_str()))
-            .collect();
-        sys::apply_chat_template(&template, &pairs, true)
-            .map_err(|e| BackendError::Failed(format!("chat template: {e}")))
+        ChatRenderer::new(self, None)?.render(messages, None)
     }
 }
 
 /// The names of the chat templates llama.cpp renders itself, for
-/// [`Model::apply_chat_template_with`] and `EngineConfig::chat_template`.
+/// `EngineConfig::chat_template`.
 pub fn chat_template_names() -> Vec<String> {
     sys::builtin_chat_templates()
 }

@@ -188,6 +188,11 @@ impl RawModel {
 
     /// The bytes a token stands for (control tokens render as nothing).
     pub(crate) fn token_bytes(&self, token: i32) -> Vec<u8> {
+        self.piece(token, false)
+    }
+
+    /// A token's bytes; control tokens as their text when `special`.
+    fn piece(&self, token: i32, special: bool) -> Vec<u8> {
         let mut buf = vec![0u8; 32];
         loop {
             // SAFETY: `buf` is writable for its length; llama.cpp returns the
@@ -199,7 +204,7 @@ impl RawModel {
                     buf.as_mut_ptr().cast(),
                     i32::try_from(buf.len()).unwrap_or(i32::MAX),
                     0,
-                    false,
+                    special,
                 )
             };
             if n >= 0 {
@@ -208,6 +213,31 @@ impl RawModel {
             }
             buf.resize(n.unsigned_abs() as usize, 0);
         }
+    }
+
+    /// The texts of the start and end tokens, as templates print them
+    /// (empty where the vocabulary has none).
+    pub(crate) fn bos_eos_text(&self) -> (String, String) {
+        // SAFETY: reads the live vocabulary.
+        let (bos, eos) = unsafe {
+            (
+                ffi::llama_vocab_bos(self.vocab.as_ptr()),
+                ffi::llama_vocab_eos(self.vocab.as_ptr()),
+            )
+        };
+        let text = |token: i32| {
+            if token < 0 {
+                return String::new();
+            }
+            String::from_utf8_lossy(&self.piece(token, true)).into_owned()
+        };
+        (text(bos), text(eos))
+    }
+
+    /// Whether tokenizing with special tokens adds a start token.
+    pub(crate) fn adds_bos(&self) -> bool {
+        // SAFETY: reads the live vocabulary.
+        unsafe { ffi::llama_vocab_get_add_bos(self.vocab.as_ptr()) }
     }
 
     pub(crate) fn is_end_of_generation(&self, token: i32) -> bool {

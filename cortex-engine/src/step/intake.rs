@@ -187,6 +187,14 @@ impl StepLoop<'_> {
     }
 
     fn tokenize_prompt(&self, request: &Request) -> Result<Vec<TokenId>, EngineError> {
+        if request.tools.is_some() && !matches!(request.prompt, Prompt::Chat(_)) {
+            return Err(EngineError::Invalid {
+                id: request.id,
+                field: "tools".into(),
+                message: "tools are offered through a chat template: give messages, not a prompt"
+                    .into(),
+            });
+        }
         let tokens = match &request.prompt {
             Prompt::Text(text) => self.backend.tokenize(text, true, true),
             Prompt::Tokens(tokens) => {
@@ -201,13 +209,15 @@ impl StepLoop<'_> {
                 tokens.clone()
             }
             Prompt::Chat(messages) => {
-                let text = self.backend.apply_chat_template(messages).map_err(|e| {
-                    EngineError::Invalid {
+                let tools = request.tools.as_ref().map(|t| t.definitions.as_str());
+                let text = self
+                    .backend
+                    .apply_chat_template(messages, tools)
+                    .map_err(|e| EngineError::Invalid {
                         id: request.id,
                         field: "messages".into(),
                         message: e.to_string(),
-                    }
-                })?;
+                    })?;
                 self.backend.tokenize(&text, true, true)
             }
         };
@@ -249,6 +259,7 @@ fn new_seq(
         text: String::new(),
         tokens: Vec::new(),
         top_logprobs: request.logprobs.map(|top| top as usize),
+        reads_tool_calls: request.tools.is_some(),
         logprobs: Vec::new(),
         grammar,
         stream: None,

@@ -56,12 +56,21 @@ impl StepLoop<'_> {
             }
             logprobs
         });
+        let (text, tool_calls) = match seq
+            .reads_tool_calls
+            .then(|| cortex_chat::parse_tool_calls(&seq.text))
+            .flatten()
+        {
+            Some((content, calls)) => (content, calls),
+            None => (seq.text, Vec::new()),
+        };
         live.completions[seq.index as usize] = Some(Completion {
             index: seq.index,
-            text: seq.text,
+            text,
             tokens: seq.tokens,
             finish_reason: reason,
             logprobs,
+            tool_calls,
         });
         if live.completions.iter().all(Option::is_some) {
             self.finish_request(seq.owner);

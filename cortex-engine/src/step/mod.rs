@@ -72,6 +72,8 @@ struct Seq {
     /// probabilities, and those of each token sampled so far.
     top_logprobs: Option<usize>,
     logprobs: Vec<TokenLogprob>,
+    /// The request offered tools: calls in the text become tool calls.
+    reads_tool_calls: bool,
     /// The request's grammar, in this completion's state.
     grammar: Option<Box<dyn TokenGrammar>>,
     /// The KV stream it runs in, while running.

@@ -1,7 +1,7 @@
 //! What to continue: chat `messages` (with content parts), completion
 //! `prompt`s, and `/v1/responses` `input` with its `instructions`.
 
-use cortex_request::{ChatMessage, Prompt};
+use cortex_request::{ChatMessage, Prompt, ToolCall};
 use serde_json::Value;
 
 use super::format::only;
@@ -13,10 +13,7 @@ pub(super) fn response_input(fields: &Fields) -> Result<Vec<ChatMessage>, String
     let mut out = Vec::new();
     match fields.get("instructions") {
         None | Some(Value::Null) => {}
-        Some(Value::String(text)) => out.push(ChatMessage {
-            role: "system".into(),
-            content: text.clone(),
-        }),
+        Some(Value::String(text)) => out.push(ChatMessage::system(text.clone())),
         Some(other) => return Err(type_error("instructions", "a string", other)),
     }
     match fields.get("input") {
@@ -100,10 +97,7 @@ fn input_item(item: &Value, i: usize) -> Result<ChatMessage, String> {
             ));
         }
     };
-    Ok(ChatMessage {
-        role: role.to_owned(),
-        content,
-    })
+    Ok(ChatMessage::new(role, content))
 }
 
 pub(super) fn messages(value: &Value) -> Result<Vec<ChatMessage>, String> {
@@ -121,10 +115,17 @@ pub(super) fn messages(value: &Value) -> Result<Vec<ChatMessage>, String> {
             let Value::Object(m) = item else {
                 return Err(type_error(&format!("messages[{i}]"), "an object", item));
             };
-            if let Some(key) = m
-                .keys()
-                .find(|k| !["role", "content", "name"].contains(&k.as_str()))
-            {
+            if let Some(key) = m.keys().find(|k| {
+                ![
+                    "role",
+                    "content",
+                    "name",
+                    "tool_calls",
+                    "tool_call_id",
+                    "refusal",
+                ]
+                .contains(&k.as_str())
+            }) {
                 return Err(format!("messages[{i}] has unknown field {key:?}"));
             }
             let role = match m.get("role") {
@@ -138,9 +139,34 @@ pub(super) fn messages(value: &Value) -> Result<Vec<ChatMessage>, String> {
                 }
                 None => return Err(format!("messages[{i}] has no role")),
             };
+            let tool_calls = match m.get("tool_calls") {
+                None | Some(Value::Null) => Vec::new(),
+                Some(calls) if role == "assistant" => history_calls(calls, i)?,
+                Some(_) => {
+                    return Err(format!(
+                        "messages[{i}] has tool_calls but is not an assistant message"
+                    ));
+                }
+            };
+            let tool_call_id = match (role.as_str(), m.get("tool_call_id")) {
+                ("tool", Some(Value::String(id))) => Some(id.clone()),
+                ("tool", _) => {
+                    return Err(format!(
+                        "messages[{i}] is a tool message without a tool_call_id (a string)"
+                    ));
+                }
+                (_, None | Some(Value::Null)) => None,
+                (_, Some(_)) => {
+                    return Err(format!(
+                        "messages[{i}] has tool_call_id but is not a tool message"
+                    ));
+                }
+            };
             let content = match m.get("content") {
                 Some(Value::String(c)) => c.clone(),
                 Some(Value::Array(parts)) => text_parts(parts, i)?,
+                // An assistant turn that only called functions has no text.
+                Some(Value::Null) | None if !tool_calls.is_empty() => String::new(),
                 Some(Value::Null) | None => return Err(format!("messages[{i}] has no content")),
                 Some(other) => {
                     return Err(type_error(
@@ -150,7 +176,64 @@ pub(super) fn messages(value: &Value) -> Result<Vec<ChatMessage>, String> {
                     ));
                 }
             };
-            Ok(ChatMessage { role, content })
+            let mut message = ChatMessage::new(role, content);
+            message.tool_calls = tool_calls;
+            message.tool_call_id = tool_call_id;
+            Ok(message)
+        })
+        .collect()
+}
+
+/// An assistant turn's `tool_calls`: `[{"id", "type": "function",
+/// "function": {"name", "arguments"}}]`, arguments as JSON text.
+fn history_calls(value: &Value, message: usize) -> Result<Vec<ToolCall>, String> {
+    let field = format!("messages[{message}].tool_calls");
+    let Value::Array(calls) = value else {
+        return Err(type_error(&field, "an array of tool calls", value));
+    };
+    calls
+        .iter()
+        .enumerate()
+        .map(|(j, call)| {
+            let at = format!("{field}[{j}]");
+            let Value::Object(call) = call else {
+                return Err(type_error(&at, "a tool call object", call));
+            };
+            only(&["id", "type", "function"], &at, call)?;
+            if call.get("type").is_some_and(|t| t != "function") {
+                return Err(format!("{at}.type must be \"function\""));
+            }
+            let function = call
+                .get("function")
+                .and_then(Value::as_object)
+                .ok_or_else(|| format!("{at} has no function object"))?;
+            only(&["name", "arguments"], &format!("{at}.function"), function)?;
+            let name = function
+                .get("name")
+                .and_then(Value::as_str)
+                .ok_or_else(|| format!("{at}.function has no name"))?;
+            let arguments = match function.get("arguments") {
+                Some(Value::String(text)) => text.clone(),
+                // Some clients send the object itself; keep it as its JSON.
+                Some(object @ Value::Object(_)) => object.to_string(),
+                None | Some(Value::Null) => "{}".into(),
+                Some(other) => {
+                    return Err(type_error(
+                        &format!("{at}.function.arguments"),
+                        "a JSON string",
+                        other,
+                    ));
+                }
+            };
+            Ok(ToolCall {
+                id: call
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
+                name: name.to_owned(),
+                arguments,
+            })
         })
         .collect()
 }

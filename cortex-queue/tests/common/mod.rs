@@ -37,6 +37,7 @@ pub fn response_for(item: &ClaimedItem) -> Response {
             tokens: vec![1, 2, 3],
             finish_reason: FinishReason::Length,
             logprobs: None,
+            tool_calls: Vec::new(),
         }],
         usage: Usage {
             prompt_tokens: 7,

@@ -1,0 +1,43 @@
+//! Chat templates for cortex.
+//!
+//! A GGUF carries its model's chat template as Jinja source
+//! (`tokenizer.chat_template`, the one Hugging Face's `transformers`
+//! renders). [`ChatTemplate`] renders it with [`minijinja`] the way
+//! `transformers` does (blocks trimmed, Python string methods, loop
+//! controls, `raise_exception`, `strftime_now`): messages with their tool
+//! calls and tool results, the `tools` on offer, `add_generation_prompt`,
+//! `bos_token` and `eos_token`. [`parse_tool_calls`] reads the function
+//! calls back out of what a model generated (Hermes `<tool_call>` blocks,
+//! Mistral's `[TOOL_CALLS]`, or a bare JSON call).
+//!
+//! No I/O, no llama.cpp: the engine hands it the template's text.
+//!
+//! # Example
+//!
+//! ```
+//! use cortex_chat::{ChatTemplate, parse_tool_calls};
+//! use cortex_request::ChatMessage;
+//!
+//! let source = "{% for m in messages %}<|{{ m.role }}|>{{ m.content | trim }}\n{% endfor %}\
+//!               {% if add_generation_prompt %}<|assistant|>{% endif %}";
+//! let template = ChatTemplate::new(source, "<s>", "</s>")?;
+//! let prompt = template.render(&[ChatMessage::user("  Hi!  ")], None, true)?;
+//! assert_eq!(prompt, "<|user|>Hi!\n<|assistant|>");
+//! assert!(!template.takes_tools());
+//!
+//! let (text, calls) = parse_tool_calls(
+//!     "Let me look.<tool_call>\n{\"name\": \"weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>",
+//! )
+//! .unwrap();
+//! assert_eq!((text.as_str(), calls[0].name.as_str()), ("Let me look.", "weather"));
+//! assert_eq!(calls[0].arguments, r#"{"city":"Oslo"}"#);
+//! # Ok::<(), cortex_chat::TemplateError>(())
+//! ```
+
+#![forbid(unsafe_code)]
+
+mod calls;
+mod template;
+
+pub use calls::parse_tool_calls;
+pub use template::{ChatTemplate, TemplateError};

@@ -1,0 +1,106 @@
+//! How chats become prompt text: a Jinja template (the GGUF's own, or a
+//! file given with `--chat-template`) rendered by `cortex-chat` as
+//! `transformers` renders it, or a template llama.cpp knows by name
+//! rendered by llama.cpp itself.
+
+use cortex_chat::{ChatTemplate, TemplateError};
+use cortex_request::ChatMessage;
+
+use super::Model;
+use super::sys;
+use crate::backend::BackendError;
+
+/// What renders a model's chats.
+#[derive(Debug)]
+pub(crate) enum ChatRenderer {
+    /// A Jinja template.
+    Jinja {
+        // One per backend: boxing saves nothing worth an indirection.
+        template: Box<ChatTemplate>,
+        /// The model's start-token text, dropped from the front of the
+        /// rendered text when tokenizing adds it anyway.
+        strip_bos: Option<String>,
+    },
+    /// A name llama.cpp renders (`chatml`, `gemma`, ...), or a GGUF
+    /// template minijinja cannot compile, left to llama.cpp's matcher.
+    Builtin(String),
+    /// The GGUF has no template and none was chosen.
+    Missing,
+}
+
+impl ChatRenderer {
+    /// The renderer for `model`: `setting` (a name llama.cpp knows, or a
+    /// template's text) or else the GGUF's own template.
+    pub(crate) fn new(model: &Model, setting: Option<&str>) -> Result<Self, BackendError> {
+        let names = super::chat_template_names();
+        match setting {
+            Some(name) if names.iter().any(|n| n == name) => Ok(Self::Builtin(name.to_owned())),
+            Some(text) => Self::jinja(model, text)
+                .map_err(|e| BackendError::Failed(format!("chat template: {e}"))),
+            None => match model.raw.chat_template() {
+                None => Ok(Self::Missing),
+                Some(source) => Ok(Self::jinja(model, &source).unwrap_or_else(|e| {
+                    tracing::warn!(
+                        "the GGUF's chat template is rendered by llama.cpp's matcher: {e}"
+                    );
+                    Self::Builtin(source)
+                })),
+            },
+        }
+    }
+
+    fn jinja(model: &Model, source: &str) -> Result<Self, TemplateError> {
+        let (bos, eos) = model.raw.bos_eos_text();
+        let template = ChatTemplate::new(source, &bos, &eos)?;
+        let strip_bos = (model.raw.adds_bos() && !bos.is_empty()).then_some(bos);
+        Ok(Self::Jinja {
+            template: Box::new(template),
+            strip_bos,
+        })
+    }
+
+    /// Renders `messages` (with `tools`, a JSON array of function
+    /// definitions, on offer) ending with the assistant's turn opened.
+    pub(crate) fn render(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&str>,
+    ) -> Result<String, BackendError> {
+        match self {
+            Self::Jinja {
+                template,
+                strip_bos,
+            } => {
+                let text = template
+                    .render(messages, tools, true)
+                    .map_err(|e| BackendError::Failed(e.to_string()))?;
+                Ok(match strip_bos.as_deref().and_then(|b| text.strip_prefix(b)) {
+                    Some(rest) => rest.to_owned(),
+                    None => text,
+                })
+            }
+            Self::Builtin(template) => {
+                if tools.is_some() {
+                    return Err(BackendError::Failed(format!(
+                        "{}; llama.cpp's built-in templates take none",
+                        TemplateError::NoTools
+                    )));
+                }
+                if messages.iter().any(|m| !m.tool_calls.is_empty()) {
+                    return Err(BackendError::Failed(
+                        "the chat has tool calls, which llama.cpp's built-in templates cannot render; choose a template that takes tools with --chat-template FILE".into(),
+                    ));
+                }
+                let pairs: Vec<(&str, &str)> = messages
+                    .iter()
+                    .map(|m| (m.role.as_str(), m.content.as_str()))
+                    .collect();
+                sys::apply_chat_template(template, &pairs, true)
+                    .map_err(|e| BackendError::Failed(format!("chat template: {e}")))
+            }
+            Self::Missing => Err(BackendError::Failed(
+                "the model has no chat template of its own; choose one with --chat-template (e.g. chatml, gemma, llama3, or a Jinja file)".into(),
+            )),
+        }
+    }
+}

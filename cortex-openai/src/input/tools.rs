@@ -1,0 +1,235 @@
+//! Chat `tools` and `tool_choice`: the function definitions handed to the
+//! chat template, and for `tool_choice` `required` or a named function a
+//! grammar that forces a call, `{"name": ..., "arguments": {...}}`, whose
+//! arguments match the function's `parameters` schema.
+
+use cortex_request::{ToolChoice, Tools};
+use serde_json::{Value, json};
+
+use super::format::only;
+use super::{Fields, type_error};
+
+/// The chat fields this module reads.
+pub(super) const TOOL_FIELDS: [&str; 2] = ["tools", "tool_choice"];
+
+/// What a chat body's tool fields ask for: the tools on offer (none for
+/// `tool_choice: "none"`) and the grammar of a forced call.
+pub(super) fn tools_of(fields: &Fields) -> Result<(Option<Tools>, Option<String>), String> {
+    let tools = match fields.get("tools") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(tools)) => tools.clone(),
+        Some(other) => return Err(type_error("tools", "an array of function tools", other)),
+    };
+    let names = tools
+        .iter()
+        .enumerate()
+        .map(|(i, tool)| function_name(tool, i))
+        .collect::<Result<Vec<_>, _>>()?;
+    let choice = match fields.get("tool_choice") {
+        None | Some(Value::Null) => Some(ToolChoice::Auto),
+        Some(Value::String(s)) if s == "none" => None,
+        Some(Value::String(s)) if s == "auto" => Some(ToolChoice::Auto),
+        Some(Value::String(s)) if s == "required" => Some(ToolChoice::Required),
+        Some(Value::Object(choice)) => {
+            only(&["type", "function"], "tool_choice", choice)?;
+            let name = choice
+                .get("function")
+                .and_then(|f| f.get("name"))
+                .and_then(Value::as_str)
+                .ok_or(
+                    "tool_choice must be {\"type\": \"function\", \"function\": {\"name\": ...}}",
+                )?;
+            if !names.iter().any(|n| n == name) {
+                return Err(format!(
+                    "tool_choice names {name:?}, which is not among tools"
+                ));
+            }
+            Some(ToolChoice::Function(name.to_owned()))
+        }
+        Some(other) => {
+            return Err(type_error(
+                "tool_choice",
+                "\"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\"}}",
+                other,
+            ));
+        }
+    };
+    let Some(choice) = choice.filter(|_| !tools.is_empty()) else {
+        return match fields.get("tool_choice").and_then(Value::as_str) {
+            _ if !tools.is_empty() => Ok((None, None)),
+            Some("required") => Err("tool_choice \"required\" needs tools".into()),
+            _ if fields.get("tool_choice").is_some_and(Value::is_object) => {
+                Err("tool_choice names a function but there are no tools".into())
+            }
+            _ => Ok((None, None)),
+        };
+    };
+    let forced = match &choice {
+        ToolChoice::Auto => None,
+        ToolChoice::Required => Some(call_grammar(&tools, None)?),
+        ToolChoice::Function(name) => Some(call_grammar(&tools, Some(name))?),
+    };
+    let definitions = Value::Array(tools).to_string();
+    Ok((
+        Some(Tools {
+            definitions,
+            choice,
+        }),
+        forced,
+    ))
+}
+
+/// Checks one `{"type": "function", "function": {"name", "description",
+/// "parameters", "strict"}}` and returns its name.
+fn function_name(tool: &Value, i: usize) -> Result<String, String> {
+    let at = format!("tools[{i}]");
+    let Value::Object(tool) = tool else {
+        return Err(type_error(&at, "a function tool object", tool));
+    };
+    only(&["type", "function"], &at, tool)?;
+    match tool.get("type").and_then(Value::as_str) {
+        Some("function") => {}
+        Some(other) => {
+            return Err(format!(
+                "{at}.type {other:?} is not supported; only function tools (OpenAI's built-in tools run on its servers)"
+            ));
+        }
+        None => return Err(format!("{at} has no type")),
+    }
+    let Some(Value::Object(function)) = tool.get("function") else {
+        return Err(format!("{at}.function is missing"));
+    };
+    only(
+        &["name", "description", "parameters", "strict"],
+        &format!("{at}.function"),
+        function,
+    )?;
+    let name = function
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or_else(|| format!("{at}.function has no name"))?;
+    let valid = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if !valid {
+        return Err(format!(
+            "{at}.function.name {name:?} must be 1-64 letters, digits, underscores or dashes"
+        ));
+    }
+    match function.get("parameters") {
+        None | Some(Value::Null | Value::Object(_)) => Ok(name.to_owned()),
+        Some(other) => Err(type_error(
+            &format!("{at}.function.parameters"),
+            "a JSON schema object",
+            other,
+        )),
+    }
+}
+
+/// The grammar of one call, `{"name": N, "arguments": A}`, of `only` or of
+/// any of `tools`, with A matching that function's parameters.
+fn call_grammar(tools: &[Value], only: Option<&str>) -> Result<String, String> {
+    let calls: Vec<Value> = tools
+        .iter()
+        .filter_map(|tool| {
+            let function = &tool["function"];
+            let name = function["name"].as_str()?;
+            if only.is_some_and(|o| o != name) {
+                return None;
+            }
+            let parameters = match &function["parameters"] {
+                Value::Null => json!({"type": "object"}),
+                schema => schema.clone(),
+            };
+            Some(json!({
+                "type": "object",
+                "properties": {"name": {"const": name}, "arguments": parameters},
+                "required": ["name", "arguments"],
+                "additionalProperties": false,
+            }))
+        })
+        .collect();
+    let schema = match <[Value; 1]>::try_from(calls) {
+        Ok([one]) => one,
+        Err(all) => json!({ "anyOf": all }),
+    };
+    cortex_grammar::from_json_schema(&schema).map_err(|e| {
+        format!("tools: a forced call cannot be constrained to the functions' parameters: {e}")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(body: Value) -> Result<(Option<Tools>, Option<String>), String> {
+        let Value::Object(fields) = body else {
+            unreachable!()
+        };
+        tools_of(&fields)
+    }
+
+    fn weather() -> Value {
+        json!([{"type": "function", "function": {"name": "get_weather", "description": "Weather now",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])
+    }
+
+    #[test]
+    fn choices() {
+        let (tools, grammar) = parse(json!({"tools": weather()})).unwrap();
+        let tools = tools.unwrap();
+        assert_eq!(tools.choice, ToolChoice::Auto);
+        assert!(tools.definitions.contains("get_weather"));
+        assert_eq!(grammar, None);
+        let (tools, grammar) =
+            parse(json!({"tools": weather(), "tool_choice": "required"})).unwrap();
+        assert_eq!(tools.unwrap().choice, ToolChoice::Required);
+        let grammar = grammar.unwrap();
+        assert!(
+            grammar.contains("get_weather") && grammar.contains("city"),
+            "{grammar}"
+        );
+        let (tools, _) = parse(json!({"tools": weather(), "tool_choice": {"type": "function", "function": {"name": "get_weather"}}})).unwrap();
+        assert_eq!(
+            tools.unwrap().choice,
+            ToolChoice::Function("get_weather".into())
+        );
+        assert_eq!(
+            parse(json!({"tools": weather(), "tool_choice": "none"})).unwrap(),
+            (None, None)
+        );
+        assert_eq!(parse(json!({"tool_choice": "auto"})).unwrap(), (None, None));
+    }
+
+    #[test]
+    fn mistakes_are_named() {
+        let error = |body: Value| parse(body).unwrap_err();
+        assert_eq!(
+            error(json!({"tool_choice": "required"})),
+            "tool_choice \"required\" needs tools"
+        );
+        assert_eq!(
+            error(
+                json!({"tools": weather(), "tool_choice": {"type": "function", "function": {"name": "nope"}}})
+            ),
+            "tool_choice names \"nope\", which is not among tools"
+        );
+        assert!(
+            error(json!({"tools": [{"type": "web_search"}]}))
+                .starts_with("tools[0] has unknown field")
+                || error(json!({"tools": [{"type": "web_search"}]}))
+                    .contains("only function tools")
+        );
+        assert_eq!(
+            error(json!({"tools": [{"type": "function", "function": {"name": "bad name"}}]})),
+            "tools[0].function.name \"bad name\" must be 1-64 letters, digits, underscores or dashes"
+        );
+        let pattern = json!([{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"x": {"type": "string", "pattern": "a+"}}}}}]);
+        assert!(
+            error(json!({"tools": pattern, "tool_choice": "required"}))
+                .starts_with("tools: a forced call cannot be constrained")
+        );
+    }
+}

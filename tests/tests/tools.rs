@@ -1,0 +1,164 @@
+//! Tool calling through the `cortex` binary and the real model: a chat
+//! template that takes no tools fails each tools line with a clear error;
+//! with one that does (`examples/templates/chatml-tools.jinja`, Hermes
+//! format), `tool_choice: "required"` or a named function always gives a
+//! call whose arguments match the function's parameters, earlier calls and
+//! their results render into the prompt, and every body is a valid
+//! `ChatCompletion` for the official `openai` package.
+
+use std::path::Path;
+
+use cortex_tests::{Cortex, python_check, read_jsonl};
+use serde_json::{Value, json};
+
+fn tools() -> Value {
+    json!([
+        {"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city",
+            "parameters": {"type": "object", "properties": {
+                "city": {"type": "string", "maxLength": 30},
+                "unit": {"enum": ["celsius", "fahrenheit"]}},
+                "required": ["city", "unit"], "additionalProperties": false}}},
+        {"type": "function", "function": {"name": "get_time", "description": "Current time in a time zone",
+            "parameters": {"type": "object", "properties": {"zone": {"type": "string", "maxLength": 30}},
+                "required": ["zone"], "additionalProperties": false}}}
+    ])
+}
+
+fn line(custom_id: &str, messages: Value, extra: Value) -> String {
+    let mut body = json!({"model": "m", "max_tokens": 80, "temperature": 0, "tools": tools()});
+    body["messages"] = messages;
+    if let Value::Object(extra) = extra {
+        for (key, value) in extra {
+            body[key] = value;
+        }
+    }
+    format!(
+        "{}\n",
+        json!({"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions", "body": body})
+    )
+}
+
+fn user(text: &str) -> Value {
+    json!([{"role": "user", "content": text}])
+}
+
+const QUESTIONS: [&str; 6] = [
+    "What's the weather in Paris?",
+    "Is it raining in Lisbon right now?",
+    "What time is it in Tokyo?",
+    "How warm is it in Cairo, in fahrenheit?",
+    "Tell me the current time in New York.",
+    "Weather report for Oslo please.",
+];
+
+#[test]
+fn forced_calls_match_their_functions_and_templates_without_tools_say_so() {
+    let cortex = Cortex::new();
+    let mut text = String::new();
+    for (i, question) in QUESTIONS.iter().enumerate() {
+        text += &line(
+            &format!("required-{i}"),
+            user(question),
+            json!({"tool_choice": "required"}),
+        );
+        text += &line(
+            &format!("named-{i}"),
+            user(question),
+            json!({"tool_choice": {"type": "function", "function": {"name": "get_time"}}}),
+        );
+    }
+    text += &line("auto", user(QUESTIONS[0]), json!({}));
+    text += &line(
+        "history",
+        json!([
+            {"role": "user", "content": "What's the weather in Rome?"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+                "function": {"name": "get_weather", "arguments": "{\"city\": \"Rome\", \"unit\": \"celsius\"}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "{\"temperature\": 21, \"sky\": \"clear\"}"}
+        ]),
+        json!({"tool_choice": "auto"}),
+    );
+    let input = cortex.write("tools.jsonl", &text);
+
+    // The default model's own template renders no tools: each line fails
+    // at once, saying what to do.
+    cortex.ok(&["submit", "tools.jsonl"]);
+    cortex.ok(&["worker"]);
+    assert_eq!(cortex.job(1).counts.failed, 14);
+    cortex.ok(&[
+        "results",
+        "1",
+        "-o",
+        "none.jsonl",
+        "--errors",
+        "none.errors.jsonl",
+    ]);
+    for error in read_jsonl(&cortex.dir().join("none.errors.jsonl")) {
+        let message = error["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("the chat template takes no tools (it never reads `tools`); choose one that does with --chat-template FILE"),
+            "{message}"
+        );
+        assert_eq!(error["error"]["code"], "invalid_request");
+    }
+
+    // With a template that takes tools.
+    let template =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/templates/chatml-tools.jinja");
+    cortex.ok(&[
+        "--chat-template",
+        template.to_str().unwrap(),
+        "run",
+        "tools.jsonl",
+        "--force",
+        "-o",
+        "out.jsonl",
+    ]);
+    let out_path = cortex.dir().join("out.jsonl");
+    let outputs = read_jsonl(&out_path);
+    assert_eq!(outputs.len(), 14);
+    let report = python_check("validate_openai.py", &[&input, &out_path]);
+    assert!(report.contains("14 /v1/chat/completions"), "{report}");
+
+    let parameters: Vec<(String, Value)> = tools()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["function"]["name"].as_str().unwrap().to_owned(),
+                t["function"]["parameters"].clone(),
+            )
+        })
+        .collect();
+    for output in &outputs {
+        let id = output["custom_id"].as_str().unwrap();
+        let choice = &output["response"]["body"]["choices"][0];
+        if !(id.starts_with("required") || id.starts_with("named")) {
+            assert!(
+                choice["message"]["content"].is_string()
+                    || choice["message"]["tool_calls"].is_array(),
+                "{choice}"
+            );
+            continue;
+        }
+        assert_eq!(choice["finish_reason"], "tool_calls", "{id}: {choice}");
+        assert!(choice["message"]["content"].is_null(), "{id}: {choice}");
+        let calls = choice["message"]["tool_calls"].as_array().unwrap();
+        assert_eq!(calls.len(), 1, "{id}: {choice}");
+        let function = &calls[0]["function"];
+        let name = function["name"].as_str().unwrap();
+        if id.starts_with("named") {
+            assert_eq!(name, "get_time", "{id}");
+        }
+        let schema = &parameters.iter().find(|(n, _)| n == name).unwrap().1;
+        let arguments: Value =
+            serde_json::from_str(function["arguments"].as_str().unwrap()).unwrap();
+        let validator = jsonschema::validator_for(schema).unwrap();
+        assert!(
+            validator.is_valid(&arguments),
+            "{id}: {arguments} does not match {schema}"
+        );
+        assert!(calls[0]["id"].as_str().unwrap().starts_with("call_"));
+    }
+}
