@@ -58,7 +58,7 @@
 //! // A worker: claim, generate (here: a canned answer), complete.
 //! for claimed in store.claim(16, &ClaimOptions::default())? {
 //!     let response = Response {
-//!         id: claimed.request.id,
+//!         id: claimed.request.id(),
 //!         completions: vec![Completion {
 //!             index: 0,
 //!             text: "Hello!".into(),
