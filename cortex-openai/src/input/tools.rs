@@ -54,15 +54,12 @@ pub(super) fn tools_of(fields: &Fields) -> Result<(Option<Tools>, Option<String>
             ));
         }
     };
+    // A named function without tools was refused above ("not among tools").
+    if tools.is_empty() && choice == Some(ToolChoice::Required) {
+        return Err("tool_choice \"required\" needs tools".into());
+    }
     let Some(choice) = choice.filter(|_| !tools.is_empty()) else {
-        return match fields.get("tool_choice").and_then(Value::as_str) {
-            _ if !tools.is_empty() => Ok((None, None)),
-            Some("required") => Err("tool_choice \"required\" needs tools".into()),
-            _ if fields.get("tool_choice").is_some_and(Value::is_object) => {
-                Err("tool_choice names a function but there are no tools".into())
-            }
-            _ => Ok((None, None)),
-        };
+        return Ok((None, None));
     };
     let forced = match &choice {
         ToolChoice::Auto => None,
@@ -216,11 +213,13 @@ mod tests {
             ),
             "tool_choice names \"nope\", which is not among tools"
         );
-        assert!(
-            error(json!({"tools": [{"type": "web_search"}]}))
-                .starts_with("tools[0] has unknown field")
-                || error(json!({"tools": [{"type": "web_search"}]}))
-                    .contains("only function tools")
+        assert_eq!(
+            error(json!({"tools": [{"type": "web_search"}]})),
+            "tools[0].type \"web_search\" is not supported; only function tools (OpenAI's built-in tools run on its servers)"
+        );
+        assert_eq!(
+            error(json!({"tool_choice": {"type": "function", "function": {"name": "f"}}})),
+            "tool_choice names \"f\", which is not among tools"
         );
         assert_eq!(
             error(json!({"tools": [{"type": "function", "function": {"name": "bad name"}}]})),
