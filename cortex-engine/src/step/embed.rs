@@ -67,7 +67,6 @@ impl StepLoop<'_> {
             return Err(EngineError::DuplicateId(id));
         }
         request.validate().map_err(invalid)?;
-        let vocab = self.info.n_vocab;
         let limit = self.info.n_ctx_train;
         request
             .inputs
@@ -77,11 +76,8 @@ impl StepLoop<'_> {
                 let tokens = match input {
                     Prompt::Text(text) => self.backend.tokenize(text, true, true),
                     Prompt::Tokens(tokens) => {
-                        if let Some(bad) = tokens.iter().find(|&&t| t as usize >= vocab) {
-                            return Err(invalid(format!(
-                                "input[{i}]: token id {bad} is outside the vocabulary of {vocab}"
-                            )));
-                        }
+                        self.check_vocabulary(tokens)
+                            .map_err(|e| invalid(format!("input[{i}]: {e}")))?;
                         tokens.clone()
                     }
                     Prompt::Chat(_) => unreachable!("refused by validate"),

@@ -198,14 +198,12 @@ impl StepLoop<'_> {
         let tokens = match &request.prompt {
             Prompt::Text(text) => self.backend.tokenize(text, true, true),
             Prompt::Tokens(tokens) => {
-                let vocab = self.info.n_vocab;
-                if let Some(bad) = tokens.iter().find(|&&t| t as usize >= vocab) {
-                    return Err(EngineError::Invalid {
+                self.check_vocabulary(tokens)
+                    .map_err(|message| EngineError::Invalid {
                         id: request.id,
                         field: "prompt".into(),
-                        message: format!("token id {bad} is outside the vocabulary of {vocab}"),
-                    });
-                }
+                        message,
+                    })?;
                 tokens.clone()
             }
             Prompt::Chat(messages) => {
@@ -229,6 +227,19 @@ impl StepLoop<'_> {
             });
         }
         Ok(tokens)
+    }
+}
+
+impl StepLoop<'_> {
+    /// Refuses token ids the model's vocabulary does not have.
+    pub(super) fn check_vocabulary(&self, tokens: &[TokenId]) -> Result<(), String> {
+        let vocab = self.info.n_vocab;
+        match tokens.iter().find(|&&t| t as usize >= vocab) {
+            Some(bad) => Err(format!(
+                "token id {bad} is outside the vocabulary of {vocab}"
+            )),
+            None => Ok(()),
+        }
     }
 }
 
