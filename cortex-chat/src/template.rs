@@ -181,17 +181,8 @@ const DAYS: [&str; 7] = [
 
 fn strftime(format: &str, seconds: u64) -> String {
     let days = seconds / 86_400;
+    let (year, month, day, _, _, _) = cortex_request::civil_date(seconds as i64);
     let secs = seconds % 86_400;
-    // Howard Hinnant's days-to-civil, for days since 1970-01-01.
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
     let month_name = MONTHS[(month - 1) as usize];
     let day_name = DAYS[(days % 7) as usize];
     let mut out = String::new();

@@ -631,8 +631,9 @@ pub(crate) fn show_config(config: &Config, json: bool) -> anyhow::Result<()> {
             "# config file: none (looked for ./cortex.toml and $XDG_CONFIG_HOME/cortex/cortex.toml)"
         ),
     }
+    let width = entries.iter().map(|(k, _, _)| k.len()).max().unwrap_or(0);
     for (key, value, source) in entries {
-        println!("{key:<14} = {value:<50} # {source}");
+        println!("{key:<width$} = {value:<50} # {source}");
     }
     Ok(())
 }

@@ -58,6 +58,49 @@ struct FileConfig {
     lease_seconds: Option<u64>,
     max_attempts: Option<u32>,
     chat_template: Option<String>,
+    server: Option<ServerFile>,
+}
+
+/// The `[server]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ServerFile {
+    host: Option<String>,
+    port: Option<u16>,
+    api_keys: Option<Vec<String>>,
+    batch_parallel: Option<usize>,
+}
+
+/// API keys: given as a list in the file, comma-separated in
+/// `CORTEX_API_KEYS`; shown only as a count.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct ApiKeys(pub(crate) Vec<String>);
+
+impl std::str::FromStr for ApiKeys {
+    type Err = String;
+
+    fn from_str(raw: &str) -> Result<Self, Self::Err> {
+        let keys: Vec<String> = raw
+            .split(',')
+            .map(str::trim)
+            .filter(|k| !k.is_empty())
+            .map(str::to_owned)
+            .collect();
+        if keys.is_empty() {
+            return Err("no keys in it".into());
+        }
+        Ok(Self(keys))
+    }
+}
+
+impl fmt::Display for ApiKeys {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0.len() {
+            0 => f.write_str("(none: no key needed)"),
+            1 => f.write_str("(1 key)"),
+            n => write!(f, "({n} keys)"),
+        }
+    }
 }
 
 /// Flags that override everything.
@@ -68,6 +111,10 @@ pub(crate) struct Overrides {
     pub(crate) threads: Option<usize>,
     pub(crate) parallel: Option<usize>,
     pub(crate) chat_template: Option<String>,
+    pub(crate) host: Option<String>,
+    pub(crate) port: Option<u16>,
+    pub(crate) api_keys: Option<ApiKeys>,
+    pub(crate) batch_parallel: Option<usize>,
 }
 
 /// The effective configuration.
@@ -96,6 +143,15 @@ pub(crate) struct Config {
     /// The chat template instead of the model's own (a name llama.cpp knows
     /// or a file); empty: the model's own.
     pub(crate) chat_template: Setting<String>,
+    /// `cortex serve`: the address to listen on.
+    pub(crate) host: Setting<String>,
+    /// `cortex serve`: the port.
+    pub(crate) port: Setting<u16>,
+    /// `cortex serve`: keys clients must present (none: open, loopback by default).
+    pub(crate) api_keys: Setting<ApiKeys>,
+    /// `cortex serve`: queue items in the engine at most (the rest of
+    /// `parallel` is kept for online requests); 0: no queue work.
+    pub(crate) batch_parallel: Setting<usize>,
 }
 
 fn env_path(name: &str) -> Option<PathBuf> {
@@ -225,6 +281,33 @@ impl Config {
             "CORTEX_CHAT_TEMPLATE",
             overrides.chat_template.clone(),
         )?;
+        let server = file.server.unwrap_or_default();
+        let mut host = Setting::default("127.0.0.1".to_owned());
+        layer(
+            &mut host,
+            server.host,
+            fp,
+            "CORTEX_HOST",
+            overrides.host.clone(),
+        )?;
+        let mut port = Setting::default(8080);
+        layer(&mut port, server.port, fp, "CORTEX_PORT", overrides.port)?;
+        let mut api_keys = Setting::default(ApiKeys::default());
+        layer(
+            &mut api_keys,
+            server.api_keys.map(ApiKeys),
+            fp,
+            "CORTEX_API_KEYS",
+            overrides.api_keys.clone(),
+        )?;
+        let mut batch_parallel = Setting::default(parallel.value - parallel.value / 4);
+        layer(
+            &mut batch_parallel,
+            server.batch_parallel,
+            fp,
+            "CORTEX_BATCH_PARALLEL",
+            overrides.batch_parallel,
+        )?;
         if parallel.value == 0 {
             bail!("parallel must be at least 1 (from {})", parallel.source);
         }
@@ -246,6 +329,10 @@ impl Config {
             lease_seconds,
             max_attempts,
             chat_template,
+            host,
+            port,
+            api_keys,
+            batch_parallel,
         })
     }
 
@@ -322,6 +409,22 @@ impl Config {
                     self.chat_template.value.clone()
                 },
                 &self.chat_template.source,
+            ),
+            show("server.host", self.host.value.clone(), &self.host.source),
+            show(
+                "server.port",
+                self.port.value.to_string(),
+                &self.port.source,
+            ),
+            show(
+                "server.api_keys",
+                self.api_keys.value.to_string(),
+                &self.api_keys.source,
+            ),
+            show(
+                "server.batch_parallel",
+                self.batch_parallel.value.to_string(),
+                &self.batch_parallel.source,
             ),
         ]
     }

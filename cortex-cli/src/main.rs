@@ -6,6 +6,7 @@
 mod commands;
 mod config;
 mod output;
+mod serve;
 mod worker;
 
 use std::path::PathBuf;
@@ -122,6 +123,9 @@ enum Command {
     },
     /// Run the engine benchmark tables on the model.
     Bench(BenchArgs),
+    /// Serve the model over HTTP: OpenAI's API (with Files and Batches on the
+    /// queue) and Ollama's, until SIGINT or SIGTERM.
+    Serve(ServeArgs),
     /// Print the effective configuration and where each value came from.
     Config {
         /// Print JSON instead of text.
@@ -212,6 +216,28 @@ struct WorkerArgs {
     detach: bool,
 }
 
+/// `cortex serve`.
+#[derive(Debug, Args, Clone)]
+struct ServeArgs {
+    /// The address to listen on (default from config: 127.0.0.1).
+    #[arg(long)]
+    host: Option<String>,
+    /// The port (default from config: 8080).
+    #[arg(long)]
+    port: Option<u16>,
+    /// A key clients must send as `Authorization: Bearer KEY` (repeatable;
+    /// or CORTEX_API_KEYS, comma-separated).
+    #[arg(long = "api-key", value_name = "KEY")]
+    api_keys: Vec<String>,
+    /// Sequences decoded at once, online and queued (default from config: 64).
+    #[arg(long)]
+    parallel: Option<usize>,
+    /// Queue items in the engine at most; the rest of --parallel is kept for
+    /// online requests (default: three quarters of it; 0: no queue work).
+    #[arg(long)]
+    batch_parallel: Option<usize>,
+}
+
 /// `cortex bench`: the engine in llama-batched-bench's columns.
 #[derive(Debug, Args, Clone)]
 struct BenchArgs {
@@ -300,6 +326,11 @@ fn main() -> ExitCode {
     let parallel = match &cli.command {
         Command::Worker(args) => args.parallel,
         Command::Run(args) => args.parallel,
+        Command::Serve(args) => args.parallel,
+        _ => None,
+    };
+    let serve = match &cli.command {
+        Command::Serve(args) => Some(args.clone()),
         _ => None,
     };
     let overrides = Overrides {
@@ -308,6 +339,13 @@ fn main() -> ExitCode {
         threads: cli.threads,
         parallel,
         chat_template: cli.chat_template.clone(),
+        host: serve.as_ref().and_then(|a| a.host.clone()),
+        port: serve.as_ref().and_then(|a| a.port),
+        api_keys: serve
+            .as_ref()
+            .filter(|a| !a.api_keys.is_empty())
+            .map(|a| config::ApiKeys(a.api_keys.clone())),
+        batch_parallel: serve.as_ref().and_then(|a| a.batch_parallel),
     };
     let result = Config::load(&overrides).and_then(|config| run(cli, &config));
     match result {
@@ -360,6 +398,7 @@ fn run(cli: Cli, config: &Config) -> anyhow::Result<()> {
             ModelsCommand::Info { model, json } => c::models_info(config, model.as_deref(), json),
         },
         Command::Bench(args) => c::bench(config, &args),
+        Command::Serve(_) => serve::serve(config),
         Command::Config { json } => c::show_config(config, json),
     }
 }

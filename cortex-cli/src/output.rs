@@ -25,24 +25,8 @@ pub(crate) fn one_line(error: &anyhow::Error) -> String {
 
 /// A Unix-millisecond timestamp as `YYYY-MM-DD HH:MM:SS` UTC.
 pub(crate) fn timestamp(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
-    )
+    let (year, month, day, hour, minute, second) = cortex_request::civil_date(ms.div_euclid(1000));
+    format!("{year:04}-{month:02}-{day:02} {hour:02}:{minute:02}:{second:02}")
 }
 
 /// A duration as `1h02m`, `3m05s` or `42s`.

@@ -64,6 +64,7 @@ pub(crate) fn run_worker(
         follow,
         lease: Duration::from_secs(config.lease_seconds.value),
         model_sha256: Some(model.sha256.clone()),
+        max_in_flight: None,
     };
     Ok(cortex_worker::run_worker(
         store,

@@ -43,7 +43,7 @@ const SAMPLING_FIELDS: [&str; 17] = [
     "model",
 ];
 
-type Fields = Map<String, Value>;
+pub(crate) type Fields = Map<String, Value>;
 
 fn type_error(field: &str, expected: &str, value: &Value) -> String {
     let shown = match value {
@@ -322,6 +322,26 @@ fn request_from(
     Ok((request, model))
 }
 
+/// Reads the body of a request to `endpoint` (a batch line's `body`, or an
+/// online request): the output tag, the work and the `model` it named.
+pub(crate) fn body_work(
+    endpoint: Endpoint,
+    body: &Fields,
+    defaults: &JobDefaults,
+) -> Result<(String, Work, Option<String>), String> {
+    if endpoint == Endpoint::Embeddings {
+        let EmbeddingLine {
+            request,
+            model,
+            base64,
+        } = embedding_from(body)?;
+        Ok((output_tag(endpoint, base64), Work::Embed(request), model))
+    } else {
+        let (request, model) = request_from(body, endpoint, &[], defaults)?;
+        Ok((output_tag(endpoint, false), Work::Generate(request), model))
+    }
+}
+
 fn custom_id_of(fields: &Fields) -> Result<Option<String>, String> {
     match fields.get("custom_id") {
         None | Some(Value::Null) => Ok(None),
@@ -395,22 +415,9 @@ pub fn parse_line(line: u64, text: &str, defaults: &JobDefaults) -> Result<NewIt
             None => return Err(fail("missing body".into())),
             Some(other) => return Err(fail(type_error("body", "an object", other))),
         };
-        let body_error = |m: String| fail(format!("body: {m}"));
-        if endpoint == Endpoint::Embeddings {
-            let EmbeddingLine {
-                request,
-                model,
-                base64,
-            } = embedding_from(body).map_err(body_error)?;
-            (output_tag(endpoint, base64), (Work::Embed(request), model))
-        } else {
-            let (request, model) =
-                request_from(body, endpoint, &[], defaults).map_err(body_error)?;
-            (
-                output_tag(endpoint, false),
-                (Work::Generate(request), model),
-            )
-        }
+        let (tag, work, model) =
+            body_work(endpoint, body, defaults).map_err(|m| fail(format!("body: {m}")))?;
+        (tag, (work, model))
     } else {
         let endpoint = match (
             fields.contains_key("messages"),

@@ -5,11 +5,12 @@ use std::io::{BufReader, Read};
 use std::path::Path;
 
 use cortex_queue::{
-    ExportSummary, ItemSource, JobId, LineResult, QueueError, Store, SubmitOptions, Submitted,
+    ExportSummary, ItemSource, JobId, LineError, LineResult, QueueError, Store, SubmitOptions,
+    Submitted,
 };
 use sha2::{Digest, Sha256};
 
-use crate::{BatchOutput, InputReader};
+use crate::{BatchOutput, BatchRequest, InputReader};
 
 /// Hashes everything read through it, so the file is read once.
 struct HashingReader<R> {
@@ -26,19 +27,34 @@ impl<R: Read> Read for HashingReader<R> {
 }
 
 /// A JSONL stream as an [`ItemSource`]: parsed lines, then the stream's hash.
-struct JsonlSource<R: Read> {
+/// With `batch`, a line naming another endpoint than the batch's is an error.
+struct JsonlSource<'b, R: Read> {
     lines: InputReader<BufReader<HashingReader<R>>>,
+    batch: Option<&'b BatchRequest>,
 }
 
-impl<R: Read> Iterator for JsonlSource<R> {
+impl<R: Read> Iterator for JsonlSource<'_, R> {
     type Item = std::io::Result<LineResult>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        self.lines.next()
+        let next = self.lines.next()?;
+        let Some(batch) = self.batch else {
+            return Some(next);
+        };
+        Some(next.map(|line| {
+            line.and_then(|item| match batch.check_line_endpoint(&item.endpoint) {
+                Ok(()) => Ok(item),
+                Err(message) => Err(LineError {
+                    line: item.line,
+                    custom_id: Some(item.custom_id),
+                    message,
+                }),
+            })
+        }))
     }
 }
 
-impl<R: Read> ItemSource for JsonlSource<R> {
+impl<R: Read> ItemSource for JsonlSource<'_, R> {
     fn source_sha256(&mut self) -> String {
         let hasher = &self.lines.get_ref().get_ref().hasher;
         hasher
@@ -69,6 +85,17 @@ pub trait SubmitJsonl {
         reader: impl Read,
         source_name: &str,
         options: &SubmitOptions,
+    ) -> Result<Submitted, QueueError>;
+
+    /// Submits an OpenAI Batch API input file as [`SubmitJsonl::submit_reader`]
+    /// does, with `batch` recorded in the job's metadata (beside
+    /// `options.metadata`) and every line required to name its endpoint.
+    fn submit_batch(
+        &mut self,
+        reader: impl Read,
+        source_name: &str,
+        options: &SubmitOptions,
+        batch: &BatchRequest,
     ) -> Result<Submitted, QueueError>;
 }
 
@@ -108,8 +135,32 @@ impl SubmitJsonl for Store {
                 BufReader::with_capacity(1 << 18, hashing),
                 options.defaults.clone(),
             ),
+            batch: None,
         };
         self.submit_items(&mut source, source_name, options)
+    }
+
+    fn submit_batch(
+        &mut self,
+        reader: impl Read,
+        source_name: &str,
+        options: &SubmitOptions,
+        batch: &BatchRequest,
+    ) -> Result<Submitted, QueueError> {
+        let hashing = HashingReader {
+            inner: reader,
+            hasher: Sha256::new(),
+        };
+        let mut source = JsonlSource {
+            lines: InputReader::new(
+                BufReader::with_capacity(1 << 18, hashing),
+                options.defaults.clone(),
+            ),
+            batch: Some(batch),
+        };
+        let mut options = options.clone();
+        options.metadata.extend(batch.job_metadata());
+        self.submit_items(&mut source, source_name, &options)
     }
 }
 

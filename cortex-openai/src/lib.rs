@@ -11,6 +11,11 @@
 //! - [`SubmitJsonl`] (for [`cortex_queue::Store`]): submit a JSONL file.
 //! - [`BatchOutput`] and [`ExportJsonl`]: a job's results as OpenAI batch
 //!   output, [`response_body`] for one result.
+//! - [`parse_request`], [`online_body`], [`ChunkHead`], [`ResponseEvents`],
+//!   [`error_body`]: a server's online requests, responses, streamed chunks
+//!   and errors.
+//! - [`BatchRequest`], [`batch_object`], [`file_object`]: the Batch and Files
+//!   APIs over jobs (a batch is a job; [`SubmitJsonl::submit_batch`]).
 //!
 //! # Example
 //!
@@ -37,13 +42,23 @@
 
 #![forbid(unsafe_code)]
 
+mod batch;
 mod endpoint;
 mod fields;
 mod input;
 mod jsonl;
+mod online;
 mod output;
 
+pub use batch::{
+    BatchFiles, BatchRequest, FileInfo, batch_id, batch_object, failed_batch_object,
+    file_deleted_object, file_object, list_object,
+};
 pub use endpoint::Endpoint;
 pub use input::{InputReader, parse_line};
 pub use jsonl::{ExportJsonl, SubmitJsonl};
+pub use online::{
+    BodyError, ChunkHead, OnlineRequest, ResponseEvents, StreamOptions, error_body, model_object,
+    online_body, parse_request,
+};
 pub use output::{BatchOutput, response_body};

@@ -21,16 +21,29 @@ pub fn response_body(
     created: i64,
     response: &Response,
 ) -> Value {
+    body_of(&item.to_string(), endpoint, model, created, response, false)
+}
+
+/// A result body whose ids (`chatcmpl-KEY`, `resp_KEY`, ...) are made from
+/// `key`; embeddings as base64 when `base64`.
+pub(crate) fn body_of(
+    key: &str,
+    endpoint: Endpoint,
+    model: &str,
+    created: i64,
+    response: &Response,
+    base64: bool,
+) -> Value {
     match endpoint {
-        Endpoint::Responses => return response_object(item, model, created, response),
-        Endpoint::Embeddings => return embedding_list(model, response, false),
+        Endpoint::Responses => return response_object(key, model, created, response),
+        Endpoint::Embeddings => return embedding_list(model, response, base64),
         _ => {}
     }
     let choices: Vec<Value> = response
         .completions
         .iter()
         .map(|c| match endpoint {
-            Endpoint::ChatCompletions => chat_choice(item, c),
+            Endpoint::ChatCompletions => chat_choice(key, c),
             Endpoint::Completions => json!({
                 "index": c.index,
                 "text": c.text,
@@ -41,8 +54,8 @@ pub fn response_body(
         })
         .collect();
     let (id, object) = match endpoint {
-        Endpoint::ChatCompletions => (format!("chatcmpl-{item}"), "chat.completion"),
-        Endpoint::Completions => (format!("cmpl-{item}"), "text_completion"),
+        Endpoint::ChatCompletions => (format!("chatcmpl-{key}"), "chat.completion"),
+        Endpoint::Completions => (format!("cmpl-{key}"), "text_completion"),
         _ => unreachable!("rendered above"),
     };
     let usage = &response.usage;
@@ -64,7 +77,7 @@ pub fn response_body(
 /// One choice of a `chat.completion`: the assistant's message, with its
 /// function calls as `tool_calls` (ids `call_ITEM_CHOICE_K`, content null
 /// when there was no text around them, finish reason `tool_calls`).
-fn chat_choice(item: ItemId, c: &Completion) -> Value {
+fn chat_choice(key: &str, c: &Completion) -> Value {
     let mut message = json!({ "role": "assistant", "content": c.text, "refusal": null });
     let mut finish_reason = c.finish_reason.as_openai();
     if !c.tool_calls.is_empty() {
@@ -74,7 +87,7 @@ fn chat_choice(item: ItemId, c: &Completion) -> Value {
             .enumerate()
             .map(|(k, call)| {
                 json!({
-                    "id": format!("call_{item}_{}_{k}", c.index),
+                    "id": tool_call_id(key, c.index, k),
                     "type": "function",
                     "function": { "name": call.name, "arguments": call.arguments },
                 })
@@ -95,12 +108,17 @@ fn chat_choice(item: ItemId, c: &Completion) -> Value {
     })
 }
 
+/// The id of a choice's `k`-th tool call.
+pub(crate) fn tool_call_id(key: &str, choice: u32, k: usize) -> String {
+    format!("call_{key}_{choice}_{k}")
+}
+
 /// A `/v1/responses` `response` object: one assistant message of one
 /// `output_text`, `incomplete` (reason `max_output_tokens`) when generation
 /// hit the token limit. Request parameters are not echoed back (the export
 /// has the result, not the request): `temperature`, `top_p`, `instructions`
 /// and `max_output_tokens` are null, as OpenAI's optional members allow.
-fn response_object(item: ItemId, model: &str, created: i64, response: &Response) -> Value {
+pub(crate) fn response_object(key: &str, model: &str, created: i64, response: &Response) -> Value {
     let completion = response.completions.first();
     let incomplete =
         completion.is_some_and(|c| c.finish_reason == cortex_request::FinishReason::Length);
@@ -111,7 +129,7 @@ fn response_object(item: ItemId, model: &str, created: i64, response: &Response)
     };
     let usage = &response.usage;
     json!({
-        "id": format!("resp_{item}"),
+        "id": format!("resp_{key}"),
         "object": "response",
         "created_at": created,
         "status": status,
@@ -122,7 +140,7 @@ fn response_object(item: ItemId, model: &str, created: i64, response: &Response)
         "model": model,
         "output": [{
             "type": "message",
-            "id": format!("msg_{item}"),
+            "id": format!("msg_{key}"),
             "status": status,
             "role": "assistant",
             "content": [{
@@ -156,7 +174,7 @@ fn response_object(item: ItemId, model: &str, created: i64, response: &Response)
 /// A `/v1/embeddings` body: a `list` of `embedding` objects in input order,
 /// each vector as numbers or (`base64`) the base64 of its little-endian
 /// 32-bit floats, as OpenAI's clients decode it.
-fn embedding_list(model: &str, response: &Response, base64: bool) -> Value {
+pub(crate) fn embedding_list(model: &str, response: &Response, base64: bool) -> Value {
     let data: Vec<Value> = response
         .embeddings
         .iter()
@@ -190,7 +208,7 @@ fn chat_entry(entry: &TopLogprob) -> Value {
 
 /// Chat's `choices[].logprobs`: `{"content": [{token, logprob, bytes,
 /// top_logprobs}], "refusal": null}`, or null when not asked for.
-fn chat_logprobs(completion: &Completion) -> Value {
+pub(crate) fn chat_logprobs(completion: &Completion) -> Value {
     match logprob_entries(completion) {
         Some(content) => json!({ "content": content, "refusal": null }),
         None => Value::Null,

@@ -35,6 +35,7 @@
 
 #![forbid(unsafe_code)]
 
+mod civil;
 mod embed;
 mod params;
 mod prompt;
@@ -45,6 +46,7 @@ mod validate;
 
 use std::fmt;
 
+pub use civil::civil_date;
 pub use embed::{EmbeddingRequest, Work};
 pub use params::{SamplingParams, StopConditions};
 pub use prompt::{ChatMessage, Prompt};

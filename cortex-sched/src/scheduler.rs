@@ -30,6 +30,11 @@ pub struct SchedConfig {
     pub prefix_window: usize,
     /// Reuse KV of shared prompt prefixes (off: every prompt is computed whole).
     pub prefix_caching: bool,
+    /// When every sequence slot is taken, a waiting request whose priority
+    /// exceeds the lowest running one's by at least this much preempts it
+    /// (recomputed later; it waits again by its own priority). `None`:
+    /// running requests are never preempted for priority (only for KV).
+    pub priority_preemption_gap: Option<i32>,
 }
 
 impl Default for SchedConfig {
@@ -44,6 +49,7 @@ impl Default for SchedConfig {
             aging_steps: 64,
             prefix_window: 16,
             prefix_caching: true,
+            priority_preemption_gap: None,
         }
     }
 }
@@ -396,6 +402,8 @@ impl Scheduler {
         self.running.retain(|&r| r != id);
         plan.decode.retain(|&r| r != id);
         plan.prefill.retain(|c| c.id != id);
+        // Admitted earlier in this very plan: it never ran, so it is not admitted either.
+        plan.admitted.retain(|a| a.id != id);
         let entry = self.entries.get_mut(&id).expect("exists");
         entry.phase = Phase::Waiting;
         entry.computed = 0;
@@ -436,7 +444,14 @@ impl Scheduler {
         let mut deferred: HashSet<RequestId> = plan.preempted.iter().copied().collect();
         plan.admission_stop = Some(loop {
             if self.running.len() >= self.config.max_running {
-                break AdmissionStop::MaxRunning;
+                match self.priority_victim(&deferred, plan) {
+                    Some(victim) => {
+                        self.preempt_for_priority(victim, plan, budget);
+                        deferred.insert(victim);
+                        continue;
+                    }
+                    None => break AdmissionStop::MaxRunning,
+                }
             }
             if *budget == 0 {
                 break AdmissionStop::BudgetExhausted;
@@ -466,6 +481,49 @@ impl Scheduler {
             }
             self.admit(id, plan, budget);
         });
+    }
+
+    /// The running request to preempt for the next waiting one, when
+    /// priority preemption is on and the gap is wide enough.
+    /// Only requests that ran before this step are victims: undoing an
+    /// admission of this very plan would spend its budget for nothing.
+    fn priority_victim(&self, deferred: &HashSet<RequestId>, plan: &StepPlan) -> Option<RequestId> {
+        let gap = i64::from(self.config.priority_preemption_gap?);
+        let candidate = self.next_candidate(deferred)?;
+        if self.preempted.contains(&candidate) {
+            return None;
+        }
+        let victim = *self
+            .running
+            .iter()
+            .filter(|id| plan.admitted.iter().all(|a| a.id != **id))
+            .min_by_key(|id| {
+                let e = &self.entries[id];
+                (e.priority, std::cmp::Reverse(e.queue_key.1))
+            })?;
+        let (want, hold) = (
+            self.entries[&candidate].priority,
+            self.entries[&victim].priority,
+        );
+        (i64::from(want) - i64::from(hold) >= gap).then_some(victim)
+    }
+
+    /// Preempts `id` for a more important request: unlike a preemption for
+    /// KV, it waits again in its priority's place rather than first in line,
+    /// or it would take its slot straight back. The tokens it had in this
+    /// plan go back to the budget, for the request that takes its place.
+    fn preempt_for_priority(&mut self, id: RequestId, plan: &mut StepPlan, budget: &mut usize) {
+        *budget += usize::from(plan.decode.contains(&id))
+            + plan
+                .prefill
+                .iter()
+                .filter(|c| c.id == id)
+                .map(|c| c.len)
+                .sum::<usize>();
+        self.preempt_into(id, plan);
+        self.preempted.retain(|&p| p != id);
+        let key = self.entries[&id].queue_key;
+        self.waiting.insert(key, id);
     }
 
     /// The next request to admit: preempted ones first, then the waiting

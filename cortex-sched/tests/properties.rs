@@ -37,18 +37,22 @@ fn config() -> impl Strategy<Value = SchedConfig> {
         1usize..6,
         0usize..3,
         1u64..16,
+        prop::option::of(1i32..4),
     )
         .prop_map(
-            |(budget, max_running, chunk, kv_blocks, block_size, headroom, aging)| SchedConfig {
-                max_batch_tokens: budget.max(max_running),
-                max_running,
-                max_prefill_chunk: chunk,
-                kv_blocks,
-                kv_block_size: block_size,
-                admission_headroom_blocks: headroom,
-                aging_steps: aging,
-                prefix_window: 4,
-                prefix_caching: true,
+            |(budget, max_running, chunk, kv_blocks, block_size, headroom, aging, gap)| {
+                SchedConfig {
+                    max_batch_tokens: budget.max(max_running),
+                    max_running,
+                    max_prefill_chunk: chunk,
+                    kv_blocks,
+                    kv_block_size: block_size,
+                    admission_headroom_blocks: headroom,
+                    aging_steps: aging,
+                    prefix_window: 4,
+                    prefix_caching: true,
+                    priority_preemption_gap: gap,
+                }
             },
         )
 }
@@ -86,6 +90,10 @@ proptest! {
             }
             let plan = sched.schedule();
             prop_assert!(plan.num_tokens() <= config.max_batch_tokens, "budget: {plan}");
+            prop_assert!(
+                plan.admitted.iter().all(|a| !plan.preempted.contains(&a.id)),
+                "admitted and preempted in one plan: {plan}"
+            );
             if void_every > 0 && step % void_every == void_every - 1 && voids < 5 && !plan.is_empty() {
                 voids += 1;
                 // A few times the backend refuses a batch: preempt someone and plan again.

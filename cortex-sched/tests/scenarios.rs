@@ -69,6 +69,7 @@ fn config() -> SchedConfig {
         aging_steps: 8,
         prefix_window: 8,
         prefix_caching: true,
+        priority_preemption_gap: None,
     }
 }
 
@@ -142,6 +143,26 @@ fn lower_priority_is_preempted_first() {
     let arrivals = vec![
         (1, request(1, own_prompt(1, 4), 10, 0)),
         (1, request(2, own_prompt(2, 4), 10, 5)),
+    ];
+    insta::assert_snapshot!(trace(config, arrivals, 40));
+}
+
+#[test]
+fn a_much_more_important_request_takes_a_slot_at_once() {
+    // Two slots held by long priority-0 requests; a priority-100 request
+    // arriving at step 3 preempts the newer of them (gap 50), runs, and the
+    // preempted one is recomputed after it. A priority-10 request (below the
+    // gap) waits for a free slot.
+    let config = SchedConfig {
+        max_running: 2,
+        priority_preemption_gap: Some(50),
+        ..config()
+    };
+    let arrivals = vec![
+        (1, request(1, own_prompt(1, 4), 8, 0)),
+        (1, request(2, own_prompt(2, 4), 8, 0)),
+        (3, request(3, own_prompt(3, 4), 2, 100)),
+        (3, request(4, own_prompt(4, 4), 2, 10)),
     ];
     insta::assert_snapshot!(trace(config, arrivals, 40));
 }

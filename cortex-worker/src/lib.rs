@@ -40,7 +40,7 @@ mod model;
 mod worker;
 
 pub use model::{ModelIdentity, identify, resolve};
-pub use worker::{WorkerPlan, WorkerReport, run_worker};
+pub use worker::{WorkerPlan, WorkerReport, run_worker, work_queue};
 
 /// Why a worker could not go on.
 #[derive(Debug, thiserror::Error)]

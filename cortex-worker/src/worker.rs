@@ -27,6 +27,10 @@ pub struct WorkerPlan {
     /// The SHA-256 of the engine's model: only jobs for it are claimed
     /// (`None`: every job, whatever model it names).
     pub model_sha256: Option<String>,
+    /// Keep at most this many items in the engine (`None`: as many as it
+    /// runs at once). A server leaves the rest of the engine's slots to its
+    /// online requests.
+    pub max_in_flight: Option<usize>,
 }
 
 impl WorkerPlan {
@@ -37,6 +41,7 @@ impl WorkerPlan {
             follow: false,
             lease,
             model_sha256: None,
+            max_in_flight: None,
         }
     }
 }
@@ -91,6 +96,10 @@ impl Worker<'_> {
             self.engine.info().max_running
         } else {
             self.engine.available_slots()
+        };
+        let want = match self.plan.max_in_flight {
+            Some(max) => want.min(max.saturating_sub(self.in_flight.len())),
+            None => want,
         };
         if want == 0 {
             return Ok(0);
@@ -288,12 +297,33 @@ pub fn run_worker(
     engine: Engine,
     plan: &WorkerPlan,
     stop: &AtomicBool,
+    tick: impl FnMut(&mut Store) -> Result<(), QueueError>,
+) -> Result<WorkerReport, WorkerError> {
+    let outcome = work_queue(store, &engine, plan, stop, tick);
+    let ended = engine.shutdown(Shutdown::Abort);
+    let report = outcome?;
+    if let Err(EngineError::Died(message)) = ended {
+        // It died after its last item was written: nothing was lost, but say so.
+        return Err(WorkerError::EngineDied { message, items: 0 });
+    }
+    Ok(report)
+}
+
+/// [`run_worker`] on an engine that others use too (a server's online
+/// requests): the same loop, leaving the engine running when it returns.
+/// Other requests in the engine count against its free slots, never against
+/// the items' leases.
+pub fn work_queue(
+    store: &mut Store,
+    engine: &Engine,
+    plan: &WorkerPlan,
+    stop: &AtomicBool,
     mut tick: impl FnMut(&mut Store) -> Result<(), QueueError>,
 ) -> Result<WorkerReport, WorkerError> {
     let lease = plan.lease;
     let mut worker = Worker {
         store,
-        engine: &engine,
+        engine,
         events: flume::unbounded(),
         in_flight: HashMap::new(),
         isolating: false,
@@ -314,12 +344,7 @@ pub fn run_worker(
     drop(worker);
     report.engine = engine.stats();
     log_engine_totals(&report.engine);
-    let ended = engine.shutdown(Shutdown::Abort);
     outcome?;
-    if let Err(EngineError::Died(message)) = ended {
-        // It died after its last item was written: nothing was lost, but say so.
-        return Err(WorkerError::EngineDied { message, items: 0 });
-    }
     store.unregister_worker()?;
     tracing::info!(
         completed = report.completed,

@@ -14,6 +14,10 @@
 
 #![forbid(unsafe_code)]
 
+mod server;
+
+pub use server::{Server, free_port, http};
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};

@@ -250,6 +250,7 @@ fn openai_json_shapes_live_only_in_the_wire_format_crate() {
         ("chat", ".completion"),
         ("text", "_completion"),
         ("batch", "_req_"),
+        ("\"obj", "ect\""),
     ]
     .iter()
     .map(|(a, b)| [*a, *b].concat())
@@ -261,6 +262,7 @@ fn openai_json_shapes_live_only_in_the_wire_format_crate() {
         "cortex-engine",
         "cortex-cli",
         "cortex-request",
+        "cortex-server",
     ] {
         rust_sources(&workspace_root().join(krate).join("src"), &mut files);
     }

@@ -100,6 +100,11 @@ impl Sizing {
             aging_steps: 64,
             prefix_window: 16,
             prefix_caching: self.prefix_sharing,
+            // The KV binding takes over or copies the streams of requests
+            // that left; preempting running ones to admit others in the same
+            // step can leave it without a stream (seen with priority
+            // preemption under load), so the engine does not use it yet.
+            priority_preemption_gap: None,
         }
     }
 }

@@ -1,0 +1,64 @@
+//! `cortex serve`: settings into a `cortex_server::ServerConfig`, the model
+//! resolved and the engine started here, then the server runs until a signal.
+
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+
+use anyhow::Context;
+use cortex_engine::Engine;
+use cortex_server::ServerConfig;
+
+use crate::config::Config;
+use crate::worker::resolve_model;
+
+/// The address to listen on: an IP, or a name such as `localhost`.
+fn listen_address(config: &Config) -> anyhow::Result<SocketAddr> {
+    let (host, port) = (&config.host.value, config.port.value);
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return Ok(SocketAddr::new(ip, port));
+    }
+    (host.as_str(), port)
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut addresses| addresses.next())
+        .with_context(|| {
+            format!(
+                "host {host:?} (from {}) is not an address this machine can listen on",
+                config.host.source
+            )
+        })
+}
+
+pub(crate) fn serve(config: &Config) -> anyhow::Result<()> {
+    let listen = listen_address(config)?;
+    let model = resolve_model(config)?;
+    let parallel = config.parallel.value;
+    let database = config.database()?.to_path_buf();
+    // Uploaded files and batch exports travel with the database they belong to.
+    let files_dir = database.with_extension("files");
+    let keys = config.api_keys.value.0.clone();
+    if keys.is_empty() {
+        if listen.ip().is_loopback() {
+            eprintln!(
+                "no API keys: serving this machine only ({listen}); give --api-key KEY to serve others"
+            );
+        } else {
+            eprintln!(
+                "warning: no API keys on {listen}: anyone who can reach it can use it (give --api-key KEY)"
+            );
+        }
+    }
+    let engine = Engine::start(&config.engine(&model.path, parallel))?;
+    eprintln!(
+        "serving {} on http://{listen} (OpenAI API under /v1, Ollama API under /api; {parallel} sequences, up to {} for batches)",
+        model.name,
+        config.batch_parallel.value.min(parallel)
+    );
+    let mut server = ServerConfig::new(model, database, files_dir);
+    server.listen = listen;
+    server.api_keys = keys;
+    server.lease = std::time::Duration::from_secs(config.lease_seconds.value);
+    server.batch_parallel = config.batch_parallel.value.min(parallel);
+    cortex_server::serve(server, engine)?;
+    eprintln!("server stopped");
+    Ok(())
+}

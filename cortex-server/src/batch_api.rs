@@ -1,0 +1,374 @@
+//! OpenAI's Files and Batches routes. A batch is a queue job: created from
+//! an uploaded file with the same validation as `cortex submit` (a file
+//! with bad lines gives a `failed` batch listing them), listed beside jobs
+//! submitted by the CLI, cancelled as a job is; its output and error files
+//! are the job's export (`file-batch_ID-output`, `file-batch_ID-errors`).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::multipart::{Multipart, MultipartRejection};
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use cortex_openai::{
+    BatchFiles, BatchRequest, ExportJsonl, FileInfo, SubmitJsonl, batch_object,
+    failed_batch_object, file_deleted_object, file_object, list_object,
+};
+use cortex_queue::{Job, JobFilter, JobId, QueueError, Store, SubmitOptions};
+use serde_json::Value;
+
+use crate::error::ApiError;
+use crate::online::body_bytes;
+use crate::state::AppState;
+
+type Params = Result<Query<HashMap<String, String>>, QueryRejection>;
+
+fn io_error(error: &std::io::Error) -> ApiError {
+    ApiError::internal(format!("the files directory: {error}"))
+}
+
+fn no_file(id: &str) -> ApiError {
+    ApiError::not_found(format!("No such File object: {id}"))
+}
+
+fn no_batch(id: &str) -> ApiError {
+    ApiError::not_found(format!("No such Batch object: {id}"))
+}
+
+/// `after` and `limit` (1..=100, default 20) of a list request.
+fn page(params: Params) -> Result<(Option<String>, usize), ApiError> {
+    let Query(params) = params.map_err(|e| ApiError::invalid(e.body_text(), None))?;
+    let limit = match params.get("limit") {
+        None => 20,
+        Some(text) => match text.parse::<usize>() {
+            Ok(n) if (1..=100).contains(&n) => n,
+            _ => {
+                return Err(ApiError::invalid(
+                    format!("limit = {text}: expected an integer from 1 to 100"),
+                    Some("limit".into()),
+                ));
+            }
+        },
+    };
+    Ok((params.get("after").cloned(), limit))
+}
+
+/// The objects after the one with id `after`, at most `limit`, as a list.
+fn paginate(all: Vec<Value>, after: Option<&str>, limit: usize) -> Value {
+    let start = after
+        .and_then(|id| all.iter().position(|v| v["id"] == id).map(|i| i + 1))
+        .unwrap_or(0);
+    let rest: Vec<Value> = all.into_iter().skip(start).collect();
+    let has_more = rest.len() > limit;
+    list_object(rest.into_iter().take(limit).collect(), has_more)
+}
+
+// ---- Files ----
+
+pub(crate) async fn upload(
+    State(state): State<Arc<AppState>>,
+    multipart: Result<Multipart, MultipartRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let mut multipart = multipart.map_err(|e| ApiError::invalid(e.body_text(), None))?;
+    let limit = state.config.max_file_bytes;
+    let mut purpose = None;
+    let mut file = None;
+    while let Some(field) = multipart.next_field().await.map_err(|e| {
+        ApiError::body(
+            e.status(),
+            limit,
+            format!("the multipart body: {}", e.body_text()),
+        )
+    })? {
+        match field.name().unwrap_or_default() {
+            "purpose" => {
+                purpose = Some(
+                    field
+                        .text()
+                        .await
+                        .map_err(|e| ApiError::invalid(e.body_text(), Some("purpose".into())))?,
+                );
+            }
+            "file" => {
+                let name = field.file_name().unwrap_or("upload.jsonl").to_owned();
+                let bytes = field.bytes().await.map_err(|e| {
+                    ApiError::body(e.status(), limit, format!("the file: {}", e.body_text()))
+                })?;
+                file = Some((name, bytes));
+            }
+            other => {
+                return Err(ApiError::invalid(
+                    format!("unknown field {other:?} (give file and purpose)"),
+                    Some(other.to_owned()),
+                ));
+            }
+        }
+    }
+    let Some((name, bytes)) = file else {
+        return Err(ApiError::invalid("missing file", Some("file".into())));
+    };
+    match purpose.as_deref() {
+        Some("batch") => {}
+        None => return Err(ApiError::invalid("missing purpose", Some("purpose".into()))),
+        Some(other) => {
+            return Err(ApiError::invalid(
+                format!(
+                    "purpose {other:?} is not supported; cortex keeps batch inputs (purpose \"batch\")"
+                ),
+                Some("purpose".into()),
+            ));
+        }
+    }
+    let files = Arc::clone(&state);
+    let info = tokio::task::spawn_blocking(move || files.files.create(&name, "batch", &bytes))
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?
+        .map_err(|e| io_error(&e))?;
+    Ok(Json(file_object(&info)))
+}
+
+pub(crate) async fn list_files(
+    State(state): State<Arc<AppState>>,
+    params: Params,
+) -> Result<Json<Value>, ApiError> {
+    let (after, limit) = page(params)?;
+    let files = state.files.list().map_err(|e| io_error(&e))?;
+    let all = files.iter().map(file_object).collect();
+    Ok(Json(paginate(all, after.as_deref(), limit)))
+}
+
+/// A batch's export, by its file id: (job, `output` or `errors`).
+fn export_id(id: &str) -> Option<(JobId, &'static str)> {
+    let rest = id.strip_prefix("file-batch_")?;
+    let (job, part) = if let Some(job) = rest.strip_suffix("-output") {
+        (job, "output")
+    } else {
+        (rest.strip_suffix("-errors")?, "errors")
+    };
+    job.parse().ok().map(|n| (JobId(n), part))
+}
+
+/// Exports a finished job (both files) and gives the path of `part`.
+fn export(
+    store: &mut Store,
+    state: &AppState,
+    job: JobId,
+    part: &str,
+) -> Result<(Job, PathBuf), ApiError> {
+    let record = store.job(job)?;
+    if !record.state.is_terminal() {
+        return Err(ApiError::not_found(format!(
+            "batch_{job} is {}; its files exist once it has ended",
+            record.state.as_str()
+        )));
+    }
+    let batch = format!("batch_{job}");
+    let output = state.files.export_path(&batch, "output");
+    let errors = state.files.export_path(&batch, "errors");
+    store.export(job, &output, Some(&errors), false)?;
+    Ok((record, if part == "output" { output } else { errors }))
+}
+
+/// A file's record and where its content is (uploads and batch exports).
+async fn find_file(state: &Arc<AppState>, id: &str) -> Result<(FileInfo, PathBuf), ApiError> {
+    if let Some((job, part)) = export_id(id) {
+        let id = id.to_owned();
+        let inner = Arc::clone(state);
+        return state
+            .with_store(move |store| {
+                let (record, path) = export(store, &inner, job, part)?;
+                let bytes = std::fs::metadata(&path).map_err(|e| io_error(&e))?.len();
+                let info = FileInfo {
+                    bytes,
+                    created_at: record
+                        .times
+                        .completed_at
+                        .or(record.times.failed_at)
+                        .or(record.times.cancelled_at)
+                        .unwrap_or(record.times.created_at)
+                        / 1000,
+                    filename: format!("batch_{job}_{part}.jsonl"),
+                    purpose: "batch_output".into(),
+                    id,
+                };
+                Ok((info, path))
+            })
+            .await;
+    }
+    let info = state.files.get(id).ok_or_else(|| no_file(id))?;
+    let path = state.files.content(id).ok_or_else(|| no_file(id))?;
+    Ok((info, path))
+}
+
+pub(crate) async fn retrieve_file(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let (info, _) = find_file(&state, &id).await?;
+    Ok(Json(file_object(&info)))
+}
+
+pub(crate) async fn file_content(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let (_, path) = find_file(&state, &id).await?;
+    let bytes = tokio::task::spawn_blocking(move || std::fs::read(path))
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?
+        .map_err(|e| io_error(&e))?;
+    Ok(([(header::CONTENT_TYPE, "application/jsonl")], bytes).into_response())
+}
+
+pub(crate) async fn delete_file(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    if export_id(&id).is_some() {
+        return Err(ApiError::invalid(
+            format!("{id} is a batch's export; it is made from the queue and cannot be deleted"),
+            None,
+        ));
+    }
+    if !state.files.delete(&id).map_err(|e| io_error(&e))? {
+        return Err(no_file(&id));
+    }
+    Ok(Json(file_deleted_object(&id)))
+}
+
+// ---- Batches ----
+
+fn files_of(job: &Job) -> BatchFiles {
+    if !job.state.is_terminal() {
+        return BatchFiles::default();
+    }
+    let counts = &job.counts;
+    BatchFiles {
+        output_file_id: (counts.completed > 0).then(|| format!("file-batch_{}-output", job.id)),
+        error_file_id: (counts.failed + counts.cancelled > 0)
+            .then(|| format!("file-batch_{}-errors", job.id)),
+    }
+}
+
+fn job_batch(job: &Job) -> Value {
+    batch_object(job, &files_of(job))
+}
+
+pub(crate) async fn create_batch(
+    State(state): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let body = body_bytes(&state, body)?;
+    let request =
+        BatchRequest::parse(&body).map_err(|(m, p)| ApiError::invalid(m, p.map(Into::into)))?;
+    let info = state
+        .files
+        .get(&request.input_file_id)
+        .ok_or_else(|| no_file(&request.input_file_id))?;
+    let path = state
+        .files
+        .content(&info.id)
+        .ok_or_else(|| no_file(&info.id))?;
+    let inner = Arc::clone(&state);
+    let batch = state
+        .with_store(move |store| {
+            let file = std::fs::File::open(&path).map_err(|e| io_error(&e))?;
+            let model = &inner.config.model;
+            let mut options = SubmitOptions::new(model.name.clone());
+            options.model_sha256 = Some(model.sha256.clone());
+            // Two batches of one file are two batches.
+            options.force = true;
+            match store.submit_batch(file, &info.filename, &options, &request) {
+                Ok(submitted) => Ok(job_batch(&store.job(submitted.job)?)),
+                Err(QueueError::InvalidInput(report)) => {
+                    let id = inner.files.new_id("batch_failed_");
+                    let batch = failed_batch_object(
+                        &id,
+                        &request,
+                        cortex_queue::now_ms() / 1000,
+                        &report.errors,
+                        &report.to_string(),
+                    );
+                    inner
+                        .files
+                        .save_failed_batch(&id, &batch)
+                        .map_err(|e| io_error(&e))?;
+                    Ok(batch)
+                }
+                Err(other) => Err(other.into()),
+            }
+        })
+        .await?;
+    Ok(Json(batch))
+}
+
+/// The job of a batch id (`None` for a failed batch's id).
+fn job_of(id: &str) -> Option<JobId> {
+    id.strip_prefix("batch_")?.parse().ok().map(JobId)
+}
+
+pub(crate) async fn retrieve_batch(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let Some(job) = job_of(&id) else {
+        return state
+            .files
+            .failed_batch(&id)
+            .map(Json)
+            .ok_or_else(|| no_batch(&id));
+    };
+    let batch = state
+        .with_store(move |store| match store.job(job) {
+            Ok(job) => Ok(job_batch(&job)),
+            Err(QueueError::NoSuchJob(_)) => Err(no_batch(&format!("batch_{job}"))),
+            Err(other) => Err(other.into()),
+        })
+        .await?;
+    Ok(Json(batch))
+}
+
+pub(crate) async fn list_batches(
+    State(state): State<Arc<AppState>>,
+    params: Params,
+) -> Result<Json<Value>, ApiError> {
+    let (after, limit) = page(params)?;
+    let jobs = state
+        .with_store(|store| Ok(store.jobs(&JobFilter::default())?))
+        .await?;
+    let mut all: Vec<Value> = jobs.iter().map(job_batch).collect();
+    all.extend(state.files.failed_batches().map_err(|e| io_error(&e))?);
+    // Newest first; ids break ties so pages are stable.
+    all.sort_by(|a, b| {
+        (b["created_at"].as_i64(), b["id"].as_str())
+            .cmp(&(a["created_at"].as_i64(), a["id"].as_str()))
+    });
+    Ok(Json(paginate(all, after.as_deref(), limit)))
+}
+
+pub(crate) async fn cancel_batch(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let Some(job) = job_of(&id) else {
+        return match state.files.failed_batch(&id) {
+            Some(_) => Err(ApiError::conflict(format!(
+                "{id} has failed; there is nothing to cancel"
+            ))),
+            None => Err(no_batch(&id)),
+        };
+    };
+    let batch = state
+        .with_store(move |store| match store.cancel(job) {
+            Ok(job) => Ok(job_batch(&job)),
+            Err(QueueError::NoSuchJob(_)) => Err(no_batch(&format!("batch_{job}"))),
+            Err(other) => Err(other.into()),
+        })
+        .await?;
+    Ok((StatusCode::OK, Json(batch)).into_response())
+}

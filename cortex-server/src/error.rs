@@ -1,0 +1,109 @@
+//! Errors as OpenAI's error object with the right status: every refusal
+//! names what was wrong; nothing a client sends makes the server panic.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use cortex_engine::EngineError;
+
+/// An HTTP error in OpenAI's shape (`{"error": {"message", "type", "param", "code"}}`).
+#[derive(Debug, Clone)]
+pub(crate) struct ApiError {
+    pub(crate) status: StatusCode,
+    pub(crate) message: String,
+    pub(crate) kind: &'static str,
+    pub(crate) param: Option<String>,
+    pub(crate) code: Option<&'static str>,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+            kind,
+            param: None,
+            code: None,
+        }
+    }
+
+    pub(crate) fn invalid(message: impl Into<String>, param: Option<String>) -> Self {
+        Self {
+            param,
+            ..Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)
+        }
+    }
+
+    pub(crate) fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "invalid_request_error", message)
+    }
+
+    pub(crate) fn conflict(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, "invalid_request_error", message)
+    }
+
+    pub(crate) fn internal(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
+    }
+
+    pub(crate) fn unauthorized(message: impl Into<String>) -> Self {
+        Self {
+            code: Some("invalid_api_key"),
+            ..Self::new(StatusCode::UNAUTHORIZED, "invalid_request_error", message)
+        }
+    }
+
+    pub(crate) fn model_not_found(asked: &str, served: &str) -> Self {
+        Self {
+            code: Some("model_not_found"),
+            param: Some("model".into()),
+            ..Self::not_found(format!(
+                "The model `{asked}` does not exist; this server serves `{served}` (or say `default`)"
+            ))
+        }
+    }
+
+    /// A body axum could not read (too large, not readable).
+    pub(crate) fn body(status: StatusCode, limit: usize, detail: String) -> Self {
+        if status == StatusCode::PAYLOAD_TOO_LARGE {
+            return Self {
+                code: Some("request_too_large"),
+                ..Self::new(
+                    status,
+                    "invalid_request_error",
+                    format!("the request body is over the size limit of {limit} bytes"),
+                )
+            };
+        }
+        Self::new(status, "invalid_request_error", detail)
+    }
+
+    /// What an engine refusal or failure means to a client.
+    pub(crate) fn engine(error: &EngineError) -> Self {
+        let message = error.to_string();
+        match error {
+            EngineError::PromptTooLong { .. } => Self {
+                code: Some("context_length_exceeded"),
+                ..Self::invalid(message, None)
+            },
+            EngineError::Invalid { field, .. } => Self::invalid(message, Some(field.clone())),
+            EngineError::Stopped | EngineError::Died(_) => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", message)
+            }
+            _ => Self::internal(message),
+        }
+    }
+
+    pub(crate) fn body_json(&self) -> serde_json::Value {
+        cortex_openai::error_body(&self.message, self.kind, self.param.as_deref(), self.code)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if self.status.is_server_error() {
+            tracing::warn!(status = %self.status, message = %self.message, "request failed");
+        }
+        (self.status, Json(self.body_json())).into_response()
+    }
+}

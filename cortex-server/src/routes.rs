@@ -1,0 +1,176 @@
+//! The router: every route, the body limits, API keys, request metrics,
+//! `/health`, `/metrics`, and OpenAI-shaped answers for unknown routes and
+//! methods.
+
+use std::sync::Arc;
+
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use cortex_engine::EngineHealth;
+use cortex_queue::{JobCounts, JobFilter};
+use serde_json::json;
+
+use crate::error::ApiError;
+use crate::state::AppState;
+use crate::{auth, batch_api, ollama, online};
+
+pub(crate) fn router(state: Arc<AppState>) -> Router {
+    let file_limit = state.config.max_file_bytes;
+    Router::new()
+        .route("/v1/chat/completions", post(online::chat))
+        .route("/v1/completions", post(online::completions))
+        .route("/v1/responses", post(online::responses))
+        .route("/v1/embeddings", post(online::embeddings))
+        .route("/v1/models", get(online::models))
+        .route("/v1/models/{id}", get(online::model))
+        .route(
+            "/v1/files",
+            post(batch_api::upload)
+                .layer(DefaultBodyLimit::max(file_limit))
+                .get(batch_api::list_files),
+        )
+        .route(
+            "/v1/files/{id}",
+            get(batch_api::retrieve_file).delete(batch_api::delete_file),
+        )
+        .route("/v1/files/{id}/content", get(batch_api::file_content))
+        .route(
+            "/v1/batches",
+            post(batch_api::create_batch).get(batch_api::list_batches),
+        )
+        .route("/v1/batches/{id}", get(batch_api::retrieve_batch))
+        .route("/v1/batches/{id}/cancel", post(batch_api::cancel_batch))
+        .route("/api/generate", post(ollama::generate))
+        .route("/api/chat", post(ollama::chat))
+        .route("/api/tags", get(ollama::tags))
+        .route("/api/show", post(ollama::show))
+        .route("/api/ps", get(ollama::ps))
+        .route("/api/version", get(ollama::version))
+        .route("/metrics", get(metrics))
+        .route("/health", get(health))
+        .fallback(unknown_route)
+        .method_not_allowed_fallback(wrong_method)
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&state),
+            auth::require_key,
+        ))
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&state),
+            refuse_oversized,
+        ))
+        .layer(middleware::from_fn_with_state(Arc::clone(&state), track))
+        .layer(DefaultBodyLimit::max(state.config.max_body_bytes))
+        .with_state(state)
+}
+
+/// Counts every answer by route and status.
+async fn track(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched", MatchedPath::as_str)
+        .to_owned();
+    let response = next.run(request).await;
+    if response.status() != StatusCode::UNAUTHORIZED {
+        state.metrics.request(&route, response.status().as_u16());
+    }
+    response
+}
+
+/// A body whose Content-Length is over the route's limit is refused at
+/// once, before a byte of it is read (the extractors' own limit catches
+/// bodies without a length as they are read).
+async fn refuse_oversized(
+    State(state): State<Arc<AppState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let limit = if request.uri().path() == "/v1/files" {
+        state.config.max_file_bytes
+    } else {
+        state.config.max_body_bytes
+    };
+    let length = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if length.is_some_and(|n| n > limit as u64) {
+        return ApiError::body(StatusCode::PAYLOAD_TOO_LARGE, limit, String::new()).into_response();
+    }
+    next.run(request).await
+}
+
+async fn unknown_route(request: Request) -> ApiError {
+    ApiError::not_found(format!(
+        "no route {} {}; see GET /v1/models, POST /v1/chat/completions, /v1/completions, /v1/responses, /v1/embeddings, /v1/files, /v1/batches, /api/chat, /api/generate",
+        request.method(),
+        request.uri().path()
+    ))
+}
+
+async fn wrong_method(request: Request) -> ApiError {
+    ApiError {
+        status: StatusCode::METHOD_NOT_ALLOWED,
+        ..ApiError::invalid(
+            format!(
+                "{} is not allowed on {}",
+                request.method(),
+                request.uri().path()
+            ),
+            None,
+        )
+    }
+}
+
+/// 200 while the engine runs; 503 with why once it stopped or died.
+async fn health(State(state): State<Arc<AppState>>) -> Response {
+    match state.engine.health() {
+        EngineHealth::Running => {
+            Json(json!({ "status": "ok", "model": state.model_name() })).into_response()
+        }
+        EngineHealth::Stopped => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({ "status": "stopped" })),
+        )
+            .into_response(),
+        EngineHealth::Died(message) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({ "status": "died", "error": message })),
+        )
+            .into_response(),
+    }
+}
+
+async fn metrics(State(state): State<Arc<AppState>>) -> Result<Response, ApiError> {
+    let queue = state
+        .with_store(|store| {
+            let mut total = JobCounts::default();
+            for job in store.jobs(&JobFilter::default())? {
+                if job.state.is_terminal() {
+                    continue;
+                }
+                let c = job.counts;
+                total.pending += c.pending;
+                total.running += c.running;
+                total.completed += c.completed;
+                total.failed += c.failed;
+                total.cancelled += c.cancelled;
+            }
+            Ok(total)
+        })
+        .await?;
+    let text = state.metrics.render(&state.engine.stats(), &queue);
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response())
+}

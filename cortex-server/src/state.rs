@@ -1,0 +1,124 @@
+//! What every handler shares: the engine, the queue, the files, the
+//! metrics, and the online requests in flight (cancelled when their client
+//! goes away, or at shutdown).
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use cortex_engine::Engine;
+use cortex_queue::{QueueError, Store};
+use cortex_request::RequestId;
+
+use crate::error::ApiError;
+use crate::files::FileStore;
+use crate::metrics::Metrics;
+use crate::{ServerConfig, ServerError};
+
+/// Online request ids start here, far above any queue item's id.
+const ONLINE_IDS: u64 = 1 << 62;
+
+pub(crate) struct AppState {
+    pub(crate) config: ServerConfig,
+    pub(crate) engine: Arc<Engine>,
+    store: Mutex<Store>,
+    pub(crate) files: FileStore,
+    pub(crate) metrics: Metrics,
+    next_id: AtomicU64,
+    online: Mutex<HashSet<RequestId>>,
+    /// Unix seconds at start (the model's `created`).
+    pub(crate) started: i64,
+    /// Tells the server's worker thread to stop.
+    pub(crate) stop_worker: AtomicBool,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl AppState {
+    pub(crate) fn open(
+        config: ServerConfig,
+        engine: Arc<Engine>,
+    ) -> Result<Arc<Self>, ServerError> {
+        let store = Store::open(&config.database)?;
+        let files = FileStore::open(&config.files_dir)?;
+        Ok(Arc::new(Self {
+            engine,
+            store: Mutex::new(store),
+            files,
+            metrics: Metrics::new(),
+            next_id: AtomicU64::new(ONLINE_IDS),
+            online: Mutex::new(HashSet::new()),
+            started: cortex_queue::now_ms() / 1000,
+            stop_worker: AtomicBool::new(false),
+            config,
+        }))
+    }
+
+    /// The served model's name.
+    pub(crate) fn model_name(&self) -> &str {
+        &self.config.model.name
+    }
+
+    /// Checks a request's `model`: the served model's name (with or without
+    /// an Ollama `:latest` tag) or `default`; anything else is a 404.
+    pub(crate) fn check_model(&self, model: Option<&str>) -> Result<(), ApiError> {
+        match model {
+            None | Some("" | "default") => Ok(()),
+            Some(name)
+                if name == self.model_name()
+                    || name.strip_suffix(":latest") == Some(self.model_name()) =>
+            {
+                Ok(())
+            }
+            Some(name) => Err(ApiError::model_not_found(name, self.model_name())),
+        }
+    }
+
+    /// A fresh id for an online request, registered as in flight.
+    pub(crate) fn online_id(&self) -> RequestId {
+        let id = RequestId(self.next_id.fetch_add(1, Ordering::Relaxed));
+        lock(&self.online).insert(id);
+        id
+    }
+
+    pub(crate) fn online_done(&self, id: RequestId) {
+        lock(&self.online).remove(&id);
+    }
+
+    /// Cancels every online request in flight (shutdown).
+    pub(crate) fn cancel_online(&self) -> usize {
+        let ids: Vec<RequestId> = lock(&self.online).iter().copied().collect();
+        for id in &ids {
+            self.engine.cancel(*id);
+        }
+        ids.len()
+    }
+
+    /// Runs `f` on the queue off the async threads.
+    pub(crate) async fn with_store<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&mut Store) -> Result<T, ApiError> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        let state = Arc::clone(self);
+        tokio::task::spawn_blocking(move || f(&mut lock(&state.store)))
+            .await
+            .map_err(|e| ApiError::internal(format!("a queue task failed: {e}")))?
+    }
+}
+
+impl From<QueueError> for ApiError {
+    fn from(error: QueueError) -> Self {
+        match &error {
+            QueueError::NoSuchJob(_) => ApiError::not_found(error.to_string()),
+            QueueError::InvalidInput(_) | QueueError::DuplicateJob { .. } => {
+                ApiError::invalid(error.to_string(), None)
+            }
+            QueueError::WrongState { .. } => ApiError::conflict(error.to_string()),
+            _ => ApiError::internal(error.to_string()),
+        }
+    }
+}

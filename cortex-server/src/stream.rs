@@ -1,0 +1,287 @@
+//! One online request's life in the engine ([`Call`]: submitted above every
+//! queued item's priority, cancelled when dropped unfinished, measured), and
+//! its OpenAI server-sent events: chat and completion chunks ending in
+//! `data: [DONE]`, or `/v1/responses` events.
+
+use std::collections::{HashMap, VecDeque};
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use cortex_engine::EngineEvent;
+use cortex_openai::{ChunkHead, Endpoint, OnlineRequest, ResponseEvents, StreamOptions};
+use cortex_request::{RequestId, Work};
+use serde_json::Value;
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// Added to an online request's priority: the engine admits every online
+/// request before any queued item that waits (queue items keep their own
+/// priorities, far below). Running items are not preempted for it; the
+/// slots the server's worker leaves free (`batch_parallel`) are what keeps
+/// time to first token low.
+pub const ONLINE_PRIORITY: i32 = 1 << 20;
+
+/// An online request in the engine. Dropped before its last event (the
+/// client went away, the handler was cancelled) it cancels the request.
+pub(crate) struct Call {
+    state: Arc<AppState>,
+    id: RequestId,
+    events: flume::Receiver<EngineEvent>,
+    arrived: Instant,
+    endpoint: &'static str,
+    first_token: bool,
+    ended: bool,
+}
+
+impl Call {
+    /// Submits `work` (its id and priority set here) for `endpoint` (the
+    /// route, for metrics).
+    pub(crate) fn submit(
+        state: &Arc<AppState>,
+        mut work: Work,
+        endpoint: &'static str,
+    ) -> Result<Self, ApiError> {
+        let id = state.online_id();
+        match &mut work {
+            Work::Generate(request) => {
+                request.id = id;
+                request.priority = request.priority.saturating_add(ONLINE_PRIORITY);
+            }
+            Work::Embed(request) => request.id = id,
+            _ => {
+                state.online_done(id);
+                return Err(ApiError::internal(
+                    "a kind of work this server does not know",
+                ));
+            }
+        }
+        let (sender, events) = flume::unbounded();
+        if let Err(error) = state.engine.submit_many_to(vec![work], &sender) {
+            state.online_done(id);
+            return Err(ApiError::engine(&error));
+        }
+        state.metrics.online_started();
+        Ok(Self {
+            state: Arc::clone(state),
+            id,
+            events,
+            arrived: Instant::now(),
+            endpoint,
+            first_token: false,
+            ended: false,
+        })
+    }
+
+    /// The next event; `None` once the last was taken or the engine went away.
+    pub(crate) async fn next(&mut self) -> Option<EngineEvent> {
+        if self.ended {
+            return None;
+        }
+        let Ok(event) = self.events.recv_async().await else {
+            self.ended = true;
+            return None;
+        };
+        let metrics = &self.state.metrics;
+        match &event {
+            EngineEvent::Token { .. } if !self.first_token => {
+                self.first_token = true;
+                metrics.first_token(self.endpoint, self.arrived.elapsed());
+            }
+            EngineEvent::Finished(response) => {
+                self.ended = true;
+                metrics.finished(
+                    self.endpoint,
+                    u64::from(response.usage.prompt_tokens),
+                    u64::from(response.usage.completion_tokens),
+                    self.arrived.elapsed(),
+                );
+            }
+            EngineEvent::Failed { .. } => self.ended = true,
+            _ => {}
+        }
+        Some(event)
+    }
+
+    /// Waits for the whole response.
+    pub(crate) async fn finish(mut self) -> Result<cortex_request::Response, ApiError> {
+        while let Some(event) = self.next().await {
+            match event {
+                EngineEvent::Finished(response) => return Ok(response),
+                EngineEvent::Failed { error, .. } => return Err(ApiError::engine(&error)),
+                _ => {}
+            }
+        }
+        Err(ApiError::engine(&cortex_engine::EngineError::Stopped))
+    }
+
+    /// The first event, turning an early failure (the prompt does not fit,
+    /// a bad template) into an error response before any byte is streamed.
+    pub(crate) async fn first(&mut self) -> Result<EngineEvent, ApiError> {
+        match self.next().await {
+            Some(EngineEvent::Failed { error, .. }) => Err(ApiError::engine(&error)),
+            Some(event) => Ok(event),
+            None => Err(ApiError::engine(&cortex_engine::EngineError::Stopped)),
+        }
+    }
+}
+
+impl Drop for Call {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.state.engine.cancel(self.id);
+        }
+        self.state.online_done(self.id);
+        self.state.metrics.online_ended();
+    }
+}
+
+/// The state of one SSE response.
+struct SseState {
+    call: Call,
+    pending: Option<EngineEvent>,
+    out: VecDeque<Event>,
+    head: ChunkHead,
+    endpoint: Endpoint,
+    options: StreamOptions,
+    /// With tools offered the text may turn out to be a call: hold it
+    /// back and send either the text or the calls at the end.
+    hold_text: bool,
+    sent: HashMap<u32, String>,
+    responses: Option<ResponseEvents>,
+    done: bool,
+}
+
+impl SseState {
+    fn push(&mut self, value: &Value) {
+        self.out.push_back(Event::default().data(value.to_string()));
+    }
+
+    fn push_named(&mut self, events: Vec<(String, Value)>) {
+        for (name, data) in events {
+            self.out
+                .push_back(Event::default().event(name).data(data.to_string()));
+        }
+    }
+
+    fn text(&mut self, index: u32, text: &str) {
+        if text.is_empty() {
+            return;
+        }
+        if let Some(events) = &mut self.responses {
+            let event = events.delta(text);
+            self.push_named(vec![event]);
+            self.sent.entry(index).or_default().push_str(text);
+            return;
+        }
+        if self.endpoint == Endpoint::ChatCompletions && !self.sent.contains_key(&index) {
+            let role = self.head.chat_role(index);
+            self.push(&role);
+        }
+        let chunk = self.head.text(self.endpoint, index, text);
+        self.push(&chunk);
+        self.sent.entry(index).or_default().push_str(text);
+    }
+
+    fn on_event(&mut self, event: EngineEvent) {
+        match event {
+            EngineEvent::Token { index, text, .. } if !self.hold_text => self.text(index, &text),
+            EngineEvent::Token { .. } => {}
+            EngineEvent::Finished(response) => {
+                for completion in &response.completions {
+                    // Text held back (tools) or released only at the end.
+                    let sent = self.sent.get(&completion.index).map_or("", String::as_str);
+                    let rest = completion.text.strip_prefix(sent).unwrap_or("").to_owned();
+                    if completion.tool_calls.is_empty() {
+                        self.text(completion.index, &rest);
+                    } else if self.endpoint == Endpoint::ChatCompletions
+                        && !self.sent.contains_key(&completion.index)
+                    {
+                        let role = self.head.chat_role(completion.index);
+                        self.push(&role);
+                    }
+                }
+                if let Some(mut events) = self.responses.take() {
+                    let last = events.finish(&response);
+                    self.push_named(last);
+                } else {
+                    for completion in &response.completions {
+                        let chunk = self.head.finish(self.endpoint, completion);
+                        self.push(&chunk);
+                    }
+                    if self.options.include_usage {
+                        let chunk = self.head.usage(self.endpoint, &response.usage);
+                        self.push(&chunk);
+                    }
+                    self.out.push_back(Event::default().data("[DONE]"));
+                }
+                self.done = true;
+            }
+            EngineEvent::Failed { error, .. } => {
+                let body = ApiError::engine(&error).body_json();
+                self.push(&body);
+                self.done = true;
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Streams an online request's events as SSE; `first` is its first event.
+pub(crate) fn sse(
+    call: Call,
+    first: EngineEvent,
+    request: &OnlineRequest,
+    head: ChunkHead,
+    options: StreamOptions,
+) -> Response {
+    let hold_text = matches!(&request.work, Work::Generate(r) if r.tools.is_some());
+    let mut responses =
+        (request.endpoint == Endpoint::Responses).then(|| ResponseEvents::new(head.clone()));
+    let mut out = VecDeque::new();
+    if let Some(events) = &mut responses {
+        for (name, data) in events.start() {
+            out.push_back(Event::default().event(name).data(data.to_string()));
+        }
+    }
+    let state = SseState {
+        call,
+        pending: Some(first),
+        out,
+        head,
+        endpoint: request.endpoint,
+        options,
+        hold_text,
+        sent: HashMap::new(),
+        responses,
+        done: false,
+    };
+    let stream = futures_util::stream::unfold(state, |mut state| async move {
+        loop {
+            if let Some(event) = state.out.pop_front() {
+                return Some((Ok::<Event, Infallible>(event), state));
+            }
+            if state.done {
+                return None;
+            }
+            let event = match state.pending.take() {
+                Some(event) => Some(event),
+                None => state.call.next().await,
+            };
+            match event {
+                Some(event) => state.on_event(event),
+                None => {
+                    let body = ApiError::engine(&cortex_engine::EngineError::Stopped).body_json();
+                    state.push(&body);
+                    state.done = true;
+                }
+            }
+        }
+    });
+    Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}
