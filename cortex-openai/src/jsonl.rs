@@ -33,6 +33,22 @@ struct JsonlSource<'b, R: Read> {
     batch: Option<&'b BatchRequest>,
 }
 
+impl<'b, R: Read> JsonlSource<'b, R> {
+    fn new(reader: R, options: &SubmitOptions, batch: Option<&'b BatchRequest>) -> Self {
+        let hashing = HashingReader {
+            inner: reader,
+            hasher: Sha256::new(),
+        };
+        Self {
+            lines: InputReader::new(
+                BufReader::with_capacity(1 << 18, hashing),
+                options.defaults.clone(),
+            ),
+            batch,
+        }
+    }
+}
+
 impl<R: Read> Iterator for JsonlSource<'_, R> {
     type Item = std::io::Result<LineResult>;
 
@@ -126,17 +142,7 @@ impl SubmitJsonl for Store {
         source_name: &str,
         options: &SubmitOptions,
     ) -> Result<Submitted, QueueError> {
-        let hashing = HashingReader {
-            inner: reader,
-            hasher: Sha256::new(),
-        };
-        let mut source = JsonlSource {
-            lines: InputReader::new(
-                BufReader::with_capacity(1 << 18, hashing),
-                options.defaults.clone(),
-            ),
-            batch: None,
-        };
+        let mut source = JsonlSource::new(reader, options, None);
         self.submit_items(&mut source, source_name, options)
     }
 
@@ -147,17 +153,7 @@ impl SubmitJsonl for Store {
         options: &SubmitOptions,
         batch: &BatchRequest,
     ) -> Result<Submitted, QueueError> {
-        let hashing = HashingReader {
-            inner: reader,
-            hasher: Sha256::new(),
-        };
-        let mut source = JsonlSource {
-            lines: InputReader::new(
-                BufReader::with_capacity(1 << 18, hashing),
-                options.defaults.clone(),
-            ),
-            batch: Some(batch),
-        };
+        let mut source = JsonlSource::new(reader, options, Some(batch));
         let mut options = options.clone();
         options.metadata.extend(batch.job_metadata());
         self.submit_items(&mut source, source_name, &options)

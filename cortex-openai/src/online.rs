@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::Endpoint;
 use crate::input::{Fields, body_work};
-use crate::output::{body_of, chat_logprobs, response_object, tool_call_id};
+use crate::output::{body_of, chat_logprobs, response_object, tool_calls};
 
 /// An online request as read from its body.
 #[derive(Debug, Clone, PartialEq)]
@@ -251,19 +251,7 @@ impl ChunkHead {
             _ => {
                 let mut delta = json!({});
                 if !completion.tool_calls.is_empty() {
-                    delta["tool_calls"] = completion
-                        .tool_calls
-                        .iter()
-                        .enumerate()
-                        .map(|(k, call)| {
-                            json!({
-                                "index": k,
-                                "id": tool_call_id(&self.key, completion.index, k),
-                                "type": "function",
-                                "function": { "name": call.name, "arguments": call.arguments },
-                            })
-                        })
-                        .collect();
+                    delta["tool_calls"] = tool_calls(&self.key, completion, true);
                     if finish_reason == "stop" {
                         finish_reason = "tool_calls";
                     }

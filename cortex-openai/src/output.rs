@@ -81,18 +81,7 @@ fn chat_choice(key: &str, c: &Completion) -> Value {
     let mut message = json!({ "role": "assistant", "content": c.text, "refusal": null });
     let mut finish_reason = c.finish_reason.as_openai();
     if !c.tool_calls.is_empty() {
-        message["tool_calls"] = c
-            .tool_calls
-            .iter()
-            .enumerate()
-            .map(|(k, call)| {
-                json!({
-                    "id": tool_call_id(key, c.index, k),
-                    "type": "function",
-                    "function": { "name": call.name, "arguments": call.arguments },
-                })
-            })
-            .collect();
+        message["tool_calls"] = tool_calls(key, c, false);
         if c.text.is_empty() {
             message["content"] = Value::Null;
         }
@@ -108,9 +97,24 @@ fn chat_choice(key: &str, c: &Completion) -> Value {
     })
 }
 
-/// The id of a choice's `k`-th tool call.
-pub(crate) fn tool_call_id(key: &str, choice: u32, k: usize) -> String {
-    format!("call_{key}_{choice}_{k}")
+/// A completion's function calls as OpenAI's `tool_calls` (ids
+/// `call_KEY_CHOICE_K`); streamed deltas also carry each call's `index`.
+pub(crate) fn tool_calls(key: &str, c: &Completion, indexed: bool) -> Value {
+    c.tool_calls
+        .iter()
+        .enumerate()
+        .map(|(k, call)| {
+            let mut value = json!({
+                "id": format!("call_{key}_{}_{k}", c.index),
+                "type": "function",
+                "function": { "name": call.name, "arguments": call.arguments },
+            });
+            if indexed {
+                value["index"] = json!(k);
+            }
+            value
+        })
+        .collect()
 }
 
 /// A `/v1/responses` `response` object: one assistant message of one

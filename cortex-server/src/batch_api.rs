@@ -307,6 +307,15 @@ pub(crate) async fn create_batch(
     Ok(Json(batch))
 }
 
+/// A job the queue gave back as its batch; no such job is no such batch.
+fn batch_of(job: Result<Job, QueueError>) -> Result<Value, ApiError> {
+    match job {
+        Ok(job) => Ok(job_batch(&job)),
+        Err(QueueError::NoSuchJob(id)) => Err(no_batch(&format!("batch_{id}"))),
+        Err(other) => Err(other.into()),
+    }
+}
+
 /// The job of a batch id (`None` for a failed batch's id).
 fn job_of(id: &str) -> Option<JobId> {
     id.strip_prefix("batch_")?.parse().ok().map(JobId)
@@ -324,11 +333,7 @@ pub(crate) async fn retrieve_batch(
             .ok_or_else(|| no_batch(&id));
     };
     let batch = state
-        .with_store(move |store| match store.job(job) {
-            Ok(job) => Ok(job_batch(&job)),
-            Err(QueueError::NoSuchJob(_)) => Err(no_batch(&format!("batch_{job}"))),
-            Err(other) => Err(other.into()),
-        })
+        .with_store(move |store| batch_of(store.job(job)))
         .await?;
     Ok(Json(batch))
 }
@@ -364,11 +369,7 @@ pub(crate) async fn cancel_batch(
         };
     };
     let batch = state
-        .with_store(move |store| match store.cancel(job) {
-            Ok(job) => Ok(job_batch(&job)),
-            Err(QueueError::NoSuchJob(_)) => Err(no_batch(&format!("batch_{job}"))),
-            Err(other) => Err(other.into()),
-        })
+        .with_store(move |store| batch_of(store.cancel(job)))
         .await?;
     Ok((StatusCode::OK, Json(batch)).into_response())
 }

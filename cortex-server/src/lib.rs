@@ -10,8 +10,9 @@
 //!   cancels its request.
 //! - A batch is a queue job (`cortex-openai` maps one onto the other); a
 //!   worker thread inside the server works the queue with part of the
-//!   engine's slots (`ServerConfig::batch_parallel`), beside any `cortex
-//!   worker` processes on the same database.
+//!   engine's slots (`ServerConfig::batch_parallel`, an eighth of that
+//!   while online requests are answered), beside any `cortex worker`
+//!   processes on the same database.
 //! - `/metrics` (Prometheus text, `prometheus-client`), `/health` (the
 //!   engine's health), API keys, and a shutdown that releases claimed items.
 //!
@@ -69,8 +70,9 @@ pub struct ServerConfig {
     pub files_dir: PathBuf,
     /// Lease of the items the server's worker claims.
     pub lease: Duration,
-    /// Queue items in the engine at most; the engine's other slots are kept
-    /// for online requests. 0: the server works no queue items.
+    /// Queue items in the engine at most (an eighth of it while online
+    /// requests are in flight); the engine's other slots are kept for
+    /// online requests. 0: the server works no queue items.
     pub batch_parallel: usize,
     /// Largest request body (JSON), bytes.
     pub max_body_bytes: usize,

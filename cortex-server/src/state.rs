@@ -3,7 +3,7 @@
 //! goes away, or at shutdown).
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use cortex_engine::Engine;
@@ -30,6 +30,8 @@ pub(crate) struct AppState {
     pub(crate) started: i64,
     /// Tells the server's worker thread to stop.
     pub(crate) stop_worker: AtomicBool,
+    /// How many queue items the server's worker keeps in the engine now.
+    pub(crate) batch_limit: Arc<AtomicUsize>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -54,6 +56,7 @@ impl AppState {
             online: Mutex::new(HashSet::new()),
             started: cortex_queue::now_ms() / 1000,
             stop_worker: AtomicBool::new(false),
+            batch_limit: Arc::new(AtomicUsize::new(config.batch_parallel)),
             config,
         }))
     }
@@ -81,12 +84,31 @@ impl AppState {
     /// A fresh id for an online request, registered as in flight.
     pub(crate) fn online_id(&self) -> RequestId {
         let id = RequestId(self.next_id.fetch_add(1, Ordering::Relaxed));
-        lock(&self.online).insert(id);
+        let mut online = lock(&self.online);
+        online.insert(id);
+        self.set_batch_limit(online.len());
         id
     }
 
     pub(crate) fn online_done(&self, id: RequestId) {
-        lock(&self.online).remove(&id);
+        let mut online = lock(&self.online);
+        online.remove(&id);
+        self.set_batch_limit(online.len());
+    }
+
+    /// Every step decodes all running sequences, so an online request's
+    /// tokens come as fast as steps do: while any online request is in
+    /// flight the queue keeps an eighth of its share (at least one item,
+    /// so a batch still progresses), the whole share otherwise. Items
+    /// already running finish; fewer new ones are claimed.
+    fn set_batch_limit(&self, online: usize) {
+        let full = self.config.batch_parallel;
+        let limit = if online == 0 {
+            full
+        } else {
+            (full / 8).max(1).min(full)
+        };
+        self.batch_limit.store(limit, Ordering::Relaxed);
     }
 
     /// Cancels every online request in flight (shutdown).

@@ -1,7 +1,9 @@
 //! The server's own queue worker: a thread running `cortex-worker`'s loop
-//! on the shared engine with at most `batch_parallel` items in it, so
-//! online requests always find free slots, and (having a higher priority)
-//! are admitted before any waiting item.
+//! on the shared engine with at most `batch_parallel` items in it (an
+//! eighth of that while online requests are being answered, see
+//! [`AppState::online_id`](crate::state::AppState)), so online requests
+//! always find free slots and share each step with few queued sequences;
+//! having a higher priority, they are admitted before any waiting item.
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -31,7 +33,7 @@ fn work(state: &AppState) {
         follow: true,
         lease: config.lease,
         model_sha256: Some(config.model.sha256.clone()),
-        max_in_flight: Some(config.batch_parallel),
+        max_in_flight: Some(Arc::clone(&state.batch_limit)),
     };
     let stop = &state.stop_worker;
     while !stop.load(std::sync::atomic::Ordering::SeqCst) {

@@ -2,8 +2,9 @@
 //! engine full, writes results back under their leases, heartbeats, isolates
 //! suspects, and stops cleanly on request or when the engine dies.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use cortex_engine::{Engine, EngineError, EngineEvent, EngineHealth, EngineStats, Shutdown};
@@ -28,9 +29,10 @@ pub struct WorkerPlan {
     /// (`None`: every job, whatever model it names).
     pub model_sha256: Option<String>,
     /// Keep at most this many items in the engine (`None`: as many as it
-    /// runs at once). A server leaves the rest of the engine's slots to its
-    /// online requests.
-    pub max_in_flight: Option<usize>,
+    /// runs at once). Read before every claim, so another thread may change
+    /// it while the worker runs: a server lowers it while online requests
+    /// are being answered and leaves the rest of the engine to them.
+    pub max_in_flight: Option<Arc<AtomicUsize>>,
 }
 
 impl WorkerPlan {
@@ -75,6 +77,9 @@ struct Worker<'a> {
     in_flight: HashMap<RequestId, ClaimedItem>,
     /// The in-flight items are a suspect group: claim nothing more until it is done.
     isolating: bool,
+    /// Items cancelled in the engine because `max_in_flight` went down; their
+    /// `cancelled` finish releases them (pending again, attempt not used).
+    shedding: HashSet<RequestId>,
     /// Claims that brought items, and whether one was a lone suspect (see
     /// [`ClaimOptions::alone`]: at most one per worker, never first).
     claims: usize,
@@ -97,8 +102,11 @@ impl Worker<'_> {
         } else {
             self.engine.available_slots()
         };
-        let want = match self.plan.max_in_flight {
-            Some(max) => want.min(max.saturating_sub(self.in_flight.len())),
+        let want = match &self.plan.max_in_flight {
+            Some(max) => want.min(
+                max.load(Ordering::Relaxed)
+                    .saturating_sub(self.in_flight.len()),
+            ),
             None => want,
         };
         if want == 0 {
@@ -123,10 +131,39 @@ impl Worker<'_> {
         Ok(count)
     }
 
+    /// When `max_in_flight` went below what is in the engine, gives the
+    /// newest items back: cancelled in the engine, released when their
+    /// `cancelled` finish arrives. Their progress is lost (they are computed
+    /// again later); a server does this so online requests get the engine
+    /// now rather than after the queued items end. Suspect groups are left
+    /// alone.
+    fn shed(&mut self) {
+        let Some(max) = &self.plan.max_in_flight else {
+            return;
+        };
+        let max = max.load(Ordering::Relaxed);
+        let kept = self.in_flight.len().saturating_sub(self.shedding.len());
+        if self.isolating || kept <= max {
+            return;
+        }
+        let mut newest: Vec<(RequestId, i64)> = self
+            .in_flight
+            .iter()
+            .filter(|(id, _)| !self.shedding.contains(id))
+            .map(|(id, item)| (*id, item.lease.item.0))
+            .collect();
+        newest.sort_by_key(|&(_, item)| std::cmp::Reverse(item));
+        for (id, _) in newest.into_iter().take(kept - max) {
+            self.engine.cancel(id);
+            self.shedding.insert(id);
+        }
+    }
+
     /// The engine refused work or died: its in-flight items end as a worker
     /// death would end them (suspects, charged only when alone), with the
     /// engine's error as their last error; items of a clean stop go back.
     fn engine_gone(&mut self, error: EngineError) -> WorkerError {
+        self.shedding.clear();
         let leases: Vec<Lease> = self.in_flight.drain().map(|(_, item)| item.lease).collect();
         let message = match self.engine.health() {
             EngineHealth::Died(message) => message,
@@ -162,6 +199,7 @@ impl Worker<'_> {
             match event {
                 EngineEvent::Finished(response) => {
                     // Items cancelled here (lost lease, cancelled job, shutdown) are already accounted for.
+                    self.shedding.remove(&response.id);
                     let Some(item) = self.in_flight.remove(&response.id) else {
                         continue;
                     };
@@ -181,6 +219,7 @@ impl Worker<'_> {
                     died = Some(error);
                 }
                 EngineEvent::Failed { id, error } => {
+                    self.shedding.remove(&id);
                     let Some(item) = self.in_flight.remove(&id) else {
                         continue;
                     };
@@ -244,6 +283,7 @@ impl Worker<'_> {
             if !matches!(status, LeaseStatus::Held { .. }) {
                 tracing::info!(item = %lease.item, "{status:?}: stopping it");
                 self.in_flight.remove(&id);
+                self.shedding.remove(&id);
                 self.engine.cancel(id);
             }
         }
@@ -271,6 +311,7 @@ impl Worker<'_> {
 
     /// Gives every in-flight item back (shutdown).
     fn release_all(&mut self) -> Result<(), WorkerError> {
+        self.shedding.clear();
         let leases: Vec<_> = self
             .in_flight
             .drain()
@@ -327,6 +368,7 @@ pub fn work_queue(
         events: flume::unbounded(),
         in_flight: HashMap::new(),
         isolating: false,
+        shedding: HashSet::new(),
         claim: ClaimOptions {
             lease,
             jobs: plan.jobs.clone(),
@@ -381,6 +423,7 @@ fn work(
             drained =
                 worker.in_flight.is_empty() && !worker.plan.follow && !worker.work_remains()?;
         }
+        worker.shed();
         worker.drain_events(Duration::from_millis(50))?;
         if let EngineHealth::Died(message) = worker.engine.health() {
             return Err(worker.engine_gone(EngineError::Died(message)));

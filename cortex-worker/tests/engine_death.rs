@@ -1,9 +1,13 @@
 //! A worker whose engine dies mid-job: its in-flight items are ended as in a
 //! worker death (suspects, attempts given back), the engine's panic message is
 //! their last error, the run returns `EngineDied`, and a healthy worker then
-//! finishes the job with every item attempted once.
+//! finishes the job with every item attempted once. And a worker whose
+//! `max_in_flight` goes down (a server's online traffic) gives its newest
+//! items back at once, pending again with their attempts, and finishes the
+//! job.
 
-use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use cortex_engine::{
@@ -12,7 +16,7 @@ use cortex_engine::{
 use cortex_openai::SubmitJsonl;
 use cortex_queue::{ItemState, JobState, Store, SubmitOptions};
 use cortex_request::{ChatMessage, TokenId};
-use cortex_worker::{WorkerError, WorkerPlan, run_worker};
+use cortex_worker::{WorkerError, WorkerPlan, run_worker, work_queue};
 
 const VOCAB: usize = 32;
 
@@ -151,4 +155,40 @@ fn an_engine_death_ends_its_items_as_suspects_with_the_panic_as_their_error() {
         (JobState::Completed, 12)
     );
     assert!(store.items(job).unwrap().iter().all(|i| i.attempts == 1));
+}
+
+#[test]
+fn a_lower_in_flight_limit_gives_the_newest_items_back_and_the_job_still_completes() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("p.jsonl");
+    let lines: String = (0..12)
+        .map(|i| format!("{{\"prompt\": \"item {i}\", \"max_tokens\": 60}}\n"))
+        .collect();
+    std::fs::write(&input, lines).unwrap();
+    let mut store = Store::open(dir.path().join("q.db")).unwrap();
+    let job = store
+        .submit_file(&input, &SubmitOptions::new("toy"))
+        .unwrap()
+        .job;
+    let limit = Arc::new(AtomicUsize::new(4));
+    let mut plan = WorkerPlan::new(Duration::from_secs(60));
+    plan.max_in_flight = Some(Arc::clone(&limit));
+    let engine = engine(None);
+    let stop = AtomicBool::new(false);
+    let lowered = Arc::clone(&limit);
+    let lower = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        lowered.store(1, Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(400));
+        lowered.store(4, Ordering::Relaxed);
+    });
+    let report = work_queue(&mut store, &engine, &plan, &stop, |_| Ok(())).unwrap();
+    lower.join().unwrap();
+    assert!(report.released >= 3, "{report:?}");
+    assert_eq!(report.completed, 12, "{report:?}");
+    assert_eq!(store.job(job).unwrap().state, JobState::Completed);
+    assert!(
+        store.items(job).unwrap().iter().all(|i| i.attempts == 1),
+        "released items keep their attempts"
+    );
 }
