@@ -254,19 +254,14 @@ pub(crate) fn settle(tx: &Transaction<'_>, job: i64, now: i64) -> rusqlite::Resu
     let Some(state) = JobState::parse(&state) else {
         return Ok(());
     };
-    let next = match state {
-        JobState::InProgress | JobState::Finalizing if pending + running == 0 => {
-            if completed > 0 {
-                JobState::Completed
-            } else {
-                JobState::Failed
-            }
-        }
-        JobState::InProgress | JobState::Finalizing if pending == 0 => JobState::Finalizing,
-        JobState::InProgress | JobState::Finalizing => JobState::InProgress,
-        JobState::Cancelling if running == 0 => JobState::Cancelled,
-        other => other,
+    let count = |n: i64| u64::try_from(n).unwrap_or(0);
+    let counts = JobCounts {
+        pending: count(pending),
+        running: count(running),
+        completed: count(completed),
+        ..JobCounts::default()
     };
+    let next = state.settled(&counts);
     if next != state {
         set_state(tx, job, next, now)?;
     }

@@ -198,6 +198,38 @@ impl JobState {
             JobState::Completed | JobState::Failed | JobState::Cancelled
         )
     }
+
+    /// The job state machine, as every storage backend applies it after a
+    /// write: where a job in this state goes given its items' `counts`.
+    /// A running job is `finalizing` once nothing is pending, `completed`
+    /// once nothing is pending or running and something completed (else
+    /// `failed`), and `in_progress` again when items became pending (a
+    /// retry); a cancelling job is `cancelled` once nothing runs. Other
+    /// states change only by an explicit act (submit, cancel, resume).
+    ///
+    /// ```
+    /// use cortex_queue::{JobCounts, JobState};
+    ///
+    /// let counts = JobCounts { total: 2, running: 1, completed: 1, ..JobCounts::default() };
+    /// assert_eq!(JobState::InProgress.settled(&counts), JobState::Finalizing);
+    /// assert_eq!(JobState::Cancelling.settled(&counts), JobState::Cancelling);
+    /// ```
+    pub fn settled(self, counts: &JobCounts) -> JobState {
+        let (pending, running) = (counts.pending, counts.running);
+        match self {
+            JobState::InProgress | JobState::Finalizing if pending + running == 0 => {
+                if counts.completed > 0 {
+                    JobState::Completed
+                } else {
+                    JobState::Failed
+                }
+            }
+            JobState::InProgress | JobState::Finalizing if pending == 0 => JobState::Finalizing,
+            JobState::InProgress | JobState::Finalizing => JobState::InProgress,
+            JobState::Cancelling if running == 0 => JobState::Cancelled,
+            other => other,
+        }
+    }
 }
 
 impl fmt::Display for JobState {
@@ -251,5 +283,50 @@ impl ItemState {
 impl fmt::Display for ItemState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod state_machine_tests {
+    use super::{JobCounts, JobState};
+
+    fn counts(pending: u64, running: u64, completed: u64) -> JobCounts {
+        JobCounts {
+            total: pending + running + completed + 1,
+            pending,
+            running,
+            completed,
+            failed: 1,
+            ..JobCounts::default()
+        }
+    }
+
+    #[test]
+    fn every_transition_of_the_job_state_machine() {
+        use JobState::*;
+        let cases = [
+            // (from, pending, running, completed, to)
+            (InProgress, 3, 1, 0, InProgress),
+            (InProgress, 0, 2, 0, Finalizing),
+            (InProgress, 0, 0, 4, Completed),
+            (InProgress, 0, 0, 0, Failed),
+            (Finalizing, 0, 1, 0, Finalizing),
+            (Finalizing, 1, 0, 0, InProgress),
+            (Finalizing, 0, 0, 1, Completed),
+            (Finalizing, 0, 0, 0, Failed),
+            (Cancelling, 0, 2, 0, Cancelling),
+            (Cancelling, 0, 0, 3, Cancelled),
+            (Cancelled, 1, 0, 0, Cancelled),
+            (Completed, 1, 0, 0, Completed),
+            (Failed, 0, 1, 0, Failed),
+            (Validating, 5, 0, 0, Validating),
+        ];
+        for (from, pending, running, completed, to) in cases {
+            assert_eq!(
+                from.settled(&counts(pending, running, completed)),
+                to,
+                "{from} with {pending} pending, {running} running, {completed} completed"
+            );
+        }
     }
 }
