@@ -106,19 +106,25 @@ fn engine(panic_after: Option<usize>) -> Engine {
     Engine::start_with_backend(config, move || Ok::<_, EngineError>(Toy::new(panic_after))).unwrap()
 }
 
-#[test]
-fn an_engine_death_ends_its_items_as_suspects_with_the_panic_as_their_error() {
-    let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("p.jsonl");
+/// A store in `dir` with one job of 12 prompts of `max_tokens` each.
+fn twelve_items(dir: &std::path::Path, max_tokens: u32) -> (Store, cortex_queue::JobId) {
+    let input = dir.join("p.jsonl");
     let lines: String = (0..12)
-        .map(|i| format!("{{\"prompt\": \"item {i}\", \"max_tokens\": 8}}\n"))
+        .map(|i| format!("{{\"prompt\": \"item {i}\", \"max_tokens\": {max_tokens}}}\n"))
         .collect();
     std::fs::write(&input, lines).unwrap();
-    let mut store = Store::open(dir.path().join("q.db")).unwrap();
+    let mut store = Store::open(dir.join("q.db")).unwrap();
     let job = store
         .submit_file(&input, &SubmitOptions::new("toy"))
         .unwrap()
         .job;
+    (store, job)
+}
+
+#[test]
+fn an_engine_death_ends_its_items_as_suspects_with_the_panic_as_their_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut store, job) = twelve_items(dir.path(), 8);
     let plan = WorkerPlan::new(Duration::from_secs(60));
     let stop = AtomicBool::new(false);
 
@@ -160,16 +166,7 @@ fn an_engine_death_ends_its_items_as_suspects_with_the_panic_as_their_error() {
 #[test]
 fn a_lower_in_flight_limit_gives_the_newest_items_back_and_the_job_still_completes() {
     let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("p.jsonl");
-    let lines: String = (0..12)
-        .map(|i| format!("{{\"prompt\": \"item {i}\", \"max_tokens\": 60}}\n"))
-        .collect();
-    std::fs::write(&input, lines).unwrap();
-    let mut store = Store::open(dir.path().join("q.db")).unwrap();
-    let job = store
-        .submit_file(&input, &SubmitOptions::new("toy"))
-        .unwrap()
-        .job;
+    let (mut store, job) = twelve_items(dir.path(), 60);
     let limit = Arc::new(AtomicUsize::new(4));
     let mut plan = WorkerPlan::new(Duration::from_secs(60));
     plan.max_in_flight = Some(Arc::clone(&limit));
