@@ -8,6 +8,9 @@ use std::collections::BTreeMap;
 use cortex_queue::{Job, JobState, LineError};
 use serde_json::{Value, json};
 
+use crate::Endpoint;
+use crate::endpoint::parse_output_tag;
+
 /// Job metadata keys holding the batch's own fields.
 const ENDPOINT_KEY: &str = "openai.endpoint";
 const INPUT_FILE_KEY: &str = "openai.input_file_id";
@@ -122,7 +125,7 @@ impl BatchRequest {
                 return Err((format!("missing {field}"), Some(field)));
             }
         }
-        if crate::Endpoint::from_url(&request.endpoint).is_none() {
+        if Endpoint::from_url(&request.endpoint).is_none() {
             return Err((
                 format!(
                     "endpoint {:?} is not supported; use /v1/chat/completions, /v1/completions, /v1/responses or /v1/embeddings",
@@ -152,10 +155,14 @@ impl BatchRequest {
         metadata
     }
 
-    /// Checks that an input line names this batch's endpoint (OpenAI
+    /// Checks that an input line (its output tag, see
+    /// [`crate::endpoint::output_tag`]) names this batch's endpoint (OpenAI
     /// requires every line to use the batch's endpoint).
-    pub fn check_line_endpoint(&self, line_endpoint: &str) -> Result<(), String> {
-        let url = line_endpoint.split('?').next().unwrap_or_default();
+    pub(crate) fn check_line_endpoint(&self, output_tag: &str) -> Result<(), String> {
+        let url: &str = match parse_output_tag(output_tag).0 {
+            Some(endpoint) => endpoint.url(),
+            None => output_tag,
+        };
         if url == self.endpoint {
             Ok(())
         } else {

@@ -8,6 +8,7 @@ use cortex_request::{Completion, RequestId, Response, Timings, Usage, Work};
 use serde_json::{Value, json};
 
 use crate::Endpoint;
+use crate::endpoint::parse_output_tag;
 use crate::input::{Fields, body_work};
 use crate::output::{body_of, chat_logprobs, response_object, tool_calls};
 
@@ -73,7 +74,7 @@ pub fn parse_request(endpoint: Endpoint, body: &[u8]) -> Result<OnlineRequest, B
     } else {
         take_stream(&mut fields)?
     };
-    let (_, work, model) =
+    let (tag, work, model) =
         body_work(endpoint, &fields, &JobDefaults::default()).map_err(|message| BodyError {
             param: param_of(&message, &fields),
             message,
@@ -86,7 +87,7 @@ pub fn parse_request(endpoint: Endpoint, body: &[u8]) -> Result<OnlineRequest, B
             param: Some("logprobs".into()),
         });
     }
-    let base64 = fields.get("encoding_format").is_some_and(|f| f == "base64");
+    let base64 = parse_output_tag(&tag).1;
     Ok(OnlineRequest {
         endpoint,
         work,

@@ -178,7 +178,7 @@ pub(crate) fn response_object(key: &str, model: &str, created: i64, response: &R
 /// A `/v1/embeddings` body: a `list` of `embedding` objects in input order,
 /// each vector as numbers or (`base64`) the base64 of its little-endian
 /// 32-bit floats, as OpenAI's clients decode it.
-pub(crate) fn embedding_list(model: &str, response: &Response, base64: bool) -> Value {
+fn embedding_list(model: &str, response: &Response, base64: bool) -> Value {
     let data: Vec<Value> = response
         .embeddings
         .iter()
@@ -274,18 +274,17 @@ impl ExportFormat for BatchOutput {
     fn result_line(&self, job: &Job, result: &ExportedResult) -> String {
         let request_id = format!("batch_req_{}_{}", job.id, result.line);
         let body = match &result.result {
-            StoredResult::Response(response) => match parse_output_tag(&result.endpoint) {
-                (Some(Endpoint::Embeddings), base64) => {
-                    embedding_list(&job.model, response, base64)
-                }
-                (endpoint, _) => response_body(
-                    result.item,
+            StoredResult::Response(response) => {
+                let (endpoint, base64) = parse_output_tag(&result.endpoint);
+                body_of(
+                    &result.item.to_string(),
                     endpoint.unwrap_or(Endpoint::Completions),
                     &job.model,
                     result.completed_at / 1000,
                     response,
-                ),
-            },
+                    base64,
+                )
+            }
             StoredResult::Rendered(body) => {
                 serde_json::from_str(body).unwrap_or_else(|_| Value::String(body.clone()))
             }

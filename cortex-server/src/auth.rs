@@ -45,7 +45,6 @@ pub(crate) async fn require_key(
             None => "the Authorization header must be `Bearer KEY`",
         },
     };
-    state.metrics.refused(request.uri().path());
     ApiError::unauthorized(refusal).into_response()
 }
 

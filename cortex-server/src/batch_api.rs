@@ -153,7 +153,19 @@ fn export_id(id: &str) -> Option<(JobId, &'static str)> {
     job.parse().ok().map(|n| (JobId(n), part))
 }
 
-/// Exports a finished job (both files) and gives the path of `part`.
+/// When a finished job ended (Unix ms; it may end again after a resume or a retry).
+fn ended_at(job: &Job) -> i64 {
+    let times = &job.times;
+    times
+        .completed_at
+        .or(times.failed_at)
+        .or(times.cancelled_at)
+        .unwrap_or(times.created_at)
+}
+
+/// Exports a finished job (both files) and gives the path of `part`. The
+/// files are named by when the job ended, so they are written once per
+/// ending and every later request reads them as they are.
 fn export(
     store: &mut Store,
     state: &AppState,
@@ -167,10 +179,12 @@ fn export(
             record.state.as_str()
         )));
     }
-    let batch = format!("batch_{job}");
+    let batch = format!("batch_{job}-{}", ended_at(&record));
     let output = state.files.export_path(&batch, "output");
     let errors = state.files.export_path(&batch, "errors");
-    store.export(job, &output, Some(&errors), false)?;
+    if !(output.is_file() && errors.is_file()) {
+        store.export(job, &output, Some(&errors), false)?;
+    }
     Ok((record, if part == "output" { output } else { errors }))
 }
 
@@ -185,13 +199,7 @@ async fn find_file(state: &Arc<AppState>, id: &str) -> Result<(FileInfo, PathBuf
                 let bytes = std::fs::metadata(&path).map_err(|e| io_error(&e))?.len();
                 let info = FileInfo {
                     bytes,
-                    created_at: record
-                        .times
-                        .completed_at
-                        .or(record.times.failed_at)
-                        .or(record.times.cancelled_at)
-                        .unwrap_or(record.times.created_at)
-                        / 1000,
+                    created_at: ended_at(&record) / 1000,
                     filename: format!("batch_{job}_{part}.jsonl"),
                     purpose: "batch_output".into(),
                     id,

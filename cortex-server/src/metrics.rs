@@ -176,19 +176,6 @@ impl Metrics {
             .inc();
     }
 
-    /// A request refused for its key.
-    pub(crate) fn refused(&self, endpoint: &str) {
-        self.request(endpoint, 401);
-    }
-
-    pub(crate) fn online_started(&self) {
-        self.online_in_flight.inc();
-    }
-
-    pub(crate) fn online_ended(&self) {
-        self.online_in_flight.dec();
-    }
-
     pub(crate) fn first_token(&self, endpoint: &str, after: Duration) {
         self.time_to_first_token
             .get_or_create(&EndpointLabel {
@@ -209,7 +196,8 @@ impl Metrics {
     }
 
     /// The text exposition, with the gauges and engine counters brought up to date.
-    pub(crate) fn render(&self, stats: &EngineStats, queue: &JobCounts) -> String {
+    pub(crate) fn render(&self, stats: &EngineStats, queue: &JobCounts, online: usize) -> String {
+        self.online_in_flight.set(online as i64);
         self.running.set(stats.running as i64);
         self.waiting.set(stats.waiting as i64);
         self.kv_utilisation.set(stats.kv_utilisation);

@@ -152,7 +152,6 @@ fn format_grammar(format: Option<&Value>) -> Result<Option<String>, OllamaError>
 struct OllamaRequest {
     request: Request,
     stream: bool,
-    chat: bool,
 }
 
 fn parse(state: &AppState, body: &[u8], chat: bool) -> Result<OllamaRequest, OllamaError> {
@@ -227,11 +226,7 @@ fn parse(state: &AppState, body: &[u8], chat: bool) -> Result<OllamaRequest, Oll
         .validate(&Limits::default())
         .map_err(|e| bad(e.to_string()))?;
     let stream = !matches!(fields.get("stream"), Some(Value::Bool(false)));
-    Ok(OllamaRequest {
-        request,
-        stream,
-        chat,
-    })
+    Ok(OllamaRequest { request, stream })
 }
 
 /// What both endpoints share in every line.
@@ -277,36 +272,27 @@ async fn run(
     chat: bool,
 ) -> Result<Response, OllamaError> {
     let body = body_bytes(&state, body)?;
-    let OllamaRequest {
-        request,
-        stream,
-        chat,
-    } = parse(&state, &body, chat)?;
+    let OllamaRequest { request, stream } = parse(&state, &body, chat)?;
     let model = state.model_name().to_owned();
     let endpoint = if chat { "/api/chat" } else { "/api/generate" };
-    let started = std::time::Instant::now();
     let mut call = Call::submit(&state, Work::Generate(request), endpoint)?;
     if !stream {
         let response = call.finish().await?;
         let text = response.completions.first().map_or("", |c| c.text.as_str());
-        let total = started.elapsed().as_nanos() as u64;
+        let total = call.elapsed().as_nanos() as u64;
         return Ok(Json(done_line(&model, chat, text, &response, total)).into_response());
     }
-    let first = call.first().await?;
+    call.first().await?;
     let lines = futures_util::stream::unfold(
-        (call, Some(first), false, String::new()),
-        move |(mut call, mut pending, done, mut sent)| {
+        (call, false, String::new()),
+        move |(mut call, done, mut sent)| {
             let model = model.clone();
             async move {
                 if done {
                     return None;
                 }
                 loop {
-                    let event = match pending.take() {
-                        Some(event) => Some(event),
-                        None => call.next().await,
-                    };
-                    let (value, done) = match event {
+                    let (value, done) = match call.next().await {
                         Some(EngineEvent::Token { text, .. }) if text.is_empty() => continue,
                         Some(EngineEvent::Token { text, .. }) => {
                             sent.push_str(&text);
@@ -315,7 +301,7 @@ async fn run(
                         Some(EngineEvent::Finished(response)) => {
                             let full = response.completions.first().map_or("", |c| c.text.as_str());
                             let rest = full.strip_prefix(sent.as_str()).unwrap_or("").to_owned();
-                            let total = started.elapsed().as_nanos() as u64;
+                            let total = call.elapsed().as_nanos() as u64;
                             (done_line(&model, chat, &rest, &response, total), true)
                         }
                         Some(EngineEvent::Failed { error, .. }) => {
@@ -328,7 +314,7 @@ async fn run(
                     bytes.push(b'\n');
                     return Some((
                         Ok::<Bytes, Infallible>(Bytes::from(bytes)),
-                        (call, None, done, sent),
+                        (call, done, sent),
                     ));
                 }
             }

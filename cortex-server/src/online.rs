@@ -45,8 +45,8 @@ async fn answer(
     };
     let mut call = Call::submit(&state, request.work.clone(), endpoint.url())?;
     if let Some(options) = request.stream {
-        let first = call.first().await?;
-        return Ok(sse(call, first, &request, head, options));
+        call.first().await?;
+        return Ok(sse(call, &request, head, options));
     }
     let response = call.finish().await?;
     let body = online_body(&head.key, &request, &head.model, head.created, &response);

@@ -67,7 +67,8 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-/// Counts every answer by route and status.
+/// Counts every answer by route and status (refusals by `auth` included:
+/// it runs inside this layer).
 async fn track(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
     let route = request
         .extensions()
@@ -75,9 +76,7 @@ async fn track(State(state): State<Arc<AppState>>, request: Request, next: Next)
         .map_or("unmatched", MatchedPath::as_str)
         .to_owned();
     let response = next.run(request).await;
-    if response.status() != StatusCode::UNAUTHORIZED {
-        state.metrics.request(&route, response.status().as_u16());
-    }
+    state.metrics.request(&route, response.status().as_u16());
     response
 }
 
@@ -164,7 +163,9 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Result<Response, ApiErro
             Ok(total)
         })
         .await?;
-    let text = state.metrics.render(&state.engine.stats(), &queue);
+    let text = state
+        .metrics
+        .render(&state.engine.stats(), &queue, state.online_count());
     Ok((
         [(
             header::CONTENT_TYPE,

@@ -111,6 +111,11 @@ impl AppState {
         self.batch_limit.store(limit, Ordering::Relaxed);
     }
 
+    /// Online requests in flight.
+    pub(crate) fn online_count(&self) -> usize {
+        lock(&self.online).len()
+    }
+
     /// Cancels every online request in flight (shutdown).
     pub(crate) fn cancel_online(&self) -> usize {
         let ids: Vec<RequestId> = lock(&self.online).iter().copied().collect();

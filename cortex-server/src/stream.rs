@@ -6,7 +6,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -35,6 +35,8 @@ pub(crate) struct Call {
     endpoint: &'static str,
     first_token: bool,
     ended: bool,
+    /// The event [`Call::first`] looked at, given again by [`Call::next`].
+    peeked: Option<EngineEvent>,
 }
 
 impl Call {
@@ -64,7 +66,6 @@ impl Call {
             state.online_done(id);
             return Err(ApiError::engine(&error));
         }
-        state.metrics.online_started();
         Ok(Self {
             state: Arc::clone(state),
             id,
@@ -73,11 +74,15 @@ impl Call {
             endpoint,
             first_token: false,
             ended: false,
+            peeked: None,
         })
     }
 
     /// The next event; `None` once the last was taken or the engine went away.
     pub(crate) async fn next(&mut self) -> Option<EngineEvent> {
+        if let Some(event) = self.peeked.take() {
+            return Some(event);
+        }
         if self.ended {
             return None;
         }
@@ -107,7 +112,7 @@ impl Call {
     }
 
     /// Waits for the whole response.
-    pub(crate) async fn finish(mut self) -> Result<cortex_request::Response, ApiError> {
+    pub(crate) async fn finish(&mut self) -> Result<cortex_request::Response, ApiError> {
         while let Some(event) = self.next().await {
             match event {
                 EngineEvent::Finished(response) => return Ok(response),
@@ -118,14 +123,23 @@ impl Call {
         Err(ApiError::engine(&cortex_engine::EngineError::Stopped))
     }
 
-    /// The first event, turning an early failure (the prompt does not fit,
-    /// a bad template) into an error response before any byte is streamed.
-    pub(crate) async fn first(&mut self) -> Result<EngineEvent, ApiError> {
+    /// Waits for the first event, turning an early failure (the prompt does
+    /// not fit, a bad template) into an error response before any byte is
+    /// streamed; otherwise [`Call::next`] gives that event first.
+    pub(crate) async fn first(&mut self) -> Result<(), ApiError> {
         match self.next().await {
             Some(EngineEvent::Failed { error, .. }) => Err(ApiError::engine(&error)),
-            Some(event) => Ok(event),
+            Some(event) => {
+                self.peeked = Some(event);
+                Ok(())
+            }
             None => Err(ApiError::engine(&cortex_engine::EngineError::Stopped)),
         }
+    }
+
+    /// Time since the request arrived.
+    pub(crate) fn elapsed(&self) -> Duration {
+        self.arrived.elapsed()
     }
 }
 
@@ -135,14 +149,12 @@ impl Drop for Call {
             self.state.engine.cancel(self.id);
         }
         self.state.online_done(self.id);
-        self.state.metrics.online_ended();
     }
 }
 
 /// The state of one SSE response.
 struct SseState {
     call: Call,
-    pending: Option<EngineEvent>,
     out: VecDeque<Event>,
     head: ChunkHead,
     endpoint: Endpoint,
@@ -230,27 +242,19 @@ impl SseState {
     }
 }
 
-/// Streams an online request's events as SSE; `first` is its first event.
+/// Streams an online request's events as SSE (after [`Call::first`]).
 pub(crate) fn sse(
     call: Call,
-    first: EngineEvent,
     request: &OnlineRequest,
     head: ChunkHead,
     options: StreamOptions,
 ) -> Response {
     let hold_text = matches!(&request.work, Work::Generate(r) if r.tools.is_some());
-    let mut responses =
+    let responses =
         (request.endpoint == Endpoint::Responses).then(|| ResponseEvents::new(head.clone()));
-    let mut out = VecDeque::new();
-    if let Some(events) = &mut responses {
-        for (name, data) in events.start() {
-            out.push_back(Event::default().event(name).data(data.to_string()));
-        }
-    }
-    let state = SseState {
+    let mut state = SseState {
         call,
-        pending: Some(first),
-        out,
+        out: VecDeque::new(),
         head,
         endpoint: request.endpoint,
         options,
@@ -259,6 +263,10 @@ pub(crate) fn sse(
         responses,
         done: false,
     };
+    if let Some(events) = &mut state.responses {
+        let start = events.start();
+        state.push_named(start);
+    }
     let stream = futures_util::stream::unfold(state, |mut state| async move {
         loop {
             if let Some(event) = state.out.pop_front() {
@@ -267,11 +275,7 @@ pub(crate) fn sse(
             if state.done {
                 return None;
             }
-            let event = match state.pending.take() {
-                Some(event) => Some(event),
-                None => state.call.next().await,
-            };
-            match event {
+            match state.call.next().await {
                 Some(event) => state.on_event(event),
                 None => {
                     let body = ApiError::engine(&cortex_engine::EngineError::Stopped).body_json();

@@ -79,6 +79,7 @@ struct Worker<'a> {
     isolating: bool,
     /// Items cancelled in the engine because `max_in_flight` went down; their
     /// `cancelled` finish releases them (pending again, attempt not used).
+    /// Ids that left `in_flight` are dropped when `shed` next looks.
     shedding: HashSet<RequestId>,
     /// Claims that brought items, and whether one was a lone suspect (see
     /// [`ClaimOptions::alone`]: at most one per worker, never first).
@@ -142,7 +143,9 @@ impl Worker<'_> {
             return;
         };
         let max = max.load(Ordering::Relaxed);
-        let kept = self.in_flight.len().saturating_sub(self.shedding.len());
+        let in_flight = &self.in_flight;
+        self.shedding.retain(|id| in_flight.contains_key(id));
+        let kept = self.in_flight.len() - self.shedding.len();
         if self.isolating || kept <= max {
             return;
         }
@@ -163,7 +166,6 @@ impl Worker<'_> {
     /// death would end them (suspects, charged only when alone), with the
     /// engine's error as their last error; items of a clean stop go back.
     fn engine_gone(&mut self, error: EngineError) -> WorkerError {
-        self.shedding.clear();
         let leases: Vec<Lease> = self.in_flight.drain().map(|(_, item)| item.lease).collect();
         let message = match self.engine.health() {
             EngineHealth::Died(message) => message,
@@ -199,7 +201,6 @@ impl Worker<'_> {
             match event {
                 EngineEvent::Finished(response) => {
                     // Items cancelled here (lost lease, cancelled job, shutdown) are already accounted for.
-                    self.shedding.remove(&response.id);
                     let Some(item) = self.in_flight.remove(&response.id) else {
                         continue;
                     };
@@ -219,7 +220,6 @@ impl Worker<'_> {
                     died = Some(error);
                 }
                 EngineEvent::Failed { id, error } => {
-                    self.shedding.remove(&id);
                     let Some(item) = self.in_flight.remove(&id) else {
                         continue;
                     };
@@ -283,7 +283,6 @@ impl Worker<'_> {
             if !matches!(status, LeaseStatus::Held { .. }) {
                 tracing::info!(item = %lease.item, "{status:?}: stopping it");
                 self.in_flight.remove(&id);
-                self.shedding.remove(&id);
                 self.engine.cancel(id);
             }
         }
@@ -311,7 +310,6 @@ impl Worker<'_> {
 
     /// Gives every in-flight item back (shutdown).
     fn release_all(&mut self) -> Result<(), WorkerError> {
-        self.shedding.clear();
         let leases: Vec<_> = self
             .in_flight
             .drain()
