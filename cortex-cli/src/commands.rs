@@ -10,7 +10,7 @@ use cortex_engine::{
     DEFAULT_MODEL, Engine, EngineEvent, KNOWN_MODELS, ModelCache, ModelSpec, Shutdown, read_gguf,
 };
 use cortex_openai::{ExportJsonl, SubmitJsonl};
-use cortex_queue::{Job, JobFilter, JobId, JobState, QueueError, Store, SubmitOptions, Submitted};
+use cortex_queue::{Job, JobFilter, JobId, JobState, Queue, QueueError, SubmitOptions, Submitted};
 use cortex_request::{ChatMessage, Prompt, Request, RequestId};
 use serde_json::json;
 
@@ -19,8 +19,8 @@ use crate::output;
 use crate::worker::{StopFlag, identify_model, resolve_model, run_worker};
 use crate::{BenchArgs, GenerateArgs, RunArgs, SubmitArgs, WorkerArgs};
 
-fn open_store(config: &Config) -> anyhow::Result<Store> {
-    Ok(Store::open(config.database()?)?)
+fn open_store(config: &Config) -> anyhow::Result<Box<dyn Queue>> {
+    Ok(config.queue()?.open()?)
 }
 
 fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
@@ -50,7 +50,11 @@ fn submit_options(config: &Config, args: &SubmitArgs) -> anyhow::Result<SubmitOp
     Ok(options)
 }
 
-fn submit_job(store: &mut Store, config: &Config, args: &SubmitArgs) -> anyhow::Result<Submitted> {
+fn submit_job(
+    store: &mut dyn Queue,
+    config: &Config,
+    args: &SubmitArgs,
+) -> anyhow::Result<Submitted> {
     let options = submit_options(config, args)?;
     store
         .submit_file(&args.file, &options)
@@ -72,7 +76,7 @@ fn requests(n: u64) -> String {
 
 pub(crate) fn submit(config: &Config, args: &SubmitArgs) -> anyhow::Result<()> {
     let mut store = open_store(config)?;
-    let submitted = submit_job(&mut store, config, args)?;
+    let submitted = submit_job(store.as_mut(), config, args)?;
     if args.json {
         return print_json(&json!({
             "job": submitted.job, "items": submitted.items, "invalid": submitted.invalid,
@@ -99,9 +103,15 @@ pub(crate) fn worker(config: &Config, args: &WorkerArgs) -> anyhow::Result<()> {
     let model = resolve_model(config)?;
     let mut store = open_store(config)?;
     let jobs = (!args.jobs.is_empty()).then(|| args.jobs.iter().copied().map(JobId).collect());
-    let report = run_worker(config, &mut store, &model, jobs, args.follow, &stop, |_| {
-        Ok(())
-    })?;
+    let report = run_worker(
+        config,
+        store.as_mut(),
+        &model,
+        jobs,
+        args.follow,
+        &stop,
+        |_| Ok(()),
+    )?;
     eprintln!(
         "worker done: {} completed, {} failed, {} released, {} tokens generated{}",
         report.completed,
@@ -149,7 +159,7 @@ pub(crate) fn detach_worker(config: &Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn newest_job(store: &mut Store) -> anyhow::Result<JobId> {
+fn newest_job(store: &mut dyn Queue) -> anyhow::Result<JobId> {
     let jobs = store.jobs(&JobFilter {
         limit: Some(1),
         ..JobFilter::default()
@@ -168,7 +178,7 @@ pub(crate) fn status(
     let mut store = open_store(config)?;
     let job = match job {
         Some(id) => JobId(id),
-        None => newest_job(&mut store)?,
+        None => newest_job(store.as_mut())?,
     };
     if !watch {
         let status = store.status(job)?;
@@ -290,7 +300,7 @@ pub(crate) fn run_file(config: &Config, args: &RunArgs) -> anyhow::Result<()> {
     // Fetch the model before anything is stored, so a missing model fails early.
     let model = resolve_model(config)?;
     let mut store = open_store(config)?;
-    let job = match submit_job(&mut store, config, &args.submit) {
+    let job = match submit_job(store.as_mut(), config, &args.submit) {
         Ok(submitted) => {
             eprintln!(
                 "job {} submitted with {}",
@@ -322,7 +332,7 @@ pub(crate) fn run_file(config: &Config, args: &RunArgs) -> anyhow::Result<()> {
         let bar = output::job_bar(0);
         let report = run_worker(
             config,
-            &mut store,
+            store.as_mut(),
             &model,
             Some(vec![job]),
             false,

@@ -6,6 +6,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
+use cortex_queue::{Database, QueueOpener};
 use serde::Deserialize;
 
 /// Where a setting's value came from.
@@ -349,22 +350,59 @@ impl Config {
         engine
     }
 
-    /// The database path, creating the data directory when the database is
+    /// The queue's database: a SQLite path (or `sqlite://PATH`) or a
+    /// `postgres://` URL. Creates the data directory when the SQLite file is
     /// in its default place there (a path given explicitly must exist).
-    pub(crate) fn database(&self) -> anyhow::Result<&Path> {
+    pub(crate) fn database(&self) -> anyhow::Result<Database> {
         if self.db.source == Source::Default {
             let dir = &self.data_dir.value;
             std::fs::create_dir_all(dir)
                 .with_context(|| format!("cannot create the data directory {}", dir.display()))?;
         }
-        Ok(&self.db.value)
+        Ok(Database::parse(&self.db.value.to_string_lossy()))
+    }
+
+    /// Opens connections to the configured queue, on its backend.
+    pub(crate) fn queue(&self) -> anyhow::Result<QueueOpener> {
+        Ok(match self.database()? {
+            Database::Sqlite(path) => QueueOpener::sqlite(path),
+            #[cfg(feature = "postgres")]
+            Database::Postgres(url) => {
+                let config = cortex_queue_postgres::PgConfig::default();
+                cortex_queue_postgres::PgStore::opener(&url, config)
+            }
+            #[cfg(not(feature = "postgres"))]
+            Database::Postgres(_) => anyhow::bail!(
+                "this cortex was built without PostgreSQL support (the `postgres` feature of cortex-cli)"
+            ),
+        })
+    }
+
+    /// Where uploaded files and batch exports live: beside a SQLite file,
+    /// else in the data directory (PostgreSQL stores no files).
+    pub(crate) fn files_dir(&self) -> anyhow::Result<PathBuf> {
+        Ok(match self.database()? {
+            Database::Sqlite(path) => path.with_extension("files"),
+            Database::Postgres(_) => self.data_dir.value.join("files"),
+        })
     }
 
     /// Every setting as (key, value, source), for `cortex config`.
     pub(crate) fn entries(&self) -> Vec<(&'static str, String, String)> {
         let show = |key, value: String, source: &Source| (key, value, source.to_string());
         vec![
-            show("db", self.db.value.display().to_string(), &self.db.source),
+            show(
+                "db",
+                Database::parse(&self.db.value.to_string_lossy()).to_string(),
+                &self.db.source,
+            ),
+            show(
+                "db_backend",
+                Database::parse(&self.db.value.to_string_lossy())
+                    .backend()
+                    .to_owned(),
+                &self.db.source,
+            ),
             show("model", self.model.value.clone(), &self.model.source),
             show(
                 "data_dir",

@@ -23,8 +23,9 @@ use crate::config::{Config, Overrides};
 #[derive(Debug, Parser)]
 #[command(name = "cortex", version, after_help = EXIT_CODES)]
 struct Cli {
-    /// The job database (default: $XDG_DATA_HOME/cortex/cortex.db).
-    #[arg(long, global = true, value_name = "FILE")]
+    /// The job database: a SQLite file (default: $XDG_DATA_HOME/cortex/cortex.db)
+    /// or a PostgreSQL URL (postgres://user[:password]@host[:port]/database).
+    #[arg(long, global = true, value_name = "FILE|URL")]
     db: Option<PathBuf>,
     /// `default` (SmolLM2-135M-Instruct, fetched on first use) or a GGUF file.
     #[arg(long, global = true, value_name = "MODEL")]

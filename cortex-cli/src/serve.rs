@@ -32,9 +32,9 @@ pub(crate) fn serve(config: &Config) -> anyhow::Result<()> {
     let listen = listen_address(config)?;
     let model = resolve_model(config)?;
     let parallel = config.parallel.value;
-    let database = config.database()?.to_path_buf();
+    let queue = config.queue()?;
     // Uploaded files and batch exports travel with the database they belong to.
-    let files_dir = database.with_extension("files");
+    let files_dir = config.files_dir()?;
     let keys = config.api_keys.value.0.clone();
     if keys.is_empty() {
         if listen.ip().is_loopback() {
@@ -53,7 +53,7 @@ pub(crate) fn serve(config: &Config) -> anyhow::Result<()> {
         model.name,
         config.batch_parallel.value.min(parallel)
     );
-    let mut server = ServerConfig::new(model, database, files_dir);
+    let mut server = ServerConfig::new(model, queue, files_dir);
     server.listen = listen;
     server.api_keys = keys;
     server.lease = std::time::Duration::from_secs(config.lease_seconds.value);

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use cortex_engine::{Engine, ModelCache};
-use cortex_queue::{JobId, Store};
+use cortex_queue::{JobId, Queue};
 use cortex_worker::{ModelIdentity, WorkerPlan, WorkerReport};
 
 use crate::config::Config;
@@ -49,12 +49,12 @@ pub(crate) fn identify_model(config: &Config) -> anyhow::Result<(String, String)
 /// nothing left for it (or `follow`), or a stop signal.
 pub(crate) fn run_worker(
     config: &Config,
-    store: &mut Store,
+    store: &mut dyn Queue,
     model: &ModelIdentity,
     jobs: Option<Vec<JobId>>,
     follow: bool,
     stop: &StopFlag,
-    tick: impl FnMut(&mut Store) -> Result<(), cortex_queue::QueueError>,
+    tick: impl FnMut(&mut dyn Queue) -> Result<(), cortex_queue::QueueError>,
 ) -> anyhow::Result<WorkerReport> {
     let parallel = config.parallel.value;
     let engine = Engine::start(&config.engine(&model.path, parallel))?;

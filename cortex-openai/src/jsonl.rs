@@ -5,7 +5,7 @@ use std::io::{BufReader, Read};
 use std::path::Path;
 
 use cortex_queue::{
-    ExportSummary, ItemSource, JobId, LineError, LineResult, QueueError, Store, SubmitOptions,
+    ExportSummary, ItemSource, JobId, JobStore, LineError, LineResult, QueueError, SubmitOptions,
     Submitted,
 };
 use sha2::{Digest, Sha256};
@@ -82,7 +82,7 @@ impl<R: Read> ItemSource for JsonlSource<'_, R> {
     }
 }
 
-/// Submitting JSONL input to a [`Store`].
+/// Submitting JSONL input to a queue (any [`JobStore`]).
 pub trait SubmitJsonl {
     /// Submits the JSONL file at `path` as one job (see [`SubmitJsonl::submit_reader`]).
     fn submit_file(
@@ -94,7 +94,7 @@ pub trait SubmitJsonl {
     /// Reads a JSONL stream line by line (OpenAI batch lines or plain lines,
     /// see [`crate::parse_line`]; fields a line does not set come from
     /// `options.defaults`) and submits it as one job with
-    /// [`Store::submit_items`]: all of it, or, with bad lines, nothing and a
+    /// [`JobStore::submit_items`]: all of it, or, with bad lines, nothing and a
     /// report of every one (unless `options.skip_invalid`).
     fn submit_reader(
         &mut self,
@@ -115,7 +115,7 @@ pub trait SubmitJsonl {
     ) -> Result<Submitted, QueueError>;
 }
 
-impl SubmitJsonl for Store {
+impl<S: JobStore + ?Sized> SubmitJsonl for S {
     fn submit_file(
         &mut self,
         path: &Path,
@@ -175,7 +175,7 @@ pub trait ExportJsonl {
     ) -> Result<ExportSummary, QueueError>;
 }
 
-impl ExportJsonl for Store {
+impl<S: JobStore + ?Sized> ExportJsonl for S {
     fn export(
         &mut self,
         job: JobId,

@@ -4,6 +4,7 @@
 //! `cargo bench -p cortex-queue` (CORTEX_BENCH_BIG_JOB sets the big job's size,
 //! 1,000,000 by default).
 
+use cortex_queue::{JobStore, WorkerStore};
 use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -84,9 +84,9 @@ pub(crate) fn compact_request_apart(request: &Request) -> (String, Option<(Strin
 /// generation request is stored as itself, with `prompt` always present).
 const EMBED: &str = "embed";
 
-/// The stored form of `work` (see [`compact_request_apart`]; an embedding
+/// The stored form of `work` (see `compact_request_apart`; an embedding
 /// request is `{"embed": {"inputs": [...]}}`).
-pub(crate) fn compact_work_apart(work: &Work) -> (String, Option<(String, &str)>) {
+pub fn compact_work_apart(work: &Work) -> (String, Option<(String, &str)>) {
     match work {
         Work::Generate(request) => compact_request_apart(request),
         Work::Embed(request) => {
@@ -102,7 +102,7 @@ pub(crate) fn compact_work_apart(work: &Work) -> (String, Option<(String, &str)>
 
 /// The work stored as `text` by [`compact_work_apart`] (or a request in
 /// any earlier stored form).
-pub(crate) fn expand_work_with(
+pub fn expand_work_with(
     text: &str,
     grammar: impl FnOnce(&str) -> Option<String>,
 ) -> Result<Work, String> {
@@ -141,7 +141,7 @@ pub(crate) fn expand_request_with(
 
 /// The stored form of a result: the response without its token ids (the
 /// text is what outputs carry).
-pub(crate) fn compact_response(response: &Response) -> String {
+pub fn compact_response(response: &Response) -> String {
     let mut stored = response.clone();
     for completion in &mut stored.completions {
         completion.tokens = Vec::new();

@@ -78,12 +78,12 @@ pub trait ExportFormat {
 /// Writes `path` through a temporary file beside it: written, flushed,
 /// fsynced, renamed over `path`, and the directory fsynced. On any error the
 /// temporary file is removed and `path` is untouched.
-fn write_atomically(
+pub fn write_atomically<E: From<QueueError>>(
     path: &Path,
-    fill: impl FnOnce(&mut BufWriter<File>) -> Result<u64, Outcome>,
-) -> Result<u64, Outcome> {
+    fill: impl FnOnce(&mut BufWriter<File>) -> Result<u64, E>,
+) -> Result<u64, E> {
     let io_error = |source: std::io::Error| {
-        Outcome::Queue(QueueError::Io {
+        E::from(QueueError::Io {
             path: path.to_path_buf(),
             source,
         })
@@ -115,12 +115,29 @@ fn write_atomically(
     result
 }
 
+/// Refuses to export a job that is still running, unless `partial`.
+pub fn check_exportable(job: &Job, partial: bool) -> Result<()> {
+    if partial || job.state.is_terminal() {
+        return Ok(());
+    }
+    let c = &job.counts;
+    Err(QueueError::WrongState {
+        job: job.id,
+        state: job.state,
+        hint: format!(
+            "{} of {} requests are done; wait for it to finish, or export the partial results",
+            c.finished(),
+            c.total
+        ),
+    })
+}
+
 impl Store {
     /// Writes the job's completed items in input order to `output`, and (if
     /// given) its failed, cancelled and invalid requests to `errors`, each
     /// line as `format` renders it, both from one snapshot and each file
     /// atomically. Refuses while the job is still running unless `partial`.
-    pub fn export_with(
+    pub(crate) fn export_from_snapshot(
         &mut self,
         id: JobId,
         output: &Path,
@@ -137,19 +154,8 @@ impl Store {
         let db_path = self.path.clone();
         self.read(|tx| {
             let job = load_job(tx, id)?;
-            if !partial && !job.state.is_terminal() {
-                let c = &job.counts;
-                return Err(Outcome::Queue(QueueError::WrongState {
-                    job: id,
-                    state: job.state,
-                    hint: format!(
-                        "{} of {} requests are done; wait for it to finish, or export the partial results",
-                        c.finished(),
-                        c.total
-                    ),
-                }));
-            }
-            let results = write_atomically(output, |w| {
+            check_exportable(&job, partial)?;
+            let results = write_atomically::<Outcome>(output, |w| {
                 let mut rows = tx.prepare_cached(
                     "SELECT i.id, i.line, i.custom_id, i.endpoint, r.completed_at, r.response, r.body
                      FROM items i JOIN results r ON r.item_id = i.id
@@ -183,7 +189,7 @@ impl Store {
             })?;
             let errors_written = match errors {
                 None => 0,
-                Some(path) => write_atomically(path, |w| {
+                Some(path) => write_atomically::<Outcome>(path, |w| {
                     let mut rows = tx.prepare_cached(
                         "SELECT line, custom_id, code, message FROM (
                              SELECT line, custom_id, coalesce(error_code, state) AS code,

@@ -1,13 +1,17 @@
 //! Jobs: their state machine, status, listing, cancel, resume and retry.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::Duration;
 
 use rusqlite::{OptionalExtension, Row, Transaction, params};
 
 use crate::store::{Outcome, Store, now_ms};
 use crate::submit::JobDefaults;
-use crate::{ItemId, ItemState, JobId, JobState, QueueError, Result};
+use crate::{
+    ExportFormat, ExportSummary, ItemId, ItemSource, ItemState, JobId, JobState, JobStore,
+    QueueError, Result, SubmitOptions, Submitted,
+};
 
 /// How many requests of a job are where.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -276,14 +280,14 @@ fn wrong_state(job: &Job, hint: impl Into<String>) -> Outcome {
     })
 }
 
-impl Store {
+impl JobStore for Store {
     /// The job `id`.
-    pub fn job(&mut self, id: JobId) -> Result<Job> {
+    fn job(&mut self, id: JobId) -> Result<Job> {
         self.read(|tx| load_job(tx, id))
     }
 
     /// Jobs matching `filter`, newest first.
-    pub fn jobs(&mut self, filter: &JobFilter) -> Result<Vec<Job>> {
+    fn jobs(&mut self, filter: &JobFilter) -> Result<Vec<Job>> {
         let limit = filter
             .limit
             .map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));
@@ -305,14 +309,7 @@ impl Store {
         })
     }
 
-    /// The job with its throughput over the last minute of its work and an ETA.
-    /// Reads the job's counters and one index range: constant time in the job's size.
-    pub fn status(&mut self, id: JobId) -> Result<JobStatus> {
-        self.status_over(id, Duration::from_secs(60))
-    }
-
-    /// [`Store::status`] with rates over `window`.
-    pub fn status_over(&mut self, id: JobId, window: Duration) -> Result<JobStatus> {
+    fn status_over(&mut self, id: JobId, window: Duration) -> Result<JobStatus> {
         let window_ms = i64::try_from(window.as_millis())
             .unwrap_or(i64::MAX / 4)
             .max(1);
@@ -351,7 +348,7 @@ impl Store {
     }
 
     /// Every item of a job in input order (for inspection; reads the whole job).
-    pub fn items(&mut self, id: JobId) -> Result<Vec<ItemRecord>> {
+    fn items(&mut self, id: JobId) -> Result<Vec<ItemRecord>> {
         self.read(|tx| {
             load_job(tx, id)?;
             let items = tx
@@ -381,7 +378,7 @@ impl Store {
 
     /// Cancels a job: pending items are cancelled now; running ones learn it at
     /// their next heartbeat. Finished results stay.
-    pub fn cancel(&mut self, id: JobId) -> Result<Job> {
+    fn cancel(&mut self, id: JobId) -> Result<Job> {
         self.write_checked(|tx| {
             let job = load_job(tx, id)?;
             match job.state {
@@ -405,7 +402,7 @@ impl Store {
     /// Resumes a cancelled or failed job: its unfinished items (cancelled or
     /// failed) are pending again with fresh attempts. Returns the job and how
     /// many items were resumed.
-    pub fn resume(&mut self, id: JobId) -> Result<(Job, u64)> {
+    fn resume(&mut self, id: JobId) -> Result<(Job, u64)> {
         self.write_checked(|tx| {
             let job = load_job(tx, id)?;
             match job.state {
@@ -430,7 +427,7 @@ impl Store {
 
     /// Puts a job's failed items back to pending with fresh attempts (invalid
     /// input lines stay failed). Returns the job and how many items were retried.
-    pub fn retry_failed(&mut self, id: JobId) -> Result<(Job, u64)> {
+    fn retry_failed(&mut self, id: JobId) -> Result<(Job, u64)> {
         self.write_checked(|tx| {
             let job = load_job(tx, id)?;
             if matches!(job.state, JobState::Cancelling) {
@@ -449,5 +446,29 @@ impl Store {
             settle(tx, id.0, now)?;
             Ok((load_job(tx, id)?, retried as u64))
         })
+    }
+
+    fn submit_items(
+        &mut self,
+        input: &mut dyn ItemSource,
+        source_name: &str,
+        options: &SubmitOptions,
+    ) -> Result<Submitted> {
+        self.submit_in_one_transaction(input, source_name, options)
+    }
+
+    fn export_with(
+        &mut self,
+        id: JobId,
+        output: &Path,
+        errors: Option<&Path>,
+        partial: bool,
+        format: &dyn ExportFormat,
+    ) -> Result<ExportSummary> {
+        self.export_from_snapshot(id, output, errors, partial, format)
+    }
+
+    fn location(&self) -> String {
+        format!("sqlite:{}", self.path.display())
     }
 }

@@ -9,7 +9,7 @@ use rusqlite::{OptionalExtension, Transaction, params};
 
 use crate::jobs::settle;
 use crate::store::{Outcome, Store, now_ms};
-use crate::{ItemId, JobId, QueueError, Result, failpoint, process};
+use crate::{ItemId, JobId, QueueError, Result, WorkerStore, failpoint, process};
 
 /// The right to write an item's outcome: valid while its token is the item's current one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -128,7 +128,8 @@ fn host() -> &'static str {
 }
 
 /// What a lease that ran out records as the item's last error.
-const WORKER_STOPPED: &str = "its worker stopped while generating it (crash, kill or lost lease)";
+pub const WORKER_STOPPED: &str =
+    "its worker stopped while generating it (crash, kill or lost lease)";
 
 /// Ends the in-flight items of workers on this host whose process is gone:
 /// each such worker is one death.
@@ -294,21 +295,29 @@ fn expire_leases(
 
 /// How many suspects of `level` deaths run together: half as many per death,
 /// so a poison item is alone after about log2(`n`) deaths.
-fn suspect_group(n: usize, level: i64) -> usize {
+pub fn suspect_group(n: usize, level: i64) -> usize {
     let shift = u32::try_from(level.clamp(0, 63)).unwrap_or(63);
     n.checked_shr(shift).unwrap_or(0).max(1)
 }
 
 /// The suspect level from which items run alone (see [`suspect_group`]).
-fn alone_level(n: usize) -> i64 {
+pub fn alone_level(n: usize) -> i64 {
     i64::from(n.max(1).ilog2())
+}
+
+/// The wait before the next attempt after `attempts` failed ones: `base`
+/// doubled per attempt after the first, at most `cap` (all in ms).
+pub fn retry_delay_ms(base: i64, cap: i64, attempts: u32) -> i64 {
+    base.saturating_mul(1_i64 << attempts.saturating_sub(1).min(30))
+        .min(cap)
 }
 
 fn settle_all(tx: &Transaction<'_>, jobs: &BTreeSet<i64>, now: i64) -> rusqlite::Result<()> {
     jobs.iter().try_for_each(|&job| settle(tx, job, now))
 }
 
-fn duration_ms(d: Duration) -> i64 {
+/// `d` in whole milliseconds (saturating).
+pub fn duration_ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 4)
 }
 
@@ -330,10 +339,12 @@ impl Store {
         self.worker = Some(worker);
         Ok(worker)
     }
+}
 
+impl WorkerStore for Store {
     /// Removes this process's worker registration (its leases must have been
     /// completed, failed or released first; any left simply expire).
-    pub fn unregister_worker(&mut self) -> Result<()> {
+    fn unregister_worker(&mut self) -> Result<()> {
         if let Some(worker) = self.worker.take() {
             self.write(|tx| {
                 tx.execute("DELETE FROM workers WHERE id = ?1", [worker])
@@ -346,7 +357,7 @@ impl Store {
     /// Claims up to `n` items in one statement: items whose lease expired
     /// first, then pending items (highest job priority first, then input
     /// order). Each claim raises the item's attempt count and lease token.
-    pub fn claim(&mut self, n: usize, options: &ClaimOptions) -> Result<Vec<ClaimedItem>> {
+    fn claim(&mut self, n: usize, options: &ClaimOptions) -> Result<Vec<ClaimedItem>> {
         let worker = self.ensure_worker(options.model_sha256.as_deref())?;
         let mut job_filter = String::new();
         if let Some(jobs) = &options.jobs {
@@ -480,7 +491,7 @@ impl Store {
     /// Ends the attempts of items whose engine died under them, as a worker
     /// death would (see [`ClaimOptions::suspects`]), recording `cause` (the
     /// engine's error) as their last error. Returns how many leases were held.
-    pub fn abandon(&mut self, leases: &[Lease], cause: &str) -> Result<usize> {
+    fn abandon(&mut self, leases: &[Lease], cause: &str) -> Result<usize> {
         let lone_retry_ms = duration_ms(self.config.lone_retry);
         self.write(|tx| {
             let now = now_ms();
@@ -506,7 +517,7 @@ impl Store {
 
     /// Extends each lease by `lease` if it is still held; reports leases lost
     /// to another worker and items whose job was cancelled (which end now).
-    pub fn heartbeat(&mut self, leases: &[Lease], lease: Duration) -> Result<Vec<LeaseStatus>> {
+    fn heartbeat(&mut self, leases: &[Lease], lease: Duration) -> Result<Vec<LeaseStatus>> {
         let lease_ms = duration_ms(lease);
         self.write(|tx| {
             let now = now_ms();
@@ -540,14 +551,9 @@ impl Store {
         })
     }
 
-    /// Records `response` as the item's one result, if `lease` is still held.
-    pub fn complete(&mut self, lease: &Lease, response: &Response) -> Result<()> {
-        self.complete_many(&[(*lease, response)])?.remove(0)
-    }
-
     /// Records several results in one transaction (one disk sync); each entry
     /// is `Err(LeaseLost)` on its own when its lease is no longer held.
-    pub fn complete_many(&mut self, done: &[(Lease, &Response)]) -> Result<Vec<Result<()>>> {
+    fn complete_many(&mut self, done: &[(Lease, &Response)]) -> Result<Vec<Result<()>>> {
         let outcomes = self.write(|tx| {
             let now = now_ms();
             let mut touched = BTreeSet::new();
@@ -593,7 +599,7 @@ impl Store {
     /// Records a failed attempt, if `lease` is still held: a retryable failure
     /// goes back to pending with exponential backoff until the job's
     /// `max_attempts`; anything else fails the item now. The error is kept.
-    pub fn fail(&mut self, lease: &Lease, failure: &ItemFailure) -> Result<FailOutcome> {
+    fn fail(&mut self, lease: &Lease, failure: &ItemFailure) -> Result<FailOutcome> {
         let (base, cap) = (
             duration_ms(self.config.retry_backoff),
             duration_ms(self.config.max_retry_backoff),
@@ -612,8 +618,7 @@ impl Store {
                 return Err(Outcome::Queue(QueueError::LeaseLost { item: lease.item, token: lease.token }));
             };
             let outcome = if failure.retryable && attempts < max_attempts {
-                let delay = base.saturating_mul(1_i64 << attempts.saturating_sub(1).min(30)).min(cap);
-                FailOutcome::Retrying { attempts, not_before: now + delay }
+                FailOutcome::Retrying { attempts, not_before: now + retry_delay_ms(base, cap, attempts) }
             } else {
                 FailOutcome::Failed
             };
@@ -635,7 +640,7 @@ impl Store {
     /// Gives items back without using up an attempt (a worker shutting down):
     /// they are pending again at once (cancelled if their job is cancelling).
     /// Returns how many leases were still held.
-    pub fn release(&mut self, leases: &[Lease]) -> Result<usize> {
+    fn release(&mut self, leases: &[Lease]) -> Result<usize> {
         self.write(|tx| {
             let now = now_ms();
             let mut touched = BTreeSet::new();

@@ -1,10 +1,15 @@
-//! The cortex job queue: a durable SQLite store of batch jobs, their items,
-//! results and input errors.
+//! The cortex job queue: a durable store of batch jobs, their items, results
+//! and input errors, behind a storage boundary ([`WorkerStore`] for workers,
+//! [`JobStore`] for the CLI and servers; [`Queue`] is both). The job state
+//! machine ([`JobState::settled`]) and the rules below are the same on every
+//! backend. This crate is the embedded SQLite backend; `cortex-queue-postgres`
+//! is the one for queues shared by many hosts. [`Database`] reads a `--db`
+//! value (a path or a `postgres://` URL) and [`QueueOpener`] opens either.
 //!
 //! A [`Store`] is one connection to a database file; any number of processes
 //! may open the same file at once (SQLite WAL). The life of a job:
 //!
-//! - [`Store::submit_items`] takes a job's parsed input (an [`ItemSource`]:
+//! - [`JobStore::submit_items`] takes a job's parsed input (an [`ItemSource`]:
 //!   typed requests or line errors, as the wire-format crate `cortex-openai`
 //!   reads them from JSONL) and stores the job and all its items in one
 //!   transaction: input with a bad line is rejected as a whole with an
@@ -13,9 +18,9 @@
 //!   input with the same parameters is refused as a
 //!   [`QueueError::DuplicateJob`] unless [`SubmitOptions::force`]. The queue
 //!   knows no JSON shapes: it stores requests and responses as data.
-//! - Workers [`Store::claim`] items under a lease (a token that every later
-//!   write must present), [`Store::heartbeat`] to keep it, and
-//!   [`Store::complete`] or [`Store::fail`] them. A result is written only
+//! - Workers [`WorkerStore::claim`] items under a lease (a token that every later
+//!   write must present), [`WorkerStore::heartbeat`] to keep it, and
+//!   [`WorkerStore::complete`] or [`WorkerStore::fail`] them. A result is written only
 //!   while the lease holds, and at most once per item. Leases of a worker
 //!   process that died on this host are reclaimed at once; others expire.
 //!   An item in flight at a worker's death keeps its attempt and becomes a
@@ -26,9 +31,9 @@
 //!   only a poison item ends `worker_lost`.
 //! - Jobs record the SHA-256 of their model; a claim with
 //!   [`ClaimOptions::model_sha256`] takes only that model's jobs.
-//! - [`Store::cancel`], [`Store::resume`], [`Store::retry_failed`],
-//!   [`Store::status`] (counts, tokens, throughput, ETA in O(1) per job),
-//!   [`Store::jobs`] and [`Store::export_with`] (an output and an error file
+//! - [`JobStore::cancel`], [`JobStore::resume`], [`JobStore::retry_failed`],
+//!   [`JobStore::status`] (counts, tokens, throughput, ETA in O(1) per job),
+//!   [`JobStore::jobs`] and [`JobStore::export_with`] (an output and an error file
 //!   in the caller's [`ExportFormat`], written atomically).
 //!
 //! Every write runs in `BEGIN IMMEDIATE` and is retried with jitter while
@@ -41,7 +46,7 @@
 //!
 //! ```
 //! use cortex_openai::{ExportJsonl, SubmitJsonl};
-//! use cortex_queue::{Store, SubmitOptions, ClaimOptions, JobState};
+//! use cortex_queue::{JobStore, WorkerStore, Store, SubmitOptions, ClaimOptions, JobState};
 //! use cortex_request::{Completion, FinishReason, Response, Usage, Timings};
 //!
 //! let dir = tempfile::tempdir()?;
@@ -88,6 +93,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod backend;
 mod compact;
 mod error;
 mod export;
@@ -101,6 +107,7 @@ mod submit;
 
 use std::fmt;
 
+pub use backend::{Database, JobStore, Queue, QueueOpener, WorkerStore, redact_password};
 pub use error::{InputReport, QueueError};
 pub use export::{ExportFormat, ExportSummary, ExportedError, ExportedResult, StoredResult};
 pub use jobs::{ItemRecord, Job, JobCounts, JobFilter, JobStatus, JobTimes};

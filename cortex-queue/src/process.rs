@@ -1,8 +1,16 @@
 //! Which worker processes are alive on this host (Linux `/proc`; elsewhere
 //! nothing is known and leases simply expire).
 
-/// This host and boot: a process id means something only within one boot of one host.
-pub(crate) fn host_identity() -> String {
+/// This host and boot: a process id means something only within one boot of
+/// one host. `CORTEX_HOST_ID` overrides it (containers that share a kernel's
+/// boot id, or tests that play several hosts on one machine).
+pub fn host_identity() -> String {
+    if let Some(id) = std::env::var("CORTEX_HOST_ID")
+        .ok()
+        .filter(|v| !v.is_empty())
+    {
+        return id;
+    }
     let read = |path: &str| {
         std::fs::read_to_string(path)
             .map(|s| s.trim().to_owned())
@@ -33,14 +41,14 @@ fn start_time(pid: u32) -> Option<u64> {
 }
 
 /// This process's pid and start time.
-pub(crate) fn this_process() -> (u32, u64) {
+pub fn this_process() -> (u32, u64) {
     let pid = std::process::id();
     (pid, start_time(pid).unwrap_or(0))
 }
 
 /// Whether the process `(pid, started)` is certainly gone. `false` when it
 /// lives or when this host cannot tell (no `/proc`).
-pub(crate) fn is_gone(pid: u32, started: u64) -> bool {
+pub fn is_gone(pid: u32, started: u64) -> bool {
     if !std::path::Path::new("/proc/self/stat").exists() {
         return false;
     }

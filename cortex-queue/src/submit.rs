@@ -130,7 +130,7 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 }
 
 /// Identifies "the same parameters" for duplicate detection.
-fn params_hash(options: &SubmitOptions) -> String {
+pub fn params_hash(options: &SubmitOptions) -> String {
     let canonical = serde_json::json!({
         "model": options.model,
         "model_sha256": options.model_sha256,
@@ -139,14 +139,15 @@ fn params_hash(options: &SubmitOptions) -> String {
     hex(&Sha256::digest(canonical.to_string()))
 }
 
-const KEEP_ERRORS: usize = 100;
+/// How many bad lines a submit keeps for its message.
+pub const KEEP_ERRORS: usize = 100;
 
 impl Store {
     /// Stores a job and all its items in one transaction, so no partial job
     /// is ever visible. Every line is checked; with bad lines the job is
     /// rejected with a report of all of them unless `options.skip_invalid`.
     /// `source_name` names the input in messages and listings.
-    pub fn submit_items(
+    pub(crate) fn submit_in_one_transaction(
         &mut self,
         input: &mut dyn ItemSource,
         source_name: &str,

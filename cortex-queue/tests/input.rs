@@ -1,10 +1,12 @@
 //! Submitting input files: both formats, every kind of bad line, all-or-nothing
 //! and skip-invalid, duplicate detection.
 
+#[macro_use]
 mod common;
 
+use common::Backend;
 use cortex_openai::{Endpoint, ExportJsonl, SubmitJsonl, parse_line};
-use cortex_queue::{JobDefaults, JobFilter, JobState, QueueError, Store, SubmitOptions};
+use cortex_queue::{JobDefaults, JobFilter, JobState, QueueError, SubmitOptions};
 use cortex_request::{ChatMessage, Prompt};
 
 /// One file with every defect DESIGN.md lists, around good lines (a BOM on
@@ -39,10 +41,9 @@ fn every_bad_line() -> Vec<u8> {
     bytes
 }
 
-#[test]
-fn all_or_nothing_reports_every_bad_line_and_stores_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut store = Store::open(dir.path().join("q.db")).unwrap();
+fn all_or_nothing_reports_every_bad_line_and_stores_nothing(b: &Backend) {
+    let dir = &b.dir;
+    let mut store = b.open();
     let before = common::write_prompts(dir.path(), "good.jsonl", 3);
     let kept = store
         .submit_file(&before, &SubmitOptions::new("m"))
@@ -56,20 +57,22 @@ fn all_or_nothing_reports_every_bad_line_and_stores_nothing() {
         )
         .unwrap_err();
     assert_eq!(error.code(), "invalid_input");
-    insta::assert_snapshot!(error.to_string());
+    // One snapshot per backend, with the same content: the report does not depend on the store.
+    insta::with_settings!({ snapshot_suffix => b.name() }, {
+        insta::assert_snapshot!(error.to_string());
+    });
 
     // Nothing of the bad file is visible; the earlier job is untouched.
     let jobs = store.jobs(&JobFilter::default()).unwrap();
     assert_eq!(jobs.len(), 1);
     assert_eq!(jobs[0].id, kept.job);
     assert_eq!(jobs[0].counts.pending, 3);
-    store.integrity_check().unwrap();
+    b.check();
 }
 
-#[test]
-fn skip_invalid_keeps_good_lines_and_records_bad_ones_as_failed() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut store = Store::open(dir.path().join("q.db")).unwrap();
+fn skip_invalid_keeps_good_lines_and_records_bad_ones_as_failed(b: &Backend) {
+    let dir = &b.dir;
+    let mut store = b.open();
     let options = SubmitOptions {
         skip_invalid: true,
         ..SubmitOptions::new("m")
@@ -107,7 +110,9 @@ fn skip_invalid_keeps_good_lines_and_records_bad_ones_as_failed() {
             true,
         )
         .unwrap();
-    insta::assert_snapshot!(std::fs::read_to_string(&errors).unwrap());
+    insta::with_settings!({ snapshot_suffix => b.name() }, {
+        insta::assert_snapshot!(std::fs::read_to_string(&errors).unwrap());
+    });
 }
 
 #[test]
@@ -178,10 +183,9 @@ fn both_formats_parse_with_their_fields_and_job_defaults() {
     assert_eq!(r.stop.stop_token_ids, [2]);
 }
 
-#[test]
-fn empty_and_blank_files_are_rejected() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut store = Store::open(dir.path().join("q.db")).unwrap();
+fn empty_and_blank_files_are_rejected(b: &Backend) {
+    let dir = &b.dir;
+    let mut store = b.open();
     for (name, text) in [("empty.jsonl", ""), ("blank.jsonl", "\n  \r\n\n")] {
         let error = store
             .submit_reader(text.as_bytes(), name, &SubmitOptions::new("m"))
@@ -199,10 +203,9 @@ fn empty_and_blank_files_are_rejected() {
     assert!(store.jobs(&JobFilter::default()).unwrap().is_empty());
 }
 
-#[test]
-fn the_same_file_and_parameters_twice_is_reported_unless_forced() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut store = Store::open(dir.path().join("q.db")).unwrap();
+fn the_same_file_and_parameters_twice_is_reported_unless_forced(b: &Backend) {
+    let dir = &b.dir;
+    let mut store = b.open();
     let file = common::write_prompts(dir.path(), "p.jsonl", 4);
     let first = store.submit_file(&file, &SubmitOptions::new("m")).unwrap();
 
@@ -236,10 +239,9 @@ fn the_same_file_and_parameters_twice_is_reported_unless_forced() {
     assert_eq!(store.jobs(&JobFilter::default()).unwrap().len(), 3);
 }
 
-#[test]
-fn a_job_records_its_source_model_defaults_and_metadata() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut store = Store::open(dir.path().join("q.db")).unwrap();
+fn a_job_records_its_source_model_defaults_and_metadata(b: &Backend) {
+    let dir = &b.dir;
+    let mut store = b.open();
     let file = common::write_prompts(dir.path(), "p.jsonl", 2);
     let mut options = SubmitOptions::new("SmolLM2");
     options.metadata.insert("team".into(), "search".into());
@@ -271,11 +273,9 @@ fn a_job_records_its_source_model_defaults_and_metadata() {
     assert!(store.jobs(&filter).unwrap().is_empty());
 }
 
-#[test]
-fn a_jobs_shared_grammar_is_stored_once_and_comes_back_with_each_item() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("q.db");
-    let mut store = Store::open(&path).unwrap();
+fn a_jobs_shared_grammar_is_stored_once_and_comes_back_with_each_item(b: &Backend) {
+    let dir = &b.dir;
+    let mut store = b.open();
     let schema = r#"{"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}}, "required": ["name", "age"]}"#;
     let text: String = (0..50)
         .map(|i| {
@@ -287,15 +287,11 @@ fn a_jobs_shared_grammar_is_stored_once_and_comes_back_with_each_item() {
     let file = dir.path().join("s.jsonl");
     std::fs::write(&file, text).unwrap();
     store.submit_file(&file, &SubmitOptions::new("m")).unwrap();
-    let conn = rusqlite::Connection::open(&path).unwrap();
-    let grammars: i64 = conn
-        .query_row("SELECT count(*) FROM grammars", [], |row| row.get(0))
-        .unwrap();
-    let longest: i64 = conn
-        .query_row("SELECT max(length(request)) FROM items", [], |row| {
-            row.get(0)
-        })
-        .unwrap();
+    let (grammars, longest) = common::sql_pair(
+        b,
+        "SELECT count(*) FROM grammars",
+        "SELECT max(length(request)) FROM items",
+    );
     assert_eq!(grammars, 1);
     // The prompt and a 64-digit reference, not the grammar.
     assert!(longest < 200, "{longest} bytes");
@@ -311,3 +307,12 @@ fn a_jobs_shared_grammar_is_stored_once_and_comes_back_with_each_item() {
             .all(|c| c.request.as_generate().unwrap().grammar.as_deref() == Some(expected.as_str()))
     );
 }
+
+on_both_backends!(
+    all_or_nothing_reports_every_bad_line_and_stores_nothing,
+    skip_invalid_keeps_good_lines_and_records_bad_ones_as_failed,
+    empty_and_blank_files_are_rejected,
+    the_same_file_and_parameters_twice_is_reported_unless_forced,
+    a_job_records_its_source_model_defaults_and_metadata,
+    a_jobs_shared_grammar_is_stored_once_and_comes_back_with_each_item,
+);

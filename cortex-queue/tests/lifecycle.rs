@@ -1,16 +1,18 @@
 //! The life of jobs and items in one process: claims, leases, failures,
-//! cancel/resume/retry, status and export.
+//! cancel/resume/retry, status and export. The conformance suite of the
+//! storage boundary: every test runs on SQLite and on PostgreSQL.
 
+#[macro_use]
 mod common;
 
 use std::thread::sleep;
 use std::time::Duration;
 
-use common::{open_fast, response_for, submit_prompts, write_prompts};
+use common::{Backend, RetryTimings, response_for, submit_prompts, write_prompts};
 use cortex_openai::{ExportJsonl, SubmitJsonl};
 use cortex_queue::{
-    ClaimOptions, FailOutcome, ItemFailure, ItemState, JobFilter, JobState, LeaseStatus,
-    QueueError, Store, SubmitOptions,
+    ClaimOptions, FailOutcome, ItemFailure, ItemState, JobFilter, JobState, LeaseStatus, Queue,
+    QueueError, SubmitOptions,
 };
 
 fn lease(ms: u64) -> ClaimOptions {
@@ -28,10 +30,9 @@ fn failure(retryable: bool) -> ItemFailure {
     }
 }
 
-#[test]
-fn a_job_runs_to_completion_and_exports_openai_batch_output_in_input_order() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut store = Store::open(dir.path().join("q.db")).unwrap();
+fn a_job_runs_to_completion_and_exports_openai_batch_output_in_input_order(b: &Backend) {
+    let dir = &b.dir;
+    let mut store = b.open();
     let job = store
         .submit_file(
             &write_prompts(dir.path(), "p.jsonl", 5),
@@ -114,12 +115,10 @@ fn a_job_runs_to_completion_and_exports_openai_batch_output_in_input_order() {
     assert!(names.iter().all(|n| !n.ends_with(".tmp")), "{names:?}");
 }
 
-#[test]
-fn a_lost_lease_cannot_heartbeat_or_write_and_the_new_holder_wins() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("q.db");
-    let mut zombie = Store::open(&path).unwrap();
-    let mut other = Store::open(&path).unwrap();
+fn a_lost_lease_cannot_heartbeat_or_write_and_the_new_holder_wins(b: &Backend) {
+    let dir = &b.dir;
+    let mut zombie = b.open();
+    let mut other = b.open();
     let job = zombie
         .submit_file(
             &write_prompts(dir.path(), "p.jsonl", 1),
@@ -173,15 +172,14 @@ fn a_lost_lease_cannot_heartbeat_or_write_and_the_new_holder_wins() {
         (items[0].state, items[0].attempts),
         (ItemState::Completed, 1)
     );
-    other.integrity_check().unwrap();
+    drop(other);
+    b.check();
 }
 
-#[test]
-fn heartbeats_keep_a_lease_alive() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("q.db");
-    let mut worker = Store::open(&path).unwrap();
-    let mut thief = Store::open(&path).unwrap();
+fn heartbeats_keep_a_lease_alive(b: &Backend) {
+    let dir = &b.dir;
+    let mut worker = b.open();
+    let mut thief = b.open();
     worker
         .submit_file(
             &write_prompts(dir.path(), "p.jsonl", 1),
@@ -200,10 +198,9 @@ fn heartbeats_keep_a_lease_alive() {
     worker.complete(&held.lease, &response_for(&held)).unwrap();
 }
 
-#[test]
-fn retryable_failures_back_off_until_max_attempts_then_fail_with_the_last_error() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut store = open_fast(&dir.path().join("q.db"));
+fn retryable_failures_back_off_until_max_attempts_then_fail_with_the_last_error(b: &Backend) {
+    let dir = &b.dir;
+    let mut store = b.open_fast();
     let options = SubmitOptions {
         max_attempts: 3,
         ..SubmitOptions::new("m")
@@ -260,11 +257,10 @@ fn retryable_failures_back_off_until_max_attempts_then_fail_with_the_last_error(
     assert_eq!(store.job(job).unwrap().state, JobState::Completed);
 }
 
-#[test]
-fn a_non_retryable_failure_fails_at_once_and_is_exported_as_an_error() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut store = Store::open(dir.path().join("q.db")).unwrap();
-    let job = submit_prompts(&mut store, dir.path(), "p.jsonl", 2);
+fn a_non_retryable_failure_fails_at_once_and_is_exported_as_an_error(b: &Backend) {
+    let dir = &b.dir;
+    let mut store = b.open();
+    let job = submit_prompts(store.as_mut(), dir.path(), "p.jsonl", 2);
     let claimed = store.claim(2, &ClaimOptions::default()).unwrap();
     let too_long = ItemFailure {
         code: "prompt_too_long".into(),
@@ -292,10 +288,9 @@ fn a_non_retryable_failure_fails_at_once_and_is_exported_as_an_error() {
     assert_eq!(line["error"]["code"], "prompt_too_long");
 }
 
-#[test]
-fn a_lone_poison_item_is_charged_only_for_deaths_while_alone() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut store = open_fast(&dir.path().join("q.db"));
+fn a_lone_poison_item_is_charged_only_for_deaths_while_alone(b: &Backend) {
+    let dir = &b.dir;
+    let mut store = b.open_fast();
     let options = SubmitOptions {
         max_attempts: 2,
         ..SubmitOptions::new("m")
@@ -327,10 +322,9 @@ fn a_lone_poison_item_is_charged_only_for_deaths_while_alone() {
     assert_eq!(store.job(job).unwrap().state, JobState::Failed);
 }
 
-#[test]
-fn lone_suspects_take_turns_and_wait_for_a_workers_later_claim() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut store = open_fast(&dir.path().join("q.db"));
+fn lone_suspects_take_turns_and_wait_for_a_workers_later_claim(b: &Backend) {
+    let dir = &b.dir;
+    let mut store = b.open_fast();
     let options = SubmitOptions {
         max_attempts: 5,
         ..SubmitOptions::new("m")
@@ -344,33 +338,33 @@ fn lone_suspects_take_turns_and_wait_for_a_workers_later_claim() {
         ..lease(50)
     };
     let later_claim = lease(50);
-    let claim = |store: &mut Store, options: &ClaimOptions| {
+    let claim = |store: &mut dyn Queue, options: &ClaimOptions| {
         let claimed = store.claim(1, options).unwrap().remove(0);
         (claimed.custom_id.clone(), claimed.alone, claimed)
     };
     let die = || sleep(Duration::from_millis(80));
     // A worker's first claim takes normal work while there is some.
-    let (id, alone, _) = claim(&mut store, &first_claim);
+    let (id, alone, _) = claim(store.as_mut(), &first_claim);
     assert_eq!((id.as_str(), alone), ("item-0", false));
     die();
-    let (id, alone, _) = claim(&mut store, &first_claim);
+    let (id, alone, _) = claim(store.as_mut(), &first_claim);
     assert_eq!((id.as_str(), alone), ("item-1", false));
     die();
     // Later claims run lone suspects, longest waiting first: a kill that
     // hit one alone sends it to the back.
     for expected in ["item-0", "item-1"] {
-        let (id, alone, _) = claim(&mut store, &later_claim);
+        let (id, alone, _) = claim(store.as_mut(), &later_claim);
         assert_eq!((id.as_str(), alone), (expected, true));
         die();
     }
-    let (id, _, item) = claim(&mut store, &later_claim);
+    let (id, _, item) = claim(store.as_mut(), &later_claim);
     assert_eq!(id, "item-0");
     store.complete(&item.lease, &response_for(&item)).unwrap();
-    let (id, alone, item) = claim(&mut store, &first_claim);
+    let (id, alone, item) = claim(store.as_mut(), &first_claim);
     assert_eq!((id.as_str(), alone), ("item-2", false));
     store.complete(&item.lease, &response_for(&item)).unwrap();
     // With nothing else left, a first claim takes a lone suspect too.
-    let (id, alone, item) = claim(&mut store, &first_claim);
+    let (id, alone, item) = claim(store.as_mut(), &first_claim);
     assert_eq!((id.as_str(), alone), ("item-1", true));
     store.complete(&item.lease, &response_for(&item)).unwrap();
     let attempts: Vec<u32> = store
@@ -384,15 +378,13 @@ fn lone_suspects_take_turns_and_wait_for_a_workers_later_claim() {
     assert_eq!(store.job(job).unwrap().state, JobState::Completed);
 }
 
-#[test]
-fn a_lone_suspect_whose_worker_died_waits_before_it_runs_alone_again() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = cortex_queue::StoreConfig {
+fn a_lone_suspect_whose_worker_died_waits_before_it_runs_alone_again(b: &Backend) {
+    let dir = &b.dir;
+    let mut store = b.open_timed(RetryTimings {
         lone_retry: Duration::from_millis(400),
-        ..cortex_queue::StoreConfig::default()
-    };
-    let mut store = Store::open_with(dir.path().join("q.db"), config).unwrap();
-    let job = submit_prompts(&mut store, dir.path(), "p.jsonl", 1);
+        ..RetryTimings::default_for_tests()
+    });
+    let job = submit_prompts(store.as_mut(), dir.path(), "p.jsonl", 1);
     let die = || sleep(Duration::from_millis(80));
     assert!(!store.claim(1, &lease(50)).unwrap()[0].alone);
     die();
@@ -412,7 +404,7 @@ fn a_lone_suspect_whose_worker_died_waits_before_it_runs_alone_again() {
 /// A worker that claims up to `parallel` items, suspects only when idle,
 /// and "dies" (lets its leases run out) whenever the poison item is among
 /// them. Returns how many times it died.
-fn work_with_poison(store: &mut Store, parallel: usize, poison: &str) -> usize {
+fn work_with_poison(store: &mut dyn Queue, parallel: usize, poison: &str) -> usize {
     let mut deaths = 0;
     loop {
         let claimed = store.claim(parallel, &lease(40)).unwrap();
@@ -435,10 +427,9 @@ fn work_with_poison(store: &mut Store, parallel: usize, poison: &str) -> usize {
     }
 }
 
-#[test]
-fn a_poison_item_among_others_fails_alone_and_costs_the_others_no_attempts() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut store = open_fast(&dir.path().join("q.db"));
+fn a_poison_item_among_others_fails_alone_and_costs_the_others_no_attempts(b: &Backend) {
+    let dir = &b.dir;
+    let mut store = b.open_fast();
     let options = SubmitOptions {
         max_attempts: 3,
         ..SubmitOptions::new("m")
@@ -447,7 +438,7 @@ fn a_poison_item_among_others_fails_alone_and_costs_the_others_no_attempts() {
         .submit_file(&write_prompts(dir.path(), "p.jsonl", 40), &options)
         .unwrap()
         .job;
-    let deaths = work_with_poison(&mut store, 16, "item-5");
+    let deaths = work_with_poison(store.as_mut(), 16, "item-5");
     // Groups of 16, 8, 4, 2, then alone: once before the streak starts,
     // then three charged deaths in a row.
     assert_eq!(deaths, 4 + 1 + 3);
@@ -468,11 +459,12 @@ fn a_poison_item_among_others_fails_alone_and_costs_the_others_no_attempts() {
     assert_eq!((job.counts.completed, job.counts.failed), (39, 1));
 }
 
-#[test]
-fn cancel_stops_pending_items_at_once_and_running_ones_at_their_heartbeat_then_resume_finishes() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut store = Store::open(dir.path().join("q.db")).unwrap();
-    let job = submit_prompts(&mut store, dir.path(), "p.jsonl", 6);
+fn cancel_stops_pending_items_at_once_and_running_ones_at_their_heartbeat_then_resume_finishes(
+    b: &Backend,
+) {
+    let dir = &b.dir;
+    let mut store = b.open();
+    let job = submit_prompts(store.as_mut(), dir.path(), "p.jsonl", 6);
     let done = store.claim(1, &ClaimOptions::default()).unwrap().remove(0);
     store.complete(&done.lease, &response_for(&done)).unwrap();
     let running = store.claim(2, &ClaimOptions::default()).unwrap();
@@ -545,11 +537,10 @@ fn cancel_stops_pending_items_at_once_and_running_ones_at_their_heartbeat_then_r
     );
 }
 
-#[test]
-fn released_items_are_pending_again_without_using_an_attempt() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut store = Store::open(dir.path().join("q.db")).unwrap();
-    let job = submit_prompts(&mut store, dir.path(), "p.jsonl", 2);
+fn released_items_are_pending_again_without_using_an_attempt(b: &Backend) {
+    let dir = &b.dir;
+    let mut store = b.open();
+    let job = submit_prompts(store.as_mut(), dir.path(), "p.jsonl", 2);
     let claimed = store.claim(2, &ClaimOptions::default()).unwrap();
     assert_eq!(store.job(job).unwrap().state, JobState::Finalizing);
     let leases: Vec<_> = claimed.iter().map(|c| c.lease).collect();
@@ -563,11 +554,10 @@ fn released_items_are_pending_again_without_using_an_attempt() {
     assert!(again.iter().all(|c| c.attempt == 1 && c.lease.token == 2));
 }
 
-#[test]
-fn higher_priority_jobs_are_claimed_first_and_claims_can_be_limited_to_jobs() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut store = Store::open(dir.path().join("q.db")).unwrap();
-    let low = submit_prompts(&mut store, dir.path(), "low.jsonl", 2);
+fn higher_priority_jobs_are_claimed_first_and_claims_can_be_limited_to_jobs(b: &Backend) {
+    let dir = &b.dir;
+    let mut store = b.open();
+    let low = submit_prompts(store.as_mut(), dir.path(), "low.jsonl", 2);
     let options = SubmitOptions {
         priority: 5,
         ..SubmitOptions::new("m")
@@ -603,11 +593,10 @@ fn higher_priority_jobs_are_claimed_first_and_claims_can_be_limited_to_jobs() {
     );
 }
 
-#[test]
-fn export_refuses_a_running_job_unless_partial_and_never_leaves_half_a_file() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut store = Store::open(dir.path().join("q.db")).unwrap();
-    let job = submit_prompts(&mut store, dir.path(), "p.jsonl", 3);
+fn export_refuses_a_running_job_unless_partial_and_never_leaves_half_a_file(b: &Backend) {
+    let dir = &b.dir;
+    let mut store = b.open();
+    let job = submit_prompts(store.as_mut(), dir.path(), "p.jsonl", 3);
     let claimed = store.claim(1, &ClaimOptions::default()).unwrap().remove(0);
     store
         .complete(&claimed.lease, &response_for(&claimed))
@@ -645,11 +634,10 @@ fn export_refuses_a_running_job_unless_partial_and_never_leaves_half_a_file() {
     ));
 }
 
-#[test]
-fn status_reports_throughput_and_an_eta_while_running() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut store = Store::open(dir.path().join("q.db")).unwrap();
-    let job = submit_prompts(&mut store, dir.path(), "p.jsonl", 10);
+fn status_reports_throughput_and_an_eta_while_running(b: &Backend) {
+    let dir = &b.dir;
+    let mut store = b.open();
+    let job = submit_prompts(store.as_mut(), dir.path(), "p.jsonl", 10);
     for claimed in store.claim(4, &ClaimOptions::default()).unwrap() {
         store
             .complete(&claimed.lease, &response_for(&claimed))
@@ -664,3 +652,20 @@ fn status_reports_throughput_and_an_eta_while_running() {
     let eta = status.eta.expect("an ETA while items remain");
     assert!(eta > Duration::ZERO);
 }
+
+on_both_backends!(
+    a_job_runs_to_completion_and_exports_openai_batch_output_in_input_order,
+    a_lost_lease_cannot_heartbeat_or_write_and_the_new_holder_wins,
+    heartbeats_keep_a_lease_alive,
+    retryable_failures_back_off_until_max_attempts_then_fail_with_the_last_error,
+    a_non_retryable_failure_fails_at_once_and_is_exported_as_an_error,
+    a_lone_poison_item_is_charged_only_for_deaths_while_alone,
+    lone_suspects_take_turns_and_wait_for_a_workers_later_claim,
+    a_lone_suspect_whose_worker_died_waits_before_it_runs_alone_again,
+    a_poison_item_among_others_fails_alone_and_costs_the_others_no_attempts,
+    cancel_stops_pending_items_at_once_and_running_ones_at_their_heartbeat_then_resume_finishes,
+    released_items_are_pending_again_without_using_an_attempt,
+    higher_priority_jobs_are_claimed_first_and_claims_can_be_limited_to_jobs,
+    export_refuses_a_running_job_unless_partial_and_never_leaves_half_a_file,
+    status_reports_throughput_and_an_eta_while_running,
+);

@@ -7,6 +7,7 @@
 
 mod common;
 
+use cortex_queue::{JobStore, WorkerStore};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::ExitStatusExt;

@@ -3,6 +3,7 @@
 
 mod common;
 
+use cortex_queue::{JobStore, WorkerStore};
 use std::path::Path;
 use std::process::Command;
 

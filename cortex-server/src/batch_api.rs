@@ -19,7 +19,7 @@ use cortex_openai::{
     BatchFiles, BatchRequest, ExportJsonl, FileInfo, SubmitJsonl, batch_object,
     failed_batch_object, file_deleted_object, file_object, list_object,
 };
-use cortex_queue::{Job, JobFilter, JobId, QueueError, Store, SubmitOptions};
+use cortex_queue::{Job, JobFilter, JobId, Queue, QueueError, SubmitOptions};
 use serde_json::Value;
 
 use crate::error::ApiError;
@@ -167,7 +167,7 @@ fn ended_at(job: &Job) -> i64 {
 /// files are named by when the job ended, so they are written once per
 /// ending and every later request reads them as they are.
 fn export(
-    store: &mut Store,
+    store: &mut dyn Queue,
     state: &AppState,
     job: JobId,
     part: &str,

@@ -24,7 +24,8 @@
 //!
 //! let model = cortex_worker::resolve("default", &ModelCache::default_location())?;
 //! let engine = Engine::start(&EngineConfig::new(&model.path))?;
-//! let config = ServerConfig::new(model, "cortex.db", "cortex-files");
+//! let queue = cortex_queue::QueueOpener::sqlite("cortex.db");
+//! let config = ServerConfig::new(model, queue, "cortex-files");
 //! serve(config, engine)?; // until SIGINT or SIGTERM
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -50,6 +51,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cortex_engine::Engine;
+use cortex_queue::QueueOpener;
 use cortex_worker::ModelIdentity;
 
 pub use stream::ONLINE_PRIORITY;
@@ -64,8 +66,8 @@ pub struct ServerConfig {
     pub api_keys: Vec<String>,
     /// The served model (its name is what `/v1/models` lists).
     pub model: ModelIdentity,
-    /// The queue's database.
-    pub database: PathBuf,
+    /// The queue (SQLite or PostgreSQL).
+    pub queue: QueueOpener,
     /// Where uploaded files and batch exports live.
     pub files_dir: PathBuf,
     /// Lease of the items the server's worker claims.
@@ -84,19 +86,15 @@ pub struct ServerConfig {
 }
 
 impl ServerConfig {
-    /// Listens on 127.0.0.1:8080 without keys; the queue in `database`,
+    /// Listens on 127.0.0.1:8080 without keys; the queue `queue` opens,
     /// files in `files_dir`; 60 s leases; 48 queue items at most (of the
     /// engine's default 64 slots); 32 MiB bodies, 512 MiB files; 5 s grace.
-    pub fn new(
-        model: ModelIdentity,
-        database: impl Into<PathBuf>,
-        files_dir: impl Into<PathBuf>,
-    ) -> Self {
+    pub fn new(model: ModelIdentity, queue: QueueOpener, files_dir: impl Into<PathBuf>) -> Self {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             api_keys: Vec::new(),
             model,
-            database: database.into(),
+            queue,
             files_dir: files_dir.into(),
             lease: Duration::from_secs(60),
             batch_parallel: 48,

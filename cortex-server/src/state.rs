@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use cortex_engine::Engine;
-use cortex_queue::{QueueError, Store};
+use cortex_queue::{Queue, QueueError};
 use cortex_request::RequestId;
 
 use crate::error::ApiError;
@@ -21,7 +21,7 @@ const ONLINE_IDS: u64 = 1 << 62;
 pub(crate) struct AppState {
     pub(crate) config: ServerConfig,
     pub(crate) engine: Arc<Engine>,
-    store: Mutex<Store>,
+    store: Mutex<Box<dyn Queue>>,
     pub(crate) files: FileStore,
     pub(crate) metrics: Metrics,
     next_id: AtomicU64,
@@ -45,7 +45,7 @@ impl AppState {
         config: ServerConfig,
         engine: Arc<Engine>,
     ) -> Result<Arc<Self>, ServerError> {
-        let store = Store::open(&config.database)?;
+        let store = config.queue.open()?;
         let files = FileStore::open(&config.files_dir)?;
         Ok(Arc::new(Self {
             engine,
@@ -128,10 +128,10 @@ impl AppState {
     /// Runs `f` on the queue off the async threads.
     pub(crate) async fn with_store<T: Send + 'static>(
         self: &Arc<Self>,
-        f: impl FnOnce(&mut Store) -> Result<T, ApiError> + Send + 'static,
+        f: impl FnOnce(&mut dyn Queue) -> Result<T, ApiError> + Send + 'static,
     ) -> Result<T, ApiError> {
         let state = Arc::clone(self);
-        tokio::task::spawn_blocking(move || f(&mut lock(&state.store)))
+        tokio::task::spawn_blocking(move || f(lock(&state.store).as_mut()))
             .await
             .map_err(|e| ApiError::internal(format!("a queue task failed: {e}")))?
     }

@@ -10,7 +10,6 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use cortex_engine::EngineHealth;
-use cortex_queue::Store;
 use cortex_worker::{WorkerError, WorkerPlan, work_queue};
 
 use crate::state::AppState;
@@ -37,9 +36,13 @@ fn work(state: &AppState) {
     };
     let stop = &state.stop_worker;
     while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-        let outcome = Store::open(&config.database)
+        let outcome = config
+            .queue
+            .open()
             .map_err(WorkerError::from)
-            .and_then(|mut store| work_queue(&mut store, &state.engine, &plan, stop, |_| Ok(())));
+            .and_then(|mut store| {
+                work_queue(store.as_mut(), &state.engine, &plan, stop, |_| Ok(()))
+            });
         match outcome {
             Ok(report) => {
                 tracing::info!(

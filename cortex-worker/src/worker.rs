@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use cortex_engine::{Engine, EngineError, EngineEvent, EngineHealth, EngineStats, Shutdown};
 use cortex_queue::{
-    ClaimOptions, ClaimedItem, ItemFailure, JobFilter, JobId, Lease, LeaseStatus, QueueError,
-    Store, failpoint,
+    ClaimOptions, ClaimedItem, ItemFailure, JobFilter, JobId, Lease, LeaseStatus, Queue,
+    QueueError, failpoint,
 };
 use cortex_request::{FinishReason, RequestId, Response};
 
@@ -69,9 +69,12 @@ pub struct WorkerReport {
 const STOP_GRACE: Duration = Duration::from_secs(3);
 /// How often an idle worker looks for work.
 const POLL: Duration = Duration::from_millis(250);
+/// Longest wait of an idle worker between claims (leases of dead workers
+/// are swept at claims, so it must stay short).
+const IDLE_WAIT: Duration = Duration::from_secs(1);
 
 struct Worker<'a> {
-    store: &'a mut Store,
+    store: &'a mut dyn Queue,
     engine: &'a Engine,
     events: (flume::Sender<EngineEvent>, flume::Receiver<EngineEvent>),
     in_flight: HashMap<RequestId, ClaimedItem>,
@@ -332,11 +335,11 @@ impl Worker<'_> {
 /// [`cortex_queue::ClaimOptions::suspects`]) with the engine's message as their
 /// last error, and the run returns [`WorkerError::EngineDied`].
 pub fn run_worker(
-    store: &mut Store,
+    store: &mut dyn Queue,
     engine: Engine,
     plan: &WorkerPlan,
     stop: &AtomicBool,
-    tick: impl FnMut(&mut Store) -> Result<(), QueueError>,
+    tick: impl FnMut(&mut dyn Queue) -> Result<(), QueueError>,
 ) -> Result<WorkerReport, WorkerError> {
     let outcome = work_queue(store, &engine, plan, stop, tick);
     let ended = engine.shutdown(Shutdown::Abort);
@@ -353,11 +356,11 @@ pub fn run_worker(
 /// Other requests in the engine count against its free slots, never against
 /// the items' leases.
 pub fn work_queue(
-    store: &mut Store,
+    store: &mut dyn Queue,
     engine: &Engine,
     plan: &WorkerPlan,
     stop: &AtomicBool,
-    mut tick: impl FnMut(&mut Store) -> Result<(), QueueError>,
+    mut tick: impl FnMut(&mut dyn Queue) -> Result<(), QueueError>,
 ) -> Result<WorkerReport, WorkerError> {
     let lease = plan.lease;
     let mut worker = Worker {
@@ -398,7 +401,7 @@ pub fn work_queue(
 fn work(
     worker: &mut Worker<'_>,
     stop: &AtomicBool,
-    tick: &mut impl FnMut(&mut Store) -> Result<(), QueueError>,
+    tick: &mut impl FnMut(&mut dyn Queue) -> Result<(), QueueError>,
 ) -> Result<(), WorkerError> {
     let lease = worker.plan.lease;
     let mut last_heartbeat = Instant::now();
@@ -420,6 +423,12 @@ fn work(
             // Nothing to claim and nothing in hand: done unless a job in scope can still produce work.
             drained =
                 worker.in_flight.is_empty() && !worker.plan.follow && !worker.work_remains()?;
+            if worker.in_flight.is_empty() && !drained && !stop.load(Ordering::SeqCst) {
+                // Idle: wait for work to arrive (a backend with notifications
+                // wakes at once), then claim again.
+                worker.store.wait_for_work(IDLE_WAIT)?;
+                next_claim = Instant::now();
+            }
         }
         worker.shed();
         worker.drain_events(Duration::from_millis(50))?;

@@ -6,6 +6,7 @@
 //! items back at once, pending again with their attempts, and finishes the
 //! job.
 
+use cortex_queue::JobStore;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;

@@ -22,7 +22,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use cortex_queue::{ItemRecord, Job, JobId, Store};
+use cortex_queue::{ItemRecord, Job, JobId, Queue, Store};
+use cortex_queue_postgres::PgStore;
 
 /// The `cortex` binary built for this profile.
 pub fn binary() -> PathBuf {
@@ -47,6 +48,8 @@ pub struct Cortex {
     dir: tempfile::TempDir,
     binary: PathBuf,
     env: Vec<(String, String)>,
+    /// The PostgreSQL queue's URL, when this installation uses one.
+    postgres: Option<String>,
 }
 
 impl Default for Cortex {
@@ -74,7 +77,36 @@ impl Cortex {
             dir,
             binary: binary(),
             env,
+            postgres: None,
         }
+    }
+
+    /// An installation whose queue is a fresh database on the test
+    /// PostgreSQL server (`CORTEX_TEST_POSTGRES`); `None`, after saying so,
+    /// when there is none and none is required (`CORTEX_REQUIRE_POSTGRES=1`).
+    pub fn on_postgres(name: &str) -> Option<Self> {
+        let server = match std::env::var("CORTEX_TEST_POSTGRES") {
+            Ok(url) if !url.is_empty() => url,
+            _ => {
+                assert!(
+                    std::env::var("CORTEX_REQUIRE_POSTGRES").as_deref() != Ok("1"),
+                    "CORTEX_REQUIRE_POSTGRES=1 but CORTEX_TEST_POSTGRES is not set"
+                );
+                eprintln!("skipped: no PostgreSQL server (set CORTEX_TEST_POSTGRES)");
+                return None;
+            }
+        };
+        let url = PgStore::create_database(&server, &format!("e2e_{name}_{}", std::process::id()))
+            .expect("a fresh test database");
+        let mut cortex = Self::new();
+        cortex.set_env("CORTEX_DB", &url);
+        cortex.postgres = Some(url);
+        Some(cortex)
+    }
+
+    /// The PostgreSQL queue's URL, if this installation uses one.
+    pub fn postgres_url(&self) -> Option<&str> {
+        self.postgres.as_deref()
     }
 
     /// Sets an environment variable for every later command.
@@ -159,9 +191,21 @@ impl Cortex {
             .expect("start cortex")
     }
 
-    /// Opens the database directly, to look at what the binary did.
-    pub fn store(&self) -> Store {
-        Store::open(self.db()).expect("open the database")
+    /// Opens the queue directly (SQLite or PostgreSQL), to look at what the binary did.
+    pub fn store(&self) -> Box<dyn Queue> {
+        match &self.postgres {
+            Some(url) => Box::new(PgStore::connect(url).expect("connect to the queue")),
+            None => Box::new(Store::open(self.db()).expect("open the database")),
+        }
+    }
+
+    /// The backend's own consistency check (SQLite's integrity check, or
+    /// PostgreSQL's counters against the items).
+    pub fn check_store(&self) {
+        match &self.postgres {
+            Some(url) => PgStore::connect(url).unwrap().check_counts().unwrap(),
+            None => Store::open(self.db()).unwrap().integrity_check().unwrap(),
+        }
     }
 
     /// The job as stored.

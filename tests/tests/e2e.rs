@@ -89,10 +89,22 @@ fn env_or(name: &str, default: u64) -> u64 {
 
 #[test]
 fn kill_9_at_random_moments_loses_nothing_and_redoes_nothing_finished() {
+    kill_9_at_random_moments(&Cortex::new());
+}
+
+#[test]
+fn kill_9_at_random_moments_on_postgres_loses_nothing_and_redoes_nothing_finished() {
+    if let Some(cortex) = Cortex::on_postgres("kill") {
+        kill_9_at_random_moments(&cortex);
+    }
+}
+
+/// Workers (one or two at a time) killed with SIGKILL at pseudo-random
+/// moments, at least 10 times, during a 200-item job; then one finishes it.
+fn kill_9_at_random_moments(cortex: &Cortex) {
     let _turn = turn();
     let items = env_or("CORTEX_KILL_ITEMS", 200) as usize;
     let target_kills = env_or("CORTEX_KILL_KILLS", 12);
-    let cortex = Cortex::new();
     // Long enough (32 tokens each) that the job outlasts the kills.
     cortex.write("p.jsonl", &prompts(items, 32));
     // Default settings: 3 attempts, 64 in parallel. A kill must cost nothing but time.
@@ -170,7 +182,7 @@ fn kill_9_at_random_moments_loses_nothing_and_redoes_nothing_finished() {
         "{} items not completed",
         not_completed.len()
     );
-    assert_complete_export(&cortex, items);
+    assert_complete_export(cortex, items);
     for item in records {
         if let Some(before) = finished_before.get(&item.id.0) {
             assert_eq!(
@@ -181,7 +193,7 @@ fn kill_9_at_random_moments_loses_nothing_and_redoes_nothing_finished() {
             );
         }
     }
-    cortex.store().integrity_check().unwrap();
+    cortex.check_store();
 }
 
 #[test]

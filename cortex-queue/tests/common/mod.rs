@@ -2,9 +2,11 @@
 #![allow(dead_code, unreachable_pub)]
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use cortex_openai::SubmitJsonl;
-use cortex_queue::{ClaimedItem, JobId, Store, StoreConfig, SubmitOptions};
+use cortex_queue::{ClaimedItem, JobId, Queue, Store, StoreConfig, SubmitOptions};
+use cortex_queue_postgres::{PgConfig, PgStore};
 use cortex_request::{Completion, FinishReason, Response, Timings, Usage};
 
 /// A JSONL file of `n` prompts alternating between the OpenAI chat format and plain completions.
@@ -49,22 +51,225 @@ pub fn response_for(item: &ClaimedItem) -> Response {
     }
 }
 
-/// A store with fast retries (and lone suspects retried at once), for tests
-/// that exercise backoff and worker deaths.
+/// A SQLite store with fast retries (and lone suspects retried at once),
+/// for tests that exercise backoff and worker deaths.
 pub fn open_fast(path: &Path) -> Store {
     let config = StoreConfig {
-        retry_backoff: std::time::Duration::from_millis(50),
-        max_retry_backoff: std::time::Duration::from_millis(200),
-        lone_retry: std::time::Duration::ZERO,
+        retry_backoff: Duration::from_millis(50),
+        max_retry_backoff: Duration::from_millis(200),
+        lone_retry: Duration::ZERO,
         ..StoreConfig::default()
     };
     Store::open_with(path, config).unwrap()
 }
 
 /// Submits a job of `n` prompts (see [`write_prompts`]) with default options.
-pub fn submit_prompts(store: &mut Store, dir: &Path, name: &str, n: usize) -> JobId {
+pub fn submit_prompts(store: &mut dyn Queue, dir: &Path, name: &str, n: usize) -> JobId {
     store
         .submit_file(&write_prompts(dir, name, n), &SubmitOptions::new("m"))
         .unwrap()
         .job
+}
+
+/// Retry and death timings a test wants of a store.
+#[derive(Debug, Clone, Copy)]
+pub struct RetryTimings {
+    /// First retry delay of a failed item.
+    pub retry_backoff: Duration,
+    /// Longest retry delay.
+    pub max_retry_backoff: Duration,
+    /// Wait of a lone suspect whose worker died.
+    pub lone_retry: Duration,
+}
+
+impl RetryTimings {
+    /// Fast retries, lone suspects at once.
+    pub const FAST: RetryTimings = RetryTimings {
+        retry_backoff: Duration::from_millis(50),
+        max_retry_backoff: Duration::from_millis(200),
+        lone_retry: Duration::ZERO,
+    };
+    /// The stores' defaults.
+    pub fn default_for_tests() -> RetryTimings {
+        let d = StoreConfig::default();
+        RetryTimings {
+            retry_backoff: d.retry_backoff,
+            max_retry_backoff: d.max_retry_backoff,
+            lone_retry: d.lone_retry,
+        }
+    }
+}
+
+/// One queue backend under test: a SQLite file in a temporary directory,
+/// or a fresh database on the PostgreSQL server `CORTEX_TEST_POSTGRES` names.
+pub struct Backend {
+    /// Scratch space (the SQLite file, inputs, exports).
+    pub dir: tempfile::TempDir,
+    /// The PostgreSQL database's URL; `None` for SQLite.
+    pub url: Option<String>,
+}
+
+/// A fresh database on the test server, named after the test.
+pub fn fresh_database(server: &str, hint: &str) -> String {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let name = format!(
+        "t_{}_{}_{}",
+        hint.chars()
+            .filter(char::is_ascii_alphanumeric)
+            .take(20)
+            .collect::<String>(),
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+    .to_lowercase();
+    PgStore::create_database(server, &name).unwrap()
+}
+
+/// The test server's URL, or `None` (after saying so) when none is set up
+/// and none is required (`CORTEX_REQUIRE_POSTGRES=1`, as the test script sets).
+pub fn postgres_server() -> Option<String> {
+    match std::env::var("CORTEX_TEST_POSTGRES") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            assert!(
+                std::env::var("CORTEX_REQUIRE_POSTGRES").as_deref() != Ok("1"),
+                "CORTEX_REQUIRE_POSTGRES=1 but CORTEX_TEST_POSTGRES is not set"
+            );
+            eprintln!("skipped: no PostgreSQL server (set CORTEX_TEST_POSTGRES to a database URL)");
+            None
+        }
+    }
+}
+
+impl Backend {
+    /// A SQLite file.
+    pub fn sqlite() -> Backend {
+        Backend {
+            dir: tempfile::tempdir().unwrap(),
+            url: None,
+        }
+    }
+
+    /// A fresh PostgreSQL database, if a test server is configured.
+    pub fn postgres(hint: &str) -> Option<Backend> {
+        let server = postgres_server()?;
+        Some(Backend {
+            dir: tempfile::tempdir().unwrap(),
+            url: Some(fresh_database(&server, hint)),
+        })
+    }
+
+    /// `sqlite` or `postgres`.
+    pub fn name(&self) -> &'static str {
+        if self.url.is_some() {
+            "postgres"
+        } else {
+            "sqlite"
+        }
+    }
+
+    /// The scratch directory.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// A connection with default settings.
+    pub fn open(&self) -> Box<dyn Queue> {
+        self.open_timed(RetryTimings::default_for_tests())
+    }
+
+    /// A connection with fast retries (see [`open_fast`]).
+    pub fn open_fast(&self) -> Box<dyn Queue> {
+        self.open_timed(RetryTimings::FAST)
+    }
+
+    /// A connection with these retry timings.
+    pub fn open_timed(&self, t: RetryTimings) -> Box<dyn Queue> {
+        match &self.url {
+            None => Box::new(
+                Store::open_with(
+                    self.dir.path().join("q.db"),
+                    StoreConfig {
+                        retry_backoff: t.retry_backoff,
+                        max_retry_backoff: t.max_retry_backoff,
+                        lone_retry: t.lone_retry,
+                        ..StoreConfig::default()
+                    },
+                )
+                .unwrap(),
+            ),
+            Some(url) => Box::new(
+                PgStore::connect_with(
+                    url,
+                    PgConfig {
+                        retry_backoff: t.retry_backoff,
+                        max_retry_backoff: t.max_retry_backoff,
+                        lone_retry: t.lone_retry,
+                        ..PgConfig::default()
+                    },
+                )
+                .unwrap(),
+            ),
+        }
+    }
+
+    /// The backend's own consistency check: SQLite's integrity and foreign
+    /// keys; PostgreSQL's per-job counters against the items themselves.
+    pub fn check(&self) {
+        match &self.url {
+            None => Store::open(self.dir.path().join("q.db"))
+                .unwrap()
+                .integrity_check()
+                .unwrap(),
+            Some(url) => PgStore::connect(url).unwrap().check_counts().unwrap(),
+        }
+    }
+}
+
+/// Runs each named test (a `fn(&Backend)`) on SQLite and on PostgreSQL.
+#[macro_export]
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(#[test]
+            fn $name() {
+                super::$name(&$crate::common::Backend::sqlite());
+            })*
+        }
+        mod postgres {
+            $(#[test]
+            fn $name() {
+                if let Some(backend) = $crate::common::Backend::postgres(stringify!($name)) {
+                    super::$name(&backend);
+                }
+            })*
+        }
+    };
+}
+
+/// Two numbers the backend's own SQL gives (`rusqlite` for SQLite, `psql`
+/// for PostgreSQL): for tests that look at how data is stored.
+pub fn sql_pair(b: &Backend, first: &str, second: &str) -> (i64, i64) {
+    let one = |sql: &str| -> i64 {
+        match &b.url {
+            None => rusqlite::Connection::open(b.dir.path().join("q.db"))
+                .unwrap()
+                .query_row(sql, [], |row| row.get(0))
+                .unwrap(),
+            Some(url) => {
+                let out = std::process::Command::new("psql")
+                    .args([url.as_str(), "-qAt", "-c", sql])
+                    .output()
+                    .expect("psql runs");
+                assert!(
+                    out.status.success(),
+                    "{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+            }
+        }
+    };
+    (one(first), one(second))
 }

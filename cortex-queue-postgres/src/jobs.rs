@@ -1,0 +1,338 @@
+//! Jobs on PostgreSQL: reading them (counts summed over their shards),
+//! their state machine under the job's row lock, cancel, resume and retry.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::Duration;
+
+use cortex_queue::{
+    ExportFormat, ExportSummary, ItemId, ItemRecord, ItemSource, ItemState, Job, JobCounts,
+    JobFilter, JobId, JobState, JobStatus, JobStore, JobTimes, QueueError, Result, SubmitOptions,
+    Submitted,
+};
+use postgres::Row;
+
+use crate::{Failure, PgStore, Tx, count};
+
+/// A job's columns and its counts summed over shards (`count` columns 11..=17).
+const JOB_SELECT: &str = "SELECT j.id, j.state, j.source_name, j.source_sha256, j.model, j.defaults, j.metadata::text,
+        j.priority, j.max_attempts, j.lines, j.invalid,
+        coalesce(c.pending, 0), coalesce(c.running, 0), coalesce(c.completed, 0), coalesce(c.failed, 0),
+        coalesce(c.cancelled, 0), coalesce(c.prompt_tokens, 0), coalesce(c.completion_tokens, 0),
+        j.created_at, j.validating_at, j.in_progress_at, j.finalizing_at, j.completed_at, j.failed_at,
+        j.cancelling_at, j.cancelled_at, j.model_sha256
+    FROM jobs j LEFT JOIN LATERAL (
+        SELECT sum(pending)::bigint AS pending, sum(running)::bigint AS running,
+               sum(completed)::bigint AS completed, sum(failed)::bigint AS failed,
+               sum(cancelled)::bigint AS cancelled, sum(prompt_tokens)::bigint AS prompt_tokens,
+               sum(completion_tokens)::bigint AS completion_tokens
+        FROM job_counts WHERE job_id = j.id) c ON true";
+
+fn job_from_row(row: &Row) -> Job {
+    let state: String = row.get(1);
+    let invalid = count(row, 10);
+    Job {
+        id: JobId(row.get(0)),
+        state: JobState::parse(&state).unwrap_or(JobState::Failed),
+        source_name: row.get(2),
+        source_sha256: row.get(3),
+        model: row.get(4),
+        model_sha256: row.get(26),
+        defaults: serde_json::from_str(row.get(5)).unwrap_or_default(),
+        metadata: serde_json::from_str(row.get(6)).unwrap_or_default(),
+        priority: row.get(7),
+        max_attempts: row.get::<_, i32>(8).max(0) as u32,
+        counts: JobCounts {
+            total: count(row, 9),
+            pending: count(row, 11),
+            running: count(row, 12),
+            completed: count(row, 13),
+            failed: count(row, 14) + invalid,
+            cancelled: count(row, 15),
+            invalid,
+        },
+        prompt_tokens: count(row, 16),
+        completion_tokens: count(row, 17),
+        times: JobTimes {
+            created_at: row.get(18),
+            validating_at: row.get(19),
+            in_progress_at: row.get(20),
+            finalizing_at: row.get(21),
+            completed_at: row.get(22),
+            failed_at: row.get(23),
+            cancelling_at: row.get(24),
+            cancelled_at: row.get(25),
+        },
+    }
+}
+
+pub(crate) fn load_job(tx: &mut Tx<'_>, job: JobId) -> Result<Job, Failure> {
+    tx.query_opt(&format!("{JOB_SELECT} WHERE j.id = $1"), &[&job.0])?
+        .map(|row| job_from_row(&row))
+        .ok_or(Failure::Queue(QueueError::NoSuchJob(job)))
+}
+
+/// Locks the job's row (every explicit state change and every settle takes
+/// it, so they happen one at a time per job) and reads the job.
+fn lock_job(tx: &mut Tx<'_>, job: JobId) -> Result<Job, Failure> {
+    tx.query_opt("SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE", &[&job.0])?
+        .ok_or(Failure::Queue(QueueError::NoSuchJob(job)))?;
+    load_job(tx, job)
+}
+
+fn set_state(tx: &mut Tx<'_>, job: JobId, state: JobState, now: i64) -> Result<(), Failure> {
+    // Column names come from the fixed state list, never from input.
+    tx.execute(
+        &format!("UPDATE jobs SET state = $2, {state}_at = $3 WHERE id = $1"),
+        &[&job.0, &state.as_str(), &now],
+    )
+    .map(drop)
+}
+
+/// Applies the state machine to a job whose row this transaction locked.
+fn settle_locked(tx: &mut Tx<'_>, job: &Job, now: i64) -> Result<Job, Failure> {
+    let next = job.state.settled(&job.counts);
+    if next == job.state {
+        return Ok(job.clone());
+    }
+    set_state(tx, job.id, next, now)?;
+    load_job(tx, job.id)
+}
+
+fn wrong_state(job: &Job, hint: &str) -> Failure {
+    Failure::Queue(QueueError::WrongState {
+        job: job.id,
+        state: job.state,
+        hint: hint.into(),
+    })
+}
+
+impl PgStore {
+    /// Moves a job to the state its counts imply. Runs after each write has
+    /// committed: counts are summed from committed shards only, so whichever
+    /// writer commits last sees them all and makes the move.
+    pub(crate) fn settle(&mut self, id: JobId) -> Result<Job> {
+        let job = self.run(|tx| load_job(tx, id))?;
+        if job.state.settled(&job.counts) == job.state {
+            return Ok(job);
+        }
+        self.run(|tx| {
+            let job = lock_job(tx, id)?;
+            let now = tx.now()?;
+            settle_locked(tx, &job, now)
+        })
+    }
+
+    /// An explicit change of a job's state, under its row lock.
+    fn change_job<T>(
+        &mut self,
+        id: JobId,
+        mut change: impl FnMut(&mut Tx<'_>, &Job, i64) -> Result<T, Failure>,
+    ) -> Result<T> {
+        let value = self.run(|tx| {
+            let job = lock_job(tx, id)?;
+            let now = tx.now()?;
+            change(tx, &job, now)
+        })?;
+        // Writers that committed meanwhile may have left the counts at a turn.
+        self.settle_after(&BTreeSet::from([id.0]))?;
+        Ok(value)
+    }
+}
+
+/// Items of `job` in `states` become pending with fresh attempts; how many.
+fn restart_items(tx: &mut Tx<'_>, job: JobId, states: &[&str], now: i64) -> Result<u64, Failure> {
+    let states: Vec<String> = states.iter().map(|s| (*s).to_owned()).collect();
+    let restarted = tx.execute(
+        "UPDATE items SET state = 'pending', attempts = 0, not_before = 0, error_code = NULL,
+                          error_message = NULL, updated_at = $2
+         WHERE job_id = $1 AND state = ANY($3::text[])",
+        &[&job.0, &now, &states],
+    )?;
+    if restarted > 0 {
+        tx.notify_work()?;
+    }
+    Ok(restarted)
+}
+
+impl JobStore for PgStore {
+    fn submit_items(
+        &mut self,
+        input: &mut dyn ItemSource,
+        source_name: &str,
+        options: &SubmitOptions,
+    ) -> Result<Submitted> {
+        self.submit_by_copy(input, source_name, options)
+    }
+
+    fn job(&mut self, id: JobId) -> Result<Job> {
+        self.settle(id)
+    }
+
+    fn jobs(&mut self, filter: &JobFilter) -> Result<Vec<Job>> {
+        let limit = filter.limit.map(|l| i64::try_from(l).unwrap_or(i64::MAX));
+        let state = filter.state.map(JobState::as_str);
+        let (key, value) = filter.metadata.clone().unzip();
+        let jobs = self.run(|tx| {
+            Ok(tx
+                .query(
+                    &format!(
+                        "{JOB_SELECT}
+                         WHERE j.state <> 'validating' AND ($1::text IS NULL OR j.state = $1::text)
+                           AND ($2::text IS NULL OR j.metadata ->> $2::text = $3::text)
+                         ORDER BY j.id DESC LIMIT $4"
+                    ),
+                    &[&state, &key, &value, &limit],
+                )?
+                .iter()
+                .map(job_from_row)
+                .collect::<Vec<_>>())
+        })?;
+        // A writer that died between its commit and its settle leaves a job
+        // behind its counts: reading it puts it right.
+        jobs.into_iter()
+            .map(|job| {
+                if job.state.settled(&job.counts) == job.state {
+                    Ok(job)
+                } else {
+                    self.settle(job.id)
+                }
+            })
+            .collect()
+    }
+
+    fn status_over(&mut self, id: JobId, window: Duration) -> Result<JobStatus> {
+        let window_ms = i64::try_from(window.as_millis())
+            .unwrap_or(i64::MAX / 4)
+            .max(1);
+        self.settle(id)?;
+        self.run(|tx| {
+            let job = load_job(tx, id)?;
+            let now = tx.now()?;
+            let t = &job.times;
+            let end = match job.state {
+                JobState::Completed => t.completed_at,
+                JobState::Failed => t.failed_at,
+                JobState::Cancelled => t.cancelled_at,
+                _ => None,
+            }
+            .unwrap_or(now);
+            let start = (end - window_ms).max(t.in_progress_at.unwrap_or(t.created_at));
+            let row = tx.query_one(
+                "SELECT count(*), coalesce(sum(completion_tokens), 0)::bigint FROM results
+                 WHERE job_id = $1 AND completed_at > $2 AND completed_at <= $3",
+                &[&id.0, &start, &end],
+            )?;
+            let (items, tokens): (i64, i64) = (row.get(0), row.get(1));
+            let span = ((end - start).max(1000) as f64) / 1000.0;
+            let items_per_second = items as f64 / span;
+            let remaining = job.counts.pending + job.counts.running;
+            let eta = (!job.state.is_terminal() && items_per_second > 0.0)
+                .then(|| Duration::from_secs_f64(remaining as f64 / items_per_second));
+            Ok(JobStatus {
+                window: Duration::from_millis((end - start).max(0) as u64),
+                items_per_second,
+                tokens_per_second: tokens as f64 / span,
+                eta,
+                job,
+            })
+        })
+    }
+
+    fn items(&mut self, id: JobId) -> Result<Vec<ItemRecord>> {
+        self.run(|tx| {
+            load_job(tx, id)?;
+            Ok(tx
+                .query(
+                    "SELECT i.id, i.line, i.custom_id, i.state, i.attempts, i.lease_token, i.error_code,
+                            i.error_message, r.completed_at, i.deaths
+                     FROM items i LEFT JOIN results r ON r.item_id = i.id WHERE i.job_id = $1 ORDER BY i.line",
+                    &[&id.0],
+                )?
+                .iter()
+                .map(|row| ItemRecord {
+                    id: ItemId(row.get(0)),
+                    line: row.get::<_, i64>(1) as u64,
+                    custom_id: row.get(2),
+                    state: ItemState::parse(row.get(3)).unwrap_or(ItemState::Failed),
+                    attempts: row.get::<_, i32>(4).max(0) as u32,
+                    lease_token: row.get(5),
+                    error_code: row.get(6),
+                    error_message: row.get(7),
+                    completed_at: row.get(8),
+                    deaths: row.get::<_, i32>(9).max(0) as u32,
+                })
+                .collect())
+        })
+    }
+
+    fn cancel(&mut self, id: JobId) -> Result<Job> {
+        self.change_job(id, |tx, job, now| {
+            match job.state {
+                JobState::Cancelling | JobState::Cancelled => return Ok(job.clone()),
+                state if state.is_terminal() => {
+                    return Err(wrong_state(job, "it has already ended; nothing to cancel"));
+                }
+                _ => {}
+            }
+            tx.execute(
+                "UPDATE items SET state = 'cancelled', updated_at = $2 WHERE job_id = $1 AND state = 'pending'",
+                &[&id.0, &now],
+            )?;
+            set_state(tx, id, JobState::Cancelling, now)?;
+            let job = load_job(tx, id)?;
+            settle_locked(tx, &job, now)
+        })
+    }
+
+    fn resume(&mut self, id: JobId) -> Result<(Job, u64)> {
+        self.change_job(id, |tx, job, now| {
+            match job.state {
+                JobState::Cancelled | JobState::Cancelling | JobState::Failed => {}
+                JobState::Completed => {
+                    return Err(wrong_state(
+                        job,
+                        "it finished; use retry to run its failed items again",
+                    ));
+                }
+                _ => return Err(wrong_state(job, "it is still running; nothing to resume")),
+            }
+            let resumed = restart_items(tx, id, &["cancelled", "failed"], now)?;
+            set_state(tx, id, JobState::InProgress, now)?;
+            let job = load_job(tx, id)?;
+            Ok((settle_locked(tx, &job, now)?, resumed))
+        })
+    }
+
+    fn retry_failed(&mut self, id: JobId) -> Result<(Job, u64)> {
+        self.change_job(id, |tx, job, now| {
+            if matches!(job.state, JobState::Cancelling) {
+                return Err(wrong_state(
+                    job,
+                    "wait until it is cancelled, then resume it",
+                ));
+            }
+            let retried = restart_items(tx, id, &["failed"], now)?;
+            if retried > 0 && job.state.is_terminal() {
+                set_state(tx, id, JobState::InProgress, now)?;
+            }
+            let job = load_job(tx, id)?;
+            Ok((settle_locked(tx, &job, now)?, retried))
+        })
+    }
+
+    fn export_with(
+        &mut self,
+        id: JobId,
+        output: &Path,
+        errors: Option<&Path>,
+        partial: bool,
+        format: &dyn ExportFormat,
+    ) -> Result<ExportSummary> {
+        self.export_from_cursor(id, output, errors, partial, format)
+    }
+
+    fn location(&self) -> String {
+        self.shown.clone()
+    }
+}

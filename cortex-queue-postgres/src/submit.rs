@@ -1,0 +1,223 @@
+//! Submitting a job on PostgreSQL: every item streamed in with `COPY`, in
+//! one transaction, so no partial job is ever visible.
+
+use std::collections::{HashMap, HashSet};
+use std::io::Write;
+
+use cortex_queue::backend::{KEEP_ERRORS, compact_work_apart, params_hash};
+use cortex_queue::{
+    InputReport, ItemSource, JobId, JobState, LineError, NewItem, QueueError, Result,
+    SubmitOptions, Submitted,
+};
+
+use crate::PgStore;
+
+/// Appends `text` as one field of a `COPY … FORMAT text` row.
+fn copy_field(row: &mut String, text: Option<&str>) {
+    if !row.is_empty() {
+        row.push('\t');
+    }
+    let Some(text) = text else {
+        row.push_str("\\N");
+        return;
+    };
+    for c in text.chars() {
+        match c {
+            '\\' => row.push_str("\\\\"),
+            '\n' => row.push_str("\\n"),
+            '\r' => row.push_str("\\r"),
+            '\t' => row.push_str("\\t"),
+            c => row.push(c),
+        }
+    }
+}
+
+impl PgStore {
+    /// Stores a job and its items in one transaction (items by `COPY`).
+    /// Not retried on a lost connection: the input is read once; the
+    /// transaction rolls back and the caller submits again.
+    pub(crate) fn submit_by_copy(
+        &mut self,
+        input: &mut dyn ItemSource,
+        source_name: &str,
+        options: &SubmitOptions,
+    ) -> Result<Submitted> {
+        let params_sha = params_hash(options);
+        let defaults_json = serde_json::to_string(&options.defaults).expect("defaults serialize");
+        let metadata_json = serde_json::to_string(&options.metadata).expect("metadata serializes");
+        let max_attempts = i32::try_from(options.max_attempts.max(1)).unwrap_or(i32::MAX);
+        let place = std::path::PathBuf::from(&self.shown);
+        let conn = self.connection().map_err(|detail| QueueError::Database {
+            path: place.clone(),
+            detail,
+        })?;
+        let pg = |e: postgres::Error| crate::pg_error(&place, &e);
+        let mut tx = conn.client.transaction().map_err(pg)?;
+        let job = JobId(
+            tx.query_one(
+                "INSERT INTO jobs (state, source_name, source_sha256, params_sha256, model, defaults, metadata,
+                                   priority, max_attempts, created_at, validating_at, model_sha256)
+                 VALUES ('validating', $1, '', $2, $3, $4, $5::text::jsonb, $6, $7, cortex_now(), cortex_now(), $8)
+                 RETURNING id",
+                &[&source_name, &params_sha, &options.model, &defaults_json, &metadata_json,
+                  &options.priority, &max_attempts, &options.model_sha256],
+            )
+            .map_err(pg)?
+            .get(0),
+        );
+        let job_text = job.0.to_string();
+        let priority_text = options.priority.to_string();
+
+        let mut items = 0_u64;
+        let mut invalid = 0_u64;
+        let mut errors: Vec<LineError> = Vec::new();
+        let mut bad_lines: Vec<LineError> = Vec::new();
+        let mut first_use: HashMap<String, u64> = HashMap::new();
+        let mut grammars: HashMap<String, String> = HashMap::new();
+        let mut stored_grammars: HashSet<String> = HashSet::new();
+        {
+            let mut copy = tx
+                .copy_in(
+                    "COPY items (job_id, line, custom_id, endpoint, model, request, priority, updated_at)
+                     FROM STDIN (FORMAT text)",
+                )
+                .map_err(pg)?;
+            let now_text = cortex_queue::now_ms().to_string();
+            let mut row = String::new();
+            for next in &mut *input {
+                let parsed = next.map_err(|source| QueueError::Io {
+                    path: source_name.into(),
+                    source,
+                })?;
+                let error = match parsed {
+                    Ok(NewItem {
+                        line,
+                        custom_id,
+                        endpoint,
+                        model,
+                        request,
+                    }) => match first_use.get(&custom_id) {
+                        Some(first) => LineError {
+                            line,
+                            custom_id: Some(custom_id.clone()),
+                            message: format!(
+                                "duplicate custom_id {custom_id:?} (first used on line {first})"
+                            ),
+                        },
+                        None => {
+                            let (json, grammar) = compact_work_apart(&request);
+                            if let Some((sha, text)) = grammar
+                                && !stored_grammars.contains(&sha)
+                            {
+                                grammars.insert(sha.clone(), text.to_owned());
+                                stored_grammars.insert(sha);
+                            }
+                            row.clear();
+                            copy_field(&mut row, Some(&job_text));
+                            copy_field(&mut row, Some(&line.to_string()));
+                            copy_field(&mut row, Some(&custom_id));
+                            copy_field(&mut row, Some(&endpoint));
+                            copy_field(&mut row, model.as_deref());
+                            copy_field(&mut row, Some(&json));
+                            copy_field(&mut row, Some(&priority_text));
+                            copy_field(&mut row, Some(&now_text));
+                            row.push('\n');
+                            copy.write_all(row.as_bytes())
+                                .map_err(|e| QueueError::Database {
+                                    path: place.clone(),
+                                    detail: format!("while sending items: {e}"),
+                                })?;
+                            first_use.insert(custom_id, line);
+                            items += 1;
+                            continue;
+                        }
+                    },
+                    Err(error) => error,
+                };
+                invalid += 1;
+                if options.skip_invalid {
+                    bad_lines.push(error.clone());
+                    if errors.len() >= KEEP_ERRORS {
+                        continue;
+                    }
+                }
+                errors.push(error);
+            }
+            copy.finish().map_err(pg)?;
+        }
+        let lines = items + invalid;
+        if items == 0 || (invalid > 0 && !options.skip_invalid) {
+            // Dropping the transaction rolls everything back.
+            return Err(QueueError::InvalidInput(InputReport {
+                source_name: source_name.to_owned(),
+                lines,
+                errors,
+            }));
+        }
+        for (sha, text) in &grammars {
+            tx.execute(
+                "INSERT INTO grammars (sha256, text) VALUES ($1, $2) ON CONFLICT (sha256) DO NOTHING",
+                &[sha, text],
+            )
+            .map_err(pg)?;
+        }
+        for chunk in bad_lines.chunks(10_000) {
+            let lines: Vec<i64> = chunk.iter().map(|e| e.line as i64).collect();
+            let ids: Vec<Option<String>> = chunk.iter().map(|e| e.custom_id.clone()).collect();
+            let messages: Vec<String> = chunk.iter().map(|e| e.message.clone()).collect();
+            tx.execute(
+                "INSERT INTO input_errors (job_id, line, custom_id, message)
+                 SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::text[])",
+                &[&job.0, &lines, &ids, &messages],
+            )
+            .map_err(pg)?;
+        }
+        let source_sha = input.source_sha256();
+        if !options.force {
+            let earlier = tx
+                .query_opt(
+                    "SELECT id, state FROM jobs WHERE source_sha256 = $1 AND params_sha256 = $2 AND id <> $3
+                     ORDER BY id DESC LIMIT 1",
+                    &[&source_sha, &params_sha, &job.0],
+                )
+                .map_err(pg)?;
+            if let Some(row) = earlier {
+                return Err(QueueError::DuplicateJob {
+                    existing: JobId(row.get(0)),
+                    state: JobState::parse(row.get(1)).unwrap_or(JobState::InProgress),
+                    source_name: source_name.to_owned(),
+                });
+            }
+        }
+        tx.execute(
+            "UPDATE jobs SET source_sha256 = $2, lines = $3, invalid = $4, state = 'in_progress',
+                             in_progress_at = cortex_now()
+             WHERE id = $1",
+            &[&job.0, &source_sha, &(lines as i64), &(invalid as i64)],
+        )
+        .map_err(pg)?;
+        tx.execute("SELECT pg_notify('cortex_work', '')", &[])
+            .map_err(pg)?;
+        tx.commit().map_err(pg)?;
+        Ok(Submitted {
+            job,
+            items,
+            invalid,
+            first_errors: errors,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::copy_field;
+
+    #[test]
+    fn copy_fields_escape_what_the_text_format_treats_specially() {
+        let mut row = String::new();
+        copy_field(&mut row, Some("a\tb\\c\nd\re"));
+        copy_field(&mut row, None);
+        copy_field(&mut row, Some("plain"));
+        assert_eq!(row, "a\\tb\\\\c\\nd\\re\t\\N\tplain");
+    }
+}

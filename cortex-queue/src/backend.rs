@@ -1,0 +1,290 @@
+//! The storage boundary: what a worker needs of a queue ([`WorkerStore`]),
+//! what the CLI and a server need ([`JobStore`]), and the pieces every
+//! backend shares (the job state machine is [`JobState::settled`](crate::JobState::settled)).
+//!
+//! [`Store`](crate::Store) (SQLite, one file) implements both; the PostgreSQL
+//! backend lives in the `cortex-queue-postgres` crate. Data goes in and out
+//! typed: no SQL and no JSON shapes cross this boundary.
+
+use std::path::Path;
+use std::time::Duration;
+
+use cortex_request::Response;
+
+use crate::{
+    ClaimOptions, ClaimedItem, ExportFormat, ExportSummary, FailOutcome, ItemFailure, ItemRecord,
+    ItemSource, Job, JobFilter, JobId, JobStatus, Lease, LeaseStatus, Result, SubmitOptions,
+    Submitted,
+};
+
+/// What a worker does with a queue: claim items under leases and write back
+/// what became of them. Every write presents the lease; a write under a lease
+/// that is no longer held records nothing.
+pub trait WorkerStore {
+    /// Claims up to `n` items: suspects first when allowed (see
+    /// [`ClaimOptions::suspects`]), else pending items by job priority and
+    /// input order. Each claim raises the item's attempt count and lease token.
+    fn claim(&mut self, n: usize, options: &ClaimOptions) -> Result<Vec<ClaimedItem>>;
+
+    /// Extends each lease by `lease` if it is still held; reports leases lost
+    /// to another worker and items whose job was cancelled (which end now).
+    fn heartbeat(&mut self, leases: &[Lease], lease: Duration) -> Result<Vec<LeaseStatus>>;
+
+    /// Records several results at once; each entry is `Err(LeaseLost)` on its
+    /// own when its lease is no longer held.
+    fn complete_many(&mut self, done: &[(Lease, &Response)]) -> Result<Vec<Result<()>>>;
+
+    /// Records `response` as the item's one result, if `lease` is still held.
+    fn complete(&mut self, lease: &Lease, response: &Response) -> Result<()> {
+        self.complete_many(&[(*lease, response)])?.remove(0)
+    }
+
+    /// Records a failed attempt, if `lease` is still held: a retryable failure
+    /// goes back to pending with exponential backoff until the job's
+    /// `max_attempts`; anything else fails the item now.
+    fn fail(&mut self, lease: &Lease, failure: &ItemFailure) -> Result<FailOutcome>;
+
+    /// Gives items back without using up an attempt: pending again at once
+    /// (cancelled if their job is cancelling). Returns how many were held.
+    fn release(&mut self, leases: &[Lease]) -> Result<usize>;
+
+    /// Ends the attempts of items whose engine died under them, as a worker
+    /// death would, recording `cause` as their last error. Returns how many
+    /// leases were held.
+    fn abandon(&mut self, leases: &[Lease], cause: &str) -> Result<usize>;
+
+    /// Removes this worker's registration (its leases must have been
+    /// completed, failed or released first; any left simply expire).
+    fn unregister_worker(&mut self) -> Result<()>;
+
+    /// Waits, when a claim found nothing, until work may have arrived: at
+    /// most `longest`, less where the backend hears of new work (PostgreSQL's
+    /// `LISTEN`). A backend without notifications polls every quarter second.
+    fn wait_for_work(&mut self, longest: Duration) -> Result<()> {
+        std::thread::sleep(longest.min(Duration::from_millis(250)));
+        Ok(())
+    }
+}
+
+/// What the CLI and a server do with a queue: submit, inspect, steer and
+/// export jobs.
+pub trait JobStore {
+    /// Stores a job and all its items so that no partial job is ever
+    /// visible. Every line is checked; with bad lines the job is rejected
+    /// with a report of all of them unless `options.skip_invalid`.
+    fn submit_items(
+        &mut self,
+        input: &mut dyn ItemSource,
+        source_name: &str,
+        options: &SubmitOptions,
+    ) -> Result<Submitted>;
+
+    /// The job `id`.
+    fn job(&mut self, id: JobId) -> Result<Job>;
+
+    /// Jobs matching `filter`, newest first.
+    fn jobs(&mut self, filter: &JobFilter) -> Result<Vec<Job>>;
+
+    /// The job with its throughput over the last `window` of its work and an
+    /// ETA; constant time in the job's size.
+    fn status_over(&mut self, id: JobId, window: Duration) -> Result<JobStatus>;
+
+    /// [`JobStore::status_over`] the last minute.
+    fn status(&mut self, id: JobId) -> Result<JobStatus> {
+        self.status_over(id, Duration::from_secs(60))
+    }
+
+    /// Every item of a job in input order (for inspection; reads the whole job).
+    fn items(&mut self, id: JobId) -> Result<Vec<ItemRecord>>;
+
+    /// Cancels a job: pending items are cancelled now; running ones learn it
+    /// at their next heartbeat. Finished results stay.
+    fn cancel(&mut self, id: JobId) -> Result<Job>;
+
+    /// Resumes a cancelled or failed job: its cancelled and failed items are
+    /// pending again with fresh attempts. Returns the job and how many items.
+    fn resume(&mut self, id: JobId) -> Result<(Job, u64)>;
+
+    /// Puts a job's failed items back to pending with fresh attempts (invalid
+    /// input lines stay failed). Returns the job and how many items.
+    fn retry_failed(&mut self, id: JobId) -> Result<(Job, u64)>;
+
+    /// Writes the job's completed items in input order to `output`, and (if
+    /// given) its failed, cancelled and invalid requests to `errors`, each
+    /// line as `format` renders it, from one snapshot, each file atomically.
+    /// Refuses while the job is still running unless `partial`.
+    fn export_with(
+        &mut self,
+        id: JobId,
+        output: &Path,
+        errors: Option<&Path>,
+        partial: bool,
+        format: &dyn ExportFormat,
+    ) -> Result<ExportSummary>;
+
+    /// Which database this is, for messages (`sqlite:PATH`, a URL without
+    /// its password).
+    fn location(&self) -> String;
+}
+
+/// A whole queue: what workers, the CLI and servers use, on any backend.
+pub trait Queue: WorkerStore + JobStore + Send + std::fmt::Debug {}
+
+impl<T: WorkerStore + JobStore + Send + std::fmt::Debug + ?Sized> Queue for T {}
+
+// The pieces every backend shares: stored forms, the death rules, retry
+// timing, host identity, export writing.
+pub use crate::compact::{compact_response, compact_work_apart, expand_work_with};
+pub use crate::export::{check_exportable, write_atomically};
+pub use crate::lease::{WORKER_STOPPED, alone_level, duration_ms, retry_delay_ms, suspect_group};
+pub use crate::process::{host_identity, is_gone, this_process};
+pub use crate::submit::{KEEP_ERRORS, params_hash};
+
+/// Where a queue lives, as a user names it: a path or `sqlite://PATH`
+/// (SQLite), or a `postgres://` / `postgresql://` URL.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Database {
+    /// A SQLite file.
+    Sqlite(std::path::PathBuf),
+    /// A PostgreSQL connection URL (kept whole, password included).
+    Postgres(String),
+}
+
+impl Database {
+    /// Reads a `--db` value or `CORTEX_DB`.
+    pub fn parse(text: &str) -> Self {
+        if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+            Database::Postgres(text.to_owned())
+        } else {
+            let path = text.strip_prefix("sqlite://").unwrap_or(text);
+            Database::Sqlite(path.into())
+        }
+    }
+
+    /// The backend's name: `sqlite` or `postgres`.
+    pub fn backend(&self) -> &'static str {
+        match self {
+            Database::Sqlite(_) => "sqlite",
+            Database::Postgres(_) => "postgres",
+        }
+    }
+}
+
+/// Shows the database without a password (safe for logs and messages).
+impl std::fmt::Display for Database {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Database::Sqlite(path) => write!(f, "{}", path.display()),
+            Database::Postgres(url) => f.write_str(&redact_password(url)),
+        }
+    }
+}
+
+impl std::fmt::Debug for Database {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Database({}: {self})", self.backend())
+    }
+}
+
+/// `url` with the password of its user info (`user:password@`) replaced by `***`.
+pub fn redact_password(url: &str) -> String {
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        return url.to_owned();
+    };
+    let rest = &url[scheme_end..];
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => match rest[..at].find(':') {
+            Some(colon) => format!(
+                "{}{}:***{}",
+                &url[..scheme_end],
+                &rest[..colon],
+                &rest[at..]
+            ),
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
+    }
+}
+
+/// Opens connections to one queue, on whichever backend: a server opens one
+/// for its handlers and one for its worker thread.
+#[derive(Clone)]
+pub struct QueueOpener {
+    database: Database,
+    open: std::sync::Arc<dyn Fn() -> Result<Box<dyn Queue>> + Send + Sync>,
+}
+
+impl QueueOpener {
+    /// An opener of `database` that calls `open` for each connection.
+    pub fn new(
+        database: Database,
+        open: impl Fn() -> Result<Box<dyn Queue>> + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            database,
+            open: std::sync::Arc::new(open),
+        }
+    }
+
+    /// An opener of the SQLite database at `path`.
+    pub fn sqlite(path: impl Into<std::path::PathBuf>) -> Self {
+        let path = path.into();
+        Self::new(Database::Sqlite(path.clone()), move || {
+            Ok(Box::new(crate::Store::open(&path)?))
+        })
+    }
+
+    /// A new connection.
+    pub fn open(&self) -> Result<Box<dyn Queue>> {
+        (self.open)()
+    }
+
+    /// Which database it opens.
+    pub fn database(&self) -> &Database {
+        &self.database
+    }
+}
+
+impl std::fmt::Debug for QueueOpener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("QueueOpener").field(&self.database).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_select_the_backend() {
+        assert_eq!(
+            Database::parse("jobs.db"),
+            Database::Sqlite("jobs.db".into())
+        );
+        assert_eq!(
+            Database::parse("sqlite:///var/lib/cortex.db"),
+            Database::Sqlite("/var/lib/cortex.db".into())
+        );
+        assert_eq!(Database::parse("postgres://u@h/db").backend(), "postgres");
+        assert_eq!(Database::parse("postgresql://u@h/db").backend(), "postgres");
+    }
+
+    #[test]
+    fn passwords_are_never_shown() {
+        let db = Database::parse("postgres://cortex:s3cret@db.internal:5432/jobs");
+        assert_eq!(
+            db.to_string(),
+            "postgres://cortex:***@db.internal:5432/jobs"
+        );
+        assert!(!format!("{db:?}").contains("s3cret"));
+        assert_eq!(
+            redact_password("postgres://cortex@host/db"),
+            "postgres://cortex@host/db"
+        );
+        assert_eq!(
+            redact_password("postgres://host/db?x=@"),
+            "postgres://host/db?x=@"
+        );
+    }
+}
