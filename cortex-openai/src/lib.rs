@@ -21,7 +21,7 @@
 //!
 //! ```
 //! use cortex_openai::{ExportJsonl, SubmitJsonl};
-//! use cortex_queue::{Store, SubmitOptions};
+//! use cortex_queue::{WorkerStore, Store, SubmitOptions};
 //!
 //! let dir = tempfile::tempdir()?;
 //! let input = dir.path().join("prompts.jsonl");

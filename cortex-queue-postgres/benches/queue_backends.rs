@@ -84,15 +84,28 @@ fn answer(id: RequestId) -> Response {
 /// How to open one backend's connections for a run.
 #[derive(Clone)]
 enum Backend {
+    /// A SQLite file.
     Sqlite(std::path::PathBuf),
-    Postgres(String),
+    /// A database URL, and the server's (to make fresh databases).
+    Postgres(String, String),
 }
 
 impl Backend {
+    /// An empty queue of the same kind, named `name`.
+    fn fresh(&self, name: &str) -> Backend {
+        match self {
+            Backend::Sqlite(path) => Backend::Sqlite(path.with_file_name(format!("{name}.db"))),
+            Backend::Postgres(_, server) => Backend::Postgres(
+                PgStore::create_database(server, name).unwrap(),
+                server.clone(),
+            ),
+        }
+    }
+
     fn name(&self) -> &'static str {
         match self {
             Backend::Sqlite(_) => "sqlite",
-            Backend::Postgres(_) => "postgres",
+            Backend::Postgres(..) => "postgres",
         }
     }
 
@@ -109,7 +122,7 @@ impl Backend {
                 )
                 .unwrap(),
             ),
-            Backend::Postgres(url) => Box::new(PgStore::connect(url).unwrap()),
+            Backend::Postgres(url, _) => Box::new(PgStore::connect(url).unwrap()),
         }
     }
 }
@@ -139,28 +152,31 @@ fn submit(backend: &Backend, n: u64, tag: &str) -> (JobId, Duration) {
 }
 
 /// `claimers` threads claiming `batch` at a time and completing at once
-/// until `job` is done; items per second.
+/// until `items` of `job` are done (or it has none left); items per second.
 fn claim_and_complete(
     backend: &Backend,
-    job: JobId,
+    job: Option<JobId>,
     items: u64,
     claimers: usize,
     batch: usize,
 ) -> f64 {
+    let done_so_far = std::sync::atomic::AtomicU64::new(0);
     let started = Instant::now();
     std::thread::scope(|scope| {
         for _ in 0..claimers {
             scope.spawn(|| {
                 let mut queue = backend.open();
                 let options = ClaimOptions {
-                    jobs: Some(vec![job]),
+                    jobs: job.map(|job| vec![job]),
                     ..ClaimOptions::default()
                 };
-                loop {
+                while done_so_far.load(std::sync::atomic::Ordering::Relaxed) < items {
                     let claimed = queue.claim(batch, &options).unwrap();
                     if claimed.is_empty() {
                         break;
                     }
+                    done_so_far
+                        .fetch_add(claimed.len() as u64, std::sync::atomic::Ordering::Relaxed);
                     let responses: Vec<Response> =
                         claimed.iter().map(|c| answer(c.request.id())).collect();
                     let done: Vec<_> = claimed
@@ -176,7 +192,7 @@ fn claim_and_complete(
             });
         }
     });
-    items as f64 / started.elapsed().as_secs_f64()
+    done_so_far.into_inner() as f64 / started.elapsed().as_secs_f64()
 }
 
 fn main() {
@@ -191,7 +207,7 @@ fn main() {
     match std::env::var("CORTEX_BENCH_POSTGRES") {
         Ok(server) if !server.is_empty() => {
             let url = PgStore::create_database(&server, "cortex_bench").unwrap();
-            backends.push(Backend::Postgres(url));
+            backends.push(Backend::Postgres(url, server));
         }
         _ => eprintln!("CORTEX_BENCH_POSTGRES not set: SQLite only"),
     }
@@ -238,11 +254,24 @@ fn main() {
                 times[times.len() / 2],
                 times[times.len() - 1]
             );
+            // What a fleet does: claim whatever is next in a queue this size.
+            let rate = claim_and_complete(backend, None, claim_items, 16, batch);
+            println!(
+                "| {name} | claim+complete with all those items queued, 16 claimers, {batch} per claim | {rate:.0} items/s |"
+            );
+            let started = Instant::now();
             queue.cancel(job).unwrap();
+            println!(
+                "| {name} | cancel the rest of that job | {:.1} s |",
+                started.elapsed().as_secs_f64()
+            );
         }
         for claimers in [1, 4, 16] {
+            // Each run on an empty queue, so that it measures claims, not the
+            // big job's history.
+            let backend = &backend.fresh(&format!("cortex_bench_claim_{claimers}"));
             let (job, _) = submit(backend, claim_items, &format!("claim-{claimers}"));
-            let rate = claim_and_complete(backend, job, claim_items, claimers, batch);
+            let rate = claim_and_complete(backend, Some(job), claim_items, claimers, batch);
             println!(
                 "| {name} | claim+complete, {claimers} claimers, {batch} per claim | {rate:.0} items/s |"
             );

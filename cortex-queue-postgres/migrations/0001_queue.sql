@@ -141,16 +141,24 @@ BEGIN
             completed = c.completed + EXCLUDED.completed, failed = c.failed + EXCLUDED.failed,
             cancelled = c.cancelled + EXCLUDED.cancelled;
     ELSE
+        -- The net change is the new rows' counts less the old rows' (an
+        -- item never changes job): two linear scans, no join.
         INSERT INTO job_counts AS c (job_id, shard, pending, running, completed, failed, cancelled)
-        SELECT n.job_id, pg_backend_pid() % 16,
-               sum((n.state = 'pending')::int - (o.state = 'pending')::int),
-               sum((n.state = 'running')::int - (o.state = 'running')::int),
-               sum((n.state = 'completed')::int - (o.state = 'completed')::int),
-               sum((n.state = 'failed')::int - (o.state = 'failed')::int),
-               sum((n.state = 'cancelled')::int - (o.state = 'cancelled')::int)
-        FROM new_rows n JOIN old_rows o ON o.id = n.id
-        WHERE n.state <> o.state
-        GROUP BY n.job_id ORDER BY n.job_id
+        SELECT job_id, pg_backend_pid() % 16, sum(pending), sum(running), sum(completed), sum(failed), sum(cancelled)
+        FROM (
+            SELECT job_id, (state = 'pending')::int AS pending, (state = 'running')::int AS running,
+                   (state = 'completed')::int AS completed, (state = 'failed')::int AS failed,
+                   (state = 'cancelled')::int AS cancelled
+            FROM new_rows
+            UNION ALL
+            SELECT job_id, -(state = 'pending')::int, -(state = 'running')::int, -(state = 'completed')::int,
+                   -(state = 'failed')::int, -(state = 'cancelled')::int
+            FROM old_rows
+        ) AS change
+        GROUP BY job_id
+        HAVING sum(pending) <> 0 OR sum(running) <> 0 OR sum(completed) <> 0 OR sum(failed) <> 0
+            OR sum(cancelled) <> 0
+        ORDER BY job_id
         ON CONFLICT (job_id, shard) DO UPDATE SET
             pending = c.pending + EXCLUDED.pending, running = c.running + EXCLUDED.running,
             completed = c.completed + EXCLUDED.completed, failed = c.failed + EXCLUDED.failed,

@@ -18,6 +18,18 @@ use crate::{Failure, PgStore, Tx};
 /// Rows per fetch from the cursor.
 const FETCH: i32 = 5_000;
 
+/// The transaction a cursor lives in (exports always run in one).
+fn in_transaction<'b, 'a>(
+    tx: &'b mut Tx<'a>,
+) -> Result<&'b mut postgres::Transaction<'a>, Failure> {
+    tx.transaction().ok_or_else(|| {
+        Failure::Queue(QueueError::Database {
+            path: std::path::PathBuf::new(),
+            detail: "an export needs a transaction (a cursor lives in one)".into(),
+        })
+    })
+}
+
 /// Runs `sql` (one parameter: the job) as a cursor, handing each row to `each`.
 fn for_each_row(
     tx: &mut Tx<'_>,
@@ -25,10 +37,10 @@ fn for_each_row(
     job: JobId,
     mut each: impl FnMut(&Row) -> Result<(), Failure>,
 ) -> Result<u64, Failure> {
-    let portal = tx.inner().bind(sql, &[&job.0])?;
+    let portal = in_transaction(tx)?.bind(sql, &[&job.0])?;
     let mut count = 0;
     loop {
-        let rows = tx.inner().query_portal(&portal, FETCH)?;
+        let rows = in_transaction(tx)?.query_portal(&portal, FETCH)?;
         if rows.is_empty() {
             return Ok(count);
         }
@@ -60,7 +72,7 @@ impl PgStore {
         self.settle(id)?;
         let place = std::path::PathBuf::from(&self.shown);
         self.run(|tx| {
-            tx.inner()
+            in_transaction(tx)?
                 .batch_execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")?;
             let job = load_job(tx, id)?;
             check_exportable(&job, partial)?;

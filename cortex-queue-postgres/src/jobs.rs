@@ -100,11 +100,7 @@ fn settle_locked(tx: &mut Tx<'_>, job: &Job, now: i64) -> Result<Job, Failure> {
 }
 
 fn wrong_state(job: &Job, hint: &str) -> Failure {
-    Failure::Queue(QueueError::WrongState {
-        job: job.id,
-        state: job.state,
-        hint: hint.into(),
-    })
+    Failure::Queue(QueueError::wrong_state(job, hint))
 }
 
 impl PgStore {
@@ -112,7 +108,7 @@ impl PgStore {
     /// committed: counts are summed from committed shards only, so whichever
     /// writer commits last sees them all and makes the move.
     pub(crate) fn settle(&mut self, id: JobId) -> Result<Job> {
-        let job = self.run(|tx| load_job(tx, id))?;
+        let job = self.run_autocommit(|tx| load_job(tx, id))?;
         if job.state.settled(&job.counts) == job.state {
             return Ok(job);
         }
@@ -173,7 +169,7 @@ impl JobStore for PgStore {
         let limit = filter.limit.map(|l| i64::try_from(l).unwrap_or(i64::MAX));
         let state = filter.state.map(JobState::as_str);
         let (key, value) = filter.metadata.clone().unzip();
-        let jobs = self.run(|tx| {
+        let jobs = self.run_autocommit(|tx| {
             Ok(tx
                 .query(
                     &format!(
@@ -202,40 +198,21 @@ impl JobStore for PgStore {
     }
 
     fn status_over(&mut self, id: JobId, window: Duration) -> Result<JobStatus> {
-        let window_ms = i64::try_from(window.as_millis())
-            .unwrap_or(i64::MAX / 4)
-            .max(1);
         self.settle(id)?;
         self.run(|tx| {
             let job = load_job(tx, id)?;
-            let now = tx.now()?;
-            let t = &job.times;
-            let end = match job.state {
-                JobState::Completed => t.completed_at,
-                JobState::Failed => t.failed_at,
-                JobState::Cancelled => t.cancelled_at,
-                _ => None,
-            }
-            .unwrap_or(now);
-            let start = (end - window_ms).max(t.in_progress_at.unwrap_or(t.created_at));
+            let (start, end) = JobStatus::span(&job, tx.now()?, window);
             let row = tx.query_one(
                 "SELECT count(*), coalesce(sum(completion_tokens), 0)::bigint FROM results
                  WHERE job_id = $1 AND completed_at > $2 AND completed_at <= $3",
                 &[&id.0, &start, &end],
             )?;
-            let (items, tokens): (i64, i64) = (row.get(0), row.get(1));
-            let span = ((end - start).max(1000) as f64) / 1000.0;
-            let items_per_second = items as f64 / span;
-            let remaining = job.counts.pending + job.counts.running;
-            let eta = (!job.state.is_terminal() && items_per_second > 0.0)
-                .then(|| Duration::from_secs_f64(remaining as f64 / items_per_second));
-            Ok(JobStatus {
-                window: Duration::from_millis((end - start).max(0) as u64),
-                items_per_second,
-                tokens_per_second: tokens as f64 / span,
-                eta,
+            Ok(JobStatus::over(
                 job,
-            })
+                (start, end),
+                count(&row, 0),
+                count(&row, 1),
+            ))
         })
     }
 

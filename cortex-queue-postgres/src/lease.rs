@@ -6,12 +6,12 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use cortex_queue::backend::{
-    WORKER_STOPPED, alone_level, compact_response, duration_ms, expand_work_with, host_identity,
-    is_gone, retry_delay_ms, suspect_group, this_process,
+    WORKER_STOPPED, alone_level, claim_by_rule, compact_response, duration_ms, expand_work_with,
+    host_identity, is_gone, retry_delay_ms, this_process,
 };
 use cortex_queue::{
     ClaimOptions, ClaimedItem, FailOutcome, ItemFailure, ItemId, JobId, Lease, LeaseStatus,
-    QueueError, Result, WorkerStore,
+    QueueError, Result, WorkerStore, failpoint,
 };
 use cortex_request::{Request, RequestId, Response, Work};
 
@@ -20,56 +20,30 @@ use crate::{Failure, Params, PgStore, Tx};
 /// How often a worker looks for dead workers of its own host (by pid).
 const REAP_EVERY: Duration = Duration::from_secs(2);
 
+/// How often a claiming worker refreshes its registration's heartbeat.
+const WORKER_HEARTBEAT: Duration = Duration::from_secs(5);
+
 /// Registrations without a heartbeat for this long, and with nothing in
 /// flight, are removed (their worker is gone; its leases expired already).
 const FORGET_WORKER_MS: i64 = 10 * 60 * 1000;
 
-/// One worker death: when, why, and the item of the death before it.
-struct Death<'a> {
-    now: i64,
-    cause: &'a str,
-    streak: Option<i64>,
-    lone_retry_ms: i64,
-}
-
-impl<'a> Death<'a> {
-    fn new(tx: &mut Tx<'_>, now: i64, cause: &'a str, lone_retry_ms: i64) -> Result<Self, Failure> {
-        let streak = tx
-            .query_opt("SELECT item FROM death_streak WHERE id = 1", &[])?
-            .and_then(|row| row.get(0));
-        Ok(Self {
-            now,
-            cause,
-            streak,
-            lone_retry_ms,
-        })
-    }
-}
-
-/// Records what the death that just ended `ended` (item, ran alone) was.
-fn set_death_streak(tx: &mut Tx<'_>, ended: &[(i64, bool)]) -> Result<(), Failure> {
-    let item = match ended {
-        [(item, true)] => Some(*item),
-        _ => None,
-    };
-    tx.execute("UPDATE death_streak SET item = $1 WHERE id = 1", &[&item])
-        .map(drop)
-}
-
 /// What a worker death does to the items it had in flight (those matching
-/// `which`, whose parameters start at `$5`): the SQLite store's rule, in one
-/// statement. Adds each ended item to `ended` with whether it ran alone.
+/// `which`, whose parameters start at `$3`): the SQLite store's rule, in one
+/// statement that also records what the death was for the next one (the
+/// death streak: the item, when it ran alone and alone died). Returns the
+/// ended items as (job, item, ran alone).
 fn record_deaths(
     tx: &mut Tx<'_>,
-    death: &Death<'_>,
+    cause: &str,
+    lone_retry_ms: i64,
     which: &str,
     args: &Params<'_>,
-    touched: &mut BTreeSet<i64>,
-    ended: &mut Vec<(i64, bool)>,
-) -> Result<(), Failure> {
-    let charged = "(i.alone AND i.id IS NOT DISTINCT FROM $3::bigint)";
+) -> Result<Vec<(i64, i64, bool)>, Failure> {
+    let charged = "(i.alone AND i.id IS NOT DISTINCT FROM (SELECT item FROM streak))";
     let sql = format!(
-        "UPDATE items i SET
+        "WITH streak AS (SELECT item FROM death_streak WHERE id = 1),
+         ended AS (
+         UPDATE items i SET
             state = CASE
                 WHEN j.state = 'cancelling' THEN 'cancelled'
                 WHEN {charged} AND i.attempts >= j.max_attempts THEN 'failed'
@@ -79,66 +53,45 @@ fn record_deaths(
             error_code = 'worker_lost',
             error_message = CASE
                 WHEN {charged}
-                THEN $2::text || ', with this item alone in it, as at the death before (' || i.attempts || ' of ' ||
+                THEN $1::text || ', with this item alone in it, as at the death before (' || i.attempts || ' of ' ||
                      j.max_attempts || ' attempts; ' || (i.deaths + 1) || ' deaths in all)'
                 WHEN i.alone
-                THEN $2::text || ' (not counted as an attempt: it ran alone, but the death before was not its own; ' ||
+                THEN $1::text || ' (not counted as an attempt: it ran alone, but the death before was not its own; ' ||
                      (i.deaths + 1) || ' deaths so far)'
-                ELSE $2::text || ' (not counted as an attempt: other items were in flight; ' ||
+                ELSE $1::text || ' (not counted as an attempt: other items were in flight; ' ||
                      (i.deaths + 1) || ' deaths so far)' END,
             not_before = CASE WHEN i.alone
-                THEN $1::bigint + ($4::bigint << least(i.attempts - (CASE WHEN {charged} THEN 0 ELSE 1 END), 5))
+                THEN cortex_now() + ($2::bigint << least(i.attempts - (CASE WHEN {charged} THEN 0 ELSE 1 END), 5))
                 ELSE 0 END,
-            worker_id = NULL, lease_expires_at = NULL, updated_at = $1::bigint
+            worker_id = NULL, lease_expires_at = NULL, updated_at = cortex_now()
          FROM jobs j
          WHERE j.id = i.job_id AND i.state = 'running' AND {which}
-         RETURNING i.job_id, i.id, i.alone"
+         RETURNING i.job_id, i.id, i.alone),
+         next_streak AS (
+             UPDATE death_streak SET item = (SELECT CASE WHEN count(*) = 1 AND bool_and(alone) THEN max(id) END FROM ended)
+             WHERE id = 1 AND EXISTS (SELECT 1 FROM ended))
+         SELECT job_id, id, alone FROM ended"
     );
-    let mut bound: Vec<&(dyn postgres::types::ToSql + Sync)> = vec![
-        &death.now,
-        &death.cause,
-        &death.streak,
-        &death.lone_retry_ms,
-    ];
+    let mut bound: Vec<&(dyn postgres::types::ToSql + Sync)> = vec![&cause, &lone_retry_ms];
     bound.extend_from_slice(args);
-    for row in tx.query(&sql, &bound)? {
-        touched.insert(row.get(0));
-        ended.push((row.get(1), row.get(2)));
-    }
-    if !ended.is_empty() {
-        tx.notify_work()?;
-    }
-    Ok(())
+    Ok(tx
+        .query(&sql, &bound)?
+        .iter()
+        .map(|row| (row.get(0), row.get(1), row.get(2)))
+        .collect())
 }
 
 /// Ends the leases that ran out as one death. Rows another claimer is
 /// sweeping right now are skipped, not waited for.
-fn expire_leases(
-    tx: &mut Tx<'_>,
-    now: i64,
-    lone_retry_ms: i64,
-    touched: &mut BTreeSet<i64>,
-) -> Result<(), Failure> {
-    let expired = tx.query(
-        "SELECT id FROM items WHERE state = 'running' AND lease_expires_at <= $1
-         FOR UPDATE SKIP LOCKED",
-        &[&now],
-    )?;
-    if expired.is_empty() {
-        return Ok(());
-    }
-    let ids: Vec<i64> = expired.iter().map(|row| row.get(0)).collect();
-    let death = Death::new(tx, now, WORKER_STOPPED, lone_retry_ms)?;
-    let mut ended = Vec::new();
+fn expire_leases(tx: &mut Tx<'_>, lone_retry_ms: i64) -> Result<Vec<(i64, i64, bool)>, Failure> {
     record_deaths(
         tx,
-        &death,
-        "i.id = ANY($5::bigint[])",
-        &[&ids],
-        touched,
-        &mut ended,
-    )?;
-    set_death_streak(tx, &ended)
+        WORKER_STOPPED,
+        lone_retry_ms,
+        "i.id IN (SELECT id FROM items WHERE state = 'running' AND lease_expires_at <= cortex_now()
+                  FOR UPDATE SKIP LOCKED)",
+        &[],
+    )
 }
 
 impl PgStore {
@@ -164,14 +117,15 @@ impl PgStore {
     }
 
     /// Workers registered on this host whose process is gone (checked at most
-    /// every [`REAP_EVERY`]); workers on other hosts are found by their leases.
-    fn dead_workers_here(&mut self, me: i64) -> Result<Vec<i64>> {
-        if self.last_reap.is_some_and(|t| t.elapsed() < REAP_EVERY) {
+    /// every [`REAP_EVERY`] unless `now`); workers on other hosts are found by
+    /// their leases.
+    fn dead_workers_here(&mut self, me: i64, now: bool) -> Result<Vec<i64>> {
+        if !now && self.last_reap.is_some_and(|t| t.elapsed() < REAP_EVERY) {
             return Ok(Vec::new());
         }
         self.last_reap = Some(Instant::now());
         let host = host_identity();
-        let workers = self.run(|tx| {
+        let workers = self.run_autocommit(|tx| {
             Ok(tx
                 .query(
                     "SELECT id, pid, started FROM workers WHERE host = $1 AND id <> $2",
@@ -210,8 +164,81 @@ fn lease_arrays(leases: &[Lease]) -> (Vec<i64>, Vec<i64>) {
 
 impl WorkerStore for PgStore {
     fn claim(&mut self, n: usize, options: &ClaimOptions) -> Result<Vec<ClaimedItem>> {
+        let claimed = self.claim_after_reaping(n, options, false)?;
+        if !claimed.is_empty() {
+            return Ok(claimed);
+        }
+        // Nothing to claim: maybe because a worker of this host died since
+        // the last look; its items come back at once, not when leases run out.
+        self.claim_after_reaping(n, options, true)
+    }
+
+    fn heartbeat(&mut self, leases: &[Lease], lease: Duration) -> Result<Vec<LeaseStatus>> {
+        self.heartbeat_leases(leases, lease)
+    }
+
+    fn complete_many(&mut self, done: &[(Lease, &Response)]) -> Result<Vec<Result<()>>> {
+        self.complete_leases(done)
+    }
+
+    fn fail(&mut self, lease: &Lease, failure: &ItemFailure) -> Result<FailOutcome> {
+        self.fail_lease(lease, failure)
+    }
+
+    fn release(&mut self, leases: &[Lease]) -> Result<usize> {
+        self.release_leases(leases)
+    }
+
+    fn abandon(&mut self, leases: &[Lease], cause: &str) -> Result<usize> {
+        self.abandon_leases(leases, cause)
+    }
+
+    fn unregister_worker(&mut self) -> Result<()> {
+        self.unregister()
+    }
+
+    fn wait_for_work(&mut self, longest: Duration) -> Result<()> {
+        self.wait_for_notification(longest)
+    }
+}
+
+impl PgStore {
+    /// One claim, after ending the leases of this host's dead workers (when
+    /// it is time to look, or `reap_now`) and the leases that ran out.
+    fn claim_after_reaping(
+        &mut self,
+        n: usize,
+        options: &ClaimOptions,
+        reap_now: bool,
+    ) -> Result<Vec<ClaimedItem>> {
         let worker = self.ensure_worker(options.model_sha256.as_deref())?;
-        let dead = self.dead_workers_here(worker)?;
+        let lone_retry_ms = duration_ms(self.config.lone_retry);
+        let mut touched = BTreeSet::new();
+        let dead = self.dead_workers_here(worker, reap_now)?;
+        if reap_now && dead.is_empty() {
+            return Ok(Vec::new());
+        }
+        if !dead.is_empty() {
+            self.run(|tx| {
+                for dead in &dead {
+                    let ended = record_deaths(
+                        tx,
+                        WORKER_STOPPED,
+                        lone_retry_ms,
+                        "i.worker_id = $3",
+                        &[dead],
+                    )?;
+                    if ended.is_empty() {
+                        // A worker that died with nothing in flight was killed
+                        // from outside: it breaks any streak too.
+                        tx.execute("UPDATE death_streak SET item = NULL WHERE id = 1", &[])?;
+                    }
+                    touched.extend(ended.iter().map(|e| e.0));
+                    tx.execute("DELETE FROM workers WHERE id = $1", &[dead])?;
+                }
+                tx.notify_work()
+            })?;
+        }
         let jobs: Option<Vec<i64>> = options
             .jobs
             .as_ref()
@@ -227,73 +254,63 @@ impl WorkerStore for PgStore {
         };
         let level_sql = format!(
             "SELECT deaths::bigint FROM items
-             WHERE state = 'pending' AND deaths > 0 AND not_before <= $1 {}
+             WHERE state = 'pending' AND deaths > 0 AND not_before <= cortex_now() {}
              ORDER BY deaths DESC LIMIT 1",
-            filters(2, 3)
+            filters(1, 2)
         );
-        // `$1` now, `$2` how many, `$3` lease expiry, `$4` worker, `$5` model,
-        // `$6` alone, `$7` jobs, `$8` the level from which suspects run alone.
+        // `$1` how many, `$2` lease in ms, `$3` worker, `$4` model, `$5`
+        // alone, `$6` jobs, `$7` the level from which suspects run alone.
         let claim_sql = |candidates: &str| {
             format!(
                 "UPDATE items SET state = 'running', attempts = attempts + 1, lease_token = lease_token + 1,
-                                  lease_expires_at = $3, worker_id = $4, updated_at = $1, alone = $6
+                                  lease_expires_at = cortex_now() + $2, worker_id = $3, updated_at = cortex_now(),
+                                  alone = $5
                  WHERE id IN ({candidates})
-                 RETURNING id, job_id, line, custom_id, endpoint, request, attempts, lease_token"
+                 RETURNING id, job_id, line, custom_id, endpoint, request, attempts, lease_token, lease_expires_at"
             )
         };
         let normal_sql = claim_sql(&format!(
             "SELECT id FROM items
-             WHERE state = 'pending' AND deaths = 0 AND not_before <= $1 {}
-             ORDER BY priority DESC, id LIMIT $2 FOR UPDATE SKIP LOCKED",
-            filters(5, 7)
+             WHERE state = 'pending' AND deaths = 0 AND not_before <= cortex_now() {}
+             ORDER BY priority DESC, id LIMIT $1 FOR UPDATE SKIP LOCKED",
+            filters(4, 6)
         ));
         let suspects_sql = claim_sql(&format!(
             "SELECT id FROM items
-             WHERE state = 'pending' AND deaths > 0 AND not_before <= $1 {}
-             ORDER BY least(deaths, $8::bigint) DESC, updated_at, priority DESC, id LIMIT $2 FOR UPDATE SKIP LOCKED",
-            filters(5, 7)
+             WHERE state = 'pending' AND deaths > 0 AND not_before <= cortex_now() {}
+             ORDER BY least(deaths, $7::bigint) DESC, updated_at, priority DESC, id LIMIT $1 FOR UPDATE SKIP LOCKED",
+            filters(4, 6)
         ));
         let lease_ms = duration_ms(options.lease);
-        let lone_retry_ms = duration_ms(self.config.lone_retry);
         let place = self.shown.clone();
         let model = options.model_sha256.clone();
-        let (mut claimed, touched) = self.run(|tx| {
-            let now = tx.now()?;
-            let mut touched = BTreeSet::new();
-            for dead in &dead {
-                let death = Death::new(tx, now, WORKER_STOPPED, lone_retry_ms)?;
-                let mut ended = Vec::new();
-                record_deaths(
-                    tx,
-                    &death,
-                    "i.worker_id = $5",
-                    &[dead],
-                    &mut touched,
-                    &mut ended,
-                )?;
-                // A worker that died with nothing in flight was killed from outside: it breaks any streak too.
-                set_death_streak(tx, &ended)?;
-                tx.execute("DELETE FROM workers WHERE id = $1", &[dead])?;
+        let beat = self
+            .last_worker_heartbeat
+            .is_none_or(|t| t.elapsed() >= WORKER_HEARTBEAT);
+        // Statements that need not commit together: no transaction round trips.
+        let mut claimed = self.run_autocommit(|tx| {
+            for (job, _, _) in expire_leases(tx, lone_retry_ms)? {
+                touched.insert(job);
             }
-            expire_leases(tx, now, lone_retry_ms, &mut touched)?;
-            tx.execute(
-                "UPDATE workers SET heartbeat_at = $2 WHERE id = $1",
-                &[&worker, &now],
-            )?;
+            if beat {
+                tx.execute(
+                    "UPDATE workers SET heartbeat_at = cortex_now() WHERE id = $1",
+                    &[&worker],
+                )?;
+            }
             let level: Option<i64> = if options.suspects {
-                tx.query_opt(&level_sql, &[&now, &model, &jobs])?
+                tx.query_opt(&level_sql, &[&model, &jobs])?
                     .map(|row| row.get(0))
             } else {
                 None
             };
-            let expires = now + lease_ms;
             let level_bound = alone_level(n);
-            let mut claim =
+            let claim =
                 |suspect: bool, limit: usize| -> Result<Vec<(String, ClaimedItem)>, Failure> {
                     let alone = suspect && limit == 1;
                     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
                     let mut bound: Vec<&(dyn postgres::types::ToSql + Sync)> =
-                        vec![&now, &limit, &expires, &worker, &model, &alone, &jobs];
+                        vec![&limit, &lease_ms, &worker, &model, &alone, &jobs];
                     let sql = if suspect {
                         bound.push(&level_bound);
                         &suspects_sql
@@ -318,24 +335,14 @@ impl WorkerStore for PgStore {
                                 attempt: row.get::<_, i32>(6) as u32,
                                 suspect,
                                 alone,
-                                lease_expires_at: expires,
+                                lease_expires_at: row.get(8),
                             };
                             (row.get(5), claimed)
                         })
                         .collect())
                 };
-            let rows = match level {
-                Some(level) if suspect_group(n, level) == 1 && !options.alone => {
-                    let normal = claim(false, n)?;
-                    if normal.is_empty() {
-                        claim(true, 1)?
-                    } else {
-                        normal
-                    }
-                }
-                Some(level) => claim(true, suspect_group(n, level))?,
-                None => claim(false, n)?,
-            };
+            let rows = claim_by_rule(n, level, options, claim)?;
+            failpoint::hit("claim", "");
             let mut grammars: HashMap<String, Option<String>> = HashMap::new();
             let mut claimed = Vec::with_capacity(rows.len());
             for (request, mut item) in rows {
@@ -370,61 +377,60 @@ impl WorkerStore for PgStore {
                 item.request.set_id(RequestId(item.lease.item.0 as u64));
                 claimed.push(item);
             }
-            Ok((claimed, touched))
+            Ok(claimed)
         })?;
+        if beat {
+            self.last_worker_heartbeat = Some(Instant::now());
+        }
         self.settle_after(&touched)?;
         claimed.sort_by_key(|c| c.lease.item);
         Ok(claimed)
     }
 
-    fn heartbeat(&mut self, leases: &[Lease], lease: Duration) -> Result<Vec<LeaseStatus>> {
+    fn heartbeat_leases(&mut self, leases: &[Lease], lease: Duration) -> Result<Vec<LeaseStatus>> {
         let lease_ms = duration_ms(lease);
         let (ids, tokens) = lease_arrays(leases);
         let worker = self.worker;
-        let (statuses, touched) = self.run(|tx| {
-            let now = tx.now()?;
-            let expires = now + lease_ms;
+        let (statuses, touched) = self.run_autocommit(|tx| {
             let held = tx.query(
                 "WITH held AS (
-                     UPDATE items i SET lease_expires_at = $3
+                     UPDATE items i SET lease_expires_at = cortex_now() + $3
                      FROM unnest($1::bigint[], $2::bigint[]) AS l(id, token)
                      WHERE i.id = l.id AND i.lease_token = l.token AND i.state = 'running'
-                     RETURNING i.id, i.job_id)
-                 SELECT held.id, held.job_id, j.state = 'cancelling' FROM held JOIN jobs j ON j.id = held.job_id",
-                &[&ids, &tokens, &expires],
+                     RETURNING i.id, i.job_id, i.lease_expires_at)
+                 SELECT held.id, held.job_id, j.state = 'cancelling', held.lease_expires_at
+                 FROM held JOIN jobs j ON j.id = held.job_id",
+                &[&ids, &tokens, &lease_ms],
             )?;
             let mut touched = BTreeSet::new();
             let mut cancelled = Vec::new();
-            let mut alive = HashSet::new();
+            let mut alive = HashMap::new();
             for row in &held {
                 let (item, job, cancelling): (i64, i64, bool) = (row.get(0), row.get(1), row.get(2));
                 if cancelling {
                     cancelled.push(item);
                     touched.insert(job);
                 } else {
-                    alive.insert(item);
+                    alive.insert(item, row.get::<_, i64>(3));
                 }
             }
             if !cancelled.is_empty() {
                 tx.execute(
-                    "UPDATE items SET state = 'cancelled', worker_id = NULL, lease_expires_at = NULL, updated_at = $2
-                     WHERE id = ANY($1::bigint[])",
-                    &[&cancelled, &now],
+                    "UPDATE items SET state = 'cancelled', worker_id = NULL, lease_expires_at = NULL,
+                                      updated_at = cortex_now()
+                     WHERE id = ANY($1::bigint[]) AND state = 'running'",
+                    &[&cancelled],
                 )?;
             }
             if let Some(worker) = worker {
-                tx.execute("UPDATE workers SET heartbeat_at = $2 WHERE id = $1", &[&worker, &now])?;
+                tx.execute("UPDATE workers SET heartbeat_at = cortex_now() WHERE id = $1", &[&worker])?;
             }
             let statuses = leases
                 .iter()
-                .map(|l| {
-                    if alive.contains(&l.item.0) {
-                        LeaseStatus::Held { expires_at: expires }
-                    } else if cancelled.contains(&l.item.0) {
-                        LeaseStatus::Cancelled
-                    } else {
-                        LeaseStatus::Lost
-                    }
+                .map(|l| match alive.get(&l.item.0) {
+                    Some(&expires_at) => LeaseStatus::Held { expires_at },
+                    None if cancelled.contains(&l.item.0) => LeaseStatus::Cancelled,
+                    None => LeaseStatus::Lost,
                 })
                 .collect::<Vec<_>>();
             Ok((statuses, touched))
@@ -433,7 +439,7 @@ impl WorkerStore for PgStore {
         Ok(statuses)
     }
 
-    fn complete_many(&mut self, done: &[(Lease, &Response)]) -> Result<Vec<Result<()>>> {
+    fn complete_leases(&mut self, done: &[(Lease, &Response)]) -> Result<Vec<Result<()>>> {
         let ids: Vec<i64> = done.iter().map(|(l, _)| l.item.0).collect();
         let tokens: Vec<i64> = done.iter().map(|(l, _)| l.token).collect();
         let bodies: Vec<String> = done.iter().map(|(_, r)| compact_response(r)).collect();
@@ -445,7 +451,10 @@ impl WorkerStore for PgStore {
             .iter()
             .map(|(_, r)| r.usage.completion_tokens as i64)
             .collect();
-        let (written, touched) = self.run(|tx| {
+        // One statement: the items end and their results are written together
+        // (a crash before it ends writes nothing: `complete:written` is here).
+        failpoint::hit("complete:written", "");
+        let (written, touched) = self.run_autocommit(|tx| {
             let rows = tx.query(
                 "WITH done AS (
                      UPDATE items i SET state = 'completed', worker_id = NULL, lease_expires_at = NULL,
@@ -464,6 +473,7 @@ impl WorkerStore for PgStore {
             let touched: BTreeSet<i64> = rows.iter().map(|row| row.get(1)).collect();
             Ok((written, touched))
         })?;
+        failpoint::hit("complete:committed", "");
         self.settle_after(&touched)?;
         Ok(done
             .iter()
@@ -480,7 +490,7 @@ impl WorkerStore for PgStore {
             .collect())
     }
 
-    fn fail(&mut self, lease: &Lease, failure: &ItemFailure) -> Result<FailOutcome> {
+    fn fail_lease(&mut self, lease: &Lease, failure: &ItemFailure) -> Result<FailOutcome> {
         let (base, cap) = (
             duration_ms(self.config.retry_backoff),
             duration_ms(self.config.max_retry_backoff),
@@ -521,9 +531,9 @@ impl WorkerStore for PgStore {
         Ok(outcome)
     }
 
-    fn release(&mut self, leases: &[Lease]) -> Result<usize> {
+    fn release_leases(&mut self, leases: &[Lease]) -> Result<usize> {
         let (ids, tokens) = lease_arrays(leases);
-        let touched = self.run(|tx| {
+        let touched = self.run_autocommit(|tx| {
             let rows = tx.query(
                 "UPDATE items i SET
                     state = CASE WHEN j.state = 'cancelling' THEN 'cancelled' ELSE 'pending' END,
@@ -543,30 +553,24 @@ impl WorkerStore for PgStore {
         Ok(touched.len())
     }
 
-    fn abandon(&mut self, leases: &[Lease], cause: &str) -> Result<usize> {
+    fn abandon_leases(&mut self, leases: &[Lease], cause: &str) -> Result<usize> {
         let lone_retry_ms = duration_ms(self.config.lone_retry);
         let (ids, tokens) = lease_arrays(leases);
-        let (count, touched) = self.run(|tx| {
-            let now = tx.now()?;
-            let mut touched = BTreeSet::new();
-            let death = Death::new(tx, now, cause, lone_retry_ms)?;
-            let mut ended = Vec::new();
+        // One statement: the death and the streak it leaves.
+        let ended = self.run_autocommit(|tx| {
             record_deaths(
                 tx,
-                &death,
-                "(i.id, i.lease_token) IN (SELECT * FROM unnest($5::bigint[], $6::bigint[]))",
+                cause,
+                lone_retry_ms,
+                "(i.id, i.lease_token) IN (SELECT * FROM unnest($3::bigint[], $4::bigint[]))",
                 &[&ids, &tokens],
-                &mut touched,
-                &mut ended,
-            )?;
-            set_death_streak(tx, &ended)?;
-            Ok((ended.len(), touched))
+            )
         })?;
-        self.settle_after(&touched)?;
-        Ok(count)
+        self.settle_after(&ended.iter().map(|e| e.0).collect())?;
+        Ok(ended.len())
     }
 
-    fn unregister_worker(&mut self) -> Result<()> {
+    fn unregister(&mut self) -> Result<()> {
         if let Some(worker) = self.worker.take() {
             self.run(|tx| {
                 tx.execute("DELETE FROM workers WHERE id = $1", &[&worker])?;
@@ -580,9 +584,5 @@ impl WorkerStore for PgStore {
             })?;
         }
         Ok(())
-    }
-
-    fn wait_for_work(&mut self, longest: Duration) -> Result<()> {
-        self.wait_for_notification(longest)
     }
 }

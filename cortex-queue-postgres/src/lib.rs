@@ -45,6 +45,7 @@ mod export;
 mod jobs;
 mod lease;
 mod submit;
+pub mod testing;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -107,6 +108,8 @@ pub struct PgStore {
     pub(crate) worker: Option<i64>,
     /// When this store last looked for dead workers on its host.
     pub(crate) last_reap: Option<Instant>,
+    /// When a claim last refreshed this worker's registration.
+    pub(crate) last_worker_heartbeat: Option<Instant>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -125,28 +128,48 @@ pub(crate) struct Conn {
     listening: bool,
 }
 
-/// A transaction with the connection's prepared statements at hand.
+/// Where a body's statements go: a transaction, or (for bodies of one
+/// statement, or of statements that need not commit together) straight to
+/// the connection, each statement committing on its own: no `BEGIN` and
+/// `COMMIT` round trips.
+enum Target<'a> {
+    Transaction(Transaction<'a>),
+    Autocommit(&'a mut Client),
+}
+
+/// A transaction (or an autocommit session) with the connection's prepared
+/// statements at hand.
 pub(crate) struct Tx<'a> {
-    tx: Transaction<'a>,
+    target: Target<'a>,
     statements: &'a mut HashMap<String, Statement>,
 }
 
 /// A parameter list.
 pub(crate) type Params<'a> = [&'a (dyn ToSql + Sync)];
 
+/// Runs one `postgres` call on whichever target.
+macro_rules! on_target {
+    ($self:expr, $client:ident => $call:expr) => {
+        match &mut $self.target {
+            Target::Transaction($client) => $call,
+            Target::Autocommit($client) => $call,
+        }
+    };
+}
+
 impl<'a> Tx<'a> {
     fn statement(&mut self, sql: &str) -> Result<Statement, postgres::Error> {
         if let Some(statement) = self.statements.get(sql) {
             return Ok(statement.clone());
         }
-        let statement = self.tx.prepare(sql)?;
+        let statement = on_target!(self, c => c.prepare(sql))?;
         self.statements.insert(sql.to_owned(), statement.clone());
         Ok(statement)
     }
 
     pub(crate) fn query(&mut self, sql: &str, params: &Params<'_>) -> Result<Vec<Row>, Failure> {
         let statement = self.statement(sql)?;
-        Ok(self.tx.query(&statement, params)?)
+        Ok(on_target!(self, c => c.query(&statement, params))?)
     }
 
     pub(crate) fn query_opt(
@@ -155,17 +178,17 @@ impl<'a> Tx<'a> {
         params: &Params<'_>,
     ) -> Result<Option<Row>, Failure> {
         let statement = self.statement(sql)?;
-        Ok(self.tx.query_opt(&statement, params)?)
+        Ok(on_target!(self, c => c.query_opt(&statement, params))?)
     }
 
     pub(crate) fn query_one(&mut self, sql: &str, params: &Params<'_>) -> Result<Row, Failure> {
         let statement = self.statement(sql)?;
-        Ok(self.tx.query_one(&statement, params)?)
+        Ok(on_target!(self, c => c.query_one(&statement, params))?)
     }
 
     pub(crate) fn execute(&mut self, sql: &str, params: &Params<'_>) -> Result<u64, Failure> {
         let statement = self.statement(sql)?;
-        Ok(self.tx.execute(&statement, params)?)
+        Ok(on_target!(self, c => c.execute(&statement, params))?)
     }
 
     /// The database server's time (Unix ms), the clock every lease is read against.
@@ -179,13 +202,20 @@ impl<'a> Tx<'a> {
             .map(drop)
     }
 
-    /// The transaction itself, for what the cache does not cover (COPY, portals).
-    pub(crate) fn inner(&mut self) -> &mut Transaction<'a> {
-        &mut self.tx
+    /// The transaction itself, for what the cache does not cover (COPY,
+    /// portals); `None` in an autocommit session.
+    pub(crate) fn transaction(&mut self) -> Option<&mut Transaction<'a>> {
+        match &mut self.target {
+            Target::Transaction(tx) => Some(tx),
+            Target::Autocommit(_) => None,
+        }
     }
 
-    pub(crate) fn commit(self) -> Result<(), Failure> {
-        Ok(self.tx.commit()?)
+    fn commit(self) -> Result<(), Failure> {
+        match self.target {
+            Target::Transaction(tx) => Ok(tx.commit()?),
+            Target::Autocommit(_) => Ok(()),
+        }
     }
 }
 
@@ -281,6 +311,7 @@ impl PgStore {
             conn: None,
             worker: None,
             last_reap: None,
+            last_worker_heartbeat: None,
         };
         store.conn = Some(store.open_connection()?);
         Ok(store)
@@ -477,6 +508,24 @@ impl PgStore {
     /// [`PgConfig::reconnect_patience`]); so is a lost deadlock.
     pub(crate) fn run<T>(
         &mut self,
+        body: impl FnMut(&mut Tx<'_>) -> Result<T, Failure>,
+    ) -> Result<T> {
+        self.run_as(true, body)
+    }
+
+    /// [`PgStore::run`] without a transaction: each statement commits on
+    /// its own (for bodies of one statement, or whose statements need not
+    /// commit together), saving the `BEGIN` and `COMMIT` round trips.
+    pub(crate) fn run_autocommit<T>(
+        &mut self,
+        body: impl FnMut(&mut Tx<'_>) -> Result<T, Failure>,
+    ) -> Result<T> {
+        self.run_as(false, body)
+    }
+
+    fn run_as<T>(
+        &mut self,
+        in_transaction: bool,
         mut body: impl FnMut(&mut Tx<'_>) -> Result<T, Failure>,
     ) -> Result<T> {
         let started = Instant::now();
@@ -485,7 +534,7 @@ impl PgStore {
         loop {
             let lost = match self.connection() {
                 Err(detail) => detail,
-                Ok(conn) => match attempt(conn, &mut body) {
+                Ok(conn) => match attempt(conn, in_transaction, &mut body) {
                     Ok(value) => return Ok(value),
                     Err(Failure::Queue(e)) => return Err(e),
                     Err(Failure::Pg(e)) if is_transient(&e) => continue,
@@ -567,10 +616,16 @@ impl PgStore {
 /// One run of a transaction body, committed if it succeeds.
 fn attempt<T>(
     conn: &mut Conn,
+    in_transaction: bool,
     body: &mut impl FnMut(&mut Tx<'_>) -> Result<T, Failure>,
 ) -> Result<T, Failure> {
+    let target = if in_transaction {
+        Target::Transaction(conn.client.transaction()?)
+    } else {
+        Target::Autocommit(&mut conn.client)
+    };
     let mut tx = Tx {
-        tx: conn.client.transaction()?,
+        target,
         statements: &mut conn.statements,
     };
     let value = body(&mut tx)?;

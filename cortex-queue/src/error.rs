@@ -102,6 +102,15 @@ pub enum QueueError {
 }
 
 impl QueueError {
+    /// `job` cannot do what was asked in its state; `hint` says why and what to do.
+    pub fn wrong_state(job: &crate::Job, hint: impl Into<String>) -> Self {
+        QueueError::WrongState {
+            job: job.id,
+            state: job.state,
+            hint: hint.into(),
+        }
+    }
+
     /// A short stable code for scripts (`disk_full`, `lease_lost`, ...).
     pub fn code(&self) -> &'static str {
         match self {

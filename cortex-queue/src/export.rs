@@ -121,15 +121,14 @@ pub fn check_exportable(job: &Job, partial: bool) -> Result<()> {
         return Ok(());
     }
     let c = &job.counts;
-    Err(QueueError::WrongState {
-        job: job.id,
-        state: job.state,
-        hint: format!(
+    Err(QueueError::wrong_state(
+        job,
+        format!(
             "{} of {} requests are done; wait for it to finish, or export the partial results",
             c.finished(),
             c.total
         ),
-    })
+    ))
 }
 
 impl Store {

@@ -111,6 +111,43 @@ pub struct JobStatus {
     pub eta: Option<Duration>,
 }
 
+impl JobStatus {
+    /// The span a status's rates are measured over (Unix ms, start and end):
+    /// the last `window` of the job's work, ending `now` or when it ended.
+    pub fn span(job: &Job, now: i64, window: Duration) -> (i64, i64) {
+        let window_ms = i64::try_from(window.as_millis())
+            .unwrap_or(i64::MAX / 4)
+            .max(1);
+        let t = &job.times;
+        let end = match job.state {
+            JobState::Completed => t.completed_at,
+            JobState::Failed => t.failed_at,
+            JobState::Cancelled => t.cancelled_at,
+            _ => None,
+        }
+        .unwrap_or(now);
+        let start = (end - window_ms).max(t.in_progress_at.unwrap_or(t.created_at));
+        (start, end)
+    }
+
+    /// The status of `job` with `items` completed and `tokens` generated
+    /// during `span` (from [`JobStatus::span`]), and the ETA that rate gives.
+    pub fn over(job: Job, (start, end): (i64, i64), items: u64, tokens: u64) -> Self {
+        let span = ((end - start).max(1000) as f64) / 1000.0;
+        let items_per_second = items as f64 / span;
+        let remaining = job.counts.pending + job.counts.running;
+        let eta = (!job.state.is_terminal() && items_per_second > 0.0)
+            .then(|| Duration::from_secs_f64(remaining as f64 / items_per_second));
+        JobStatus {
+            window: Duration::from_millis((end - start).max(0) as u64),
+            items_per_second,
+            tokens_per_second: tokens as f64 / span,
+            eta,
+            job,
+        }
+    }
+}
+
 /// Durations as seconds (a number) in JSON.
 mod seconds {
     use std::time::Duration;
@@ -273,11 +310,7 @@ pub(crate) fn settle(tx: &Transaction<'_>, job: i64, now: i64) -> rusqlite::Resu
 }
 
 fn wrong_state(job: &Job, hint: impl Into<String>) -> Outcome {
-    Outcome::Queue(QueueError::WrongState {
-        job: job.id,
-        state: job.state,
-        hint: hint.into(),
-    })
+    Outcome::Queue(QueueError::wrong_state(job, hint))
 }
 
 impl JobStore for Store {
@@ -310,20 +343,9 @@ impl JobStore for Store {
     }
 
     fn status_over(&mut self, id: JobId, window: Duration) -> Result<JobStatus> {
-        let window_ms = i64::try_from(window.as_millis())
-            .unwrap_or(i64::MAX / 4)
-            .max(1);
         self.read(|tx| {
             let job = load_job(tx, id)?;
-            let t = &job.times;
-            let end = match job.state {
-                JobState::Completed => t.completed_at,
-                JobState::Failed => t.failed_at,
-                JobState::Cancelled => t.cancelled_at,
-                _ => None,
-            }
-            .unwrap_or_else(now_ms);
-            let start = (end - window_ms).max(t.in_progress_at.unwrap_or(t.created_at));
+            let (start, end) = JobStatus::span(&job, now_ms(), window);
             let (items, tokens): (i64, i64) = tx
                 .prepare_cached(
                     "SELECT count(*), coalesce(sum(completion_tokens), 0) FROM results
@@ -332,18 +354,12 @@ impl JobStore for Store {
                 .query_row(params![id.0, start, end], |row| {
                     Ok((row.get(0)?, row.get(1)?))
                 })?;
-            let span = ((end - start).max(1000) as f64) / 1000.0;
-            let items_per_second = items as f64 / span;
-            let remaining = job.counts.pending + job.counts.running;
-            let eta = (!job.state.is_terminal() && items_per_second > 0.0)
-                .then(|| Duration::from_secs_f64(remaining as f64 / items_per_second));
-            Ok(JobStatus {
-                window: Duration::from_millis((end - start).max(0) as u64),
-                items_per_second,
-                tokens_per_second: tokens as f64 / span,
-                eta,
+            Ok(JobStatus::over(
                 job,
-            })
+                (start, end),
+                items.max(0) as u64,
+                tokens.max(0) as u64,
+            ))
         })
     }
 

@@ -293,6 +293,32 @@ fn expire_leases(
     set_death_streak(tx, &ended)
 }
 
+/// The claim rule every backend follows, given the deepest suspect `level`
+/// ready to run (if any suspects are allowed and ready): `claim(suspects,
+/// limit)` claims that many normal items or suspects. Suspects come as a
+/// group of `n >> level`; a group of one is a lone run, taken only when
+/// `options.alone` allows, else normal items first if there are any.
+pub fn claim_by_rule<T, E>(
+    n: usize,
+    level: Option<i64>,
+    options: &ClaimOptions,
+    mut claim: impl FnMut(bool, usize) -> Result<Vec<T>, E>,
+) -> Result<Vec<T>, E> {
+    match level {
+        Some(level) if suspect_group(n, level) == 1 && !options.alone => {
+            // Not this worker's turn for a lone suspect: other work first, if there is any.
+            let normal = claim(false, n)?;
+            if normal.is_empty() {
+                claim(true, 1)
+            } else {
+                Ok(normal)
+            }
+        }
+        Some(level) => claim(true, suspect_group(n, level)),
+        None => claim(false, n),
+    }
+}
+
 /// How many suspects of `level` deaths run together: half as many per death,
 /// so a poison item is alone after about log2(`n`) deaths.
 pub fn suspect_group(n: usize, level: i64) -> usize {
@@ -449,20 +475,7 @@ impl WorkerStore for Store {
                     })?
                     .collect::<rusqlite::Result<_>>()
             };
-            let rows = match level {
-                Some(level) if suspect_group(n, level) == 1 && !options.alone => {
-                    // Not this worker's turn for a lone suspect: other work
-                    // first, if there is any.
-                    let normal = claim(false, n)?;
-                    if normal.is_empty() {
-                        claim(true, 1)?
-                    } else {
-                        normal
-                    }
-                }
-                Some(level) => claim(true, suspect_group(n, level))?,
-                None => claim(false, n)?,
-            };
+            let rows = claim_by_rule(n, level, options, claim)?;
             failpoint::hit("claim", "");
             let mut claimed = Vec::with_capacity(rows.len());
             for (item, request, mut item_claimed) in rows {

@@ -535,6 +535,8 @@ fn cancel_stops_pending_items_at_once_and_running_ones_at_their_heartbeat_then_r
         error.to_string(),
         format!("job {job} is completed: it finished; use retry to run its failed items again")
     );
+    drop(store);
+    b.check();
 }
 
 fn released_items_are_pending_again_without_using_an_attempt(b: &Backend) {

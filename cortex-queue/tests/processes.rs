@@ -5,21 +5,20 @@
 //! `child_process_entry` test below is their entry point and does nothing in a
 //! normal run.
 
+#[macro_use]
 mod common;
 
-use cortex_queue::{JobStore, WorkerStore};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::ExitStatusExt;
-use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use common::{response_for, submit_prompts, write_prompts};
+use common::{Backend, open_location, response_for, submit_prompts, write_prompts};
 use cortex_openai::{ExportJsonl, SubmitJsonl};
 use cortex_queue::{
-    ClaimOptions, ItemState, JobId, JobState, LeaseStatus, QueueError, Store, SubmitOptions,
+    ClaimOptions, ItemState, JobId, JobState, LeaseStatus, Queue, QueueError, SubmitOptions,
 };
 
 const ROLE: &str = "CHILD_ROLE";
@@ -41,13 +40,13 @@ fn child_process_entry() {
     let Ok(role) = std::env::var(ROLE) else {
         return;
     };
-    let mut store = Store::open(std::env::var(DB).unwrap()).unwrap();
+    let mut store = open_location(&std::env::var(DB).unwrap());
     let options = ClaimOptions {
         lease: env_ms(LEASE_MS, 60_000),
         ..ClaimOptions::default()
     };
     match role.as_str() {
-        "worker" => run_worker(&mut store, &options),
+        "worker" => run_worker(store.as_mut(), &options),
         "hold" => {
             // Claim some items, say so, and hang until killed.
             let claimed = store.claim(5, &options).unwrap();
@@ -77,7 +76,7 @@ fn child_process_entry() {
 
 /// Claims in batches, "generates" for a moment, heartbeats, completes; exits
 /// when no job has anything left to claim or run.
-fn run_worker(store: &mut Store, options: &ClaimOptions) {
+fn run_worker(store: &mut dyn Queue, options: &ClaimOptions) {
     let mut done = 0;
     loop {
         let claimed = store.claim(8, options).unwrap();
@@ -106,7 +105,7 @@ fn run_worker(store: &mut Store, options: &ClaimOptions) {
     println!("completed {done}");
 }
 
-fn spawn(role: &str, db: &Path, lease_ms: u64, failpoint: Option<&str>) -> Child {
+fn spawn(role: &str, db: &str, lease_ms: u64, failpoint: Option<&str>) -> Child {
     let mut command = Command::new(std::env::current_exe().unwrap());
     command
         .args([
@@ -146,7 +145,8 @@ fn wait_for_line(child: &mut Child, prefix: &str) -> String {
 }
 
 /// Every item of the job has exactly one result, and the export says the same.
-fn assert_exactly_one_result_each(store: &mut Store, job: JobId, items: usize, dir: &Path) {
+fn assert_exactly_one_result_each(b: &Backend, store: &mut dyn Queue, job: JobId, items: usize) {
+    let dir = b.path();
     let records = store.items(job).unwrap();
     assert_eq!(records.len(), items);
     let unfinished: Vec<_> = records
@@ -174,15 +174,14 @@ fn assert_exactly_one_result_each(store: &mut Store, job: JobId, items: usize, d
         "one output line per item"
     );
     assert_eq!(store.job(job).unwrap().state, JobState::Completed);
-    store.integrity_check().unwrap();
+    b.check();
 }
 
-#[test]
-fn four_worker_processes_share_a_job_and_no_item_is_claimed_twice() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("q.db");
-    let mut store = Store::open(&db).unwrap();
-    let job = submit_prompts(&mut store, dir.path(), "p.jsonl", 400);
+fn four_worker_processes_share_a_job_and_no_item_is_claimed_twice(b: &Backend) {
+    let dir = &b.dir;
+    let db = b.location();
+    let mut store = b.open();
+    let job = submit_prompts(store.as_mut(), dir.path(), "p.jsonl", 400);
 
     let children: Vec<Child> = (0..4).map(|_| spawn("worker", &db, 60_000, None)).collect();
     let mut per_worker = Vec::new();
@@ -192,7 +191,7 @@ fn four_worker_processes_share_a_job_and_no_item_is_claimed_twice() {
         per_worker.push(line["completed ".len()..].parse::<usize>().unwrap());
     }
     assert_eq!(per_worker.iter().sum::<usize>(), 400, "{per_worker:?}");
-    assert_exactly_one_result_each(&mut store, job, 400, dir.path());
+    assert_exactly_one_result_each(b, store.as_mut(), job, 400);
     // With live workers and long leases nothing is ever taken from a live lease.
     assert!(
         store
@@ -203,11 +202,10 @@ fn four_worker_processes_share_a_job_and_no_item_is_claimed_twice() {
     );
 }
 
-#[test]
-fn kill_9_at_every_failpoint_loses_nothing_and_records_each_result_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("q.db");
-    let mut store = Store::open(&db).unwrap();
+fn kill_9_at_every_failpoint_loses_nothing_and_records_each_result_once(b: &Backend) {
+    let dir = &b.dir;
+    let db = b.location();
+    let mut store = b.open();
     let items = 120;
     // A crash costs the items in flight no attempt (they were not alone), so
     // the default attempts are enough however many crashes there are.
@@ -242,7 +240,7 @@ fn kill_9_at_every_failpoint_loses_nothing_and_records_each_result_once() {
             Some(9),
             "{point}: the child must die by SIGKILL, got {status:?}"
         );
-        store.integrity_check().unwrap();
+        b.check();
         for item in store.items(job).unwrap() {
             if item.state == ItemState::Completed && before[&item.id].state != ItemState::Completed
             {
@@ -260,7 +258,7 @@ fn kill_9_at_every_failpoint_loses_nothing_and_records_each_result_once() {
         started.elapsed() < Duration::from_secs(120),
         "items stayed stuck under dead workers' leases"
     );
-    assert_exactly_one_result_each(&mut store, job, items, dir.path());
+    assert_exactly_one_result_each(b, store.as_mut(), job, items);
 
     // Nothing finished before a kill was generated again.
     let after: BTreeMap<_, _> = store
@@ -277,12 +275,11 @@ fn kill_9_at_every_failpoint_loses_nothing_and_records_each_result_once() {
     }
 }
 
-#[test]
-fn a_dead_workers_leases_are_reclaimed_at_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("q.db");
-    let mut store = Store::open(&db).unwrap();
-    let job = submit_prompts(&mut store, dir.path(), "p.jsonl", 5);
+fn a_dead_workers_leases_are_reclaimed_at_once(b: &Backend) {
+    let dir = &b.dir;
+    let db = b.location();
+    let mut store = b.open();
+    let job = submit_prompts(store.as_mut(), dir.path(), "p.jsonl", 5);
     let mut child = spawn("hold", &db, 600_000, None);
     assert_eq!(wait_for_line(&mut child, "claimed "), "claimed 5");
     // Alive: its 10-minute leases are respected.
@@ -309,15 +306,14 @@ fn a_dead_workers_leases_are_reclaimed_at_once() {
         reclaimed += group.len();
     }
     assert_eq!(reclaimed, 5);
-    assert_exactly_one_result_each(&mut store, job, 5, dir.path());
+    assert_exactly_one_result_each(b, store.as_mut(), job, 5);
 }
 
-#[test]
-fn a_stopped_zombie_worker_cannot_heartbeat_or_write_its_stale_result() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("q.db");
-    let mut store = Store::open(&db).unwrap();
-    let job = submit_prompts(&mut store, dir.path(), "p.jsonl", 1);
+fn a_stopped_zombie_worker_cannot_heartbeat_or_write_its_stale_result(b: &Backend) {
+    let dir = &b.dir;
+    let db = b.location();
+    let mut store = b.open();
+    let job = submit_prompts(store.as_mut(), dir.path(), "p.jsonl", 1);
     let mut child = spawn("zombie", &db, 300, None);
     wait_for_line(&mut child, "claimed ");
     let pid = child.id().to_string();
@@ -355,7 +351,14 @@ fn a_stopped_zombie_worker_cannot_heartbeat_or_write_its_stale_result() {
         "the zombie's stale writes were not refused: {report}"
     );
     assert_eq!(report, "heartbeat [Lost] complete lease_lost");
-    assert_exactly_one_result_each(&mut store, job, 1, dir.path());
+    assert_exactly_one_result_each(b, store.as_mut(), job, 1);
     let output = std::fs::read_to_string(dir.path().join("out.jsonl")).unwrap();
     assert!(output.contains("answer to item-0") && !output.contains("zombie"));
 }
+
+on_both_backends!(
+    four_worker_processes_share_a_job_and_no_item_is_claimed_twice,
+    kill_9_at_every_failpoint_loses_nothing_and_records_each_result_once,
+    a_dead_workers_leases_are_reclaimed_at_once,
+    a_stopped_zombie_worker_cannot_heartbeat_or_write_its_stale_result,
+);

@@ -85,19 +85,7 @@ impl Cortex {
     /// PostgreSQL server (`CORTEX_TEST_POSTGRES`); `None`, after saying so,
     /// when there is none and none is required (`CORTEX_REQUIRE_POSTGRES=1`).
     pub fn on_postgres(name: &str) -> Option<Self> {
-        let server = match std::env::var("CORTEX_TEST_POSTGRES") {
-            Ok(url) if !url.is_empty() => url,
-            _ => {
-                assert!(
-                    std::env::var("CORTEX_REQUIRE_POSTGRES").as_deref() != Ok("1"),
-                    "CORTEX_REQUIRE_POSTGRES=1 but CORTEX_TEST_POSTGRES is not set"
-                );
-                eprintln!("skipped: no PostgreSQL server (set CORTEX_TEST_POSTGRES)");
-                return None;
-            }
-        };
-        let url = PgStore::create_database(&server, &format!("e2e_{name}_{}", std::process::id()))
-            .expect("a fresh test database");
+        let url = cortex_queue_postgres::testing::fresh_database(&format!("e2e_{name}"))?;
         let mut cortex = Self::new();
         cortex.set_env("CORTEX_DB", &url);
         cortex.postgres = Some(url);
@@ -239,6 +227,15 @@ impl Cortex {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
+}
+
+/// How many items a `cortex worker` said it completed (`worker done: N completed, ...`).
+pub fn worker_done(stderr: &str) -> Option<u64> {
+    stderr
+        .split("worker done: ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
 }
 
 /// `n` short prompts alternating OpenAI chat lines and plain completion lines,

@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use cortex_queue::{ItemState, JobState};
-use cortex_tests::{Cortex, prompts, read_jsonl};
+use cortex_tests::{Cortex, prompts, read_jsonl, worker_done};
 
 static TURN: Mutex<()> = Mutex::new(());
 
@@ -386,12 +386,7 @@ fn two_workers_finish_one_job_together_without_doing_an_item_twice() {
         let output = worker.wait_with_output().unwrap();
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(output.status.success(), "{stderr}");
-        let done: u64 = stderr
-            .split("worker done: ")
-            .nth(1)
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("no summary in {stderr}"));
+        let done = worker_done(&stderr).unwrap_or_else(|| panic!("no summary in {stderr}"));
         done_by.push(done);
     }
     assert_eq!(done_by.iter().sum::<u64>(), 60, "{done_by:?}");

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use cortex_queue::{ItemState, JobState};
 use cortex_queue_postgres::PgStore;
-use cortex_tests::{Cortex, prompts, read_jsonl};
+use cortex_tests::{Cortex, prompts, read_jsonl, worker_done};
 
 static TURN: Mutex<()> = Mutex::new(());
 
@@ -87,12 +87,7 @@ fn four_workers_on_four_hosts_finish_one_job_and_no_item_runs_twice() {
         let output = worker.wait_with_output().unwrap();
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(output.status.success(), "{stderr}");
-        let done: u64 = stderr
-            .split("worker done: ")
-            .nth(1)
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("no summary in {stderr}"));
+        let done = worker_done(&stderr).unwrap_or_else(|| panic!("no summary in {stderr}"));
         done_by.push(done);
     }
     println!("four hosts: items done per worker {done_by:?}");
@@ -191,16 +186,7 @@ fn a_stopped_worker_cannot_write_after_its_lease_and_workers_ride_out_a_database
     assert_eq!(before, after, "nothing was written after the lease ran out");
     assert_each_item_once(&cortex, items);
     assert!(
-        rescuer_done(&stderr) as usize >= held.len(),
+        worker_done(&stderr).unwrap_or(0) as usize >= held.len(),
         "the rescuer did the zombie's items: {stderr}"
     );
-}
-
-fn rescuer_done(stderr: &str) -> u64 {
-    stderr
-        .split("worker done: ")
-        .nth(1)
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
 }

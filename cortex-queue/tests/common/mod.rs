@@ -109,39 +109,6 @@ pub struct Backend {
     pub url: Option<String>,
 }
 
-/// A fresh database on the test server, named after the test.
-pub fn fresh_database(server: &str, hint: &str) -> String {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let name = format!(
-        "t_{}_{}_{}",
-        hint.chars()
-            .filter(char::is_ascii_alphanumeric)
-            .take(20)
-            .collect::<String>(),
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
-    .to_lowercase();
-    PgStore::create_database(server, &name).unwrap()
-}
-
-/// The test server's URL, or `None` (after saying so) when none is set up
-/// and none is required (`CORTEX_REQUIRE_POSTGRES=1`, as the test script sets).
-pub fn postgres_server() -> Option<String> {
-    match std::env::var("CORTEX_TEST_POSTGRES") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            assert!(
-                std::env::var("CORTEX_REQUIRE_POSTGRES").as_deref() != Ok("1"),
-                "CORTEX_REQUIRE_POSTGRES=1 but CORTEX_TEST_POSTGRES is not set"
-            );
-            eprintln!("skipped: no PostgreSQL server (set CORTEX_TEST_POSTGRES to a database URL)");
-            None
-        }
-    }
-}
-
 impl Backend {
     /// A SQLite file.
     pub fn sqlite() -> Backend {
@@ -153,11 +120,18 @@ impl Backend {
 
     /// A fresh PostgreSQL database, if a test server is configured.
     pub fn postgres(hint: &str) -> Option<Backend> {
-        let server = postgres_server()?;
         Some(Backend {
+            url: Some(cortex_queue_postgres::testing::fresh_database(hint)?),
             dir: tempfile::tempdir().unwrap(),
-            url: Some(fresh_database(&server, hint)),
         })
+    }
+
+    /// What another process opens this queue by: the SQLite file's path or the URL.
+    pub fn location(&self) -> String {
+        match &self.url {
+            Some(url) => url.clone(),
+            None => self.dir.path().join("q.db").display().to_string(),
+        }
     }
 
     /// `sqlite` or `postgres`.
@@ -272,4 +246,12 @@ pub fn sql_pair(b: &Backend, first: &str, second: &str) -> (i64, i64) {
         }
     };
     (one(first), one(second))
+}
+
+/// Opens the queue a `--db`-style value names (a child process's way in).
+pub fn open_location(location: &str) -> Box<dyn Queue> {
+    match cortex_queue::Database::parse(location) {
+        cortex_queue::Database::Sqlite(path) => Box::new(Store::open(path).unwrap()),
+        cortex_queue::Database::Postgres(url) => Box::new(PgStore::connect(&url).unwrap()),
+    }
 }

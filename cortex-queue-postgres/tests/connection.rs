@@ -1,0 +1,85 @@
+//! The connection's failures, against a real PostgreSQL server
+//! (`CORTEX_TEST_POSTGRES`; `scripts/test.sh` starts one): each is a one-line
+//! error naming the database, and a connection lost mid-use comes back.
+
+use std::process::Command;
+
+use cortex_queue::{JobFilter, JobStore, QueueError};
+use cortex_queue_postgres::{PgStore, SCHEMA_VERSION};
+
+fn fresh(name: &str) -> Option<String> {
+    cortex_queue_postgres::testing::fresh_database(&format!("conn_{name}"))
+}
+
+/// Runs SQL with `psql` (PostgreSQL's own client), as an operator would.
+fn psql(url: &str, sql: &str) {
+    let status = Command::new("psql")
+        .args([url, "-qAt", "-v", "ON_ERROR_STOP=1", "-c", sql])
+        .env("PGOPTIONS", "-c client_min_messages=warning")
+        .status()
+        .expect("psql runs");
+    assert!(status.success(), "psql: {sql}");
+}
+
+#[test]
+fn a_database_from_a_newer_cortex_is_refused() {
+    let Some(url) = fresh("newer") else { return };
+    assert_eq!(
+        PgStore::connect(&url).unwrap().schema_version().unwrap(),
+        SCHEMA_VERSION
+    );
+    psql(&url, "UPDATE cortex_schema SET version = 99");
+    let error = PgStore::connect(&url).unwrap_err();
+    assert!(
+        matches!(error, QueueError::NewerSchema { found: 99, .. }),
+        "{error}"
+    );
+    let message = error.to_string();
+    assert!(
+        message.contains("has schema version 99; this cortex knows up to 1")
+            && !message.contains('\n'),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_wrong_password_or_an_unreachable_server_is_a_one_line_error_without_the_password() {
+    let Some(url) = fresh("auth") else { return };
+    let wrong = url.replacen("://cortex:cortex@", "://cortex:not-the-password@", 1);
+    assert_ne!(
+        wrong, url,
+        "the test server's URL has the cortex:cortex login"
+    );
+    let error = PgStore::connect(&wrong).unwrap_err().to_string();
+    assert!(
+        error.contains("password authentication failed for user \"cortex\"")
+            && error.contains("cortex:***@")
+            && !error.contains("not-the-password")
+            && !error.contains('\n'),
+        "{error}"
+    );
+    let error = PgStore::connect("postgres://cortex@127.0.0.1:1/cortex")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.starts_with("cannot open the job database postgres://cortex@127.0.0.1:1/cortex: ")
+            && error.contains("refused")
+            && !error.contains('\n'),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_connection_killed_by_the_server_is_reconnected_on_the_next_call() {
+    let Some(url) = fresh("killed") else { return };
+    let mut store = PgStore::connect(&url).unwrap();
+    assert!(store.jobs(&JobFilter::default()).unwrap().is_empty());
+    // An administrator (or a failover) ends every connection to the database.
+    psql(
+        &url,
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+         WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    );
+    assert!(store.jobs(&JobFilter::default()).unwrap().is_empty());
+    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+}
