@@ -12,8 +12,9 @@ use cortex_queue::{
 };
 use postgres::Row;
 
+use crate::PgStore;
 use crate::jobs::load_job;
-use crate::{Failure, PgStore, Tx};
+use crate::session::{Failure, Tx};
 
 /// Rows per fetch from the cursor.
 const FETCH: i32 = 5_000;

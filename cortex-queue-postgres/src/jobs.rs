@@ -12,7 +12,8 @@ use cortex_queue::{
 };
 use postgres::Row;
 
-use crate::{Failure, PgStore, Tx, count};
+use crate::session::{Failure, Tx};
+use crate::{PgStore, count};
 
 /// A job's columns and its counts summed over shards (`count` columns 11..=17).
 const JOB_SELECT: &str = "SELECT j.id, j.state, j.source_name, j.source_sha256, j.model, j.defaults, j.metadata::text,

@@ -15,7 +15,8 @@ use cortex_queue::{
 };
 use cortex_request::{Request, RequestId, Response, Work};
 
-use crate::{Failure, Params, PgStore, Tx};
+use crate::PgStore;
+use crate::session::{Failure, Params, Tx};
 
 /// How often a worker looks for dead workers of its own host (by pid).
 const REAP_EVERY: Duration = Duration::from_secs(2);

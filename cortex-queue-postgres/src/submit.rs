@@ -51,7 +51,7 @@ impl PgStore {
             path: place.clone(),
             detail,
         })?;
-        let pg = |e: postgres::Error| crate::pg_error(&place, &e);
+        let pg = |e: postgres::Error| crate::session::pg_error(&place, &e);
         let mut tx = conn.client.transaction().map_err(pg)?;
         let job = JobId(
             tx.query_one(
