@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use cortex_queue::backend::{
     WORKER_STOPPED, alone_level, claim_by_rule, compact_response, duration_ms, expand_work_with,
-    host_identity, is_gone, retry_delay_ms, this_process,
+    host_identity, is_gone, this_process,
 };
 use cortex_queue::{
     ClaimOptions, ClaimedItem, FailOutcome, ItemFailure, ItemId, JobId, Lease, LeaseStatus,
@@ -507,16 +507,14 @@ impl PgStore {
             };
             let (job, attempts, max_attempts, now): (i64, i32, i32, i64) =
                 (row.get(0), row.get(1), row.get(2), row.get(3));
-            let attempts = attempts.max(0) as u32;
-            let outcome = if failure.retryable && attempts < max_attempts.max(0) as u32 {
-                FailOutcome::Retrying { attempts, not_before: now + retry_delay_ms(base, cap, attempts) }
-            } else {
-                FailOutcome::Failed
-            };
-            let (state, not_before) = match outcome {
-                FailOutcome::Retrying { not_before, .. } => ("pending", not_before),
-                FailOutcome::Failed => ("failed", 0),
-            };
+            let outcome = FailOutcome::of(
+                failure,
+                attempts.max(0) as u32,
+                max_attempts.max(0) as u32,
+                now,
+                (base, cap),
+            );
+            let (state, not_before) = outcome.item_state();
             tx.execute(
                 "UPDATE items SET state = $2, not_before = $3, error_code = $4, error_message = $5,
                                   worker_id = NULL, lease_expires_at = NULL, updated_at = $6

@@ -9,6 +9,9 @@ use postgres::error::SqlState;
 use postgres::types::ToSql;
 use postgres::{Client, Row, Statement, Transaction};
 
+/// Wakes the workers waiting on `LISTEN cortex_work` (at commit).
+pub(crate) const NOTIFY_WORK: &str = "SELECT pg_notify('cortex_work', '')";
+
 /// A live connection and the statements prepared on it.
 pub(crate) struct Conn {
     pub(crate) client: Client,
@@ -86,8 +89,7 @@ impl<'a> Tx<'a> {
 
     /// Wakes idle workers once this transaction commits.
     pub(crate) fn notify_work(&mut self) -> Result<(), Failure> {
-        self.execute("SELECT pg_notify('cortex_work', '')", &[])
-            .map(drop)
+        self.execute(NOTIFY_WORK, &[]).map(drop)
     }
 
     /// The transaction itself, for what the cache does not cover (COPY,

@@ -196,8 +196,7 @@ impl PgStore {
             &[&job.0, &source_sha, &(lines as i64), &(invalid as i64)],
         )
         .map_err(pg)?;
-        tx.execute("SELECT pg_notify('cortex_work', '')", &[])
-            .map_err(pg)?;
+        tx.execute(crate::session::NOTIFY_WORK, &[]).map_err(pg)?;
         tx.commit().map_err(pg)?;
         Ok(Submitted {
             job,

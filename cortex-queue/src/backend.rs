@@ -136,9 +136,7 @@ impl<T: WorkerStore + JobStore + Send + std::fmt::Debug + ?Sized> Queue for T {}
 // timing, host identity, export writing.
 pub use crate::compact::{compact_response, compact_work_apart, expand_work_with};
 pub use crate::export::{check_exportable, write_atomically};
-pub use crate::lease::{
-    WORKER_STOPPED, alone_level, claim_by_rule, duration_ms, retry_delay_ms, suspect_group,
-};
+pub use crate::lease::{WORKER_STOPPED, alone_level, claim_by_rule, duration_ms, suspect_group};
 pub use crate::process::{host_identity, is_gone, this_process};
 pub use crate::submit::{KEEP_ERRORS, params_hash};
 

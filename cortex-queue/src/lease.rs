@@ -122,6 +122,37 @@ pub enum FailOutcome {
     Failed,
 }
 
+impl FailOutcome {
+    /// What a failed attempt leads to, at `now` (Unix ms), after `attempts`
+    /// of the job's `max_attempts`: another try after the backoff
+    /// (`base_ms` doubled per attempt, at most `cap_ms`) if the failure is
+    /// retryable and attempts are left, else failed for good.
+    pub fn of(
+        failure: &ItemFailure,
+        attempts: u32,
+        max_attempts: u32,
+        now: i64,
+        (base_ms, cap_ms): (i64, i64),
+    ) -> Self {
+        if failure.retryable && attempts < max_attempts {
+            FailOutcome::Retrying {
+                attempts,
+                not_before: now + retry_delay_ms(base_ms, cap_ms, attempts),
+            }
+        } else {
+            FailOutcome::Failed
+        }
+    }
+
+    /// The item's state and earliest next claim (Unix ms, 0: none) after it.
+    pub fn item_state(self) -> (&'static str, i64) {
+        match self {
+            FailOutcome::Retrying { not_before, .. } => ("pending", not_before),
+            FailOutcome::Failed => ("failed", 0),
+        }
+    }
+}
+
 fn host() -> &'static str {
     static HOST: OnceLock<String> = OnceLock::new();
     HOST.get_or_init(process::host_identity)
@@ -333,7 +364,7 @@ pub fn alone_level(n: usize) -> i64 {
 
 /// The wait before the next attempt after `attempts` failed ones: `base`
 /// doubled per attempt after the first, at most `cap` (all in ms).
-pub fn retry_delay_ms(base: i64, cap: i64, attempts: u32) -> i64 {
+fn retry_delay_ms(base: i64, cap: i64, attempts: u32) -> i64 {
     base.saturating_mul(1_i64 << attempts.saturating_sub(1).min(30))
         .min(cap)
 }
@@ -630,15 +661,8 @@ impl WorkerStore for Store {
             let Some((job, attempts, max_attempts)) = row else {
                 return Err(Outcome::Queue(QueueError::LeaseLost { item: lease.item, token: lease.token }));
             };
-            let outcome = if failure.retryable && attempts < max_attempts {
-                FailOutcome::Retrying { attempts, not_before: now + retry_delay_ms(base, cap, attempts) }
-            } else {
-                FailOutcome::Failed
-            };
-            let (state, not_before) = match outcome {
-                FailOutcome::Retrying { not_before, .. } => ("pending", not_before),
-                FailOutcome::Failed => ("failed", 0),
-            };
+            let outcome = FailOutcome::of(failure, attempts, max_attempts, now, (base, cap));
+            let (state, not_before) = outcome.item_state();
             tx.execute(
                 "UPDATE items SET state = ?2, not_before = ?3, error_code = ?4, error_message = ?5,
                                   worker_id = NULL, lease_expires_at = NULL, updated_at = ?6

@@ -238,6 +238,20 @@ pub fn worker_done(stderr: &str) -> Option<u64> {
         .and_then(|n| n.parse().ok())
 }
 
+/// Waits for each worker process to end; each must succeed and say how many
+/// items it completed. Returns those numbers in order.
+pub fn wait_for_workers(workers: impl IntoIterator<Item = Child>) -> Vec<u64> {
+    workers
+        .into_iter()
+        .map(|worker| {
+            let output = worker.wait_with_output().expect("wait for a worker");
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert!(output.status.success(), "{stderr}");
+            worker_done(&stderr).unwrap_or_else(|| panic!("no summary in {stderr}"))
+        })
+        .collect()
+}
+
 /// `n` short prompts alternating OpenAI chat lines and plain completion lines,
 /// with ids `item-0000`, `item-0001`, ... in input order.
 pub fn prompts(n: usize, max_tokens: u32) -> String {

@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use cortex_queue::{ItemState, JobState};
-use cortex_tests::{Cortex, prompts, read_jsonl, worker_done};
+use cortex_tests::{Cortex, prompts, read_jsonl, wait_for_workers};
 
 static TURN: Mutex<()> = Mutex::new(());
 
@@ -381,14 +381,7 @@ fn two_workers_finish_one_job_together_without_doing_an_item_twice() {
         cortex.spawn(&["--threads", "1", "worker", "--parallel", "4"]),
         cortex.spawn(&["--threads", "1", "worker", "--parallel", "4"]),
     ];
-    let mut done_by = Vec::new();
-    for worker in workers {
-        let output = worker.wait_with_output().unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(output.status.success(), "{stderr}");
-        let done = worker_done(&stderr).unwrap_or_else(|| panic!("no summary in {stderr}"));
-        done_by.push(done);
-    }
+    let done_by = wait_for_workers(workers);
     assert_eq!(done_by.iter().sum::<u64>(), 60, "{done_by:?}");
     assert!(
         done_by.iter().all(|&n| n > 0),

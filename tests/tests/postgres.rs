@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use cortex_queue::{ItemState, JobState};
 use cortex_queue_postgres::PgStore;
-use cortex_tests::{Cortex, prompts, read_jsonl, worker_done};
+use cortex_tests::{Cortex, prompts, read_jsonl, wait_for_workers, worker_done};
 
 static TURN: Mutex<()> = Mutex::new(());
 
@@ -82,14 +82,7 @@ fn four_workers_on_four_hosts_finish_one_job_and_no_item_runs_twice() {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    let mut done_by = Vec::new();
-    for worker in workers {
-        let output = worker.wait_with_output().unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(output.status.success(), "{stderr}");
-        let done = worker_done(&stderr).unwrap_or_else(|| panic!("no summary in {stderr}"));
-        done_by.push(done);
-    }
+    let done_by = wait_for_workers(workers);
     println!("four hosts: items done per worker {done_by:?}");
     assert_eq!(
         seen,
