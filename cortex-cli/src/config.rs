@@ -70,6 +70,7 @@ struct ServerFile {
     port: Option<u16>,
     api_keys: Option<Vec<String>>,
     batch_parallel: Option<usize>,
+    max_request_tokens: Option<u64>,
 }
 
 /// API keys: given as a list in the file, comma-separated in
@@ -116,6 +117,7 @@ pub(crate) struct Overrides {
     pub(crate) port: Option<u16>,
     pub(crate) api_keys: Option<ApiKeys>,
     pub(crate) batch_parallel: Option<usize>,
+    pub(crate) max_request_tokens: Option<u64>,
 }
 
 /// The effective configuration.
@@ -153,6 +155,9 @@ pub(crate) struct Config {
     /// `cortex serve`: queue items in the engine at most (the rest of
     /// `parallel` is kept for online requests); 0: no queue work.
     pub(crate) batch_parallel: Setting<usize>,
+    /// `cortex serve`: most tokens one online request may ask for
+    /// (`n` × `max_tokens`, each cut to the context).
+    pub(crate) max_request_tokens: Setting<u64>,
 }
 
 fn env_path(name: &str) -> Option<PathBuf> {
@@ -309,6 +314,14 @@ impl Config {
             "CORTEX_BATCH_PARALLEL",
             overrides.batch_parallel,
         )?;
+        let mut max_request_tokens = Setting::default(cortex_server::DEFAULT_MAX_REQUEST_TOKENS);
+        layer(
+            &mut max_request_tokens,
+            server.max_request_tokens,
+            fp,
+            "CORTEX_MAX_REQUEST_TOKENS",
+            overrides.max_request_tokens,
+        )?;
         if parallel.value == 0 {
             bail!("parallel must be at least 1 (from {})", parallel.source);
         }
@@ -334,6 +347,7 @@ impl Config {
             port,
             api_keys,
             batch_parallel,
+            max_request_tokens,
         })
     }
 
@@ -463,6 +477,11 @@ impl Config {
                 "server.batch_parallel",
                 self.batch_parallel.value.to_string(),
                 &self.batch_parallel.source,
+            ),
+            show(
+                "server.max_request_tokens",
+                self.max_request_tokens.value.to_string(),
+                &self.max_request_tokens.source,
             ),
         ]
     }

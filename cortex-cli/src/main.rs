@@ -237,6 +237,10 @@ struct ServeArgs {
     /// online requests (default: three quarters of it; 0: no queue work).
     #[arg(long)]
     batch_parallel: Option<usize>,
+    /// Most tokens one online request may ask for, n × max_tokens (each cut
+    /// to the context); more is a 400 (default from config: 131072).
+    #[arg(long)]
+    max_request_tokens: Option<u64>,
 }
 
 /// `cortex bench`: the engine in llama-batched-bench's columns.
@@ -347,6 +351,7 @@ fn main() -> ExitCode {
             .filter(|a| !a.api_keys.is_empty())
             .map(|a| config::ApiKeys(a.api_keys.clone())),
         batch_parallel: serve.as_ref().and_then(|a| a.batch_parallel),
+        max_request_tokens: serve.as_ref().and_then(|a| a.max_request_tokens),
     };
     let result = Config::load(&overrides).and_then(|config| run(cli, &config));
     match result {

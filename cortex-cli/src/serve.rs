@@ -58,6 +58,7 @@ pub(crate) fn serve(config: &Config) -> anyhow::Result<()> {
     server.api_keys = keys;
     server.lease = std::time::Duration::from_secs(config.lease_seconds.value);
     server.batch_parallel = config.batch_parallel.value.min(parallel);
+    server.max_request_tokens = config.max_request_tokens.value;
     cortex_server::serve(server, engine)?;
     eprintln!("server stopped");
     Ok(())

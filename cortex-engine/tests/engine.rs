@@ -331,6 +331,53 @@ fn a_prompt_longer_than_the_context_fails_at_once_and_others_go_on() {
 }
 
 #[test]
+fn requests_that_could_never_run_are_refused_and_others_go_on() {
+    let engine = engine(|_| {});
+    let deep = format!(
+        "root ::= {}\"a\"{}",
+        "(".repeat(100_000),
+        ")".repeat(100_000)
+    );
+    let mut grammar = greedy(1, "Hi", 4);
+    grammar.grammar = Some(deep);
+    let mut bias = greedy(2, "Hi", 4);
+    bias.sampling.logit_bias.insert(99_999_999, 1.0);
+    let mut stop_ids = greedy(3, "Hi", 4);
+    stop_ids.stop.stop_token_ids = vec![1 << 20];
+    let receivers = [
+        engine.submit(grammar).unwrap(),
+        engine.submit(bias).unwrap(),
+        engine.submit(stop_ids).unwrap(),
+        engine.submit(greedy(4, "Hello there", 4)).unwrap(),
+    ];
+    for (rx, (field, text)) in receivers.iter().zip([
+        ("grammar", "groups nest deeper than 64 levels"),
+        ("logit_bias", "token id 99999999 is outside the vocabulary"),
+        (
+            "stop_token_ids",
+            "token id 1048576 is outside the vocabulary",
+        ),
+    ]) {
+        match collect(rx).events.last() {
+            Some(EngineEvent::Failed {
+                error:
+                    EngineError::Invalid {
+                        field: f, message, ..
+                    },
+                ..
+            }) => assert!(f == field && message.contains(text), "{f}: {message}"),
+            other => panic!("expected {field} to be refused, got {other:?}"),
+        }
+    }
+    assert_eq!(
+        collect(&receivers[3]).response().completions[0]
+            .tokens
+            .len(),
+        4
+    );
+}
+
+#[test]
 fn shared_prefixes_are_computed_once_and_give_the_same_greedy_outputs() {
     let prefix = "You are a helpful assistant that answers questions about geography. ".repeat(28);
     // Continuations the model is sure of (counting), so no near-tie between

@@ -48,7 +48,11 @@
 #![forbid(unsafe_code)]
 
 mod gbnf;
+pub mod limits;
 mod schema;
+// Hostile inputs for the tests here and in `tests/` (hidden: not API).
+#[doc(hidden)]
+pub mod testing;
 
 pub use gbnf::{GrammarError, check};
 pub use schema::{SchemaError, from_json_schema, json_object};

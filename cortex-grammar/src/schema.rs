@@ -7,6 +7,10 @@ use std::fmt;
 
 use serde_json::{Map, Value};
 
+use crate::limits::{
+    MAX_ENUM_VALUES, MAX_REPETITIONS, MAX_SCHEMA_DEPTH, MAX_SCHEMA_NODES, MAX_WAYS_AT_ONCE,
+};
+
 /// A schema that cannot be compiled: where in it, and what.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub struct SchemaError {
@@ -159,12 +163,22 @@ pub fn json_object() -> String {
 ///
 /// Refused, naming the keyword and where it is: constraints a grammar here
 /// does not enforce ([`UNSUPPORTED`]), unknown `type`s and `format`s, `$ref`s
-/// outside the document, `required` names that are not properties, and
-/// schemas that allow nothing.
+/// outside the document, `required` names that are not properties, schemas
+/// that allow nothing, and schemas past the bounds of [`crate::limits`]
+/// (nesting, size, counts above llama.cpp's repetition limit, or a grammar
+/// that [`crate::check`] refuses).
 pub fn from_json_schema(schema: &Value) -> Result<String, SchemaError> {
     let mut converter = Converter::new(schema);
     let root = converter.visit(schema, "root", "")?;
-    Ok(converter.finish(&root))
+    let grammar = converter.finish(&root);
+    crate::check(&grammar).map_err(|e| SchemaError {
+        path: String::new(),
+        message: format!(
+            "it compiles to a grammar past cortex's limits: {}",
+            e.message
+        ),
+    })?;
+    Ok(grammar)
 }
 
 struct Converter<'a> {
@@ -172,9 +186,18 @@ struct Converter<'a> {
     /// Rule name → body, in the order they were made.
     rules: Vec<(String, String)>,
     names: BTreeSet<String>,
+    /// Name base → the next number to try after it, so that making names
+    /// stays linear however many share a base.
+    next_suffix: HashMap<String, usize>,
+    /// Rule body → the rule made for it: the same body is one rule.
+    bodies: HashMap<String, String>,
     /// `$ref` → the rule made for it (made before it is visited, so that
     /// recursive schemas end).
     refs: HashMap<String, String>,
+    /// Schema nodes being visited, one inside the other (`$ref`s included).
+    depth: usize,
+    /// Schema nodes visited so far.
+    nodes: usize,
 }
 
 impl<'a> Converter<'a> {
@@ -184,7 +207,11 @@ impl<'a> Converter<'a> {
             rules: Vec::new(),
             // `root` is the line `finish` writes.
             names: BTreeSet::from(["root".to_owned()]),
+            next_suffix: HashMap::new(),
+            bodies: HashMap::new(),
             refs: HashMap::new(),
+            depth: 0,
+            nodes: 0,
         }
     }
 
@@ -224,25 +251,102 @@ impl<'a> Converter<'a> {
             base = format!("{base}-node").trim_start_matches('-').to_owned();
         }
         let mut name = base.clone();
-        let mut i = 1;
+        let next = self.next_suffix.entry(base.clone()).or_insert(1);
         while self.names.contains(&name) {
-            name = format!("{base}-{i}");
-            i += 1;
+            name = format!("{base}-{next}");
+            *next += 1;
         }
         self.names.insert(name.clone());
         name
     }
 
-    /// Adds rule `body` under a name from `hint`; returns the name.
+    /// Adds rule `body` under a name from `hint` (or finds the rule that
+    /// has that body already); returns the name.
     fn rule(&mut self, hint: &str, body: String) -> String {
+        if let Some(name) = self.bodies.get(&body) {
+            return name.clone();
+        }
         let name = self.fresh_name(hint);
+        self.bodies.insert(body.clone(), name.clone());
         self.rules.push((name.clone(), body));
         name
     }
 
+    /// The alternatives matching exactly one of `texts`, as a prefix tree:
+    /// a common beginning is written once, so the ways llama.cpp keeps at
+    /// any point are the distinct next characters rather than every text.
+    /// Each branching point is a rule (none nests in another); built with a
+    /// list of work rather than recursion.
+    fn prefix_tree(&mut self, hint: &str, mut texts: Vec<Vec<char>>) -> String {
+        texts.sort_unstable();
+        texts.dedup();
+        let mut top = String::new();
+        // (the rule slot to fill, or none for the top; texts[lo..hi], which
+        // share their first `depth` characters)
+        let mut work: Vec<(Option<usize>, usize, usize, usize)> = vec![(None, 0, texts.len(), 0)];
+        while let Some((slot, lo, hi, depth)) = work.pop() {
+            let mut alternatives = Vec::new();
+            let mut i = lo;
+            if texts[i].len() == depth {
+                // Sorted: a text that ends here comes first.
+                alternatives.push(String::new());
+                i += 1;
+            }
+            while i < hi {
+                let next = texts[i][depth];
+                let j = i + texts[i..hi].partition_point(|t| t[depth] == next);
+                let (first, last) = (&texts[i], &texts[j - 1]);
+                let mut end = depth + 1;
+                while end < first.len() && end < last.len() && first[end] == last[end] {
+                    end += 1;
+                }
+                let label = literal_text(&first[depth..end].iter().collect::<String>());
+                if j - i == 1 {
+                    alternatives.push(label);
+                } else {
+                    let name = self.fresh_name(&format!("{hint}-tree"));
+                    self.rules.push((name.clone(), String::new()));
+                    work.push((Some(self.rules.len() - 1), i, j, end));
+                    alternatives.push(format!("{label} {name}"));
+                }
+                i = j;
+            }
+            let body = alternatives.join(" | ");
+            match slot {
+                Some(slot) => self.rules[slot].1 = body,
+                None => top = body,
+            }
+        }
+        top
+    }
+
     /// The expression matching values of `schema`; `hint` names its rules,
-    /// `path` locates it for errors.
+    /// `path` locates it for errors. Bounded in depth and in nodes.
     fn visit(&mut self, schema: &Value, hint: &str, path: &str) -> Result<String, SchemaError> {
+        self.nodes += 1;
+        if self.nodes > MAX_SCHEMA_NODES {
+            return Err(SchemaError {
+                path: path.to_owned(),
+                message: format!(
+                    "the schema has more than {MAX_SCHEMA_NODES} nodes (counting each $ref once); make it smaller"
+                ),
+            });
+        }
+        if self.depth >= MAX_SCHEMA_DEPTH {
+            return Err(SchemaError {
+                path: path.to_owned(),
+                message: format!(
+                    "the schema nests deeper than {MAX_SCHEMA_DEPTH} levels (counting each $ref followed)"
+                ),
+            });
+        }
+        self.depth += 1;
+        let expression = self.node(schema, hint, path);
+        self.depth -= 1;
+        expression
+    }
+
+    fn node(&mut self, schema: &Value, hint: &str, path: &str) -> Result<String, SchemaError> {
         let error = |message: String| SchemaError {
             path: path.to_owned(),
             message,
@@ -276,8 +380,13 @@ impl<'a> Converter<'a> {
             if values.is_empty() {
                 return Err(error("an empty enum allows no value".into()));
             }
-            let body = values.iter().map(literal).collect::<Vec<_>>().join(" | ");
-            return Ok(self.rule(hint, body));
+            at_most(values.len(), MAX_ENUM_VALUES, "enum", path)?;
+            let texts = values
+                .iter()
+                .map(|v| v.to_string().chars().collect())
+                .collect();
+            let tree = self.prefix_tree(hint, texts);
+            return Ok(self.rule(hint, format!("( {tree} ) space")));
         }
         for keyword in ["anyOf", "oneOf"] {
             if let Some(options) = node.get(keyword) {
@@ -354,6 +463,7 @@ impl<'a> Converter<'a> {
                 message: format!("an empty {keyword} allows no value"),
             });
         }
+        at_most(options.len(), MAX_WAYS_AT_ONCE as usize, keyword, path)?;
         let mut bodies = Vec::new();
         for (i, option) in options.iter().enumerate() {
             bodies.push(self.visit(option, &format!("{hint}-{i}"), &format!("{here}.{i}"))?);
@@ -518,7 +628,8 @@ impl<'a> Converter<'a> {
         body.push_str(&required_entries.join(r#" "," space "#));
         if required_entries.is_empty() {
             if !optional_entries.is_empty() {
-                body.push_str(&format!("( {} )?", optional_chain(&optional_entries)));
+                let chain = self.optional_chain(hint, &optional_entries);
+                body.push_str(&format!("( {chain} )?"));
             }
         } else {
             for entry in &optional_entries {
@@ -572,22 +683,21 @@ impl<'a> Converter<'a> {
             None => self.primitive("value"),
             Some(items) => self.visit(items, &format!("{hint}-item"), &join(path, "items"))?,
         };
-        let rest = |min: u64| match max {
-            Some(max) => format!("{{{},{}}}", min.saturating_sub(1), max.saturating_sub(1)),
-            None => format!("{{{},}}", min.saturating_sub(1)),
+        if max == Some(0) {
+            return Ok(self.rule(hint, r#""[" space "]" space"#.into()));
+        }
+        // Rules rather than groups around repetitions: llama.cpp limits a
+        // repeated (or optional) group by the rules made inside it, a
+        // repeated rule only by its count.
+        let next = self.rule(&format!("{hint}-next"), format!(r#""," space {item}"#));
+        let after_first = min.max(1) - 1;
+        let rest = match max {
+            Some(max) => format!("{next}{{{after_first},{}}}", max - 1),
+            None => format!("{next}{{{after_first},}}"),
         };
-        let body = match (min, max) {
-            (_, Some(0)) => r#""[" space "]" space"#.to_owned(),
-            (0, _) => format!(
-                r#""[" space ( {item} ( "," space {item} ){} )? "]" space"#,
-                rest(1)
-            ),
-            (min, _) => format!(
-                r#""[" space {item} ( "," space {item} ){} "]" space"#,
-                rest(min)
-            ),
-        };
-        Ok(self.rule(hint, body))
+        let items = self.rule(&format!("{hint}-items"), format!("{item} {rest}"));
+        let optional = if min == 0 { "?" } else { "" };
+        Ok(self.rule(hint, format!(r#""[" space {items}{optional} "]" space"#)))
     }
 
     fn string(
@@ -669,19 +779,46 @@ fn check_keywords(
     }
 }
 
-/// Entries of which any subset may appear, in order, comma-separated: each
-/// alternative starts at one entry and may go on with any later ones.
-fn optional_chain(entries: &[String]) -> String {
-    (0..entries.len())
-        .map(|first| {
-            let mut alternative = entries[first].clone();
-            for entry in &entries[first + 1..] {
-                alternative.push_str(&format!(r#" ( "," space {entry} )?"#));
-            }
-            alternative
-        })
-        .collect::<Vec<_>>()
-        .join(" | ")
+impl Converter<'_> {
+    /// Entries of which any non-empty subset may appear, in order,
+    /// comma-separated: one alternative per first entry, each going on with
+    /// a rule for "any of the later ones" (so the grammar grows linearly
+    /// with the entries, as llama.cpp's converter does). The rules are
+    /// written head first, so that llama.cpp's left-recursion check, which
+    /// starts from each rule in the order names appear, walks the chain once
+    /// rather than once from every link.
+    fn optional_chain(&mut self, hint: &str, entries: &[String]) -> String {
+        // later[j - 1]: any of entries[j..], each after a comma.
+        let later: Vec<String> = (1..entries.len())
+            .map(|_| self.fresh_name(&format!("{hint}-rest")))
+            .collect();
+        let tail = |from: usize| {
+            later
+                .get(from)
+                .map_or(String::new(), |rule| format!(" {rule}"))
+        };
+        for (j, name) in later.iter().enumerate().map(|(i, name)| (i + 1, name)) {
+            let body = format!(r#"( "," space {} )?{}"#, entries[j], tail(j));
+            self.rules.push((name.clone(), body));
+        }
+        entries
+            .iter()
+            .enumerate()
+            .map(|(first, entry)| format!("{entry}{}", tail(first)))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    }
+}
+
+/// Refuses a list at `keyword` of more than `limit` entries.
+fn at_most(count: usize, limit: usize, keyword: &str, path: &str) -> Result<(), SchemaError> {
+    if count > limit {
+        return Err(SchemaError {
+            path: join(path, keyword),
+            message: format!("{keyword} has {count} entries; at most {limit} are accepted"),
+        });
+    }
+    Ok(())
 }
 
 /// A count range such as `minItems`/`maxItems` (the minimum 0 when absent);
@@ -694,6 +831,25 @@ fn bounds(
 ) -> Result<(u64, Option<u64>), SchemaError> {
     let min = count(node, min_key, path)?.unwrap_or(0);
     let max = count(node, max_key, path)?;
+    // Counted by a grammar repetition (arrays count the items after the
+    // first), whose limit is llama.cpp's.
+    let countable = if what == "array" {
+        MAX_REPETITIONS + 1
+    } else {
+        MAX_REPETITIONS
+    };
+    for (key, value) in [(min_key, Some(min)), (max_key, max)] {
+        if let Some(value) = value
+            && value > countable
+        {
+            return Err(SchemaError {
+                path: join(path, key),
+                message: format!(
+                    "{key} = {value} is more than a grammar can count here (at most {countable}, llama.cpp's repetition limit)"
+                ),
+            });
+        }
+    }
     if max.is_some_and(|max| max < min) {
         return Err(SchemaError {
             path: path.to_owned(),
@@ -776,10 +932,18 @@ mod tests {
 
     #[test]
     fn all_optional_properties_form_a_chain() {
-        let chain = optional_chain(&["a".into(), "b".into(), "c".into()]);
+        let mut converter = Converter::new(&Value::Null);
+        let chain = converter.optional_chain("o", &["a".into(), "b".into(), "c".into()]);
+        assert_eq!(chain, "a o-rest | b o-rest-1 | c");
         assert_eq!(
-            chain,
-            r#"a ( "," space b )? ( "," space c )? | b ( "," space c )? | c"#
+            converter.rules,
+            [
+                (
+                    "o-rest".to_owned(),
+                    r#"( "," space b )? o-rest-1"#.to_owned()
+                ),
+                ("o-rest-1".to_owned(), r#"( "," space c )?"#.to_owned()),
+            ]
         );
         compile(&json!({"properties": {"a": {}, "b": {"type": "null"}}}));
     }
@@ -800,8 +964,26 @@ mod tests {
     fn enums_consts_and_type_lists_become_alternatives() {
         let grammar = compile(&json!({"enum": ["red", 2, null, {"a": "b"}]}));
         assert!(
-            grammar
-                .contains(r#""\"red\"" space | "2" space | "null" space | "{\"a\":\"b\"}" space"#),
+            grammar.contains(r#"( "\"red\"" | "2" | "null" | "{\"a\":\"b\"}" ) space"#),
+            "{grammar}"
+        );
+        // Common beginnings are written once.
+        let grammar = compile(&json!({"enum": ["red", "rose", "ro", "blue"]}));
+        assert!(grammar.starts_with("root ::= root-1\n"), "{grammar}");
+        assert!(
+            grammar.contains(r#"root-1 ::= ( "\"" root-tree ) space"#),
+            "{grammar}"
+        );
+        assert!(
+            grammar.contains(r#"root-tree ::= "blue\"" | "r" root-tree-1"#),
+            "{grammar}"
+        );
+        assert!(
+            grammar.contains(r#"root-tree-1 ::= "ed\"" | "o" root-tree-2"#),
+            "{grammar}"
+        );
+        assert!(
+            grammar.contains(r#"root-tree-2 ::= "\"" | "se\"""#),
             "{grammar}"
         );
         compile(&json!({"type": ["string", "null"], "maxLength": 3}));
@@ -814,8 +996,19 @@ mod tests {
             &json!({"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 4}),
         );
         assert!(
-            grammar.contains(r#""[" space number ( "," space number ){1,3} "]" space"#),
+            grammar.contains(r#"root-1 ::= "[" space root-items "]" space"#),
             "{grammar}"
+        );
+        assert!(
+            grammar.contains("root-items ::= number root-next{1,3}"),
+            "{grammar}"
+        );
+        assert!(
+            grammar.contains(r#"root-next ::= "," space number"#),
+            "{grammar}"
+        );
+        compile(
+            &json!({"type": "array", "items": {"type": "object", "properties": {"a": {"type": "string"}}}, "maxItems": 2001}),
         );
         compile(&json!({"type": "array", "maxItems": 0}));
         compile(
@@ -856,6 +1049,108 @@ mod tests {
             refused(json!(false)),
             "schema: a false schema allows no value"
         );
+    }
+
+    /// Compiles `schema` on a small stack, so a conversion that recursed
+    /// without a bound would overflow it.
+    fn on_small_stack(schema: Value) -> Result<String, String> {
+        crate::testing::on_small_stack(move || from_json_schema(&schema).map_err(|e| e.to_string()))
+    }
+
+    #[test]
+    fn hostile_schemas_are_refused_within_bounds() {
+        // A chain of 20,000 $refs, each to the next.
+        assert_eq!(
+            on_small_stack(crate::testing::ref_chain(20_000)).unwrap_err(),
+            "schema at $defs.d63: the schema nests deeper than 64 levels (counting each $ref followed)"
+        );
+        // Nesting built in memory (text is already cut at 128 levels by
+        // serde_json's parser).
+        let mut deep = json!({"type": "string"});
+        for _ in 0..1_000 {
+            deep = json!({"type": "array", "items": deep});
+        }
+        let refused = on_small_stack(deep).unwrap_err();
+        assert!(
+            refused
+                .ends_with("the schema nests deeper than 64 levels (counting each $ref followed)"),
+            "{refused}"
+        );
+        // Many nodes.
+        let wide: Map<String, Value> = (0..20_000)
+            .map(|i| (format!("p{i}"), json!({"type": "integer", "minimum": 0})))
+            .collect();
+        let refused = on_small_stack(json!({"type": "object", "properties": wide})).unwrap_err();
+        assert!(
+            refused.ends_with(
+                "the schema has more than 10000 nodes (counting each $ref once); make it smaller"
+            ),
+            "{refused}"
+        );
+        // Counts beyond llama.cpp's repetitions, and too many alternatives.
+        assert_eq!(
+            on_small_stack(json!({"type": "string", "maxLength": 5000})).unwrap_err(),
+            "schema at maxLength: maxLength = 5000 is more than a grammar can count here (at most 2000, llama.cpp's repetition limit)"
+        );
+        let values: Vec<Value> = (0..5000).map(|i| json!(i)).collect();
+        assert_eq!(
+            on_small_stack(json!({"enum": values})).unwrap_err(),
+            "schema at enum: enum has 5000 entries; at most 4096 are accepted"
+        );
+        // Too many optional properties to chain before any text.
+        let optional: Map<String, Value> =
+            (0..1_100).map(|i| (format!("p{i}"), json!({}))).collect();
+        let refused =
+            on_small_stack(json!({"type": "object", "properties": optional})).unwrap_err();
+        assert!(
+            refused.contains("enters a chain of more than 1024 rules"),
+            "{refused}"
+        );
+    }
+
+    #[test]
+    fn large_schemas_within_the_limits_compile() {
+        // 1,500 required properties, each a $ref to a definition named x:
+        // names that share a base are made in linear time.
+        let defs: Map<String, Value> = (0..1_500)
+            .map(|i| {
+                (
+                    format!("g{i}"),
+                    json!({"x": {"type": "integer", "minimum": 0}}),
+                )
+            })
+            .collect();
+        let properties: Map<String, Value> = (0..1_500)
+            .map(|i| (format!("p{i}"), json!({"$ref": format!("#/$defs/g{i}/x")})))
+            .collect();
+        let required: Vec<String> = properties.keys().cloned().collect();
+        let grammar = on_small_stack(json!({"$defs": defs, "type": "object",
+            "properties": properties, "required": required}))
+        .unwrap();
+        assert!(
+            grammar.contains("\nx-1499 ::= nonnegative-integer\n"),
+            "{grammar}"
+        );
+        // One rule for every definition's identical value.
+        assert_eq!(
+            grammar.matches("nonnegative-integer ::=").count(),
+            1,
+            "{grammar}"
+        );
+        let labels: Vec<Value> = (0..4096).map(|i| json!(format!("label-{i}"))).collect();
+        on_small_stack(json!({"enum": labels})).unwrap();
+        let optional: Map<String, Value> = (0..200).map(|i| (format!("p{i}"), json!({}))).collect();
+        on_small_stack(json!({"type": "object", "properties": optional})).unwrap();
+        // Any of 300 optional properties may come first: 300 ways.
+        let optional: Map<String, Value> = (0..300).map(|i| (format!("p{i}"), json!({}))).collect();
+        let refused =
+            on_small_stack(json!({"type": "object", "properties": optional})).unwrap_err();
+        assert!(
+            refused.contains("can go on in more than 256 ways at one point"),
+            "{refused}"
+        );
+        compile(&json!({"type": "string", "minLength": 2000, "maxLength": 2000}));
+        compile(&json!({"type": "array", "minItems": 2001, "maxItems": 2001}));
     }
 
     #[test]

@@ -56,6 +56,10 @@ use cortex_worker::ModelIdentity;
 
 pub use stream::ONLINE_PRIORITY;
 
+/// [`ServerConfig::max_request_tokens`] by default: 16 completions of a
+/// whole 8,192-token context.
+pub const DEFAULT_MAX_REQUEST_TOKENS: u64 = 1 << 17;
+
 /// How a server runs.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -76,6 +80,9 @@ pub struct ServerConfig {
     /// requests are in flight); the engine's other slots are kept for
     /// online requests. 0: the server works no queue items.
     pub batch_parallel: usize,
+    /// Most tokens one online request may ask for: `n` × `max_tokens`, each
+    /// cut to the context (a longer answer cannot be). More is a 400.
+    pub max_request_tokens: u64,
     /// Largest request body (JSON), bytes.
     pub max_body_bytes: usize,
     /// Largest uploaded file, bytes.
@@ -88,7 +95,8 @@ pub struct ServerConfig {
 impl ServerConfig {
     /// Listens on 127.0.0.1:8080 without keys; the queue `queue` opens,
     /// files in `files_dir`; 60 s leases; 48 queue items at most (of the
-    /// engine's default 64 slots); 32 MiB bodies, 512 MiB files; 5 s grace.
+    /// engine's default 64 slots); 131,072 tokens a request; 32 MiB bodies,
+    /// 512 MiB files; 5 s grace.
     pub fn new(model: ModelIdentity, queue: QueueOpener, files_dir: impl Into<PathBuf>) -> Self {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
@@ -98,6 +106,7 @@ impl ServerConfig {
             files_dir: files_dir.into(),
             lease: Duration::from_secs(60),
             batch_parallel: 48,
+            max_request_tokens: DEFAULT_MAX_REQUEST_TOKENS,
             max_body_bytes: 32 << 20,
             max_file_bytes: 512 << 20,
             shutdown_grace: Duration::from_secs(5),

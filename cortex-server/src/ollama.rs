@@ -21,7 +21,7 @@ use serde_json::{Map, Value, json};
 
 use crate::error::ApiError;
 use crate::online::body_bytes;
-use crate::state::AppState;
+use crate::state::{AppState, off_async};
 use crate::stream::Call;
 
 /// The Ollama API version cortex answers like.
@@ -69,26 +69,55 @@ fn number(key: &str, value: &Value) -> Result<f64, OllamaError> {
         .ok_or_else(|| bad(format!("options.{key} = {value}: expected a number")))
 }
 
-/// Options that tune Ollama's runtime rather than what is generated: accepted, no effect here.
-const RUNTIME_OPTIONS: &[&str] = &[
-    "num_ctx",
-    "num_batch",
-    "num_gpu",
-    "main_gpu",
-    "use_mmap",
-    "use_mlock",
-    "num_thread",
-    "numa",
-    "low_vram",
-    "vocab_only",
-    "num_keep",
-    "penalize_newline",
-    "typical_p",
-    "mirostat",
-    "mirostat_tau",
-    "mirostat_eta",
-    "tfs_z",
+/// An integer option: any JSON number, cut to an integer as Ollama does.
+fn integer(key: &str, value: &Value) -> Result<f64, OllamaError> {
+    value
+        .as_f64()
+        .map(f64::trunc)
+        .ok_or_else(|| bad(format!("options.{key} = {value}: expected an integer")))
+}
+
+/// Options that tune Ollama's runtime rather than what is generated, with
+/// their types: accepted (when of the right type), no effect here.
+const RUNTIME_OPTIONS: &[(&str, OptionType)] = &[
+    ("num_ctx", OptionType::Integer),
+    ("num_batch", OptionType::Integer),
+    ("num_gpu", OptionType::Integer),
+    ("main_gpu", OptionType::Integer),
+    ("use_mmap", OptionType::Bool),
+    ("use_mlock", OptionType::Bool),
+    ("num_thread", OptionType::Integer),
+    ("numa", OptionType::Bool),
+    ("low_vram", OptionType::Bool),
+    ("vocab_only", OptionType::Bool),
+    ("num_keep", OptionType::Integer),
+    ("penalize_newline", OptionType::Bool),
+    ("typical_p", OptionType::Number),
+    ("mirostat", OptionType::Integer),
+    ("mirostat_tau", OptionType::Number),
+    ("mirostat_eta", OptionType::Number),
+    ("tfs_z", OptionType::Number),
 ];
+
+#[derive(Clone, Copy)]
+enum OptionType {
+    Integer,
+    Number,
+    Bool,
+}
+
+impl OptionType {
+    fn check(self, key: &str, value: &Value) -> Result<(), OllamaError> {
+        match self {
+            OptionType::Integer => integer(key, value).map(drop),
+            OptionType::Number => number(key, value).map(drop),
+            OptionType::Bool if value.is_boolean() => Ok(()),
+            OptionType::Bool => Err(bad(format!(
+                "options.{key} = {value}: expected true or false"
+            ))),
+        }
+    }
+}
 
 /// `options` onto the request's sampling and stop settings.
 fn apply_options(options: &Value, request: &mut Request) -> Result<(), OllamaError> {
@@ -104,15 +133,15 @@ fn apply_options(options: &Value, request: &mut Request) -> Result<(), OllamaErr
         match key.as_str() {
             "temperature" => sampling.temperature = number(key, value)? as f32,
             "top_p" => sampling.top_p = number(key, value)? as f32,
-            "top_k" => sampling.top_k = number(key, value)? as i32,
+            "top_k" => sampling.top_k = integer(key, value)? as i32,
             "min_p" => sampling.min_p = number(key, value)? as f32,
             "repeat_penalty" => sampling.repetition_penalty = number(key, value)? as f32,
             "presence_penalty" => sampling.presence_penalty = number(key, value)? as f32,
             "frequency_penalty" => sampling.frequency_penalty = number(key, value)? as f32,
-            "repeat_last_n" => sampling.penalty_last_n = number(key, value)?.max(0.0) as u32,
-            "seed" => sampling.seed = Some(number(key, value)? as u64),
+            "repeat_last_n" => sampling.penalty_last_n = integer(key, value)?.max(0.0) as u32,
+            "seed" => sampling.seed = Some(integer(key, value)? as u64),
             "num_predict" => {
-                let n = number(key, value)?;
+                let n = integer(key, value)?;
                 // -1 (and -2) mean "until the context is full": the engine's limit.
                 request.stop.max_tokens = if n < 0.0 { u32::MAX } else { n as u32 };
             }
@@ -126,8 +155,10 @@ fn apply_options(options: &Value, request: &mut Request) -> Result<(), OllamaErr
                         ))
                     })?;
             }
-            key if RUNTIME_OPTIONS.contains(&key) => {}
-            key => return Err(bad(format!("options.{key} is not an option cortex knows"))),
+            key => match RUNTIME_OPTIONS.iter().find(|(name, _)| *name == key) {
+                Some((_, kind)) => kind.check(key, value)?,
+                None => return Err(bad(format!("options.{key} is not an option cortex knows"))),
+            },
         }
     }
     Ok(())
@@ -169,6 +200,16 @@ fn parse(state: &AppState, body: &[u8], chat: bool) -> Result<OllamaRequest, Oll
     };
     for (key, value) in &fields {
         match key.as_str() {
+            "stream" | "raw"
+                if (key == "stream" || !chat) && !matches!(value, Value::Null | Value::Bool(_)) =>
+            {
+                return Err(bad(format!("{key} = {value}: expected true or false")));
+            }
+            "keep_alive" if !matches!(value, Value::Null | Value::String(_) | Value::Number(_)) => {
+                return Err(bad(format!(
+                    "keep_alive = {value}: expected a duration (\"5m\") or a number of seconds"
+                )));
+            }
             "model" | "stream" | "format" | "options" | "keep_alive" => {}
             "think" if matches!(value, Value::Null | Value::Bool(false)) => {}
             "suffix" | "template" | "images" | "context" | "tools"
@@ -272,7 +313,9 @@ async fn run(
     chat: bool,
 ) -> Result<Response, OllamaError> {
     let body = body_bytes(&state, body)?;
-    let OllamaRequest { request, stream } = parse(&state, &body, chat)?;
+    let parsing = Arc::clone(&state);
+    let OllamaRequest { request, stream } =
+        off_async(move || parse(&parsing, &body, chat)).await??;
     let model = state.model_name().to_owned();
     let endpoint = if chat { "/api/chat" } else { "/api/generate" };
     let mut call = Call::submit(&state, Work::Generate(request), endpoint)?;
@@ -434,5 +477,33 @@ mod tests {
             panic!("an unknown option was accepted");
         };
         assert_eq!(message, "options.warp is not an option cortex knows");
+        for (options, expected) in [
+            (
+                json!({"num_ctx": "x"}),
+                "options.num_ctx = \"x\": expected an integer",
+            ),
+            (
+                json!({"use_mmap": 1}),
+                "options.use_mmap = 1: expected true or false",
+            ),
+            (
+                json!({"typical_p": [1]}),
+                "options.typical_p = [1]: expected a number",
+            ),
+            (
+                json!({"top_k": "5"}),
+                "options.top_k = \"5\": expected an integer",
+            ),
+        ] {
+            let Err(OllamaError(_, message)) = apply_options(&options, &mut request) else {
+                panic!("{options} was accepted");
+            };
+            assert_eq!(message, expected);
+        }
+        apply_options(
+            &json!({"num_ctx": 4096, "top_k": 3.0, "low_vram": false}),
+            &mut request,
+        )
+        .unwrap_or_else(|_| panic!("options refused"));
     }
 }

@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use cortex_openai::{ChunkHead, Endpoint, list_object, model_object, online_body, parse_request};
 
 use crate::error::ApiError;
-use crate::state::AppState;
+use crate::state::{AppState, off_async};
 use crate::stream::{Call, sse};
 
 /// The body's bytes, or why it could not be read (over the size limit, ...).
@@ -35,8 +35,9 @@ async fn answer(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = body_bytes(&state, body)?;
-    let request =
-        parse_request(endpoint, &body).map_err(|e| ApiError::invalid(e.message, e.param))?;
+    let request = off_async(move || parse_request(endpoint, &body))
+        .await?
+        .map_err(|e| ApiError::invalid(e.message, e.param))?;
     state.check_model(request.model.as_deref())?;
     let head = ChunkHead {
         key: state.files.new_id(""),

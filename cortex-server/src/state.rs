@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use cortex_engine::Engine;
 use cortex_queue::{Queue, QueueError};
-use cortex_request::RequestId;
+use cortex_request::{Request, RequestId};
 
 use crate::error::ApiError;
 use crate::files::FileStore;
@@ -68,6 +68,26 @@ impl AppState {
 
     /// Checks a request's `model`: the served model's name (with or without
     /// an Ollama `:latest` tag) or `default`; anything else is a 404.
+    /// Refuses a generation that asks for more tokens than one request may:
+    /// `n` completions of `max_tokens` each (cut to the context, beyond
+    /// which none can go).
+    pub(crate) fn check_request_tokens(&self, request: &Request) -> Result<(), ApiError> {
+        let context = self.engine.info().max_sequence_tokens as u64;
+        let each = u64::from(request.stop.max_tokens).min(context);
+        let total = each * u64::from(request.n);
+        let limit = self.config.max_request_tokens;
+        if total > limit {
+            return Err(ApiError::invalid(
+                format!(
+                    "the request asks for up to {} × {each} = {total} tokens (n × max_tokens, each at most the context of {context}); this server allows {limit} per request: lower n or max_tokens",
+                    request.n
+                ),
+                Some("max_tokens".into()),
+            ));
+        }
+        Ok(())
+    }
+
     pub(crate) fn check_model(&self, model: Option<&str>) -> Result<(), ApiError> {
         match model {
             None | Some("" | "default") => Ok(()),
@@ -131,10 +151,19 @@ impl AppState {
         f: impl FnOnce(&mut dyn Queue) -> Result<T, ApiError> + Send + 'static,
     ) -> Result<T, ApiError> {
         let state = Arc::clone(self);
-        tokio::task::spawn_blocking(move || f(lock(&state.store).as_mut()))
-            .await
-            .map_err(|e| ApiError::internal(format!("a queue task failed: {e}")))?
+        off_async(move || f(lock(&state.store).as_mut())).await?
     }
+}
+
+/// Runs `f` (parsing a body, compiling a grammar: bounded, but CPU work) on
+/// tokio's blocking threads, so that the two async threads stay free to
+/// accept and answer other connections meanwhile.
+pub(crate) async fn off_async<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::internal(format!("a blocking task failed: {e}")))
 }
 
 impl From<QueueError> for ApiError {

@@ -47,6 +47,9 @@ impl Call {
         mut work: Work,
         endpoint: &'static str,
     ) -> Result<Self, ApiError> {
+        if let Work::Generate(request) = &work {
+            state.check_request_tokens(request)?;
+        }
         let id = state.online_id();
         match &mut work {
             Work::Generate(request) => {

@@ -122,6 +122,16 @@ impl StepLoop<'_> {
         request
             .validate(&Limits::default())
             .map_err(|e| EngineError::invalid(id, &e))?;
+        self.check_token_fields(request)?;
+        if let Some(gbnf) = &request.grammar {
+            // Whoever submitted it, a grammar reaches llama.cpp's parser only
+            // once it is known to load and run there within bounds.
+            cortex_grammar::check(gbnf).map_err(|e| EngineError::Invalid {
+                id,
+                field: "grammar".into(),
+                message: e.to_string(),
+            })?;
+        }
         let prompt = self.tokenize_prompt(request)?;
         let limit = self.info.max_sequence_tokens;
         if prompt.len() >= limit {
@@ -146,6 +156,8 @@ impl StepLoop<'_> {
                 })
         };
         // One grammar per completion, all made before anything is queued.
+        // (Parsed again for each: llama.cpp's copy of a grammar costs more
+        // than a parse, its stacks rebound by a scan of every rule.)
         let grammars = (0..request.n)
             .map(|_| grammar(self.backend.as_ref()))
             .collect::<Result<Vec<_>, _>>()?;
@@ -231,6 +243,21 @@ impl StepLoop<'_> {
 }
 
 impl StepLoop<'_> {
+    /// Refuses `logit_bias` and `stop_token_ids` entries for tokens the
+    /// model does not have (they could never mean anything).
+    fn check_token_fields(&self, request: &Request) -> Result<(), EngineError> {
+        let invalid = |field: &str, message: String| EngineError::Invalid {
+            id: request.id,
+            field: field.into(),
+            message,
+        };
+        let biased: Vec<TokenId> = request.sampling.logit_bias.keys().copied().collect();
+        self.check_vocabulary(&biased)
+            .map_err(|message| invalid("logit_bias", message))?;
+        self.check_vocabulary(&request.stop.stop_token_ids)
+            .map_err(|message| invalid("stop_token_ids", message))
+    }
+
     /// Refuses token ids the model's vocabulary does not have.
     pub(super) fn check_vocabulary(&self, tokens: &[TokenId]) -> Result<(), String> {
         let vocab = self.info.n_vocab;

@@ -1,0 +1,232 @@
+//! Requests that once took `cortex serve` down (a stack overflow in the
+//! grammar checker aborted the process, and every client and the batch
+//! worker with it), and others that could never mean anything: each is a
+//! 4xx in OpenAI's or Ollama's error shape, the server stays up and answers
+//! the next request. The same grammars at `cortex submit` and `cortex
+//! generate` are refused with their line. Grammars at each limit load in
+//! llama.cpp and generate, so the limits are where llama.cpp is safe.
+
+use std::time::Duration;
+
+use cortex_grammar::testing::{doubling, nested_groups, ref_chain, rule_chain};
+use cortex_tests::{Cortex, Server, http};
+use serde_json::{Value, json};
+
+/// POSTs `body` and expects a 4xx whose error message contains `expected`,
+/// in OpenAI's shape on `/v1` routes and Ollama's on `/api` routes.
+fn refused(server: &Server, path: &str, body: &Value, expected: &str) {
+    let (status, text) = http(server.port, "POST", path, &body.to_string())
+        .unwrap_or_else(|| panic!("{path}: no answer (the server died?)"));
+    assert!((400..500).contains(&status), "{path}: {status} {text}");
+    let answer: Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}: {text}"));
+    let message = if path.starts_with("/api/") {
+        answer["error"].as_str()
+    } else {
+        assert_eq!(answer["error"]["type"], "invalid_request_error", "{text}");
+        answer["error"]["message"].as_str()
+    }
+    .unwrap_or_else(|| panic!("{path}: no error message: {text}"));
+    assert!(
+        message.contains(expected),
+        "{path}: {message:?} lacks {expected:?}"
+    );
+}
+
+fn completion(grammar: &str) -> Value {
+    json!({"model": "default", "prompt": "Say a.", "max_tokens": 4, "grammar": grammar})
+}
+
+fn chat_with_schema(schema: &Value) -> Value {
+    json!({"model": "default", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}})
+}
+
+#[test]
+fn requests_that_once_killed_the_server_are_refused_and_it_stays_up() {
+    let cortex = Cortex::new();
+    let server = Server::start(&cortex, &["--parallel", "4"]);
+    let nest = "groups nest deeper than 64 levels";
+    refused(
+        &server,
+        "/v1/completions",
+        &completion(&nested_groups(100_000)),
+        nest,
+    );
+    let chat = json!({"model": "default", "messages": [{"role": "user", "content": "Hi"}],
+        "grammar": nested_groups(100_000)});
+    refused(&server, "/v1/chat/completions", &chat, nest);
+    let responses = json!({"model": "default", "input": "Hi", "grammar": nested_groups(100_000)});
+    refused(&server, "/v1/responses", &responses, nest);
+    refused(
+        &server,
+        "/v1/completions",
+        &completion(&rule_chain(20_000)),
+        "at most 262144 are accepted",
+    );
+    refused(
+        &server,
+        "/v1/completions",
+        &completion(&rule_chain(5_000)),
+        "enters a chain of more than 1024 rules before matching any text",
+    );
+    refused(
+        &server,
+        "/v1/completions",
+        &completion(&doubling(9)),
+        "can go on in more than 256 ways at one point",
+    );
+    refused(
+        &server,
+        "/v1/chat/completions",
+        &chat_with_schema(&ref_chain(20_000)),
+        "the schema nests deeper than 64 levels (counting each $ref followed)",
+    );
+    let ollama =
+        json!({"model": "default", "prompt": "Hi", "stream": false, "format": ref_chain(20_000)});
+    refused(
+        &server,
+        "/api/generate",
+        &ollama,
+        "the schema nests deeper than 64 levels",
+    );
+    let ollama = json!({"model": "default", "messages": [{"role": "user", "content": "Hi"}],
+        "stream": false, "format": {"type": "object", "properties": {"s": {"type": "string", "maxLength": 100000}}}});
+    refused(
+        &server,
+        "/api/chat",
+        &ollama,
+        "maxLength = 100000 is more than a grammar can count here",
+    );
+
+    // What cannot mean anything.
+    let mut bias = completion("root ::= \"a\"");
+    bias["logit_bias"] = json!({"99999999": 5});
+    refused(
+        &server,
+        "/v1/completions",
+        &bias,
+        "invalid logit_bias: token id 99999999 is outside the vocabulary of 49152",
+    );
+    let stop_ids =
+        json!({"model": "default", "prompt": "Hi", "max_tokens": 2, "stop_token_ids": [49152]});
+    refused(
+        &server,
+        "/v1/completions",
+        &stop_ids,
+        "token id 49152 is outside the vocabulary",
+    );
+    let options =
+        json!({"model": "default", "prompt": "Hi", "stream": false, "options": {"num_ctx": "x"}});
+    refused(
+        &server,
+        "/api/generate",
+        &options,
+        "options.num_ctx = \"x\": expected an integer",
+    );
+    let streaming = json!({"model": "default", "prompt": "Hi", "stream": "yes"});
+    refused(
+        &server,
+        "/api/generate",
+        &streaming,
+        "stream = \"yes\": expected true or false",
+    );
+    let greedy = json!({"model": "default", "prompt": "Hi", "n": 64, "max_tokens": 100_000});
+    refused(
+        &server,
+        "/v1/completions",
+        &greedy,
+        "this server allows 131072 per request: lower n or max_tokens",
+    );
+
+    // Still alive, and still generating under a grammar.
+    let (status, text) = http(server.port, "GET", "/health", "").expect("the server is up");
+    assert_eq!(status, 200, "{text}");
+    let (status, text) = http(
+        server.port,
+        "POST",
+        "/v1/completions",
+        &completion("root ::= \"yes\" | \"no\"").to_string(),
+    )
+    .expect("an answer");
+    assert_eq!(status, 200, "{text}");
+    let answer: Value = serde_json::from_str(&text).unwrap();
+    let said = answer["choices"][0]["text"].as_str().unwrap();
+    assert!(said == "yes" || said == "no", "{text}");
+}
+
+#[test]
+fn grammars_at_each_limit_load_in_llama_cpp_and_generate() {
+    let cortex = Cortex::new();
+    let server = Server::start(&cortex, &["--parallel", "4"]);
+    let values: Vec<String> = (0..256).map(|i| format!("\"v{i}\"")).collect();
+    for grammar in [
+        nested_groups(64),
+        rule_chain(1000),
+        format!("root ::= {}", values.join(" | ")),
+        doubling(8),
+        format!("root ::= \"{}\"{{0,100}}", "x".repeat(1000)),
+    ] {
+        let (status, text) = http(
+            server.port,
+            "POST",
+            "/v1/completions",
+            &completion(&grammar).to_string(),
+        )
+        .expect("an answer");
+        assert_eq!(status, 200, "{}: {text}", &grammar[..grammar.len().min(60)]);
+    }
+    let optional: serde_json::Map<String, Value> = (0..200)
+        .map(|i| (format!("p{i}"), json!({"type": "integer"})))
+        .collect();
+    let labels: Vec<String> = (0..4096).map(|i| format!("label-{i}")).collect();
+    for schema in [
+        json!({"type": "object", "properties": optional}),
+        json!({"enum": labels}),
+        json!({"type": "string", "maxLength": 2000}),
+    ] {
+        let body = chat_with_schema(&schema);
+        let (status, text) = http(
+            server.port,
+            "POST",
+            "/v1/chat/completions",
+            &body.to_string(),
+        )
+        .expect("an answer");
+        assert_eq!(status, 200, "{text}");
+    }
+    let (status, _) = http(server.port, "GET", "/health", "").expect("the server is up");
+    assert_eq!(status, 200);
+}
+
+#[test]
+fn submit_and_generate_refuse_the_same_grammars_with_their_line() {
+    let cortex = Cortex::new();
+    let lines = [
+        json!({"prompt": "fine", "max_tokens": 2}),
+        json!({"prompt": "deep", "max_tokens": 2, "grammar": nested_groups(100_000)}),
+        json!({"custom_id": "c", "method": "POST", "url": "/v1/chat/completions",
+            "body": chat_with_schema(&ref_chain(5_000))}),
+    ];
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    cortex.write("hostile.jsonl", &text);
+    let stderr = cortex.refused(&["submit", "hostile.jsonl"], &[]);
+    assert!(
+        stderr.contains("line 2") && stderr.contains("groups nest deeper than 64 levels"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("line 3") && stderr.contains("the schema nests deeper than 64 levels"),
+        "{stderr}"
+    );
+    let grammar = cortex.write("deep.gbnf", &nested_groups(100_000));
+    let started = std::time::Instant::now();
+    let output = cortex.run(&["generate", "--grammar", grammar.to_str().unwrap(), "Hi"]);
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("groups nest deeper than 64 levels"),
+        "{stderr}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(60));
+}
