@@ -1,3 +1,6 @@
+//! The GBNF checker against what llama.cpp accepts and refuses, and against
+//! hostile grammars: each limit, on a small stack.
+
 use super::*;
 use crate::testing::{doubling, nested_groups, on_small_stack, rule_chain};
 
