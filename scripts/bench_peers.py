@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""cortex against llama.cpp's own tools, back to back in one run.
+"""cortex against llama.cpp's own tools, in interleaved rounds in one run.
 
 1. The engine: `llama-batched-bench` (non-unified KV, its default) against
    `cortex bench` at the same PP/TG/B and threads.
@@ -8,9 +8,18 @@
    clients as it has slots. Each side gets the same prompts, greedy; the
    token counts both report are printed so the work can be compared.
 
+These machines swing by ±15% from run to run, so every measurement runs
+`--rounds` times, the sides taking turns (cortex, peer, peer, cortex, ...),
+and the tables give the median of each with its spread (min-max); ratios
+are of medians. `--device` runs both sides on a GPU (cortex's `--device`,
+the peers' `-ngl 99`); `--scale K` repeats each job's items K times with
+fresh prompts (to keep a GPU busy). Where `nvidia-smi` exists the GPU's
+mean utilisation during each run is printed too.
+
 Prints every time, the ratios and each side's peak memory; `--json FILE`
-also writes them as JSON. Run through scripts/bench-peers.sh, which builds
-the peers. Nothing here is a test: it only measures.
+also writes them as JSON. Run through scripts/bench-peers.sh (or
+scripts/gpu-kit.sh bench), which builds the peers. Nothing here is a test:
+it only measures.
 """
 
 import argparse
@@ -151,6 +160,34 @@ def peak_rss_of(pid):
     return None
 
 
+class GpuSampler:
+    """Mean GPU utilisation while it runs, from nvidia-smi (if there is one)."""
+
+    def __init__(self):
+        self.proc = None
+        self.samples = []
+        if shutil.which("nvidia-smi"):
+            self.proc = subprocess.Popen(
+                ["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
+                 "-lms", "200"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            self.reader = threading.Thread(target=self._read, daemon=True)
+            self.reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            try:
+                self.samples.append(float(line.split(",")[0]))
+            except ValueError:
+                pass
+
+    def stop(self):
+        if self.proc is None:
+            return None
+        self.proc.terminate()
+        self.proc.wait()
+        return sum(self.samples) / len(self.samples) if self.samples else None
+
+
 def run_timed(cmd, env=None):
     """Runs a command to completion; returns (seconds, peak RSS bytes, stdout)."""
     started = time.monotonic()
@@ -171,11 +208,26 @@ def run_timed(cmd, env=None):
 # ---------------------------------------------------------------- engine rows
 
 
+# Set from the command line: the device both sides run on ("cpu" or a GPU's
+# name), which the peers take as -ngl.
+DEVICE = "cpu"
+
+
+def peer_gpu_args():
+    return [] if DEVICE == "cpu" else ["-ngl", "99"]
+
+
+def cortex_env(model, threads, extra=None):
+    env = dict(os.environ, CORTEX_MODEL=model, CORTEX_THREADS=str(threads), CORTEX_DEVICE=DEVICE)
+    env.update(extra or {})
+    return env
+
+
 def batched_bench(peers, model, threads, b, pp=32, tg=128):
     cells = b * ((pp + tg + 32 + 255) // 256 * 256)
     cmd = [f"{peers}/llama-batched-bench", "-m", model, "-c", str(cells), "-b", "2048",
            "-ub", "512", "-npp", str(pp), "-ntg", str(tg), "-npl", str(b),
-           "-t", str(threads), "-tb", str(threads)]
+           "-t", str(threads), "-tb", str(threads), *peer_gpu_args()]
     _, rss, out = run_timed(cmd)
     for line in out.splitlines():
         cols = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -186,7 +238,7 @@ def batched_bench(peers, model, threads, b, pp=32, tg=128):
 
 
 def cortex_bench(cortex, model, threads, b):
-    env = dict(os.environ, CORTEX_MODEL=model, CORTEX_THREADS=str(threads))
+    env = cortex_env(model, threads)
     _, rss, out = run_timed([cortex, "bench", "--batch", str(b), "--no-prefix",
                              "--engine-only", "--json"], env)
     row = json.loads(out)["batched"][0]["engine"]
@@ -202,11 +254,13 @@ def cortex_run(cortex, model, threads, items, extra_env=None):
         with open(path, "w") as f:
             for i, item in enumerate(items):
                 f.write(json.dumps({"custom_id": f"r{i}", **item}) + "\n")
-        env = dict(os.environ, CORTEX_MODEL=model, CORTEX_THREADS=str(threads),
-                   CORTEX_DATA_DIR=os.path.join(tmp, "data"), **(extra_env or {}))
+        env = cortex_env(model, threads, dict(CORTEX_DATA_DIR=os.path.join(tmp, "data"),
+                                              **(extra_env or {})))
         os.makedirs(env["CORTEX_DATA_DIR"])
         out_path = os.path.join(tmp, "out.jsonl")
+        gpu = GpuSampler()
         seconds, rss, _ = run_timed([cortex, "run", path, "-o", out_path], env)
+        utilisation = gpu.stop()
         prompt = completion = 0
         with open(out_path) as f:
             for line in f:
@@ -214,7 +268,7 @@ def cortex_run(cortex, model, threads, items, extra_env=None):
                 prompt += usage["prompt_tokens"]
                 completion += usage["completion_tokens"]
         return {"seconds": seconds, "peak_rss_bytes": rss, "prompt_tokens": prompt,
-                "completion_tokens": completion}
+                "completion_tokens": completion, "gpu_utilisation": utilisation}
 
 
 def post(url, body, timeout=600):
@@ -228,7 +282,7 @@ def server_run(peers, model, threads, items, slots, slot_tokens):
     port = free_port()
     cmd = [f"{peers}/llama-server", "-m", model, "-np", str(slots),
            "-c", str(slots * slot_tokens), "-t", str(threads), "-tb", str(threads),
-           "--host", "127.0.0.1", "--port", str(port), "--no-webui"]
+           "--host", "127.0.0.1", "--port", str(port), "--no-webui", *peer_gpu_args()]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     errors = []
     try:
@@ -273,12 +327,14 @@ def server_run(peers, model, threads, items, slots, slot_tokens):
                     errors.append(str(e))
 
         started = time.monotonic()
+        gpu = GpuSampler()
         clients = [threading.Thread(target=client) for _ in range(slots)]
         for c in clients:
             c.start()
         for c in clients:
             c.join()
         seconds = time.monotonic() - started
+        utilisation = gpu.stop()
         rss = peak_rss_of(proc.pid)
     finally:
         proc.terminate()
@@ -288,7 +344,7 @@ def server_run(peers, model, threads, items, slots, slot_tokens):
             proc.kill()
     if errors:
         raise RuntimeError(f"llama-server: {len(errors)} requests failed, e.g. {errors[0]}")
-    return {"seconds": seconds, "peak_rss_bytes": rss, **totals}
+    return {"seconds": seconds, "peak_rss_bytes": rss, "gpu_utilisation": utilisation, **totals}
 
 
 # ---------------------------------------------------------------- report
@@ -304,7 +360,59 @@ def mib(b):
     return f"{b / 2**20:7.0f}" if b else "      ?"
 
 
+def scaled(items, scale):
+    """The job's items `scale` times, each copy's prompts made distinct (so
+    nothing is answered from a copy) by a leading copy number."""
+    if scale <= 1:
+        return items
+    out = []
+    for k in range(scale):
+        for item in items:
+            copy = json.loads(json.dumps(item))
+            if "prompt" in copy:
+                copy["prompt"] = f"[{k}] {copy['prompt']}"
+            else:
+                copy["messages"][-1]["content"] = f"[{k}] {copy['messages'][-1]['content']}"
+            out.append(copy)
+    return out
+
+
+def median(values):
+    ordered = sorted(values)
+    n = len(ordered)
+    return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+
+
+def summary(values):
+    """'median (min-max)' of a list of numbers."""
+    if len(values) == 1:
+        return f"{values[0]:.1f}"
+    return f"{median(values):.1f} ({min(values):.1f}-{max(values):.1f})"
+
+
+def interleaved(rounds, sides):
+    """Runs each (name, fn) `rounds` times, taking turns and swapping who
+    goes first each round; returns name -> list of results (None where a
+    side failed, with why logged)."""
+    results = {name: [] for name, _ in sides}
+    for r in range(rounds):
+        order = sides if r % 2 == 0 else list(reversed(sides))
+        for name, fn in order:
+            log(f"  round {r + 1}/{rounds}: {name}")
+            try:
+                results[name].append(fn())
+            except RuntimeError as e:
+                log(f"  {name} failed: {e}")
+                results[name].append({"error": str(e)})
+    return results
+
+
+def ok(runs):
+    return [r for r in runs if "error" not in r]
+
+
 def main():
+    global DEVICE
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cortex", required=True)
     parser.add_argument("--peers", required=True, help="directory of llama-batched-bench and llama-server")
@@ -313,11 +421,17 @@ def main():
     parser.add_argument("--batches", default="1,16,64")
     parser.add_argument("--jobs", default="distinct,prefix,chat,extract,short")
     parser.add_argument("--slots", default="16,64")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per measurement")
+    parser.add_argument("--device", default="cpu", help="cpu, or a GPU both sides run on (e.g. cuda0)")
+    parser.add_argument("--scale", type=int, default=1, help="repeat each job's items this many times")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args()
-    results = {"threads": args.threads, "engine": [], "jobs": []}
+    DEVICE = args.device
+    results = {"threads": args.threads, "device": args.device, "rounds": args.rounds,
+               "engine": [], "jobs": []}
 
-    print(f"threads: {args.threads}   model: {args.model}\n")
+    print(f"threads: {args.threads}   device: {args.device}   model: {args.model}   "
+          f"rounds: {args.rounds} (medians, min-max)\n")
     batches = [int(b) for b in args.batches.split(",") if b]
     if batches:
         print("engine decode against llama-batched-bench (PP 32, TG 128), tokens/s")
@@ -325,45 +439,60 @@ def main():
         print("|------|--------------|-------------|-------|--------------|-------------|-------|---------------------|")
     for b in batches:
         log(f"engine: B = {b}")
-        peer = batched_bench(args.peers, args.model, args.threads, b)
-        ours = cortex_bench(args.cortex, args.model, args.threads, b)
-        results["engine"].append({"b": b, "peer": peer, "cortex": ours})
-        print(f"| {b:>4} | {peer['s_tg']:>12.1f} | {ours['s_tg']:>11.1f} | {ours['s_tg'] / peer['s_tg']:>5.2f} "
-              f"| {peer['s_pp']:>12.1f} | {ours['s_pp']:>11.1f} | {ours['s_pp'] / peer['s_pp']:>5.2f} "
-              f"| {mib(peer['peak_rss_bytes'])} / {mib(ours['peak_rss_bytes'])} |", flush=True)
+        runs = interleaved(args.rounds, [
+            ("peer", lambda b=b: batched_bench(args.peers, args.model, args.threads, b)),
+            ("cortex", lambda b=b: cortex_bench(args.cortex, args.model, args.threads, b)),
+        ])
+        peer, ours = ok(runs["peer"]), ok(runs["cortex"])
+        results["engine"].append({"b": b, "peer": runs["peer"], "cortex": runs["cortex"]})
+        if not peer or not ours:
+            print(f"| {b:>4} | failed: see the log |", flush=True)
+            continue
+        tg = lambda rs: [r["s_tg"] for r in rs]
+        pp = lambda rs: [r["s_pp"] for r in rs]
+        print(f"| {b:>4} | {summary(tg(peer)):>12} | {summary(tg(ours)):>11} "
+              f"| {median(tg(ours)) / median(tg(peer)):>5.2f} "
+              f"| {summary(pp(peer)):>12} | {summary(pp(ours)):>11} "
+              f"| {median(pp(ours)) / median(pp(peer)):>5.2f} "
+              f"| {mib(max(r['peak_rss_bytes'] for r in peer))} / "
+              f"{mib(max(r['peak_rss_bytes'] for r in ours))} |", flush=True)
 
     slots = [int(s) for s in args.slots.split(",") if s]
     jobs = [j for j in args.jobs.split(",") if j]
     if jobs:
-        print("\nwhole jobs: `cortex run` (defaults) against llama-server driven by one client per slot")
-        print("| job      | side             | seconds | prompt tok | gen tok | RSS MiB | cortex faster by |")
-        print("|----------|------------------|---------|------------|---------|---------|------------------|")
+        print("\nwhole jobs: `cortex run` (defaults) against llama-server driven by one client per slot; seconds")
+        print("| job      | items | side             | seconds median (min-max) | prompt tok | gen tok | RSS MiB | GPU % | cortex faster by |")
+        print("|----------|-------|------------------|--------------------------|------------|---------|---------|-------|------------------|")
     for name in jobs:
-        items = JOBS[name]()
-        log(f"job {name}: cortex run")
-        ours = cortex_run(args.cortex, args.model, args.threads, items)
-        row = {"job": name, "items": len(items), "cortex": ours, "peers": {}}
-        print(f"| {name:<8} | cortex run       | {ours['seconds']:>7.1f} | {ours['prompt_tokens']:>10} "
-              f"| {ours['completion_tokens']:>7} | {mib(ours['peak_rss_bytes'])} |                  |", flush=True)
+        items = scaled(JOBS[name](), args.scale)
         # Slots long enough for the longest request (a token is 3+ characters
         # of this English text), in llama.cpp's 256-token granules.
         slot_tokens = min(8192, max(
             (prompt_chars(i) // 3 + 32 + i["max_tokens"] + 255) // 256 * 256 for i in items))
+        sides = [("cortex run", lambda: cortex_run(args.cortex, args.model, args.threads, items))]
         for n in slots:
-            log(f"job {name}: llama-server -np {n}")
-            try:
-                peer = server_run(args.peers, args.model, args.threads, items, n, slot_tokens)
-            except RuntimeError as e:
-                # A side that cannot finish the job (requests past the client's
-                # timeout) is a result too; the other rows still run.
-                row["peers"][f"np{n}"] = {"error": str(e)}
-                print(f"| {name:<8} | llama-server -np{n:<2}| failed: {e}", flush=True)
+            sides.append((f"llama-server -np{n}", lambda n=n: server_run(
+                args.peers, args.model, args.threads, items, n, slot_tokens)))
+        log(f"job {name}: {len(items)} items")
+        runs = interleaved(args.rounds, sides)
+        results["jobs"].append({"job": name, "items": len(items), "runs": runs})
+        ours = ok(runs["cortex run"])
+        ours_median = median([r["seconds"] for r in ours]) if ours else None
+        for side, side_runs in runs.items():
+            good = ok(side_runs)
+            if not good:
+                print(f"| {name:<8} | {len(items):>5} | {side:<16} | failed: {side_runs[0]['error'][:60]}",
+                      flush=True)
                 continue
-            row["peers"][f"np{n}"] = peer
-            print(f"| {name:<8} | llama-server -np{n:<2}| {peer['seconds']:>7.1f} | {peer['prompt_tokens']:>10} "
-                  f"| {peer['completion_tokens']:>7} | {mib(peer['peak_rss_bytes'])} "
-                  f"| {peer['seconds'] / ours['seconds']:>15.2f}x |", flush=True)
-        results["jobs"].append(row)
+            seconds = [r["seconds"] for r in good]
+            gpu = [r["gpu_utilisation"] for r in good if r.get("gpu_utilisation") is not None]
+            gpu_text = f"{median(gpu):5.0f}" if gpu else "    -"
+            faster = "" if side == "cortex run" or ours_median is None else \
+                f"{median(seconds) / ours_median:>15.2f}x"
+            print(f"| {name:<8} | {len(items):>5} | {side:<16} | {summary(seconds):>24} "
+                  f"| {good[0]['prompt_tokens']:>10} | {good[0]['completion_tokens']:>7} "
+                  f"| {mib(max(r['peak_rss_bytes'] or 0 for r in good))} | {gpu_text} | {faster:>16} |",
+                  flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # Builds llama.cpp's own `llama-batched-bench` and `llama-server` from the
-# llama.cpp source that ships inside the `llama-cpp-python` sdist, the way
-# llama.cpp builds them by default (Release, OpenMP, GGML_NATIVE=OFF) at the
-# SIMD level cortex is built for (x86-64-v3: AVX2, FMA, F16C, BMI2).
-# For measuring only: nothing of it is committed and no test needs it.
+# llama.cpp source that ships inside the `llama-cpp-python` sdist, the best
+# way for this machine: Release, OpenMP, GGML_NATIVE=ON (every instruction
+# this CPU has: AVX-512, VNNI, ...). For measuring only: nothing of it is
+# committed and no test needs it.
 #
 # Usage: bash scripts/build-peers.sh [DIR]    (default: target/peers)
 # Prints the directory holding the two binaries.
-# BUILD_TYPE=RelWithDebInfo builds that type instead (to measure what -O2 -g costs).
+#   PEER_CPU=x86-64-v3          build for AVX2 instead (cortex's build before
+#                               its CPU backend became run-time variants)
+#   PEER_GPU=cuda               build with CUDA too (CUDA_ARCHITECTURES=90, ...)
+#   LLAMA_CPP_PYTHON_SDIST=F    the sdist file, where nothing can be downloaded
+#   NO_BUILD=1                  only fetch and unpack the source
+#   BUILD_TYPE=RelWithDebInfo   builds that type instead (to measure what -O2 -g costs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/install-build-tools.sh
+[[ -n ${NO_INSTALL:-} ]] || source scripts/install-build-tools.sh
 
 version=0.3.36
 dir=${1:-target/peers}
@@ -19,19 +24,35 @@ mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
 src=$dir/llama_cpp_python-$version/vendor/llama.cpp
 if [[ ! -d $src ]]; then
-    # pip prepares the sdist's metadata with its build backend; give it one.
-    python3 -m venv "$dir/venv"
-    "$dir/venv/bin/python" -m pip install -q scikit-build-core
-    "$dir/venv/bin/python" -m pip download -q --no-deps --no-binary :all: --no-build-isolation \
-        "llama-cpp-python==$version" -d "$dir" >&2
+    if [[ -n ${LLAMA_CPP_PYTHON_SDIST:-} ]]; then
+        cp "$LLAMA_CPP_PYTHON_SDIST" "$dir/"
+    else
+        # pip prepares the sdist's metadata with its build backend; give it one.
+        python3 -m venv "$dir/venv"
+        "$dir/venv/bin/python" -m pip install -q scikit-build-core
+        "$dir/venv/bin/python" -m pip download -q --no-deps --no-binary :all: --no-build-isolation \
+            "llama-cpp-python==$version" -d "$dir" >&2
+    fi
     tar -xzf "$dir/llama_cpp_python-$version.tar.gz" -C "$dir"
 fi
-out=$dir/build-$build_type
+[[ -z ${NO_BUILD:-} ]] || { echo "$dir"; exit 0; }
+cpu=${PEER_CPU:-native}
+case $cpu in
+native) cpu_options=(-DGGML_NATIVE=ON) ;;
+x86-64-v3) cpu_options=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+    -DGGML_BMI2=ON -DCMAKE_C_FLAGS=-march=x86-64-v3 -DCMAKE_CXX_FLAGS=-march=x86-64-v3) ;;
+*) echo "PEER_CPU is native or x86-64-v3" >&2; exit 2 ;;
+esac
+gpu_options=()
+suffix=$cpu
+if [[ ${PEER_GPU:-} == cuda ]]; then
+    gpu_options=(-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHITECTURES:-native}")
+    suffix=$cpu-cuda
+fi
+out=$dir/build-$build_type-$suffix
 if [[ ! -x $out/bin/llama-server || ! -x $out/bin/llama-batched-bench ]]; then
-    echo "==> building llama-batched-bench and llama-server ($build_type) in $out" >&2
-    cmake -S "$src" -B "$out" -DCMAKE_BUILD_TYPE="$build_type" \
-        -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON \
-        -DCMAKE_C_FLAGS=-march=x86-64-v3 -DCMAKE_CXX_FLAGS=-march=x86-64-v3 \
+    echo "==> building llama-batched-bench and llama-server ($build_type, $suffix) in $out" >&2
+    cmake -S "$src" -B "$out" -DCMAKE_BUILD_TYPE="$build_type" "${cpu_options[@]}" "${gpu_options[@]}" \
         -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF >/dev/null
     cmake --build "$out" --target llama-batched-bench llama-server -j "$(nproc)" >&2
 fi

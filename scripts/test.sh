@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh Debian machine: installs what the
-# workspace build needs, starts a PostgreSQL server on loopback for the
+# workspace build needs, builds llama.cpp's Vulkan backend module (run on
+# Mesa's software driver), starts a PostgreSQL server on loopback for the
 # queue's second backend, then runs the format check, clippy and every test.
 # Usage: bash scripts/test.sh
 set -euo pipefail
@@ -13,6 +14,12 @@ cargo fmt --all -- --check
 
 echo "==> cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+
+echo "==> the Vulkan backend module, and Mesa's software Vulkan driver to run it"
+# The GPU code path (offload, KV on the device, logits read back) runs in the
+# tests on lavapipe; see tests/tests/devices.rs.
+bash scripts/build-backend.sh vulkan >/dev/null
+export CORTEX_REQUIRE_VULKAN=1
 
 echo "==> python env (the openai package, to validate output shapes)"
 CORTEX_TEST_PYTHON=$(bash scripts/python-env.sh)

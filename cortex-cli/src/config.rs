@@ -6,6 +6,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
+use cortex_engine::{DeviceChoice, GpuLayers};
 use cortex_queue::{Database, QueueOpener};
 use serde::Deserialize;
 
@@ -59,7 +60,36 @@ struct FileConfig {
     lease_seconds: Option<u64>,
     max_attempts: Option<u32>,
     chat_template: Option<String>,
+    device: Option<String>,
+    gpu_layers: Option<FileGpuLayers>,
+    backends_dir: Option<PathBuf>,
     server: Option<ServerFile>,
+}
+
+/// `gpu_layers` in the file: a number or `"all"`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum FileGpuLayers {
+    Count(u32),
+    Text(String),
+}
+
+/// A file value given as text, parsed as its setting's type.
+fn parse_file_value<T: std::str::FromStr>(
+    key: &str,
+    raw: Option<String>,
+    file: Option<&Path>,
+) -> anyhow::Result<Option<T>>
+where
+    T::Err: fmt::Display,
+{
+    raw.map(|raw| {
+        raw.parse().map_err(|e| {
+            let file = file.map_or_else(String::new, |f| f.display().to_string());
+            anyhow::anyhow!("{file}: {key} = {raw:?} is invalid: {e}")
+        })
+    })
+    .transpose()
 }
 
 /// The `[server]` table.
@@ -113,6 +143,9 @@ pub(crate) struct Overrides {
     pub(crate) threads: Option<usize>,
     pub(crate) parallel: Option<usize>,
     pub(crate) chat_template: Option<String>,
+    pub(crate) device: Option<DeviceChoice>,
+    pub(crate) gpu_layers: Option<GpuLayers>,
+    pub(crate) backends_dir: Option<PathBuf>,
     pub(crate) host: Option<String>,
     pub(crate) port: Option<u16>,
     pub(crate) api_keys: Option<ApiKeys>,
@@ -146,6 +179,14 @@ pub(crate) struct Config {
     /// The chat template instead of the model's own (a name llama.cpp knows
     /// or a file); empty: the model's own.
     pub(crate) chat_template: Setting<String>,
+    /// The device that runs the model: auto (the first GPU, else the CPU),
+    /// cpu, or a device's name.
+    pub(crate) device: Setting<DeviceChoice>,
+    /// Layers of the model on the GPU.
+    pub(crate) gpu_layers: Setting<GpuLayers>,
+    /// A directory of llama.cpp backend modules searched before the
+    /// program's own; empty: none.
+    pub(crate) backends_dir: Setting<PathBuf>,
     /// `cortex serve`: the address to listen on.
     pub(crate) host: Setting<String>,
     /// `cortex serve`: the port.
@@ -287,6 +328,36 @@ impl Config {
             "CORTEX_CHAT_TEMPLATE",
             overrides.chat_template.clone(),
         )?;
+        let mut device = Setting::default(DeviceChoice::Auto);
+        let file_device = parse_file_value("device", file.device, fp)?;
+        layer(
+            &mut device,
+            file_device,
+            fp,
+            "CORTEX_DEVICE",
+            overrides.device.clone(),
+        )?;
+        let mut gpu_layers = Setting::default(GpuLayers::All);
+        let file_layers = match file.gpu_layers {
+            Some(FileGpuLayers::Count(n)) => Some(GpuLayers::Count(n)),
+            Some(FileGpuLayers::Text(text)) => parse_file_value("gpu_layers", Some(text), fp)?,
+            None => None,
+        };
+        layer(
+            &mut gpu_layers,
+            file_layers,
+            fp,
+            "CORTEX_GPU_LAYERS",
+            overrides.gpu_layers,
+        )?;
+        let mut backends_dir = Setting::default(PathBuf::new());
+        layer(
+            &mut backends_dir,
+            file.backends_dir,
+            fp,
+            "CORTEX_BACKENDS_DIR",
+            overrides.backends_dir.clone(),
+        )?;
         let server = file.server.unwrap_or_default();
         let mut host = Setting::default("127.0.0.1".to_owned());
         layer(
@@ -343,6 +414,9 @@ impl Config {
             lease_seconds,
             max_attempts,
             chat_template,
+            device,
+            gpu_layers,
+            backends_dir,
             host,
             port,
             api_keys,
@@ -361,7 +435,16 @@ impl Config {
         engine.kv_memory = self.kv_memory_mib.value << 20;
         engine.chat_template =
             (!self.chat_template.value.is_empty()).then(|| self.chat_template.value.clone());
+        engine.device = self.device.value.clone();
+        engine.gpu_layers = self.gpu_layers.value;
+        engine.backends_dir = self.backends_dir();
         engine
+    }
+
+    /// The configured directory of backend modules, if any.
+    pub(crate) fn backends_dir(&self) -> Option<PathBuf> {
+        let dir = &self.backends_dir.value;
+        (!dir.as_os_str().is_empty()).then(|| dir.clone())
     }
 
     /// The queue's database: a SQLite path (or `sqlite://PATH`) or a
@@ -461,6 +544,20 @@ impl Config {
                     self.chat_template.value.clone()
                 },
                 &self.chat_template.source,
+            ),
+            show("device", self.device.value.to_string(), &self.device.source),
+            show(
+                "gpu_layers",
+                self.gpu_layers.value.to_string(),
+                &self.gpu_layers.source,
+            ),
+            show(
+                "backends_dir",
+                match self.backends_dir() {
+                    Some(dir) => dir.display().to_string(),
+                    None => "(none: beside the program)".to_owned(),
+                },
+                &self.backends_dir.source,
             ),
             show("server.host", self.host.value.clone(), &self.host.source),
             show(

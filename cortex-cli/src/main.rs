@@ -5,6 +5,7 @@
 
 mod commands;
 mod config;
+mod devices;
 mod output;
 mod serve;
 mod worker;
@@ -33,6 +34,17 @@ struct Cli {
     /// llama.cpp threads (0: every core).
     #[arg(long, global = true, value_name = "N")]
     threads: Option<usize>,
+    /// The device that runs the model: auto (the first GPU, else the CPU),
+    /// cpu, or a device's name (`cortex devices` lists them).
+    #[arg(long, global = true, value_name = "auto|cpu|NAME")]
+    device: Option<cortex_engine::DeviceChoice>,
+    /// Layers of the model on the GPU: all (default) or a number.
+    #[arg(long, global = true, value_name = "N|all")]
+    gpu_layers: Option<cortex_engine::GpuLayers>,
+    /// A directory of llama.cpp backend modules (libggml-*.so) searched
+    /// before the program's own.
+    #[arg(long, global = true, value_name = "DIR")]
+    backends_dir: Option<PathBuf>,
     /// Render chats with this template instead of the model's own (for a GGUF
     /// without one): a name llama.cpp knows (chatml, llama3, gemma, ...) or a file.
     #[arg(long, global = true, value_name = "NAME|FILE")]
@@ -127,6 +139,13 @@ enum Command {
     /// Serve the model over HTTP: OpenAI's API (with Files and Batches on the
     /// queue) and Ollama's, until SIGINT or SIGTERM.
     Serve(ServeArgs),
+    /// List llama.cpp's backend modules found and the devices they offer,
+    /// with their memory.
+    Devices {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the effective configuration and where each value came from.
     Config {
         /// Print JSON instead of text.
@@ -344,6 +363,9 @@ fn main() -> ExitCode {
         threads: cli.threads,
         parallel,
         chat_template: cli.chat_template.clone(),
+        device: cli.device.clone(),
+        gpu_layers: cli.gpu_layers,
+        backends_dir: cli.backends_dir.clone(),
         host: serve.as_ref().and_then(|a| a.host.clone()),
         port: serve.as_ref().and_then(|a| a.port),
         api_keys: serve
@@ -405,6 +427,7 @@ fn run(cli: Cli, config: &Config) -> anyhow::Result<()> {
         },
         Command::Bench(args) => c::bench(config, &args),
         Command::Serve(_) => serve::serve(config),
+        Command::Devices { json } => devices::devices(config, json),
         Command::Config { json } => c::show_config(config, json),
     }
 }

@@ -49,9 +49,10 @@ pub(crate) fn serve(config: &Config) -> anyhow::Result<()> {
     }
     let engine = Engine::start(&config.engine(&model.path, parallel))?;
     eprintln!(
-        "serving {} on http://{listen} (OpenAI API under /v1, Ollama API under /api; {parallel} sequences, up to {} for batches)",
+        "serving {} on http://{listen} (OpenAI API under /v1, Ollama API under /api; {parallel} sequences, up to {} for batches), on {}",
         model.name,
-        config.batch_parallel.value.min(parallel)
+        config.batch_parallel.value.min(parallel),
+        crate::worker::describe_device(&engine)
     );
     let mut server = ServerConfig::new(model, queue, files_dir);
     server.listen = listen;

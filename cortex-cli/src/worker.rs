@@ -58,7 +58,9 @@ pub(crate) fn run_worker(
 ) -> anyhow::Result<WorkerReport> {
     let parallel = config.parallel.value;
     let engine = Engine::start(&config.engine(&model.path, parallel))?;
-    tracing::info!(model = %model.path.display(), sha256 = %model.sha256, parallel, "worker started");
+    let device = describe_device(&engine);
+    eprintln!("generating on {device}");
+    tracing::info!(model = %model.path.display(), sha256 = %model.sha256, parallel, %device, "worker started");
     let plan = WorkerPlan {
         jobs,
         follow,
@@ -73,4 +75,37 @@ pub(crate) fn run_worker(
         stop.flag(),
         tick,
     )?)
+}
+
+/// Where an engine runs, for people: the GPU with its memory in use, or the
+/// CPU with the backend variant chosen for it.
+pub(crate) fn describe_device(engine: &Engine) -> String {
+    let device = engine.device();
+    if device.kind.is_gpu() {
+        let used = engine.gpu_memory_used().unwrap_or(0);
+        return format!(
+            "{} ({}; {} MiB in use of {} MiB)",
+            device.name,
+            device.description,
+            used >> 20,
+            device.memory_total >> 20
+        );
+    }
+    let variant = cortex_engine::load_backends(None)
+        .loaded
+        .iter()
+        .find(|m| m.backend == "CPU")
+        .and_then(|m| m.path.file_stem())
+        .map(|stem| {
+            stem.to_string_lossy()
+                .trim_start_matches("libggml-cpu-")
+                .to_owned()
+        });
+    match variant {
+        Some(variant) => format!(
+            "the CPU ({}; llama.cpp's {variant} kernels)",
+            device.description
+        ),
+        None => format!("the CPU ({})", device.description),
+    }
 }

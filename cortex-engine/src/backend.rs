@@ -71,6 +71,22 @@ pub trait Backend {
     fn kv_bytes_per_token(&self) -> usize;
     /// The current layout.
     fn kv_layout(&self) -> KvLayout;
+    /// The device that holds the KV cache, for messages (`CPU`, `Vulkan0`).
+    fn device_name(&self) -> String {
+        "CPU".into()
+    }
+    /// Bytes the KV cache can take where it lives, at most: on a GPU its
+    /// free memory less a reserve for llama.cpp's buffers, on the CPU the
+    /// machine's available memory. `None`: not known (no limit is checked).
+    fn kv_memory_available(&self) -> Option<usize> {
+        None
+    }
+    /// The KV budget when none is configured: on a GPU what it has
+    /// available, on the CPU a quarter of the machine's memory. `None`:
+    /// 1 GiB.
+    fn default_kv_memory(&self) -> Option<usize> {
+        None
+    }
     /// Rebuilds the KV cache with a new layout; everything it held is gone.
     fn set_kv_layout(&mut self, layout: KvLayout) -> Result<(), BackendError>;
     /// CPU threads for the next decodes, at most the count the backend was

@@ -3,6 +3,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::devices::{DeviceChoice, GpuLayers};
+
 /// How an engine is set up.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -19,7 +21,9 @@ pub struct EngineConfig {
     pub stream_tokens: Option<usize>,
     /// Most bytes the KV cache may take when streams are sized automatically;
     /// past it, fewer sequences run at once rather than long requests failing.
-    /// 0 means a quarter of the machine's memory.
+    /// 0 means: on a GPU, the memory it has free after the model (less a
+    /// reserve for llama.cpp's buffers); on the CPU, a quarter of the
+    /// machine's memory. More than the device has is refused at start.
     pub kv_memory: usize,
     /// KV cells that the streams of one step span at most (streams times
     /// cells per stream), when streams are sized automatically: with long
@@ -39,6 +43,14 @@ pub struct EngineConfig {
     pub prefix_sharing: bool,
     /// Fail a running request that makes no progress for this long.
     pub request_timeout: Option<Duration>,
+    /// The device that runs the model and holds its KV cache: the first GPU
+    /// when there is one (`auto`), the CPU, or a device by name.
+    pub device: DeviceChoice,
+    /// Layers of the model on that GPU (all by default; the rest on the CPU).
+    pub gpu_layers: GpuLayers,
+    /// A directory of llama.cpp backend modules to look in before the
+    /// program's own directory (see [`crate::load_backends`]).
+    pub backends_dir: Option<PathBuf>,
     /// Render chats with this template instead of the model's own (for a
     /// GGUF without one): the name of a template llama.cpp knows (`chatml`,
     /// `llama3`, `gemma`, ...: `chat_template_names`) or a file holding one.
@@ -70,6 +82,9 @@ impl EngineConfig {
             threads: 0,
             prefix_sharing: true,
             request_timeout: Some(Duration::from_secs(600)),
+            device: DeviceChoice::Auto,
+            gpu_layers: GpuLayers::All,
+            backends_dir: None,
             chat_template: None,
         }
     }
@@ -83,21 +98,20 @@ impl EngineConfig {
             std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
         }
     }
-
-    /// The KV memory budget in bytes: the configured one, or a quarter of the
-    /// machine's memory (2 GiB when that cannot be read).
-    pub fn effective_kv_memory(&self) -> usize {
-        if self.kv_memory > 0 {
-            return self.kv_memory;
-        }
-        total_memory().map_or(2 << 30, |bytes| bytes / 4)
-    }
 }
 
-/// Physical memory of the machine, from `/proc/meminfo` (Linux).
-fn total_memory() -> Option<usize> {
+/// This process's resident memory, bytes (`/proc/self/status`, Linux).
+pub(crate) fn resident_memory() -> Option<usize> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: usize = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// A line of `/proc/meminfo` (Linux), in bytes: `MemTotal`, `MemAvailable`.
+pub(crate) fn meminfo(key: &str) -> Option<usize> {
     let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let line = info.lines().find(|l| l.split(':').next() == Some(key))?;
     let kib: usize = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
 }

@@ -2,7 +2,7 @@
 //! to it over channels.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -10,9 +10,10 @@ use cortex_request::{EmbeddingRequest, Request, RequestId, Work};
 
 use crate::backend::Backend;
 use crate::config::EngineConfig;
+use crate::devices::Device;
 use crate::error::EngineError;
 use crate::events::{EngineEvent, EngineStats};
-use crate::llama::{ContextConfig, LlamaEngineBackend, Model};
+use crate::llama::{ContextConfig, LlamaEngineBackend, Model, Placement};
 use crate::step::StepLoop;
 
 /// How to stop an engine.
@@ -82,6 +83,9 @@ pub struct Engine {
     commands: flume::Sender<Command>,
     shared: Arc<Shared>,
     info: EngineInfo,
+    /// Where the model is (set once it loaded; unset over a fake backend:
+    /// the CPU).
+    placement: Arc<OnceLock<Placement>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -105,7 +109,8 @@ pub struct LoopConfig {
     pub max_batch_tokens: usize,
     /// Cells per KV stream, fixed; `None` grows streams with the requests.
     pub stream_tokens: Option<usize>,
-    /// Bytes the KV may take when streams grow.
+    /// Bytes the KV may take when streams grow; 0: the backend's default
+    /// ([`Backend::default_kv_memory`]).
     pub kv_memory: usize,
     /// Cells the streams of one step span at most when streams grow
     /// (see [`EngineConfig::step_cells`]).
@@ -144,7 +149,7 @@ impl From<&EngineConfig> for LoopConfig {
             max_running: c.max_running,
             max_batch_tokens: c.max_batch_tokens,
             stream_tokens: c.stream_tokens,
-            kv_memory: c.effective_kv_memory(),
+            kv_memory: c.kv_memory,
             step_cells: c.step_cells,
             prefix_sharing: c.prefix_sharing,
             request_timeout: c.request_timeout,
@@ -168,8 +173,13 @@ impl Engine {
             .as_deref()
             .map(crate::llama::resolve_chat_template)
             .transpose()?;
-        Self::spawn(loop_config, move |run| {
-            let model = Model::load(&path)?;
+        crate::devices::load_backends(config.backends_dir.as_deref());
+        let (device, gpu_layers) = (config.device.clone(), config.gpu_layers);
+        let placement = Arc::new(OnceLock::new());
+        let placed = Arc::clone(&placement);
+        let mut engine = Self::spawn(loop_config, move |run| {
+            let model = Model::load_on(&path, &device, gpu_layers)?;
+            let _ = placed.set(model.placement());
             let mut backend = LlamaEngineBackend::new(&model, context, &path);
             if let Some(template) = chat_template {
                 backend = backend
@@ -178,7 +188,9 @@ impl Engine {
             }
             run(Box::new(backend));
             Ok(())
-        })
+        })?;
+        engine.placement = placement;
+        Ok(engine)
     }
 
     /// Starts the loop over a backend made by `make` on the engine thread
@@ -240,6 +252,7 @@ impl Engine {
                 commands,
                 shared,
                 info,
+                placement: Arc::new(OnceLock::new()),
                 thread: Some(thread),
             }),
             Ok(Err(e)) => {
@@ -256,6 +269,30 @@ impl Engine {
     /// Model and context facts.
     pub fn info(&self) -> EngineInfo {
         self.info
+    }
+
+    /// The device that holds the model and its KV cache, with its memory
+    /// as it is now.
+    pub fn device(&self) -> Device {
+        self.placement
+            .get()
+            .copied()
+            .unwrap_or_else(Placement::cpu)
+            .device()
+    }
+
+    /// Bytes of the GPU's memory this engine has taken (weights, KV cache,
+    /// llama.cpp's buffers), read now; `None` when it runs on the CPU.
+    pub fn gpu_memory_used(&self) -> Option<u64> {
+        let kv_bytes = self.stats().kv_bytes;
+        self.placement.get()?.gpu_memory_used(kv_bytes)
+    }
+
+    /// Bytes of its device's memory in use for this engine now: on a GPU
+    /// what it has taken there, on the CPU this process's resident memory.
+    pub fn device_memory_used(&self) -> u64 {
+        self.gpu_memory_used()
+            .unwrap_or_else(|| crate::config::resident_memory().unwrap_or(0) as u64)
     }
 
     /// Submits a request; its events arrive on the returned receiver, ending

@@ -76,6 +76,8 @@ pub struct EngineStats {
     pub kv_streams: usize,
     /// Cells per stream: the longest sequence a stream holds now.
     pub kv_stream_tokens: usize,
+    /// Bytes of the KV cache as laid out now (every stream's cells).
+    pub kv_bytes: u64,
     /// Streams kept only for their cached prefix.
     pub kv_retired_streams: usize,
     /// Shared prefixes attached by copying a holder's stream.

@@ -66,6 +66,7 @@ mod backend;
 #[cfg(feature = "bench")]
 pub mod bench;
 mod config;
+mod devices;
 mod engine;
 mod error;
 mod events;
@@ -80,6 +81,9 @@ pub use backend::{
     Backend, BackendError, BatchToken, EMBED_SEQUENCES, KvLayout, StreamId, TokenGrammar,
 };
 pub use config::EngineConfig;
+pub use devices::{
+    Backends, Device, DeviceChoice, DeviceKind, GpuLayers, LoadedModule, devices, load_backends,
+};
 pub use engine::{Engine, EngineHealth, EngineInfo, LoopConfig, Shutdown};
 pub use error::EngineError;
 pub use events::{EngineEvent, EngineStats};

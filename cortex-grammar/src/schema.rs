@@ -50,7 +50,10 @@ const PRIMITIVES: &[(&str, &str, &[&str])] = &[
     ("decimal-part", "[0-9]{1,16}", &[]),
     (
         "number",
-        r#"("-"? integral-part) ("." decimal-part)? ([eE] [-+]? integral-part)? space"#,
+        // An exponent of two digits at most: with 16 digits on either side of
+        // the point every number stays finite in a double (JSON sets no
+        // bound, but the parsers that read it do: 1E+3087 is out of range).
+        r#"("-"? integral-part) ("." decimal-part)? ([eE] [-+]? [0-9]{1,2})? space"#,
         &["integral-part", "decimal-part", "space"],
     ),
     (
@@ -1151,6 +1154,12 @@ mod tests {
         );
         compile(&json!({"type": "string", "minLength": 2000, "maxLength": 2000}));
         compile(&json!({"type": "array", "minItems": 2001, "maxItems": 2001}));
+    }
+
+    #[test]
+    fn numbers_stay_within_a_double() {
+        let grammar = compile(&json!({"type": "number"}));
+        assert!(grammar.contains(r#"([eE] [-+]? [0-9]{1,2})?"#), "{grammar}");
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use cortex_engine::EngineStats;
+use cortex_engine::{Device, EngineStats};
 use cortex_queue::JobCounts;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -30,6 +30,20 @@ struct EndpointLabel {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabel {
     state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DeviceLabel {
+    device: String,
+    kind: String,
+}
+
+/// The engine's device: its memory, and what the engine uses of it.
+#[derive(Default)]
+struct DeviceGauges {
+    used: Family<DeviceLabel, Gauge>,
+    free: Family<DeviceLabel, Gauge>,
+    total: Family<DeviceLabel, Gauge>,
 }
 
 fn latency_histogram() -> Histogram {
@@ -60,6 +74,7 @@ pub(crate) struct Metrics {
     online_in_flight: Gauge,
     kv_utilisation: Gauge<f64, AtomicU64>,
     engine: EngineCounters,
+    device: DeviceGauges,
 }
 
 impl Metrics {
@@ -150,6 +165,22 @@ impl Metrics {
             "Sequences preempted for recompute",
             engine.preemptions.clone(),
         );
+        let device = DeviceGauges::default();
+        registry.register(
+            "device_memory_used_bytes",
+            "Memory of the engine's device in use for it (on the CPU: the process's resident memory)",
+            device.used.clone(),
+        );
+        registry.register(
+            "device_memory_free_bytes",
+            "Free memory of the engine's device",
+            device.free.clone(),
+        );
+        registry.register(
+            "device_memory_total_bytes",
+            "All memory of the engine's device",
+            device.total.clone(),
+        );
         Self {
             registry,
             requests,
@@ -163,6 +194,7 @@ impl Metrics {
             online_in_flight,
             kv_utilisation,
             engine,
+            device,
         }
     }
 
@@ -196,7 +228,27 @@ impl Metrics {
     }
 
     /// The text exposition, with the gauges and engine counters brought up to date.
-    pub(crate) fn render(&self, stats: &EngineStats, queue: &JobCounts, online: usize) -> String {
+    pub(crate) fn render(
+        &self,
+        stats: &EngineStats,
+        queue: &JobCounts,
+        online: usize,
+        (device, used): (&Device, u64),
+    ) -> String {
+        let label = DeviceLabel {
+            device: device.name.clone(),
+            kind: device.kind.to_string(),
+        };
+        let bytes = |b: u64| i64::try_from(b).unwrap_or(i64::MAX);
+        self.device.used.get_or_create(&label).set(bytes(used));
+        self.device
+            .free
+            .get_or_create(&label)
+            .set(bytes(device.memory_free));
+        self.device
+            .total
+            .get_or_create(&label)
+            .set(bytes(device.memory_total));
         self.online_in_flight.set(online as i64);
         self.running.set(stats.running as i64);
         self.waiting.set(stats.waiting as i64);

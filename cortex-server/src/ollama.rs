@@ -412,7 +412,12 @@ pub(crate) async fn tags(State(state): State<Arc<AppState>>) -> Json<Value> {
 pub(crate) async fn ps(State(state): State<Arc<AppState>>) -> Json<Value> {
     let mut entry = model_entry(&state);
     entry["expires_at"] = json!(timestamp((state.started + 100 * 365 * 86_400) * 1000));
-    entry["size_vram"] = json!(0);
+    // Ollama's `size` is what the loaded model takes in all, `size_vram` the
+    // part of it in GPU memory.
+    let on_gpu = state.engine.gpu_memory_used().unwrap_or(0);
+    let size = entry["size"].as_u64().unwrap_or(0).max(on_gpu);
+    entry["size"] = json!(size);
+    entry["size_vram"] = json!(on_gpu);
     Json(json!({ "models": [entry] }))
 }
 

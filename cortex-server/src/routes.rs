@@ -163,9 +163,14 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Result<Response, ApiErro
             Ok(total)
         })
         .await?;
-    let text = state
-        .metrics
-        .render(&state.engine.stats(), &queue, state.online_count());
+    let device = state.engine.device();
+    let used = state.engine.device_memory_used();
+    let text = state.metrics.render(
+        &state.engine.stats(),
+        &queue,
+        state.online_count(),
+        (&device, used),
+    );
     Ok((
         [(
             header::CONTENT_TYPE,

@@ -38,6 +38,11 @@ const CONFINED: &[(&str, &[&str], &str)] = &[
         "llama.cpp only in the engine",
     ),
     (
+        "libloading",
+        &["cortex-engine"],
+        "loading native code only in the engine's FFI",
+    ),
+    (
         "anyhow",
         &["cortex-cli"],
         "anyhow only in the CLI (libraries have typed errors)",
@@ -209,7 +214,7 @@ fn every_module_says_what_it_is_for() {
 }
 
 #[test]
-fn unsafe_code_lives_only_in_the_engines_ffi_module() {
+fn unsafe_code_lives_only_in_the_engines_ffi_modules() {
     let mut files = Vec::new();
     rust_sources(&workspace_root(), &mut files);
     // Spelled in pieces so that this file does not match itself.
@@ -224,20 +229,21 @@ fn unsafe_code_lives_only_in_the_engines_ffi_module() {
             needles.iter().any(|needle| code.contains(needle.as_str()))
         })
     };
+    let ffi = workspace_root().join("cortex-engine/src/llama/sys");
     assert!(
-        has_unsafe(&workspace_root().join("cortex-engine/src/llama/sys.rs")),
+        has_unsafe(&ffi.join("context.rs")),
         "the FFI module is where the rule looks for unsafe code"
     );
     let offenders: Vec<String> = files
         .iter()
         .filter(|f| !f.components().any(|c| c.as_os_str() == "target"))
-        .filter(|f| !f.ends_with("cortex-engine/src/llama/sys.rs"))
+        .filter(|f| !f.starts_with(&ffi))
         .filter(|f| has_unsafe(f))
         .map(|f| f.display().to_string())
         .collect();
     assert!(
         offenders.is_empty(),
-        "unsafe code outside cortex-engine/src/llama/sys.rs:\n{}",
+        "unsafe code outside cortex-engine/src/llama/sys/:\n{}",
         offenders.join("\n")
     );
 }

@@ -131,6 +131,31 @@ impl Backend for LlamaEngineBackend<'_> {
         self.layout
     }
 
+    fn device_name(&self) -> String {
+        self.model.device().name
+    }
+
+    fn kv_memory_available(&self) -> Option<usize> {
+        match self.model.gpu_memory() {
+            // What llama.cpp allocates beside the KV on the device: the
+            // logits of a batch, compute buffers, a margin.
+            Some((free, total)) => {
+                let logits = self.model.n_vocab() * self.config.max_batch_tokens * 4;
+                Some(free.saturating_sub((256 << 20) + logits + total / 20))
+            }
+            None => crate::config::meminfo("MemAvailable"),
+        }
+    }
+
+    fn default_kv_memory(&self) -> Option<usize> {
+        let available = self.kv_memory_available();
+        if self.model.gpu_memory().is_some() {
+            return available;
+        }
+        let quarter = crate::config::meminfo("MemTotal").map_or(2 << 30, |total| total / 4);
+        Some(available.map_or(quarter, |available| available.min(quarter)))
+    }
+
     fn set_kv_layout(&mut self, layout: KvLayout) -> Result<(), BackendError> {
         let streams = layout.streams.clamp(1, MAX_STREAMS);
         let capacity = layout.capacity.max(1).next_multiple_of(256);

@@ -7,5 +7,5 @@ mod model;
 pub(crate) mod sys;
 
 pub use backend::{ContextConfig, LlamaEngineBackend, MAX_STREAMS};
-pub(crate) use model::resolve_chat_template;
 pub use model::{Model, chat_template_names};
+pub(crate) use model::{Placement, resolve_chat_template};

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use cortex_request::{ChatMessage, TokenId};
 
 use super::chat::ChatRenderer;
-use super::sys::{self, RawModel};
+use super::sys::{self, RawDevice, RawModel, RawPlacement};
 use crate::backend::BackendError;
+use crate::devices::{self, Device, DeviceChoice, GpuLayers};
 use crate::error::EngineError;
 use crate::gguf::read_gguf;
 
@@ -15,6 +16,54 @@ use crate::gguf::read_gguf;
 pub struct Model {
     /// Shared with the grammars made for it, which read its vocabulary.
     pub(crate) raw: Arc<RawModel>,
+    /// The GPU its layers (and its KV cache) are on; none: the CPU.
+    gpu: Option<RawDevice>,
+    /// That GPU's free memory before the model was loaded, bytes: what this
+    /// process's use of it is measured from.
+    gpu_free_before: usize,
+    /// The share of its layers on that GPU.
+    gpu_share: f64,
+}
+
+/// The device a model is on, readable from any thread.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Placement {
+    gpu: Option<RawDevice>,
+    gpu_free_before: usize,
+    /// The share of the model's layers (and of its KV cache) on the GPU.
+    gpu_share: f64,
+    /// Bytes of the model's weights.
+    weights: u64,
+}
+
+impl Placement {
+    /// On the CPU.
+    pub(crate) fn cpu() -> Self {
+        Self {
+            gpu: None,
+            gpu_free_before: 0,
+            gpu_share: 0.0,
+            weights: 0,
+        }
+    }
+
+    pub(crate) fn device(&self) -> Device {
+        match self.gpu {
+            Some(gpu) => devices::device(gpu),
+            None => devices::cpu_device(),
+        }
+    }
+
+    /// The GPU memory in use for a model with `kv_bytes` of KV cache: what
+    /// the device says was taken since before the model loaded, or — on a
+    /// device whose free memory does not move (Mesa's software driver, some
+    /// integrated GPUs) — what was placed there, whichever is more.
+    pub(crate) fn gpu_memory_used(&self, kv_bytes: u64) -> Option<u64> {
+        let gpu = self.gpu?;
+        let measured = self.gpu_free_before.saturating_sub(gpu.memory().0) as u64;
+        let placed = (self.gpu_share * (self.weights + kv_bytes) as f64) as u64;
+        Some(measured.max(placed))
+    }
 }
 
 impl std::fmt::Debug for Model {
@@ -26,15 +75,89 @@ impl std::fmt::Debug for Model {
 }
 
 impl Model {
-    /// Loads a GGUF file, checking it first so that a missing, foreign or
-    /// truncated file is a clear error rather than a failure inside llama.cpp.
+    /// Loads a GGUF file onto the CPU, checking it first so that a missing,
+    /// foreign or truncated file is a clear error rather than a failure
+    /// inside llama.cpp.
     pub fn load(path: &Path) -> Result<Self, EngineError> {
+        Self::load_on(path, &DeviceChoice::Cpu, GpuLayers::All)
+    }
+
+    /// Loads a GGUF file with `layers` of it on the device `device` chooses
+    /// (the rest, and everything when that is the CPU, on the CPU).
+    pub fn load_on(
+        path: &Path,
+        device: &DeviceChoice,
+        layers_on_gpu: GpuLayers,
+    ) -> Result<Self, EngineError> {
         read_gguf(path)?;
-        let raw = RawModel::load(path).map_err(|detail| EngineError::Load {
+        let gpu = devices::resolve(device)?;
+        let placement = match gpu {
+            None => RawPlacement::cpu(),
+            Some(gpu) => RawPlacement {
+                devices: vec![gpu],
+                gpu_layers: match layers_on_gpu {
+                    GpuLayers::All => -1,
+                    GpuLayers::Count(n) => i32::try_from(n).unwrap_or(i32::MAX),
+                },
+            },
+        };
+        let gpu_free_before = gpu.map_or(0, |gpu| gpu.memory().0);
+        let raw = RawModel::load(path, &placement).map_err(|detail| EngineError::Load {
             path: path.to_owned(),
-            detail,
+            detail: match gpu {
+                Some(gpu) => format!(
+                    "{detail} (on {} with {} MiB free: lower --gpu-layers, or use --device cpu)",
+                    gpu.name(),
+                    gpu_free_before >> 20
+                ),
+                None => detail,
+            },
         })?;
-        Ok(Self { raw: Arc::new(raw) })
+        let layers = raw.n_layer().max(1);
+        let gpu_share = match (gpu, layers_on_gpu) {
+            (None, _) => 0.0,
+            (Some(_), GpuLayers::All) => 1.0,
+            (Some(_), GpuLayers::Count(n)) => (n as usize).min(layers) as f64 / layers as f64,
+        };
+        Ok(Self {
+            raw: Arc::new(raw),
+            gpu,
+            gpu_free_before,
+            gpu_share,
+        })
+    }
+
+    /// The device that holds the model's layers and KV cache: a GPU, or the
+    /// CPU.
+    pub fn device(&self) -> Device {
+        self.placement().device()
+    }
+
+    /// Bytes of the GPU's memory this process has taken since it started
+    /// loading the model (weights, KV cache, compute buffers); `None` on the
+    /// CPU.
+    pub fn gpu_memory_used(&self) -> Option<u64> {
+        self.placement().gpu_memory_used(0)
+    }
+
+    /// The GPU's free and total memory now, bytes; `None` on the CPU.
+    pub(crate) fn gpu_memory(&self) -> Option<(usize, usize)> {
+        self.gpu.map(RawDevice::memory)
+    }
+
+    /// Where the model is, for reading its device's memory from any thread.
+    pub(crate) fn placement(&self) -> Placement {
+        Placement {
+            gpu: self.gpu,
+            gpu_free_before: self.gpu_free_before,
+            gpu_share: self.gpu_share,
+            weights: self.size_bytes(),
+        }
+    }
+
+    /// Bytes of the model's weights.
+    pub fn size_bytes(&self) -> u64 {
+        self.raw.size_bytes()
     }
 
     /// Tokens in the vocabulary.

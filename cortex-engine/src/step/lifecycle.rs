@@ -169,6 +169,9 @@ impl StepLoop<'_> {
         self.stats.kv_utilisation = kv.utilisation;
         self.stats.kv_streams = self.streams.count();
         self.stats.kv_stream_tokens = self.streams.capacity();
+        self.stats.kv_bytes = (self.streams.count()
+            * self.streams.capacity()
+            * self.backend.kv_bytes_per_token()) as u64;
         self.stats.kv_retired_streams = self.streams.retired();
         self.stats.kv_evicted_blocks = self.evicted_before_reset + kv.evictions;
         if self.stats.busy_seconds > 0.0 {

@@ -121,7 +121,7 @@ impl<'b> StepLoop<'b> {
         commands: flume::Receiver<Command>,
         shared: Arc<Shared>,
     ) -> Result<Self, EngineError> {
-        let sizing = Sizing::new(config, backend.as_ref());
+        let sizing = Sizing::new(config, backend.as_ref())?;
         let layout = sizing.layout(sizing.initial_capacity());
         // The backend's first context: an error here (memory) stops the start.
         backend

@@ -18,6 +18,10 @@ use crate::streams::Streams;
 /// llama.cpp pads cells per stream to this.
 const GRANULE: usize = 256;
 
+fn mib(bytes: usize) -> usize {
+    bytes >> 20
+}
+
 #[derive(Debug, Clone)]
 pub(super) struct Sizing {
     max_running: usize,
@@ -35,20 +39,59 @@ pub(super) struct Sizing {
 }
 
 impl Sizing {
-    pub(super) fn new(config: &LoopConfig, backend: &dyn Backend) -> Self {
+    /// The sizing for `config` on `backend`, refused when the KV cache it
+    /// asks for cannot fit the memory of the device that holds it (so a job
+    /// that does not fit fails at start, saying what to lower, never midway).
+    pub(super) fn new(config: &LoopConfig, backend: &dyn Backend) -> Result<Self, EngineError> {
         let per_token = backend.kv_bytes_per_token().max(1);
-        Self {
-            max_running: config.max_running.max(1),
-            fixed: config
-                .stream_tokens
-                .map(|t| t.max(1).next_multiple_of(GRANULE)),
-            budget_cells: config.kv_memory / per_token,
+        let max_running = config.max_running.max(1);
+        let fixed = config
+            .stream_tokens
+            .map(|t| t.max(1).next_multiple_of(GRANULE));
+        let available = backend.kv_memory_available();
+        let device = backend.device_name();
+        let refuse = |message: String| Err(EngineError::Model(message));
+        let budget = if config.kv_memory > 0 {
+            if let Some(available) = available
+                && config.kv_memory > available
+            {
+                return refuse(format!(
+                    "kv_memory_mib = {} is more than the {} MiB {device} has for the KV cache: lower kv_memory_mib",
+                    mib(config.kv_memory),
+                    mib(available)
+                ));
+            }
+            config.kv_memory
+        } else {
+            backend.default_kv_memory().unwrap_or(1 << 30)
+        };
+        match (fixed, available) {
+            (Some(cells), Some(available)) if max_running * cells * per_token > available => {
+                return refuse(format!(
+                    "a KV cache of {max_running} sequences of {cells} tokens needs {} MiB; {device} has {} MiB for it: lower --parallel or --context",
+                    mib(max_running * cells * per_token),
+                    mib(available)
+                ));
+            }
+            (None, _) if budget / per_token < GRANULE => {
+                return refuse(format!(
+                    "{device} has {} MiB for the KV cache, less than one sequence of {GRANULE} tokens needs ({} MiB): lower --gpu-layers, or free memory",
+                    mib(budget),
+                    mib(GRANULE * per_token).max(1)
+                ));
+            }
+            _ => {}
+        }
+        Ok(Self {
+            max_running,
+            fixed,
+            budget_cells: budget / per_token,
             step_cells: config.step_cells.max(GRANULE),
             model_limit: (backend.n_ctx_train() / GRANULE * GRANULE).max(GRANULE),
             block_size: config.block_size.max(1),
             max_batch_tokens: config.max_batch_tokens.max(1),
             prefix_sharing: config.prefix_sharing,
-        }
+        })
     }
 
     pub(super) fn block_size(&self) -> usize {

@@ -1,0 +1,96 @@
+//! `cortex devices`: llama.cpp's backend modules found (where, which
+//! variant, what was skipped and why) and the devices they offer, with
+//! their memory.
+
+use cortex_engine::{Backends, Device};
+use serde_json::{Value, json};
+
+use crate::config::Config;
+
+pub(crate) fn devices(config: &Config, json: bool) -> anyhow::Result<()> {
+    let backends = cortex_engine::load_backends(config.backends_dir().as_deref());
+    let devices = cortex_engine::devices();
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&as_json(backends, &devices))?
+        );
+        return Ok(());
+    }
+    print!("{}", as_text(backends, &devices));
+    Ok(())
+}
+
+fn as_json(backends: &Backends, devices: &[Device]) -> Value {
+    json!({
+        "searched": backends.searched,
+        "backends": backends.registered,
+        "modules": backends.loaded.iter().map(|m| json!({
+            "backend": m.backend, "path": m.path, "score": m.score,
+        })).collect::<Vec<_>>(),
+        "skipped": backends.skipped.iter().map(|(path, why)| json!({
+            "path": path, "why": why,
+        })).collect::<Vec<_>>(),
+        "devices": devices.iter().map(|d| json!({
+            "name": d.name, "description": d.description, "kind": d.kind.to_string(),
+            "backend": d.backend, "memory_free": d.memory_free, "memory_total": d.memory_total,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{} MiB", bytes >> 20)
+}
+
+fn as_text(backends: &Backends, devices: &[Device]) -> String {
+    let mut out = String::from("devices:\n");
+    let width = devices.iter().map(|d| d.name.len()).max().unwrap_or(0);
+    for d in devices {
+        out.push_str(&format!(
+            "  {:<width$}  {:<14}  {} free of {}  {}\n",
+            d.name,
+            d.kind.to_string(),
+            mib(d.memory_free),
+            mib(d.memory_total),
+            d.description
+        ));
+    }
+    out.push_str(&format!("backends: {}\n", backends.registered.join(", ")));
+    for module in &backends.loaded {
+        let score = module
+            .score
+            .map_or_else(String::new, |s| format!(" (score {s})"));
+        out.push_str(&format!(
+            "  {} from {}{score}\n",
+            module.backend,
+            module.path.display()
+        ));
+    }
+    if backends.loaded.is_empty() {
+        out.push_str("  built into the program (no backend modules found)\n");
+    }
+    out.push_str("searched for modules, in order:\n");
+    for dir in &backends.searched {
+        out.push_str(&format!("  {}\n", dir.display()));
+    }
+    // Files not loaded, grouped by why.
+    let mut why_not: Vec<(&str, Vec<String>)> = Vec::new();
+    for (path, why) in &backends.skipped {
+        let name = path
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        match why_not.iter_mut().find(|(w, _)| w == why) {
+            Some((_, names)) => names.push(name),
+            None => why_not.push((why, vec![name])),
+        }
+    }
+    if !why_not.is_empty() {
+        out.push_str("not loaded:\n");
+        for (why, names) in why_not {
+            out.push_str(&format!("  {why}: {}\n", names.join(", ")));
+        }
+    }
+    out
+}

@@ -1,0 +1,84 @@
+//! Puts llama.cpp beside every program the build makes: its shared
+//! libraries (under the names they are loaded by: `libllama.so.0`, ...) and
+//! the CPU backend's modules (`libggml-cpu-*.so`), in `target/<profile>/`
+//! and in `target/<profile>/deps/` (where tests and benchmarks run from).
+//! Programs find the libraries there through their `$ORIGIN` run path and
+//! the modules beside themselves (see `src/devices.rs`), so the directory
+//! is whole: copy it anywhere and it runs. (llama-cpp-sys-2 links only the
+//! unversioned names, which point at files it does not copy.)
+
+use std::path::{Path, PathBuf};
+
+fn main() {
+    println!("cargo:rerun-if-env-changed=DEP_LLAMA_BACKENDS_DIR");
+    let Ok(backends) = std::env::var("DEP_LLAMA_BACKENDS_DIR") else {
+        return;
+    };
+    let backends = PathBuf::from(backends);
+    let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
+    // OUT_DIR is target/<profile>/build/cortex-engine-<hash>/out.
+    let Some(profile_dir) = out.ancestors().nth(3) else {
+        return;
+    };
+    let mut files: Vec<(String, PathBuf)> = Vec::new();
+    for lib in ["lib", "lib64"] {
+        let dir = backends.parent().map(|p| p.join(lib));
+        files.extend(dir.iter().flat_map(|d| soname_links(d)));
+    }
+    files.extend(modules(&backends));
+    for dir in [profile_dir.to_owned(), profile_dir.join("deps")] {
+        if std::fs::create_dir_all(&dir).is_err() {
+            continue;
+        }
+        for (name, source) in &files {
+            place(source, &dir.join(name));
+        }
+    }
+    for (_, source) in &files {
+        println!("cargo:rerun-if-changed={}", source.display());
+    }
+}
+
+/// The shared libraries of `dir` by the names programs load them by: each
+/// `libX.so.N` link, with the file it points at.
+fn soname_links(dir: &Path) -> Vec<(String, PathBuf)> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let (_, version) = name.split_once(".so.")?;
+            let is_link = entry.file_type().ok()?.is_symlink();
+            (is_link && !version.contains('.'))
+                .then(|| Some((name, std::fs::canonicalize(entry.path()).ok()?)))?
+        })
+        .collect()
+}
+
+/// The backend modules in `dir`.
+fn modules(dir: &Path) -> Vec<(String, PathBuf)> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .map(|entry| {
+            (
+                entry.file_name().to_string_lossy().into_owned(),
+                entry.path(),
+            )
+        })
+        .filter(|(name, _)| name.starts_with("libggml-") && name.ends_with(".so"))
+        .collect()
+}
+
+/// Makes `target` the same file as `source`: a hard link where it can be,
+/// else a copy.
+fn place(source: &Path, target: &Path) {
+    let _ = std::fs::remove_file(target);
+    if std::fs::hard_link(source, target).is_err() {
+        let _ = std::fs::copy(source, target);
+    }
+}

@@ -1,0 +1,142 @@
+//! ggml's backend registry: backend modules (shared libraries: the CPU
+//! backend's variants, GPU backends) scored and loaded by path, and the
+//! devices the loaded backends offer, with their memory.
+
+use std::ffi::{CStr, CString, c_char};
+use std::path::Path;
+use std::ptr::NonNull;
+
+use llama_cpp_sys_2 as ffi;
+
+/// How well the module at `path` suits this machine: its
+/// `ggml_backend_score` (0: it cannot run here), or `None` for a module
+/// without one (a backend built once, such as a GPU backend). An error when
+/// it cannot be opened at all.
+pub(crate) fn module_score(path: &Path) -> Result<Option<i32>, String> {
+    // SAFETY: opening a ggml backend module runs only its static
+    // initialisers, as ggml's own loader does when it scores variants; the
+    // score function takes nothing and only reads the CPU's features; the
+    // library is closed when `library` drops, after the call.
+    unsafe {
+        let library = libloading::Library::new(path).map_err(|e| e.to_string())?;
+        let score = library.get::<unsafe extern "C" fn() -> i32>(b"ggml_backend_score\0");
+        Ok(score.ok().map(|score| score()))
+    }
+}
+
+/// Registers the backend module at `path` with ggml; returns the backend's
+/// name (`CPU`, `Vulkan`, `CUDA`, ...).
+pub(crate) fn load_module(path: &Path) -> Result<String, String> {
+    let c_path = CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|_| "the path contains a NUL byte".to_owned())?;
+    // SAFETY: a C string for the call; ggml returns null when the module
+    // cannot be opened, cannot run on this machine or was built for another
+    // ggml (and logs why).
+    let reg = unsafe { ffi::ggml_backend_load(c_path.as_ptr()) };
+    if reg.is_null() {
+        return Err(
+            "ggml did not load it (not for this machine or this build of llama.cpp; see its log)"
+                .into(),
+        );
+    }
+    // SAFETY: a registered backend lives as long as the process; its name is
+    // a static string.
+    Ok(text(unsafe { ffi::ggml_backend_reg_name(reg) }))
+}
+
+/// The names of the backends registered so far.
+pub(crate) fn registered_backends() -> Vec<String> {
+    // SAFETY: reads ggml's registry; each index below the count is a live
+    // backend with a static name.
+    unsafe {
+        (0..ffi::ggml_backend_reg_count())
+            .map(|i| text(ffi::ggml_backend_reg_name(ffi::ggml_backend_reg_get(i))))
+            .collect()
+    }
+}
+
+fn text(ptr: *const c_char) -> String {
+    if ptr.is_null() {
+        return String::new();
+    }
+    // SAFETY: ggml's names and descriptions are NUL-terminated strings that
+    // live as long as their backend or device (the whole process).
+    unsafe { CStr::from_ptr(ptr) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// What kind of device ggml says it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RawDeviceKind {
+    Cpu,
+    Gpu,
+    IntegratedGpu,
+    Accelerator,
+    Other,
+}
+
+/// A device of a loaded backend.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RawDevice(NonNull<ffi::ggml_backend_device>);
+
+// SAFETY: devices are registered for the whole life of the process, and
+// what is asked of them here (names, kind, memory) are reads that ggml's
+// backends answer from any thread.
+unsafe impl Send for RawDevice {}
+// SAFETY: as above.
+unsafe impl Sync for RawDevice {}
+
+impl RawDevice {
+    /// Every device of the loaded backends, in ggml's order.
+    pub(crate) fn all() -> Vec<Self> {
+        // SAFETY: reads ggml's registry; each index below the count is a
+        // live device.
+        unsafe {
+            (0..ffi::ggml_backend_dev_count())
+                .filter_map(|i| NonNull::new(ffi::ggml_backend_dev_get(i)).map(Self))
+                .collect()
+        }
+    }
+
+    pub(crate) fn as_ptr(self) -> ffi::ggml_backend_dev_t {
+        self.0.as_ptr()
+    }
+
+    pub(crate) fn name(self) -> String {
+        // SAFETY: a live device.
+        text(unsafe { ffi::ggml_backend_dev_name(self.as_ptr()) })
+    }
+
+    pub(crate) fn description(self) -> String {
+        // SAFETY: a live device.
+        text(unsafe { ffi::ggml_backend_dev_description(self.as_ptr()) })
+    }
+
+    /// The name of the backend it belongs to.
+    pub(crate) fn backend(self) -> String {
+        // SAFETY: a live device belongs to a live backend.
+        text(unsafe {
+            ffi::ggml_backend_reg_name(ffi::ggml_backend_dev_backend_reg(self.as_ptr()))
+        })
+    }
+
+    pub(crate) fn kind(self) -> RawDeviceKind {
+        // SAFETY: a live device.
+        match unsafe { ffi::ggml_backend_dev_type(self.as_ptr()) } {
+            ffi::GGML_BACKEND_DEVICE_TYPE_CPU => RawDeviceKind::Cpu,
+            ffi::GGML_BACKEND_DEVICE_TYPE_GPU => RawDeviceKind::Gpu,
+            ffi::GGML_BACKEND_DEVICE_TYPE_IGPU => RawDeviceKind::IntegratedGpu,
+            ffi::GGML_BACKEND_DEVICE_TYPE_ACCEL => RawDeviceKind::Accelerator,
+            _ => RawDeviceKind::Other,
+        }
+    }
+
+    /// Free and total memory, in bytes, as the backend reads them now.
+    pub(crate) fn memory(self) -> (usize, usize) {
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: a live device and two writable sizes.
+        unsafe { ffi::ggml_backend_dev_memory(self.as_ptr(), &raw mut free, &raw mut total) };
+        (free, total)
+    }
+}

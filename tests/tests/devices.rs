@@ -1,0 +1,246 @@
+//! Backends as modules and the devices they offer, through the binary: the
+//! CPU backend's best variant for this machine is loaded from the build's
+//! modules, unknown devices and KV caches that cannot fit are refused at
+//! start with what to lower, and — where the Vulkan module has been built
+//! beside the binary (`scripts/build-backend.sh vulkan`, which
+//! `scripts/test.sh` runs) — the whole GPU path on Mesa's software Vulkan
+//! driver: offload, KV on the device, logits read back, greedy agreement
+//! with the CPU, a job, a served request and device memory in `/api/ps` and
+//! `/metrics`.
+
+use std::path::Path;
+
+use cortex_tests::{Cortex, Server, binary, http, read_jsonl};
+use serde_json::{Value, json};
+
+fn devices_json(cortex: &Cortex) -> Value {
+    serde_json::from_str(&cortex.ok(&["devices", "--json"])).expect("devices --json")
+}
+
+#[test]
+fn the_cpu_backend_is_a_module_and_its_best_variant_is_loaded() {
+    let cortex = Cortex::new();
+    let found = devices_json(&cortex);
+    let modules = found["modules"].as_array().expect("modules");
+    let cpu = modules
+        .iter()
+        .find(|m| m["backend"] == "CPU")
+        .unwrap_or_else(|| panic!("no CPU module loaded: {found:#}"));
+    let file = cpu["path"].as_str().unwrap();
+    assert!(
+        Path::new(file)
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("libggml-cpu-"),
+        "{file}"
+    );
+    // Every variant this machine can run scored no better than the one chosen.
+    let best = cpu["score"].as_i64().expect("a CPU variant has a score");
+    assert!(best > 0, "{found:#}");
+    for skipped in found["skipped"].as_array().unwrap() {
+        let why = skipped["why"].as_str().unwrap();
+        assert!(
+            why == "a better variant was loaded" || why == "not for this machine's CPU",
+            "{skipped}"
+        );
+    }
+    let devices = found["devices"].as_array().unwrap();
+    let cpu_device = devices
+        .iter()
+        .find(|d| d["kind"] == "cpu")
+        .expect("the CPU");
+    assert!(cpu_device["memory_total"].as_u64().unwrap() > 1 << 30);
+    let text = cortex.ok(&["devices"]);
+    assert!(
+        text.contains("CPU from ") && text.contains("(score "),
+        "{text}"
+    );
+}
+
+#[test]
+fn unknown_devices_and_kv_caches_that_cannot_fit_are_refused_at_start() {
+    let cortex = Cortex::new();
+    cortex.write("one.jsonl", "{\"prompt\": \"Hi\", \"max_tokens\": 2}\n");
+    cortex.refused(
+        &["run", "one.jsonl", "--device", "warp9"],
+        &["no device \"warp9\": this machine has CPU"],
+    );
+    // 256 sequences of 8,192 tokens: about 46 GiB of KV on the default model.
+    let mut fixed = Cortex::new();
+    fixed.set_env("CORTEX_CONTEXT", "8192");
+    fixed.write("one.jsonl", "{\"prompt\": \"Hi\", \"max_tokens\": 2}\n");
+    fixed.refused(
+        &["run", "one.jsonl", "--parallel", "256"],
+        &[
+            "a KV cache of 256 sequences of 8192 tokens needs",
+            "CPU has",
+            "lower --parallel or --context",
+        ],
+    );
+    fixed.set_env("CORTEX_CONTEXT", "0");
+    fixed.set_env("CORTEX_KV_MEMORY_MIB", "100000000");
+    fixed.refused(
+        &["run", "one.jsonl"],
+        &[
+            "kv_memory_mib = 100000000 is more than the",
+            "lower kv_memory_mib",
+        ],
+    );
+}
+
+/// A cortex that sees Mesa's software Vulkan device (lavapipe), if the
+/// Vulkan module has been built beside the binary; `None` (and why) if not,
+/// which fails the test where CI requires Vulkan.
+fn on_vulkan() -> Option<Cortex> {
+    let module = binary().with_file_name("libggml-vulkan.so");
+    if !module.is_file() {
+        assert!(
+            std::env::var_os("CORTEX_REQUIRE_VULKAN").is_none(),
+            "{} is missing: scripts/test.sh builds it with scripts/build-backend.sh vulkan",
+            module.display()
+        );
+        eprintln!(
+            "skipped: no Vulkan module at {} (bash scripts/build-backend.sh vulkan builds it)",
+            module.display()
+        );
+        return None;
+    }
+    let mut cortex = Cortex::new();
+    // lavapipe is a CPU-type device, which ggml's Vulkan backend skips
+    // unless it is named.
+    cortex.set_env("GGML_VK_VISIBLE_DEVICES", "0");
+    Some(cortex)
+}
+
+fn vulkan_device(cortex: &Cortex) -> String {
+    let found = devices_json(cortex);
+    let device = found["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["backend"] == "Vulkan")
+        .unwrap_or_else(|| panic!("no Vulkan device: {found:#}"))
+        .clone();
+    assert_eq!(device["kind"], "gpu", "{device}");
+    assert!(device["memory_total"].as_u64().unwrap() > 0, "{device}");
+    device["name"].as_str().unwrap().to_lowercase()
+}
+
+/// Token texts and the top log probabilities at each, of every completion
+/// of a `cortex run` output, by custom_id.
+fn completions(output: &Path) -> Vec<(String, Vec<String>, Vec<Value>)> {
+    let mut out: Vec<_> = read_jsonl(output)
+        .into_iter()
+        .map(|line| {
+            let choice = &line["response"]["body"]["choices"][0];
+            let logprobs = &choice["logprobs"];
+            let tokens = logprobs["tokens"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t.as_str().unwrap().to_owned())
+                .collect();
+            let top = logprobs["top_logprobs"].as_array().unwrap().clone();
+            (line["custom_id"].as_str().unwrap().to_owned(), tokens, top)
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+#[test]
+fn greedy_on_vulkan_agrees_with_the_cpu_and_a_job_runs_there() {
+    let Some(cortex) = on_vulkan() else { return };
+    let device = vulkan_device(&cortex);
+    let prompts = ["The capital of France is", "Water boils at", "1, 2, 3, 4,"];
+    let job: String = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            format!(
+                "{}\n",
+                json!({"custom_id": format!("p{i}"), "prompt": p, "max_tokens": 10,
+                    "temperature": 0, "logprobs": 5})
+            )
+        })
+        .collect();
+    cortex.write("job.jsonl", &job);
+    cortex.ok(&[
+        "run",
+        "job.jsonl",
+        "--device",
+        &device,
+        "-o",
+        "gpu.jsonl",
+        "--force",
+    ]);
+    cortex.ok(&[
+        "run",
+        "job.jsonl",
+        "--device",
+        "cpu",
+        "-o",
+        "cpu.jsonl",
+        "--force",
+    ]);
+    let gpu = completions(&cortex.dir().join("gpu.jsonl"));
+    let cpu = completions(&cortex.dir().join("cpu.jsonl"));
+    assert_eq!(gpu.len(), prompts.len());
+    for ((id, gpu_tokens, gpu_top), (_, cpu_tokens, _)) in gpu.iter().zip(&cpu) {
+        assert!(!gpu_tokens.is_empty(), "{id}: nothing generated on Vulkan");
+        // Equal, or where they part the CPU's token is a near-tie in the
+        // Vulkan logits (the backends round differently).
+        if let Some(at) = gpu_tokens.iter().zip(cpu_tokens).position(|(g, c)| g != c) {
+            let top = gpu_top[at].as_object().unwrap();
+            let chosen = top[&gpu_tokens[at]].as_f64().unwrap();
+            let theirs = top.get(&cpu_tokens[at]).and_then(Value::as_f64);
+            assert!(
+                theirs.is_some_and(|t| chosen - t < 0.25),
+                "{id}: at token {at} Vulkan chose {:?}, the CPU {:?}, not a near-tie: {top:?}",
+                gpu_tokens[at],
+                cpu_tokens[at]
+            );
+        }
+    }
+}
+
+#[test]
+fn cortex_serve_answers_on_vulkan_and_reports_device_memory() {
+    let Some(cortex) = on_vulkan() else { return };
+    let device = vulkan_device(&cortex);
+    let server = Server::start(&cortex, &["--device", &device, "--parallel", "2"]);
+    let body = json!({"model": "default", "prompt": "Hello", "max_tokens": 4, "temperature": 0});
+    let (status, text) =
+        http(server.port, "POST", "/v1/completions", &body.to_string()).expect("an answer");
+    assert_eq!(status, 200, "{text}");
+    let (status, text) = http(server.port, "GET", "/api/ps", "").expect("an answer");
+    assert_eq!(status, 200, "{text}");
+    let ps: Value = serde_json::from_str(&text).unwrap();
+    let model = &ps["models"][0];
+    assert!(model["size_vram"].as_u64().unwrap() > 0, "{text}");
+    let (_, metrics) = http(server.port, "GET", "/metrics", "").expect("metrics");
+    let line = metrics
+        .lines()
+        .find(|l| l.starts_with("cortex_device_memory_used_bytes{"))
+        .unwrap_or_else(|| panic!("no device memory gauge:\n{metrics}"));
+    assert!(line.contains("device=\"Vulkan0\""), "{line}");
+}
+
+#[test]
+fn a_kv_cache_past_the_vulkan_devices_memory_is_refused_at_start() {
+    let Some(mut cortex) = on_vulkan() else {
+        return;
+    };
+    let device = vulkan_device(&cortex);
+    cortex.set_env("CORTEX_CONTEXT", "8192");
+    cortex.write("one.jsonl", "{\"prompt\": \"Hi\", \"max_tokens\": 2}\n");
+    cortex.refused(
+        &["run", "one.jsonl", "--device", &device, "--parallel", "256"],
+        &[
+            "a KV cache of 256 sequences of 8192 tokens needs",
+            "Vulkan0 has",
+            "lower --parallel or --context",
+        ],
+    );
+}
