@@ -128,12 +128,43 @@ def short_job():
              "ignore_eos": True} for _ in range(256)]
 
 
+def classify_job():
+    """Short classification: 400 reviews, one instruction shared by all (a
+    chat with a fixed system prompt), answers of a word or two, EOS allowed."""
+    rng = random.Random(6)
+    system = ("You label customer reviews. Read the review and answer with exactly one word: "
+              "positive, negative or neutral. Do not explain.")
+    items = []
+    for i in range(400):
+        review = f"{sentence(rng, rng.choice([8, 15, 30, 60]))}. The {sentence(rng, 2)} was " \
+                 f"{rng.choice(['great', 'awful', 'fine', 'late', 'broken', 'perfect'])}."
+        items.append({"messages": [{"role": "system", "content": system},
+                                   {"role": "user", "content": f"Review {i}: {review}"}],
+                      "max_tokens": 4, "temperature": 0})
+    return items
+
+
+def summarise_job():
+    """Summaries of long documents: 24 distinct documents of ~1,500-2,500
+    tokens, up to 160 tokens of summary each, EOS allowed."""
+    rng = random.Random(7)
+    items = []
+    for i in range(24):
+        doc = " ".join(f"{sentence(rng, 14)}." for _ in range(rng.randint(60, 100)))
+        items.append({"messages": [{"role": "user", "content":
+                                    f"Summarise this report in three sentences.\n\n{doc}"}],
+                      "max_tokens": 160, "temperature": 0})
+    return items
+
+
 JOBS = {
     "distinct": distinct_job,
     "prefix": prefix_job,
     "chat": chat_job,
     "extract": extract_job,
     "short": short_job,
+    "classify": classify_job,
+    "summarise": summarise_job,
 }
 
 # ---------------------------------------------------------------- helpers
@@ -424,6 +455,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per measurement")
     parser.add_argument("--device", default="cpu", help="cpu, or a GPU both sides run on (e.g. cuda0)")
     parser.add_argument("--scale", type=int, default=1, help="repeat each job's items this many times")
+    parser.add_argument("--compare", help="another cortex binary (e.g. an earlier build) "
+                        "measured in the same rounds, as 'cortex before'")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args()
     DEVICE = args.device
@@ -439,10 +472,13 @@ def main():
         print("|------|--------------|-------------|-------|--------------|-------------|-------|---------------------|")
     for b in batches:
         log(f"engine: B = {b}")
-        runs = interleaved(args.rounds, [
+        sides = [
             ("peer", lambda b=b: batched_bench(args.peers, args.model, args.threads, b)),
             ("cortex", lambda b=b: cortex_bench(args.cortex, args.model, args.threads, b)),
-        ])
+        ]
+        if args.compare:
+            sides.append(("before", lambda b=b: cortex_bench(args.compare, args.model, args.threads, b)))
+        runs = interleaved(args.rounds, sides)
         peer, ours = ok(runs["peer"]), ok(runs["cortex"])
         results["engine"].append({"b": b, "peer": runs["peer"], "cortex": runs["cortex"]})
         if not peer or not ours:
@@ -456,6 +492,12 @@ def main():
               f"| {median(pp(ours)) / median(pp(peer)):>5.2f} "
               f"| {mib(max(r['peak_rss_bytes'] for r in peer))} / "
               f"{mib(max(r['peak_rss_bytes'] for r in ours))} |", flush=True)
+        before = ok(runs.get("before", []))
+        if before:
+            print(f"|      | cortex before: S_TG {summary(tg(before))}, "
+                  f"now/before {median(tg(ours)) / median(tg(before)):.2f}; "
+                  f"S_PP {summary(pp(before))}, now/before {median(pp(ours)) / median(pp(before)):.2f} |",
+                  flush=True)
 
     slots = [int(s) for s in args.slots.split(",") if s]
     jobs = [j for j in args.jobs.split(",") if j]
@@ -470,6 +512,9 @@ def main():
         slot_tokens = min(8192, max(
             (prompt_chars(i) // 3 + 32 + i["max_tokens"] + 255) // 256 * 256 for i in items))
         sides = [("cortex run", lambda: cortex_run(args.cortex, args.model, args.threads, items))]
+        if args.compare:
+            sides.append(("cortex before", lambda: cortex_run(args.compare, args.model, args.threads,
+                                                              items)))
         for n in slots:
             sides.append((f"llama-server -np{n}", lambda n=n: server_run(
                 args.peers, args.model, args.threads, items, n, slot_tokens)))

@@ -16,7 +16,7 @@ use serde_json::json;
 
 use crate::config::Config;
 use crate::output;
-use crate::worker::{StopFlag, identify_model, resolve_model, run_worker};
+use crate::worker::{StopFlag, WorkerScope, identify_model, resolve_model, run_worker};
 use crate::{BenchArgs, GenerateArgs, RunArgs, SubmitArgs, WorkerArgs};
 
 fn open_store(config: &Config) -> anyhow::Result<Box<dyn Queue>> {
@@ -103,15 +103,12 @@ pub(crate) fn worker(config: &Config, args: &WorkerArgs) -> anyhow::Result<()> {
     let model = resolve_model(config)?;
     let mut store = open_store(config)?;
     let jobs = (!args.jobs.is_empty()).then(|| args.jobs.iter().copied().map(JobId).collect());
-    let report = run_worker(
-        config,
-        store.as_mut(),
-        &model,
+    let scope = WorkerScope {
         jobs,
-        args.follow,
-        &stop,
-        |_| Ok(()),
-    )?;
+        follow: args.follow,
+        observer: None,
+    };
+    let report = run_worker(config, store.as_mut(), &model, scope, &stop, |_| Ok(()))?;
     eprintln!(
         "worker done: {} completed, {} failed, {} released, {} tokens generated{}",
         report.completed,
@@ -328,22 +325,39 @@ pub(crate) fn run_file(config: &Config, args: &RunArgs) -> anyhow::Result<()> {
     };
     let started = Instant::now();
     let mut generated = 0;
+    let mut trace = None;
     if !store.job(job)?.state.is_terminal() {
+        let observer: Option<Box<dyn cortex_engine::StepObserver>> = match &args.trace {
+            Some(path) => {
+                let (writer, summary) = crate::trace::TraceWriter::create(path)?;
+                trace = Some((path, summary));
+                Some(Box::new(writer))
+            }
+            None => None,
+        };
         let bar = output::job_bar(0);
-        let report = run_worker(
-            config,
-            store.as_mut(),
-            &model,
-            Some(vec![job]),
-            false,
-            &stop,
-            |store| {
-                output::update_bar(&bar, &store.status(job)?);
-                Ok(())
-            },
-        )?;
+        let scope = WorkerScope {
+            jobs: Some(vec![job]),
+            follow: false,
+            observer,
+        };
+        let report = run_worker(config, store.as_mut(), &model, scope, &stop, |store| {
+            output::update_bar(&bar, &store.status(job)?);
+            Ok(())
+        })?;
         bar.finish_and_clear();
         generated = report.generated_tokens;
+    }
+    if let Some((path, summary)) = trace {
+        let summary = summary
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        eprintln!(
+            "{}
+  every step: {}",
+            summary.text(),
+            path.display()
+        );
     }
     let status = store.status(job)?;
     if !status.job.state.is_terminal() {

@@ -8,6 +8,7 @@ mod config;
 mod devices;
 mod output;
 mod serve;
+mod trace;
 mod worker;
 
 use std::path::PathBuf;
@@ -292,6 +293,10 @@ struct RunArgs {
     /// Sequences decoded at once (default from config: 16).
     #[arg(long)]
     parallel: Option<usize>,
+    /// Write every engine step as a JSON line to FILE (its batch, the KV its
+    /// attention read, decode and host time) and print where the time went.
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
 }
 
 #[derive(Debug, Args, Clone)]

@@ -6,7 +6,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use anyhow::Context;
-use cortex_engine::{Engine, ModelCache};
+use cortex_engine::{Engine, ModelCache, StepObserver};
 use cortex_queue::{JobId, Queue};
 use cortex_worker::{ModelIdentity, WorkerPlan, WorkerReport};
 
@@ -45,19 +45,34 @@ pub(crate) fn identify_model(config: &Config) -> anyhow::Result<(String, String)
         .with_context(|| format!("cannot use the model (set by {})", config.model.source))
 }
 
+/// What a worker works on, and what watches its engine.
+#[derive(Default)]
+pub(crate) struct WorkerScope {
+    /// Only these jobs (all when `None`).
+    pub(crate) jobs: Option<Vec<JobId>>,
+    /// Keep waiting for work when there is none.
+    pub(crate) follow: bool,
+    /// Told of every engine step (`cortex run --trace`).
+    pub(crate) observer: Option<Box<dyn StepObserver>>,
+}
+
 /// Starts an engine on `model` and works the queue with it until there is
 /// nothing left for it (or `follow`), or a stop signal.
 pub(crate) fn run_worker(
     config: &Config,
     store: &mut dyn Queue,
     model: &ModelIdentity,
-    jobs: Option<Vec<JobId>>,
-    follow: bool,
+    scope: WorkerScope,
     stop: &StopFlag,
     tick: impl FnMut(&mut dyn Queue) -> Result<(), cortex_queue::QueueError>,
 ) -> anyhow::Result<WorkerReport> {
     let parallel = config.parallel.value;
-    let engine = Engine::start(&config.engine(&model.path, parallel))?;
+    let WorkerScope {
+        jobs,
+        follow,
+        observer,
+    } = scope;
+    let engine = Engine::start_observed(&config.engine(&model.path, parallel), observer)?;
     let device = describe_device(&engine);
     eprintln!("generating on {device}");
     tracing::info!(model = %model.path.display(), sha256 = %model.sha256, parallel, %device, "worker started");

@@ -12,7 +12,7 @@ use crate::backend::Backend;
 use crate::config::EngineConfig;
 use crate::devices::Device;
 use crate::error::EngineError;
-use crate::events::{EngineEvent, EngineStats};
+use crate::events::{EngineEvent, EngineStats, StepObserver};
 use crate::llama::{ContextConfig, LlamaEngineBackend, Model, Placement};
 use crate::step::StepLoop;
 
@@ -162,6 +162,15 @@ impl Engine {
     /// Loads the model with llama.cpp and starts the loop. Returns once the
     /// model is loaded, or with the reason it could not be.
     pub fn start(config: &EngineConfig) -> Result<Self, EngineError> {
+        Self::start_observed(config, None)
+    }
+
+    /// [`Engine::start`], with `observer` told of every step and prompt (a
+    /// trace of where a job's time goes).
+    pub fn start_observed(
+        config: &EngineConfig,
+        observer: Option<Box<dyn StepObserver>>,
+    ) -> Result<Self, EngineError> {
         let loop_config = LoopConfig::from(config);
         let context = ContextConfig {
             max_batch_tokens: config.max_batch_tokens.max(config.max_running),
@@ -177,7 +186,7 @@ impl Engine {
         let (device, gpu_layers) = (config.device.clone(), config.gpu_layers);
         let placement = Arc::new(OnceLock::new());
         let placed = Arc::clone(&placement);
-        let mut engine = Self::spawn(loop_config, move |run| {
+        let mut engine = Self::spawn(loop_config, observer, move |run| {
             let model = Model::load_on(&path, &device, gpu_layers)?;
             let _ = placed.set(model.placement());
             let mut backend = LlamaEngineBackend::new(&model, context, &path);
@@ -200,7 +209,7 @@ impl Engine {
         B: Backend,
         F: FnOnce() -> Result<B, EngineError> + Send + 'static,
     {
-        Self::spawn(config, move |run| {
+        Self::spawn(config, None, move |run| {
             let backend = make()?;
             run(Box::new(backend));
             Ok(())
@@ -209,7 +218,11 @@ impl Engine {
 
     /// Spawns the engine thread. `body` builds a backend (borrowing whatever it
     /// loads on that thread) and hands it to the loop runner it is given.
-    fn spawn<F>(config: LoopConfig, body: F) -> Result<Self, EngineError>
+    fn spawn<F>(
+        config: LoopConfig,
+        observer: Option<Box<dyn StepObserver>>,
+        body: F,
+    ) -> Result<Self, EngineError>
     where
         F: FnOnce(&mut dyn FnMut(Box<dyn Backend + '_>)) -> Result<(), EngineError>
             + Send
@@ -228,11 +241,13 @@ impl Engine {
             .name("cortex-engine".into())
             .spawn(move || {
                 let ready_for_error = ready_tx.clone();
+                let mut observer = observer;
                 let mut runner = |backend: Box<dyn Backend + '_>| match StepLoop::new(
                     backend,
                     &config,
                     receiver.clone(),
                     Arc::clone(&loop_shared),
+                    observer.take(),
                 ) {
                     Ok(mut step_loop) => {
                         let _ = ready_tx.send(Ok(step_loop.info()));

@@ -46,6 +46,52 @@ impl EngineEvent {
     }
 }
 
+/// One step of the engine, as a trace records it: what went into the
+/// batch, what attention read, and where the time went.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[non_exhaustive]
+pub struct StepRecord {
+    /// The step's number, from 1.
+    pub step: u64,
+    /// Seconds since the engine started, at the step's start.
+    pub at: f64,
+    /// Sequences that decoded one token in it.
+    pub decode_sequences: usize,
+    /// Tokens generated in it: one per decoding sequence, and one for each
+    /// prompt that it finished computing.
+    pub generated_tokens: usize,
+    /// Prompt chunks computed in it.
+    pub prefill_chunks: usize,
+    /// Prompt tokens computed in it.
+    pub prefill_tokens: usize,
+    /// KV streams the batch wrote to.
+    pub streams: usize,
+    /// Cells those streams hold after the step: what attention had to read.
+    pub kv_cells_used: usize,
+    /// Cells llama.cpp's attention spanned: every stream of the batch as
+    /// long as its longest, in 256-cell granules (the difference to
+    /// `kv_cells_used` is padding).
+    pub kv_cells_attended: usize,
+    /// Seconds in `llama_decode`.
+    pub decode_seconds: f64,
+    /// Seconds of the step outside `llama_decode`: planning, binding KV,
+    /// copying logits, sampling, detokenizing, stop checks, events.
+    pub host_seconds: f64,
+    /// Seconds between the end of the previous step and this one: taking
+    /// commands, statistics, waiting for work.
+    pub gap_seconds: f64,
+}
+
+/// What watches the engine's steps ([`crate::Engine::start_observed`]). It
+/// is called on the engine thread between decodes: it must be quick.
+pub trait StepObserver: Send {
+    /// A step ended.
+    fn step(&mut self, record: &StepRecord);
+    /// A request's prompt was taken in (its tokens, once however many
+    /// completions it asks for): what a job's distinct prefixes are.
+    fn prompt(&mut self, _tokens: &[TokenId]) {}
+}
+
 /// Counters and gauges of a running engine.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 #[non_exhaustive]

@@ -86,7 +86,7 @@ pub use devices::{
 };
 pub use engine::{Engine, EngineHealth, EngineInfo, LoopConfig, Shutdown};
 pub use error::EngineError;
-pub use events::{EngineEvent, EngineStats};
+pub use events::{EngineEvent, EngineStats, StepObserver, StepRecord};
 pub use gguf::{GgufError, GgufInfo, GgufValue, read_gguf};
 pub use llama::{ContextConfig, LlamaEngineBackend, MAX_STREAMS, Model, chat_template_names};
 pub use models::{

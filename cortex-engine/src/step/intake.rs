@@ -133,6 +133,9 @@ impl StepLoop<'_> {
             })?;
         }
         let prompt = self.tokenize_prompt(request)?;
+        if let Some(observer) = &mut self.observer {
+            observer.prompt(&prompt);
+        }
         let limit = self.info.max_sequence_tokens;
         if prompt.len() >= limit {
             return Err(EngineError::PromptTooLong {

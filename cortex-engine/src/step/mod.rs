@@ -35,10 +35,10 @@ use cortex_request::{Completion, RequestId, TokenId, TokenLogprob};
 use cortex_sample::Sampler;
 use cortex_sched::{SchedRequest, Scheduler, StepPlan};
 
-use crate::backend::{Backend, StreamId, TokenGrammar};
+use crate::backend::{Backend, BatchToken, StreamId, TokenGrammar};
 use crate::engine::{Command, EngineHealth, EngineInfo, LoopConfig, Shared, panic_message};
 use crate::error::EngineError;
-use crate::events::{EngineEvent, EngineStats};
+use crate::events::{EngineEvent, EngineStats, StepObserver, StepRecord};
 use crate::streams::{Binding, Streams, ToBind};
 use crate::text::{StopMatcher, Utf8Stream};
 
@@ -112,6 +112,11 @@ pub(crate) struct StepLoop<'b> {
     latency_sum: f64,
     latency_count: u64,
     logits: Vec<Vec<f32>>,
+    /// What watches the steps, if anything (a trace).
+    observer: Option<Box<dyn StepObserver>>,
+    /// When the loop started, and when its last step ended.
+    started_at: Instant,
+    last_step_end: Option<Instant>,
 }
 
 impl<'b> StepLoop<'b> {
@@ -120,6 +125,7 @@ impl<'b> StepLoop<'b> {
         config: &LoopConfig,
         commands: flume::Receiver<Command>,
         shared: Arc<Shared>,
+        observer: Option<Box<dyn StepObserver>>,
     ) -> Result<Self, EngineError> {
         let sizing = Sizing::new(config, backend.as_ref())?;
         let layout = sizing.layout(sizing.initial_capacity());
@@ -162,6 +168,9 @@ impl<'b> StepLoop<'b> {
             latency_sum: 0.0,
             latency_count: 0,
             logits: Vec::new(),
+            observer,
+            started_at: Instant::now(),
+            last_step_end: None,
         })
     }
 
@@ -228,11 +237,25 @@ impl<'b> StepLoop<'b> {
 
     /// One step: plan, bind KV, decode, sample, emit.
     fn step(&mut self) {
+        let started = Instant::now();
+        let decoded_before = self.stats.decode_seconds;
         if !self.oversize.is_empty() {
             self.grow_streams();
         }
         let plan = self.sched.schedule();
         self.stats.steps += 1;
+        let mut record = StepRecord {
+            step: self.stats.steps,
+            at: started.duration_since(self.started_at).as_secs_f64(),
+            decode_sequences: plan.decode.len(),
+            generated_tokens: plan.num_samples(),
+            prefill_chunks: plan.prefill.len(),
+            prefill_tokens: plan.prefill.iter().map(|c| c.len).sum(),
+            gap_seconds: self
+                .last_step_end
+                .map_or(0.0, |end| started.duration_since(end).as_secs_f64()),
+            ..StepRecord::default()
+        };
         for &id in &plan.preempted {
             self.stats.preemptions += 1;
             self.unbind(id);
@@ -241,6 +264,11 @@ impl<'b> StepLoop<'b> {
         self.bind_admitted(&plan);
         if !plan.is_empty() {
             let (batch, rows) = self.build_batch(&plan);
+            (
+                record.streams,
+                record.kv_cells_used,
+                record.kv_cells_attended,
+            ) = attention_span(&batch);
             let sampled = self.decode(&batch, &rows);
             self.stats.prefill_tokens += plan.prefill.iter().map(|c| c.len as u64).sum::<u64>();
             self.record_computed(&plan);
@@ -252,6 +280,14 @@ impl<'b> StepLoop<'b> {
         }
         #[cfg(debug_assertions)]
         self.verify_kv();
+        let ended = Instant::now();
+        if let Some(observer) = &mut self.observer {
+            record.decode_seconds = self.stats.decode_seconds - decoded_before;
+            record.host_seconds =
+                (ended.duration_since(started).as_secs_f64() - record.decode_seconds).max(0.0);
+            observer.step(&record);
+        }
+        self.last_step_end = Some(ended);
     }
 
     /// Binds the plan's admissions to streams, copying in reused prefixes.
@@ -371,4 +407,18 @@ impl<'b> StepLoop<'b> {
         self.refuse_pending(&error);
         self.publish_stats();
     }
+}
+
+/// The KV a batch's attention reads: the streams it writes to, the cells
+/// they hold after it, and the cells llama.cpp spans (each of those streams
+/// as long as the longest, in 256-cell granules).
+fn attention_span(batch: &[BatchToken]) -> (usize, usize, usize) {
+    let mut ends: HashMap<StreamId, usize> = HashMap::new();
+    for token in batch {
+        let end = ends.entry(token.stream).or_insert(0);
+        *end = (*end).max(token.pos + 1);
+    }
+    let used: usize = ends.values().sum();
+    let longest = ends.values().copied().max().unwrap_or(0);
+    (ends.len(), used, ends.len() * longest.next_multiple_of(256))
 }

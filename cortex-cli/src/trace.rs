@@ -1,0 +1,172 @@
+//! `cortex run --trace FILE`: where a job's time goes. The engine reports
+//! every step ([`StepRecord`]); this writes each as a JSON line and sums
+//! them into a summary: the share of time in `llama_decode`, tokens per
+//! step, prompt tokens computed against the least a job needs (each
+//! distinct prefix once, counted over a tree of every prompt's tokens), and
+//! the attention cells llama.cpp spans beyond those it must read (padding).
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use anyhow::Context;
+use cortex_engine::{StepObserver, StepRecord};
+use cortex_request::TokenId;
+use serde_json::json;
+
+/// Totals over a trace.
+#[derive(Debug, Default)]
+pub(crate) struct TraceSummary {
+    steps: u64,
+    span: f64,
+    decode_seconds: f64,
+    host_seconds: f64,
+    gap_seconds: f64,
+    generated_tokens: u64,
+    decode_sequences: u64,
+    prefill_tokens: u64,
+    decode_steps: u64,
+    kv_cells_used: u64,
+    kv_cells_attended: u64,
+    prompt_tokens: u64,
+    /// Every prompt's tokens as a tree: (parent node, token) → node.
+    prefixes: HashMap<(u32, TokenId), u32>,
+}
+
+impl TraceSummary {
+    fn add_prompt(&mut self, tokens: &[TokenId]) {
+        self.prompt_tokens += tokens.len() as u64;
+        let mut node = 0u32;
+        for &token in tokens {
+            let next = u32::try_from(self.prefixes.len() + 1).unwrap_or(u32::MAX);
+            node = *self.prefixes.entry((node, token)).or_insert(next);
+        }
+    }
+
+    fn add_step(&mut self, r: &StepRecord) {
+        self.steps += 1;
+        self.span = r.at + r.host_seconds + r.decode_seconds;
+        self.decode_seconds += r.decode_seconds;
+        self.host_seconds += r.host_seconds;
+        self.gap_seconds += r.gap_seconds;
+        self.generated_tokens += r.generated_tokens as u64;
+        self.decode_sequences += r.decode_sequences as u64;
+        self.prefill_tokens += r.prefill_tokens as u64;
+        self.decode_steps += u64::from(r.decode_sequences > 0);
+        self.kv_cells_used += r.kv_cells_used as u64;
+        self.kv_cells_attended += r.kv_cells_attended as u64;
+    }
+
+    /// The summary, for people.
+    pub(crate) fn text(&self) -> String {
+        let share = |part: f64| {
+            if self.span > 0.0 {
+                100.0 * part / self.span
+            } else {
+                0.0
+            }
+        };
+        let per_step = |n: u64| n as f64 / self.steps.max(1) as f64;
+        let padding = if self.kv_cells_attended > 0 {
+            100.0 * (1.0 - self.kv_cells_used as f64 / self.kv_cells_attended as f64)
+        } else {
+            0.0
+        };
+        format!(
+            "trace: {} steps in {:.1} s: llama_decode {:.1} s ({:.0}%), host work in steps {:.1} s ({:.0}%), between steps {:.1} s ({:.0}%)\n\
+             \u{20} tokens per step {:.1} (decoded {:.1}, prompt {:.1}); {:.1} generated per step, {:.1} sequences per decoding step\n\
+             \u{20} prompt tokens computed {} of {} in the prompts; each distinct prefix once would be {}\n\
+             \u{20} attention read {} cells and spanned {}: {:.0}% padding",
+            self.steps,
+            self.span,
+            self.decode_seconds,
+            share(self.decode_seconds),
+            self.host_seconds,
+            share(self.host_seconds),
+            self.gap_seconds,
+            share(self.gap_seconds),
+            per_step(self.decode_sequences + self.prefill_tokens),
+            per_step(self.decode_sequences),
+            per_step(self.prefill_tokens),
+            per_step(self.generated_tokens),
+            self.decode_sequences as f64 / self.decode_steps.max(1) as f64,
+            self.prefill_tokens,
+            self.prompt_tokens,
+            self.prefixes.len(),
+            self.kv_cells_used,
+            self.kv_cells_attended,
+            padding,
+        )
+    }
+}
+
+/// Writes each step as a JSON line to a file and keeps the totals.
+pub(crate) struct TraceWriter {
+    out: BufWriter<File>,
+    summary: Arc<Mutex<TraceSummary>>,
+}
+
+impl TraceWriter {
+    /// A trace into `path`, and the totals it keeps (read them when the
+    /// engine is done).
+    pub(crate) fn create(path: &Path) -> anyhow::Result<(Self, Arc<Mutex<TraceSummary>>)> {
+        let file =
+            File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+        let summary = Arc::new(Mutex::new(TraceSummary::default()));
+        let writer = Self {
+            out: BufWriter::new(file),
+            summary: Arc::clone(&summary),
+        };
+        Ok((writer, summary))
+    }
+
+    fn summary(&self) -> std::sync::MutexGuard<'_, TraceSummary> {
+        self.summary
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl StepObserver for TraceWriter {
+    fn step(&mut self, r: &StepRecord) {
+        self.summary().add_step(r);
+        let line = json!({
+            "step": r.step, "at": r.at, "decode_sequences": r.decode_sequences,
+            "generated_tokens": r.generated_tokens,
+            "prefill_chunks": r.prefill_chunks, "prefill_tokens": r.prefill_tokens,
+            "streams": r.streams, "kv_cells_used": r.kv_cells_used,
+            "kv_cells_attended": r.kv_cells_attended, "decode_seconds": r.decode_seconds,
+            "host_seconds": r.host_seconds, "gap_seconds": r.gap_seconds,
+        });
+        // A trace that cannot be written loses lines, not the job.
+        let _ = writeln!(self.out, "{line}");
+    }
+
+    fn prompt(&mut self, tokens: &[TokenId]) {
+        self.summary().add_prompt(tokens);
+    }
+}
+
+impl Drop for TraceWriter {
+    fn drop(&mut self) {
+        let _ = self.out.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn distinct_prefixes_are_counted_once() {
+        let mut summary = TraceSummary::default();
+        summary.add_prompt(&[1, 2, 3, 4]);
+        summary.add_prompt(&[1, 2, 3, 5]);
+        summary.add_prompt(&[1, 2, 3, 4]);
+        summary.add_prompt(&[9]);
+        assert_eq!(summary.prompt_tokens, 13);
+        assert_eq!(summary.prefixes.len(), 6);
+    }
+}

@@ -1,0 +1,80 @@
+//! `cortex run --trace FILE` on the real model: one JSON line per engine
+//! step whose figures add up to the job's own (every generated token is in
+//! some step, prompt tokens computed never exceed the prompts', shared
+//! prefixes are computed once, attention spans at least what it reads),
+//! and a summary of where the time went.
+
+use cortex_tests::{Cortex, read_jsonl};
+use serde_json::json;
+
+#[test]
+fn a_trace_accounts_for_every_token_of_the_job() {
+    let cortex = Cortex::new();
+    let prefix = "Background for the archivist: ".to_owned()
+        + &"the river, the lantern, the orchard and the harbor. ".repeat(20);
+    let lines: String = (0..12)
+        .map(|i| {
+            format!(
+                "{}\n",
+                json!({"custom_id": format!("t{i}"), "prompt": format!("{prefix}Question {i}: why?"),
+                    "max_tokens": 6, "temperature": 0, "ignore_eos": true})
+            )
+        })
+        .collect();
+    cortex.write("job.jsonl", &lines);
+    let output = cortex.run(&[
+        "run",
+        "job.jsonl",
+        "-o",
+        "out.jsonl",
+        "--trace",
+        "trace.jsonl",
+    ]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    for text in [
+        "trace: ",
+        "llama_decode",
+        "tokens per step",
+        "each distinct prefix once would be",
+        "padding",
+    ] {
+        assert!(stderr.contains(text), "{text:?} missing from:\n{stderr}");
+    }
+
+    let results = read_jsonl(&cortex.dir().join("out.jsonl"));
+    let usage = |key: &str| -> u64 {
+        results
+            .iter()
+            .map(|r| r["response"]["body"]["usage"][key].as_u64().unwrap())
+            .sum()
+    };
+    let steps = read_jsonl(&cortex.dir().join("trace.jsonl"));
+    let total = |key: &str| -> u64 { steps.iter().map(|s| s[key].as_u64().unwrap()).sum() };
+    assert!(!steps.is_empty());
+    for (i, step) in steps.iter().enumerate() {
+        assert_eq!(step["step"], json!(i as u64 + 1), "{step}");
+        let seconds = |key: &str| step[key].as_f64().unwrap();
+        assert!(seconds("decode_seconds") >= 0.0 && seconds("host_seconds") >= 0.0);
+        let (used, attended) = (
+            step["kv_cells_used"].as_u64().unwrap(),
+            step["kv_cells_attended"].as_u64().unwrap(),
+        );
+        assert!(used <= attended && attended % 256 == 0, "{step}");
+    }
+    assert_eq!(total("generated_tokens"), usage("completion_tokens"));
+    // The shared prefix is computed once, the rest of each prompt once each.
+    let computed = total("prefill_tokens");
+    assert!(
+        computed < usage("prompt_tokens"),
+        "{computed} of {}",
+        usage("prompt_tokens")
+    );
+    let minimum = stderr
+        .split("each distinct prefix once would be ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse::<u64>().ok())
+        .expect("the minimum in the summary");
+    assert!(minimum <= computed, "{minimum} > {computed}");
+}
