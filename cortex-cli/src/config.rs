@@ -101,6 +101,14 @@ struct ServerFile {
     api_keys: Option<Vec<String>>,
     batch_parallel: Option<usize>,
     max_request_tokens: Option<u64>,
+    max_online_requests: Option<usize>,
+    max_online_requests_per_key: Option<usize>,
+    max_connections: Option<usize>,
+    header_timeout_seconds: Option<u64>,
+    body_timeout_seconds: Option<u64>,
+    max_client_priority: Option<i32>,
+    allowed_hosts: Option<Vec<String>>,
+    allowed_origins: Option<Vec<String>>,
 }
 
 /// API keys: given as a list in the file, comma-separated in
@@ -135,6 +143,35 @@ impl fmt::Display for ApiKeys {
     }
 }
 
+/// A list of names (hosts, origins): a list in the file, comma-separated in
+/// the environment and on the command line.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct NameList(pub(crate) Vec<String>);
+
+impl std::str::FromStr for NameList {
+    type Err = std::convert::Infallible;
+
+    fn from_str(raw: &str) -> Result<Self, Self::Err> {
+        Ok(Self(
+            raw.split(',')
+                .map(str::trim)
+                .filter(|name| !name.is_empty())
+                .map(str::to_owned)
+                .collect(),
+        ))
+    }
+}
+
+impl fmt::Display for NameList {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            f.write_str("(none)")
+        } else {
+            f.write_str(&self.0.join(","))
+        }
+    }
+}
+
 /// Flags that override everything.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Overrides {
@@ -151,6 +188,14 @@ pub(crate) struct Overrides {
     pub(crate) api_keys: Option<ApiKeys>,
     pub(crate) batch_parallel: Option<usize>,
     pub(crate) max_request_tokens: Option<u64>,
+    pub(crate) max_online_requests: Option<usize>,
+    pub(crate) max_online_requests_per_key: Option<usize>,
+    pub(crate) max_connections: Option<usize>,
+    pub(crate) header_timeout_seconds: Option<u64>,
+    pub(crate) body_timeout_seconds: Option<u64>,
+    pub(crate) max_client_priority: Option<i32>,
+    pub(crate) allowed_hosts: Option<NameList>,
+    pub(crate) allowed_origins: Option<NameList>,
 }
 
 /// The effective configuration.
@@ -199,6 +244,22 @@ pub(crate) struct Config {
     /// `cortex serve`: most tokens one online request may ask for
     /// (`n` × `max_tokens`, each cut to the context).
     pub(crate) max_request_tokens: Setting<u64>,
+    /// `cortex serve`: online requests answered at once at most (more: 429).
+    pub(crate) max_online_requests: Setting<usize>,
+    /// `cortex serve`: the same for one API key (0: only the total).
+    pub(crate) max_online_requests_per_key: Setting<usize>,
+    /// `cortex serve`: open connections at most (more wait).
+    pub(crate) max_connections: Setting<usize>,
+    /// `cortex serve`: seconds a client may take to send a request's headers (and an idle connection stays open).
+    pub(crate) header_timeout_seconds: Setting<u64>,
+    /// `cortex serve`: seconds a client may take to send a request's body.
+    pub(crate) body_timeout_seconds: Setting<u64>,
+    /// `cortex serve`: a client's `priority` is clamped to ± this.
+    pub(crate) max_client_priority: Setting<i32>,
+    /// `cortex serve`: names clients may use in `Host` besides addresses, localhost and this machine's name (`*`: any).
+    pub(crate) allowed_hosts: Setting<NameList>,
+    /// `cortex serve`: browser origins allowed to call the server besides loopback pages and its own (`*`: any).
+    pub(crate) allowed_origins: Setting<NameList>,
 }
 
 fn env_path(name: &str) -> Option<PathBuf> {
@@ -393,6 +454,72 @@ impl Config {
             "CORTEX_MAX_REQUEST_TOKENS",
             overrides.max_request_tokens,
         )?;
+        let mut max_online_requests = Setting::default(cortex_server::DEFAULT_MAX_ONLINE_REQUESTS);
+        layer(
+            &mut max_online_requests,
+            server.max_online_requests,
+            fp,
+            "CORTEX_MAX_ONLINE_REQUESTS",
+            overrides.max_online_requests,
+        )?;
+        let mut max_online_requests_per_key = Setting::default(0);
+        layer(
+            &mut max_online_requests_per_key,
+            server.max_online_requests_per_key,
+            fp,
+            "CORTEX_MAX_ONLINE_REQUESTS_PER_KEY",
+            overrides.max_online_requests_per_key,
+        )?;
+        let mut max_connections = Setting::default(cortex_server::DEFAULT_MAX_CONNECTIONS);
+        layer(
+            &mut max_connections,
+            server.max_connections,
+            fp,
+            "CORTEX_MAX_CONNECTIONS",
+            overrides.max_connections,
+        )?;
+        let mut header_timeout_seconds =
+            Setting::default(cortex_server::DEFAULT_HEADER_TIMEOUT.as_secs());
+        layer(
+            &mut header_timeout_seconds,
+            server.header_timeout_seconds,
+            fp,
+            "CORTEX_HEADER_TIMEOUT_SECONDS",
+            overrides.header_timeout_seconds,
+        )?;
+        let mut body_timeout_seconds =
+            Setting::default(cortex_server::DEFAULT_BODY_TIMEOUT.as_secs());
+        layer(
+            &mut body_timeout_seconds,
+            server.body_timeout_seconds,
+            fp,
+            "CORTEX_BODY_TIMEOUT_SECONDS",
+            overrides.body_timeout_seconds,
+        )?;
+        let mut max_client_priority = Setting::default(cortex_server::DEFAULT_MAX_CLIENT_PRIORITY);
+        layer(
+            &mut max_client_priority,
+            server.max_client_priority,
+            fp,
+            "CORTEX_MAX_CLIENT_PRIORITY",
+            overrides.max_client_priority,
+        )?;
+        let mut allowed_hosts = Setting::default(NameList::default());
+        layer(
+            &mut allowed_hosts,
+            server.allowed_hosts.map(NameList),
+            fp,
+            "CORTEX_ALLOWED_HOSTS",
+            overrides.allowed_hosts.clone(),
+        )?;
+        let mut allowed_origins = Setting::default(NameList::default());
+        layer(
+            &mut allowed_origins,
+            server.allowed_origins.map(NameList),
+            fp,
+            "CORTEX_ALLOWED_ORIGINS",
+            overrides.allowed_origins.clone(),
+        )?;
         if parallel.value == 0 {
             bail!("parallel must be at least 1 (from {})", parallel.source);
         }
@@ -422,6 +549,14 @@ impl Config {
             api_keys,
             batch_parallel,
             max_request_tokens,
+            max_online_requests,
+            max_online_requests_per_key,
+            max_connections,
+            header_timeout_seconds,
+            body_timeout_seconds,
+            max_client_priority,
+            allowed_hosts,
+            allowed_origins,
         })
     }
 
@@ -579,6 +714,46 @@ impl Config {
                 "server.max_request_tokens",
                 self.max_request_tokens.value.to_string(),
                 &self.max_request_tokens.source,
+            ),
+            show(
+                "server.max_online_requests",
+                self.max_online_requests.value.to_string(),
+                &self.max_online_requests.source,
+            ),
+            show(
+                "server.max_online_requests_per_key",
+                self.max_online_requests_per_key.value.to_string(),
+                &self.max_online_requests_per_key.source,
+            ),
+            show(
+                "server.max_connections",
+                self.max_connections.value.to_string(),
+                &self.max_connections.source,
+            ),
+            show(
+                "server.header_timeout_seconds",
+                self.header_timeout_seconds.value.to_string(),
+                &self.header_timeout_seconds.source,
+            ),
+            show(
+                "server.body_timeout_seconds",
+                self.body_timeout_seconds.value.to_string(),
+                &self.body_timeout_seconds.source,
+            ),
+            show(
+                "server.max_client_priority",
+                self.max_client_priority.value.to_string(),
+                &self.max_client_priority.source,
+            ),
+            show(
+                "server.allowed_hosts",
+                self.allowed_hosts.value.to_string(),
+                &self.allowed_hosts.source,
+            ),
+            show(
+                "server.allowed_origins",
+                self.allowed_origins.value.to_string(),
+                &self.allowed_origins.source,
             ),
         ]
     }

@@ -261,6 +261,30 @@ struct ServeArgs {
     /// to the context); more is a 400 (default from config: 131072).
     #[arg(long)]
     max_request_tokens: Option<u64>,
+    /// Online requests (generation, embeddings) answered at once at most; more get 429 with Retry-After (default from config: 256).
+    #[arg(long)]
+    max_online_requests: Option<usize>,
+    /// The same for the requests of one API key (default from config: 0, only the total).
+    #[arg(long)]
+    max_online_requests_per_key: Option<usize>,
+    /// Open connections at most; more wait to be accepted (default from config: 1024).
+    #[arg(long)]
+    max_connections: Option<usize>,
+    /// Seconds a client may take to send a request's headers; idle connections close after it too (default from config: 10).
+    #[arg(long)]
+    header_timeout_seconds: Option<u64>,
+    /// Seconds a client may take to send a request's body (an upload: between its chunks) (default from config: 60).
+    #[arg(long)]
+    body_timeout_seconds: Option<u64>,
+    /// A client's `priority` is clamped to ± this (default from config: 1000).
+    #[arg(long)]
+    max_client_priority: Option<i32>,
+    /// Names clients may use in `Host` besides IP addresses, localhost and this machine's name, comma-separated (`*`: any; default: none).
+    #[arg(long, value_name = "NAMES")]
+    allowed_hosts: Option<config::NameList>,
+    /// Web page origins (e.g. https://app.example) allowed to call the server besides loopback pages, comma-separated (`*`: any; default: none).
+    #[arg(long, value_name = "NAMES")]
+    allowed_origins: Option<config::NameList>,
 }
 
 /// `cortex bench`: the engine in llama-batched-bench's columns.
@@ -379,6 +403,14 @@ fn main() -> ExitCode {
             .map(|a| config::ApiKeys(a.api_keys.clone())),
         batch_parallel: serve.as_ref().and_then(|a| a.batch_parallel),
         max_request_tokens: serve.as_ref().and_then(|a| a.max_request_tokens),
+        max_online_requests: serve.as_ref().and_then(|a| a.max_online_requests),
+        max_online_requests_per_key: serve.as_ref().and_then(|a| a.max_online_requests_per_key),
+        max_connections: serve.as_ref().and_then(|a| a.max_connections),
+        header_timeout_seconds: serve.as_ref().and_then(|a| a.header_timeout_seconds),
+        body_timeout_seconds: serve.as_ref().and_then(|a| a.body_timeout_seconds),
+        max_client_priority: serve.as_ref().and_then(|a| a.max_client_priority),
+        allowed_hosts: serve.as_ref().and_then(|a| a.allowed_hosts.clone()),
+        allowed_origins: serve.as_ref().and_then(|a| a.allowed_origins.clone()),
     };
     let result = Config::load(&overrides).and_then(|config| run(cli, &config));
     match result {

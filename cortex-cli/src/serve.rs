@@ -2,6 +2,7 @@
 //! resolved and the engine started here, then the server runs until a signal.
 
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::time::Duration;
 
 use anyhow::Context;
 use cortex_engine::Engine;
@@ -57,9 +58,17 @@ pub(crate) fn serve(config: &Config) -> anyhow::Result<()> {
     let mut server = ServerConfig::new(model, queue, files_dir);
     server.listen = listen;
     server.api_keys = keys;
-    server.lease = std::time::Duration::from_secs(config.lease_seconds.value);
+    server.lease = Duration::from_secs(config.lease_seconds.value);
     server.batch_parallel = config.batch_parallel.value.min(parallel);
     server.max_request_tokens = config.max_request_tokens.value;
+    server.max_online_requests = config.max_online_requests.value;
+    server.max_online_requests_per_key = config.max_online_requests_per_key.value;
+    server.max_connections = config.max_connections.value;
+    server.header_timeout = Duration::from_secs(config.header_timeout_seconds.value.max(1));
+    server.body_timeout = Duration::from_secs(config.body_timeout_seconds.value.max(1));
+    server.max_client_priority = config.max_client_priority.value;
+    server.allowed_hosts = config.allowed_hosts.value.0.clone();
+    server.allowed_origins = config.allowed_origins.value.0.clone();
     cortex_server::serve(server, engine)?;
     eprintln!("server stopped");
     Ok(())

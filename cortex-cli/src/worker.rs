@@ -82,6 +82,7 @@ pub(crate) fn run_worker(
         lease: Duration::from_secs(config.lease_seconds.value),
         model_sha256: Some(model.sha256.clone()),
         max_in_flight: None,
+        max_priority: None,
     };
     Ok(cortex_worker::run_worker(
         store,

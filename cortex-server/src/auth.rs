@@ -6,7 +6,7 @@ use std::sync::Arc;
 use axum::extract::{Request, State};
 use axum::http::header::AUTHORIZATION;
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -17,9 +17,14 @@ fn same_key(given: &[u8], key: &[u8]) -> bool {
     given.len() == key.len() && given.iter().zip(key).fold(0u8, |d, (a, b)| d | (a ^ b)) == 0
 }
 
+/// Which of the configured keys a request presented (its position), for
+/// limits per key.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct KeyIndex(pub(crate) usize);
+
 pub(crate) async fn require_key(
     State(state): State<Arc<AppState>>,
-    request: Request,
+    mut request: Request,
     next: Next,
 ) -> Response {
     let keys = &state.config.api_keys;
@@ -34,18 +39,26 @@ pub(crate) async fn require_key(
     let refusal = match given {
         None => "no API key: send `Authorization: Bearer KEY`",
         Some(value) => match value.strip_prefix("Bearer ") {
-            Some(token)
-                if keys
-                    .iter()
-                    .any(|k| same_key(token.trim().as_bytes(), k.as_bytes())) =>
-            {
-                return next.run(request).await;
+            Some(token) => {
+                // Every key is compared, so the time says nothing of which matched.
+                let token = token.trim().as_bytes();
+                let matched = keys.iter().enumerate().fold(None, |found, (i, k)| {
+                    if same_key(token, k.as_bytes()) {
+                        Some(i)
+                    } else {
+                        found
+                    }
+                });
+                if let Some(index) = matched {
+                    request.extensions_mut().insert(KeyIndex(index));
+                    return next.run(request).await;
+                }
+                "the API key is not one this server accepts"
             }
-            Some(_) => "the API key is not one this server accepts",
             None => "the Authorization header must be `Bearer KEY`",
         },
     };
-    ApiError::unauthorized(refusal).into_response()
+    ApiError::unauthorized(refusal).for_path(request.uri().path())
 }
 
 #[cfg(test)]

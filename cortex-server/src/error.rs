@@ -53,6 +53,36 @@ impl ApiError {
         }
     }
 
+    /// Over an admission limit: the client should try again later.
+    pub(crate) fn too_many_requests(message: impl Into<String>) -> Self {
+        Self {
+            code: Some("rate_limit_exceeded"),
+            ..Self::new(StatusCode::TOO_MANY_REQUESTS, "requests", message)
+        }
+    }
+
+    /// Refused before the body was read (wrong type of body, a host or
+    /// origin not allowed).
+    pub(crate) fn refused(status: StatusCode, message: impl Into<String>) -> Self {
+        Self::new(status, "invalid_request_error", message)
+    }
+
+    /// The answer for a request to `path`: Ollama's shape
+    /// (`{"error": "..."}`) on its routes, OpenAI's elsewhere.
+    pub(crate) fn for_path(self, path: &str) -> Response {
+        if path.starts_with("/api/") {
+            if self.status.is_server_error() {
+                tracing::warn!(status = %self.status, message = %self.message, "request failed");
+            }
+            return (
+                self.status,
+                Json(serde_json::json!({ "error": self.message })),
+            )
+                .into_response();
+        }
+        self.into_response()
+    }
+
     pub(crate) fn model_not_found(asked: &str, served: &str) -> Self {
         Self {
             code: Some("model_not_found"),

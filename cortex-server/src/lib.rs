@@ -32,10 +32,13 @@
 
 #![forbid(unsafe_code)]
 
+mod admission;
 mod auth;
 mod batch_api;
 mod error;
 mod files;
+mod guard;
+mod listen;
 mod metrics;
 mod ollama;
 mod online;
@@ -59,6 +62,23 @@ pub use stream::ONLINE_PRIORITY;
 /// [`ServerConfig::max_request_tokens`] by default: 16 completions of a
 /// whole 8,192-token context.
 pub const DEFAULT_MAX_REQUEST_TOKENS: u64 = 1 << 17;
+
+/// [`ServerConfig::max_online_requests`] by default: four times the
+/// engine's default sequences, so a burst queues briefly in the engine
+/// while a flood is refused.
+pub const DEFAULT_MAX_ONLINE_REQUESTS: usize = 256;
+
+/// [`ServerConfig::max_connections`] by default.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+
+/// [`ServerConfig::header_timeout`] by default.
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// [`ServerConfig::body_timeout`] by default.
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// [`ServerConfig::max_client_priority`] by default.
+pub const DEFAULT_MAX_CLIENT_PRIORITY: i32 = 1000;
 
 /// How a server runs.
 #[derive(Debug, Clone)]
@@ -90,13 +110,38 @@ pub struct ServerConfig {
     /// How long in-flight online requests may run on after a stop signal
     /// before they are cancelled.
     pub shutdown_grace: Duration,
+    /// Online requests (generation and embeddings) answered at once at
+    /// most; beyond it a 429 with `Retry-After`.
+    pub max_online_requests: usize,
+    /// The same, for the requests of one API key (0: only the total).
+    pub max_online_requests_per_key: usize,
+    /// Open connections at most; more wait to be accepted.
+    pub max_connections: usize,
+    /// How long a client may take to send a request's headers, and how
+    /// long an idle connection stays open (slow clients are cut off).
+    pub header_timeout: Duration,
+    /// How long a client may take to send a request's body.
+    pub body_timeout: Duration,
+    /// A client's `priority` is clamped to ± this, so no request outranks
+    /// the server's own online priority ([`ONLINE_PRIORITY`]) or another
+    /// online request by more than it.
+    pub max_client_priority: i32,
+    /// Names a client may use in `Host` besides IP addresses and
+    /// `localhost` when the server listens on loopback (`*`: any name).
+    /// Anything else is refused, which stops DNS rebinding.
+    pub allowed_hosts: Vec<String>,
+    /// Browser origins (`Origin`) allowed to call the server besides
+    /// loopback pages and its own (`*`: any origin).
+    pub allowed_origins: Vec<String>,
 }
 
 impl ServerConfig {
     /// Listens on 127.0.0.1:8080 without keys; the queue `queue` opens,
     /// files in `files_dir`; 60 s leases; 48 queue items at most (of the
     /// engine's default 64 slots); 131,072 tokens a request; 32 MiB bodies,
-    /// 512 MiB files; 5 s grace.
+    /// 512 MiB files; 5 s grace; 256 online requests at once (no cap per
+    /// key); 1,024 connections; 10 s for headers, 60 s for a body;
+    /// priorities within ±1,000; no other hosts or origins.
     pub fn new(model: ModelIdentity, queue: QueueOpener, files_dir: impl Into<PathBuf>) -> Self {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
@@ -110,6 +155,14 @@ impl ServerConfig {
             max_body_bytes: 32 << 20,
             max_file_bytes: 512 << 20,
             shutdown_grace: Duration::from_secs(5),
+            max_online_requests: DEFAULT_MAX_ONLINE_REQUESTS,
+            max_online_requests_per_key: 0,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            header_timeout: DEFAULT_HEADER_TIMEOUT,
+            body_timeout: DEFAULT_BODY_TIMEOUT,
+            max_client_priority: DEFAULT_MAX_CLIENT_PRIORITY,
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
         }
     }
 }

@@ -16,15 +16,24 @@ use serde_json::json;
 
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::{auth, batch_api, ollama, online};
+use crate::{admission, auth, batch_api, guard, ollama, online};
 
 pub(crate) fn router(state: Arc<AppState>) -> Router {
     let file_limit = state.config.max_file_bytes;
-    Router::new()
+    // Generation and embeddings: what admission control counts.
+    let online = Router::new()
         .route("/v1/chat/completions", post(online::chat))
         .route("/v1/completions", post(online::completions))
         .route("/v1/responses", post(online::responses))
         .route("/v1/embeddings", post(online::embeddings))
+        .route("/api/generate", post(ollama::generate))
+        .route("/api/chat", post(ollama::chat))
+        .route_layer(middleware::from_fn_with_state(
+            Arc::clone(&state),
+            admission::admit_online,
+        ));
+    Router::new()
+        .merge(online)
         .route("/v1/models", get(online::models))
         .route("/v1/models/{id}", get(online::model))
         .route(
@@ -44,8 +53,6 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         )
         .route("/v1/batches/{id}", get(batch_api::retrieve_batch))
         .route("/v1/batches/{id}/cancel", post(batch_api::cancel_batch))
-        .route("/api/generate", post(ollama::generate))
-        .route("/api/chat", post(ollama::chat))
         .route("/api/tags", get(ollama::tags))
         .route("/api/show", post(ollama::show))
         .route("/api/ps", get(ollama::ps))
@@ -60,7 +67,15 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         ))
         .layer(middleware::from_fn_with_state(
             Arc::clone(&state),
+            admission::body_deadline,
+        ))
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&state),
             refuse_oversized,
+        ))
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&state),
+            guard::guard,
         ))
         .layer(middleware::from_fn_with_state(Arc::clone(&state), track))
         .layer(DefaultBodyLimit::max(state.config.max_body_bytes))

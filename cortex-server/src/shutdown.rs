@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::state::AppState;
-use crate::{ServerError, routes, worker};
+use crate::{ServerError, listen, routes, worker};
 
 /// Resolves on the first SIGINT or SIGTERM; a second one exits at once.
 async fn stop_signal() {
@@ -61,15 +61,14 @@ pub(crate) async fn run(state: Arc<AppState>) -> Result<(), ServerError> {
             }
         });
     };
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await;
+    let limits = listen::ConnectionLimits {
+        max_connections: state.config.max_connections,
+        header_timeout: state.config.header_timeout,
+    };
+    listen::serve(listener, app, &limits, shutdown).await;
     state.stop_worker.store(true, Ordering::SeqCst);
     if let Some(worker) = worker {
         let _ = tokio::task::spawn_blocking(move || worker.join()).await;
     }
-    served.map_err(|source| ServerError::Io {
-        context: "the HTTP server failed".into(),
-        source,
-    })
+    Ok(())
 }

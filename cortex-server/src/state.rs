@@ -10,6 +10,7 @@ use cortex_engine::Engine;
 use cortex_queue::{Queue, QueueError};
 use cortex_request::{Request, RequestId};
 
+use crate::admission::OnlineCounts;
 use crate::error::ApiError;
 use crate::files::FileStore;
 use crate::metrics::Metrics;
@@ -32,6 +33,8 @@ pub(crate) struct AppState {
     pub(crate) stop_worker: AtomicBool,
     /// How many queue items the server's worker keeps in the engine now.
     pub(crate) batch_limit: Arc<AtomicUsize>,
+    /// Online requests in progress, for admission control.
+    pub(crate) online_counts: OnlineCounts,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -57,6 +60,7 @@ impl AppState {
             started: cortex_queue::now_ms() / 1000,
             stop_worker: AtomicBool::new(false),
             batch_limit: Arc::new(AtomicUsize::new(config.batch_parallel)),
+            online_counts: OnlineCounts::new(config.api_keys.len()),
             config,
         }))
     }

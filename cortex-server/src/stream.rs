@@ -25,6 +25,13 @@ use crate::state::AppState;
 /// time to first token low.
 pub const ONLINE_PRIORITY: i32 = 1 << 20;
 
+/// How far a client's `priority` may go either way: the configured bound,
+/// held below half of [`ONLINE_PRIORITY`] so that every online request
+/// outranks every queued item whatever both ask for.
+pub(crate) fn client_priority_bound(config: &crate::ServerConfig) -> i32 {
+    config.max_client_priority.clamp(0, ONLINE_PRIORITY / 2 - 1)
+}
+
 /// An online request in the engine. Dropped before its last event (the
 /// client went away, the handler was cancelled) it cancels the request.
 pub(crate) struct Call {
@@ -54,7 +61,8 @@ impl Call {
         match &mut work {
             Work::Generate(request) => {
                 request.id = id;
-                request.priority = request.priority.saturating_add(ONLINE_PRIORITY);
+                let bound = client_priority_bound(&state.config);
+                request.priority = request.priority.clamp(-bound, bound) + ONLINE_PRIORITY;
             }
             Work::Embed(request) => request.id = id,
             _ => {

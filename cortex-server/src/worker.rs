@@ -33,6 +33,7 @@ fn work(state: &AppState) {
         lease: config.lease,
         model_sha256: Some(config.model.sha256.clone()),
         max_in_flight: Some(Arc::clone(&state.batch_limit)),
+        max_priority: Some(crate::stream::client_priority_bound(config)),
     };
     let stop = &state.stop_worker;
     while !stop.load(std::sync::atomic::Ordering::SeqCst) {

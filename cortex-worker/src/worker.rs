@@ -12,7 +12,7 @@ use cortex_queue::{
     ClaimOptions, ClaimedItem, ItemFailure, JobFilter, JobId, Lease, LeaseStatus, Queue,
     QueueError, failpoint,
 };
-use cortex_request::{FinishReason, RequestId, Response};
+use cortex_request::{FinishReason, RequestId, Response, Work};
 
 use crate::WorkerError;
 
@@ -33,6 +33,9 @@ pub struct WorkerPlan {
     /// it while the worker runs: a server lowers it while online requests
     /// are being answered and leaves the rest of the engine to them.
     pub max_in_flight: Option<Arc<AtomicUsize>>,
+    /// Clamp every item's priority to ± this (`None`: as submitted): a
+    /// server keeps the items clients uploaded below its online requests.
+    pub max_priority: Option<i32>,
 }
 
 impl WorkerPlan {
@@ -44,6 +47,7 @@ impl WorkerPlan {
             lease,
             model_sha256: None,
             max_in_flight: None,
+            max_priority: None,
         }
     }
 }
@@ -122,7 +126,17 @@ impl Worker<'_> {
         self.isolating = claimed.iter().any(|c| c.suspect);
         self.ran_alone |= claimed.iter().any(|c| c.alone);
         self.claims += usize::from(!claimed.is_empty());
-        let requests = claimed.iter().map(|c| c.request.clone()).collect();
+        let requests = claimed
+            .iter()
+            .map(|c| {
+                let mut work = c.request.clone();
+                if let (Some(bound), Work::Generate(request)) = (self.plan.max_priority, &mut work)
+                {
+                    request.priority = request.priority.clamp(-bound.abs(), bound.abs());
+                }
+                work
+            })
+            .collect();
         let submitted = self.engine.submit_many_to(requests, &self.events.0);
         let count = claimed.len();
         for item in claimed {

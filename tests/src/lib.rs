@@ -16,7 +16,7 @@
 
 mod server;
 
-pub use server::{Server, free_port, http};
+pub use server::{Server, free_port, http, raw_http};
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

@@ -49,6 +49,22 @@ pub fn http(port: u16, method: &str, path: &str, body: &str) -> Option<(u16, Str
     Some((status, body))
 }
 
+/// Sends `request` (a whole HTTP/1.1 request, headers and body; any bytes)
+/// to 127.0.0.1:`port` and reads the answer until the server closes the
+/// connection: the status and the whole answer, headers included.
+pub fn raw_http(port: u16, request: impl AsRef<[u8]>) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(120)))
+        .ok()?;
+    stream.write_all(request.as_ref()).ok()?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).ok()?;
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let status = text.split(' ').nth(1)?.parse().ok()?;
+    Some((status, text))
+}
+
 impl Server {
     /// Starts `cortex serve` with `args` on a free port and waits (up to two
     /// minutes: the first start may fetch the model) until `/health` says ok.

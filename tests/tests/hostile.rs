@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use cortex_grammar::testing::{doubling, nested_groups, ref_chain, rule_chain};
-use cortex_tests::{Cortex, Server, http};
+use cortex_tests::{Cortex, Server, http, raw_http};
 use serde_json::{Value, json};
 
 /// POSTs `body` and expects a 4xx whose error message contains `expected`,
@@ -229,4 +229,151 @@ fn submit_and_generate_refuse_the_same_grammars_with_their_line() {
         "{stderr}"
     );
     assert!(started.elapsed() < Duration::from_secs(60));
+}
+
+/// A request as a hostile client might send it: `head` is the request line
+/// and any headers of its own; the harness adds `Host`, `Content-Type:
+/// application/json` (unless the head has one), the length and
+/// `Connection: close`.
+fn hostile(head: &str, body: &[u8]) -> Vec<u8> {
+    let mut request = head.trim_end().replace('\n', "\r\n") + "\r\nHost: 127.0.0.1\r\n";
+    if !head.to_ascii_lowercase().contains("content-type") {
+        request += "Content-Type: application/json\r\n";
+    }
+    request += &format!(
+        "Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let mut bytes = request.into_bytes();
+    bytes.extend_from_slice(body);
+    bytes
+}
+
+#[test]
+fn a_hostile_client_gets_a_4xx_for_every_request_and_the_server_stays_up() {
+    let cortex = Cortex::new();
+    let server = Server::start(&cortex, &["--parallel", "2"]);
+    let chat = "POST /v1/chat/completions HTTP/1.1";
+    let completions = "POST /v1/completions HTTP/1.1";
+    let generate = "POST /api/generate HTTP/1.1";
+    let deep_array = "[".repeat(100_000);
+    let deep_object = "{\"a\":".repeat(50_000);
+    let many_stops: Vec<String> = (0..100_000).map(|i| format!("s{i}")).collect();
+    let many_stops =
+        json!({"model": "default", "prompt": "Hi", "max_tokens": 2, "stop": many_stops})
+            .to_string();
+    let long_model = json!({"model": "m".repeat(1 << 20), "prompt": "Hi"}).to_string();
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        // Malformed bodies.
+        (chat, b"{".to_vec()),
+        (chat, b"not json at all".to_vec()),
+        (chat, b"".to_vec()),
+        (chat, b"null".to_vec()),
+        (chat, b"[]".to_vec()),
+        (chat, b"{\"model\": \"default\", \"messages\": [{\"role\": \"user\", \"content\": \"\xff\xfe\"}]}".to_vec()),
+        (chat, deep_array.clone().into_bytes()),
+        (completions, deep_object.into_bytes()),
+        (generate, deep_array.into_bytes()),
+        (completions, b"{\"model\": \"default\", \"prompt\": \"Hi\", \"max_tokens\": 1e400}".to_vec()),
+        // Wrong types and values out of range.
+        (chat, br#"{"model": "default", "messages": "Hi"}"#.to_vec()),
+        (chat, br#"{"model": "default", "messages": []}"#.to_vec()),
+        (chat, br#"{"model": "default", "messages": [{"role": "wizard", "content": "Hi"}]}"#.to_vec()),
+        (chat, br#"{"model": "default", "messages": [{"role": "user", "content": 5}]}"#.to_vec()),
+        (completions, br#"{"model": "default", "prompt": "Hi", "max_tokens": -1}"#.to_vec()),
+        (completions, br#"{"model": "default", "prompt": "Hi", "temperature": "hot"}"#.to_vec()),
+        (completions, br#"{"model": "default", "prompt": "Hi", "temperature": -3}"#.to_vec()),
+        (completions, br#"{"model": "default", "prompt": "Hi", "top_p": 5}"#.to_vec()),
+        (completions, br#"{"model": "default", "prompt": "Hi", "n": 0}"#.to_vec()),
+        (completions, br#"{"model": "default", "prompt": "Hi", "n": 1000000000}"#.to_vec()),
+        (completions, br#"{"model": "default", "prompt": [99999999]}"#.to_vec()),
+        (completions, br#"{"model": "default", "prompt": [-1, 2]}"#.to_vec()),
+        (completions, br#"{"model": "default", "prompt": "Hi", "logprobs": 1000}"#.to_vec()),
+        (completions, br#"{"model": "default", "prompt": "Hi", "logit_bias": {"x": 1}}"#.to_vec()),
+        (completions, br#"{"model": "default", "prompt": "Hi", "seed": "abc"}"#.to_vec()),
+        (completions, br#"{"model": "nonexistent", "prompt": "Hi"}"#.to_vec()),
+        (completions, long_model.into_bytes()),
+        (completions, many_stops.into_bytes()),
+        (completions, br#"{"model": "default", "prompt": "Hi", "grammar": "root ::= ("}"#.to_vec()),
+        (chat, br##"{"model": "default", "messages": [{"role": "user", "content": "Hi"}], "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/a"}}}}}}"##.to_vec()),
+        (chat, br#"{"model": "default", "messages": [{"role": "user", "content": "Hi"}], "tools": [{"type": "function", "function": {"name": 5}}]}"#.to_vec()),
+        ("POST /v1/embeddings HTTP/1.1", br#"{"model": "default", "input": []}"#.to_vec()),
+        ("POST /v1/embeddings HTTP/1.1", br#"{"model": "default", "input": [[[1]]]}"#.to_vec()),
+        (generate, br#"{"model": "default", "prompt": "Hi", "options": {"temperature": "x"}}"#.to_vec()),
+        (generate, br#"{"model": "default", "prompt": "Hi", "format": 5}"#.to_vec()),
+        (generate, br#"{"model": "default", "prompt": 5}"#.to_vec()),
+        ("POST /api/chat HTTP/1.1", br#"{"model": "default", "messages": "Hi"}"#.to_vec()),
+        ("POST /api/chat HTTP/1.1", br#"{"model": "default", "messages": [{"role": "user", "content": "Hi", "images": ["%%%"]}]}"#.to_vec()),
+        ("POST /api/show HTTP/1.1", br#"{"model": 5}"#.to_vec()),
+        // Ids that look like paths, and routes and methods that do not exist.
+        ("GET /v1/files/..%2F..%2Fetc%2Fpasswd HTTP/1.1", Vec::new()),
+        ("GET /v1/files/../../etc/passwd/content HTTP/1.1", Vec::new()),
+        ("GET /v1/files/file-%00/content HTTP/1.1", Vec::new()),
+        ("DELETE /v1/files/%2e%2e HTTP/1.1", Vec::new()),
+        ("GET /v1/batches/batch_..%2F1 HTTP/1.1", Vec::new()),
+        ("POST /v1/batches/batch_999999/cancel HTTP/1.1", Vec::new()),
+        ("POST /v1/batches HTTP/1.1", br#"{"input_file_id": "file-nope", "endpoint": "/v1/chat/completions", "completion_window": "24h"}"#.to_vec()),
+        ("POST /v1/batches HTTP/1.1", br#"{"input_file_id": 5}"#.to_vec()),
+        ("GET /v1/batches?limit=-5 HTTP/1.1", Vec::new()),
+        ("GET /v1/files?limit=abc HTTP/1.1", Vec::new()),
+        ("POST /v1/files HTTP/1.1\nContent-Type: multipart/form-data", b"--x--".to_vec()),
+        ("POST /v1/files HTTP/1.1\nContent-Type: multipart/form-data; boundary=x", b"--x\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n--x--\r\n".to_vec()),
+        ("PUT /v1/chat/completions HTTP/1.1", Vec::new()),
+        ("GET /v1/nothing-here HTTP/1.1", Vec::new()),
+        ("GET /v1/models/not-this-one HTTP/1.1", Vec::new()),
+    ];
+    assert!(cases.len() >= 40);
+    for (head, body) in &cases {
+        let (status, answer) = raw_http(server.port, hostile(head, body))
+            .unwrap_or_else(|| panic!("{head}: no answer (the server died?)"));
+        assert!((400..500).contains(&status), "{head}: {status}\n{answer}");
+        let json: Value = answer
+            .split_once("\r\n\r\n")
+            .and_then(|(_, body)| serde_json::from_str(body).ok())
+            .unwrap_or_else(|| panic!("{head}: not a JSON error:\n{answer}"));
+        let message = if head.contains(" /api/") {
+            json["error"].as_str()
+        } else {
+            json["error"]["message"].as_str()
+        };
+        assert!(
+            message.is_some_and(|m| !m.is_empty()),
+            "{head}: not the route's error shape: {json}"
+        );
+    }
+
+    // What hyper refuses before the router: an empty 4xx, the connection closed.
+    let huge_header = format!(
+        "GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(200_000)
+    );
+    let many_headers = format!(
+        "GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\n{}\r\n",
+        (0..500)
+            .map(|i| format!("X-H{i}: v\r\n"))
+            .collect::<String>()
+    );
+    for raw in [
+        huge_header,
+        many_headers,
+        "GARBAGE\r\n\r\n".to_owned(),
+        "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"
+            .to_owned(),
+    ] {
+        if let Some((status, answer)) = raw_http(server.port, &raw) {
+            assert!(
+                (400..500).contains(&status),
+                "{}: {status}\n{answer}",
+                &raw[..raw.len().min(60)]
+            );
+        }
+    }
+
+    let (status, text) = http(server.port, "GET", "/health", "").expect("the server is up");
+    assert_eq!(status, 200, "{text}");
+    let ok = json!({"model": "default", "prompt": "Hi", "max_tokens": 2}).to_string();
+    assert_eq!(
+        http(server.port, "POST", "/v1/completions", &ok).unwrap().0,
+        200
+    );
 }

@@ -39,7 +39,7 @@ fn the_official_clients_work_against_cortex_serve() {
     let mut stream = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
     write!(
         stream,
-        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {KEY}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
         64 << 20
     )
     .unwrap();

@@ -68,6 +68,11 @@ const CONFINED: &[(&str, &[&str], &str)] = &[
         "a web framework only in the server",
     ),
     (
+        "hyper-util",
+        &["cortex-server"],
+        "a web framework only in the server",
+    ),
+    (
         "actix-web",
         &["cortex-server"],
         "a web framework only in the server",
