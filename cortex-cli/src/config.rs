@@ -112,9 +112,15 @@ struct ServerFile {
 }
 
 /// API keys: given as a list in the file, comma-separated in
-/// `CORTEX_API_KEYS`; shown only as a count.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// `CORTEX_API_KEYS`; shown only as a count (`Debug` too).
+#[derive(Clone, Default, PartialEq, Eq)]
 pub(crate) struct ApiKeys(pub(crate) Vec<String>);
+
+impl fmt::Debug for ApiKeys {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ApiKeys{self}")
+    }
+}
 
 impl std::str::FromStr for ApiKeys {
     type Err = String;

@@ -57,7 +57,7 @@ pub(crate) fn serve(config: &Config) -> anyhow::Result<()> {
     );
     let mut server = ServerConfig::new(model, queue, files_dir);
     server.listen = listen;
-    server.api_keys = keys;
+    server.api_keys = cortex_server::ApiKeys(keys);
     server.lease = Duration::from_secs(config.lease_seconds.value);
     server.batch_parallel = config.batch_parallel.value.min(parallel);
     server.max_request_tokens = config.max_request_tokens.value;

@@ -186,8 +186,29 @@ impl std::fmt::Debug for Database {
     }
 }
 
-/// `url` with the password of its user info (`user:password@`) replaced by `***`.
+/// `url` with its passwords replaced by `***`: the one in its user info
+/// (`user:password@`) and any `password=` parameter of its query.
 pub fn redact_password(url: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (url, None),
+    };
+    let mut shown = redact_user_info(base);
+    if let Some(query) = query {
+        let parameters: Vec<String> = query
+            .split('&')
+            .map(|parameter| match parameter.split_once('=') {
+                Some((name, _)) if name.eq_ignore_ascii_case("password") => format!("{name}=***"),
+                _ => parameter.to_owned(),
+            })
+            .collect();
+        shown.push('?');
+        shown.push_str(&parameters.join("&"));
+    }
+    shown
+}
+
+fn redact_user_info(url: &str) -> String {
     let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
         return url.to_owned();
     };
@@ -285,6 +306,13 @@ mod tests {
         assert_eq!(
             redact_password("postgres://host/db?x=@"),
             "postgres://host/db?x=@"
+        );
+        assert_eq!(
+            redact_password("postgres://u:a@host/db?sslmode=require&password=s3cret&user=u"),
+            "postgres://u:***@host/db?sslmode=require&password=***&user=u"
+        );
+        assert!(
+            !format!("{:?}", Database::parse("postgres://h/db?PASSWORD=s3cret")).contains("s3cret")
         );
     }
 }

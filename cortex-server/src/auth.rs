@@ -11,10 +11,18 @@ use axum::response::Response;
 use crate::error::ApiError;
 use crate::state::AppState;
 
-/// Compares without stopping at the first differing byte, so the time taken
-/// says nothing about how much of a key was right.
+/// Compares without stopping at the first differing byte, and with work
+/// that depends only on what the client sent: the time taken says nothing
+/// about how much of a key was right, nor how long the key is.
 fn same_key(given: &[u8], key: &[u8]) -> bool {
-    given.len() == key.len() && given.iter().zip(key).fold(0u8, |d, (a, b)| d | (a ^ b)) == 0
+    if key.is_empty() {
+        return false;
+    }
+    let mut difference = given.len() ^ key.len();
+    for (i, byte) in given.iter().enumerate() {
+        difference |= usize::from(byte ^ key[i % key.len()]);
+    }
+    difference == 0
 }
 
 /// Which of the configured keys a request presented (its position), for
@@ -70,5 +78,8 @@ mod tests {
         assert!(same_key(b"secret", b"secret"));
         assert!(!same_key(b"secret", b"secreT"));
         assert!(!same_key(b"secre", b"secret"));
+        assert!(!same_key(b"secretsecret", b"secret"));
+        assert!(!same_key(b"", b"secret"));
+        assert!(!same_key(b"", b""));
     }
 }

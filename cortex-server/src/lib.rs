@@ -80,6 +80,25 @@ pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(60);
 /// [`ServerConfig::max_client_priority`] by default.
 pub const DEFAULT_MAX_CLIENT_PRIORITY: i32 = 1000;
 
+/// API keys. `Debug` shows how many there are, never the keys, so a logged
+/// configuration does not leak them.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct ApiKeys(pub Vec<String>);
+
+impl std::fmt::Debug for ApiKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ApiKeys({} keys)", self.0.len())
+    }
+}
+
+impl std::ops::Deref for ApiKeys {
+    type Target = [String];
+
+    fn deref(&self) -> &[String] {
+        &self.0
+    }
+}
+
 /// How a server runs.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -87,7 +106,7 @@ pub struct ServerConfig {
     /// Where to listen.
     pub listen: SocketAddr,
     /// Keys a client must present (`Authorization: Bearer KEY`); none: open.
-    pub api_keys: Vec<String>,
+    pub api_keys: ApiKeys,
     /// The served model (its name is what `/v1/models` lists).
     pub model: ModelIdentity,
     /// The queue (SQLite or PostgreSQL).
@@ -145,7 +164,7 @@ impl ServerConfig {
     pub fn new(model: ModelIdentity, queue: QueueOpener, files_dir: impl Into<PathBuf>) -> Self {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
-            api_keys: Vec::new(),
+            api_keys: ApiKeys::default(),
             model,
             queue,
             files_dir: files_dir.into(),
@@ -215,4 +234,17 @@ pub fn serve(config: ServerConfig, engine: Engine) -> Result<(), ServerError> {
         let _ = engine.shutdown(cortex_engine::Shutdown::Abort);
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ApiKeys;
+
+    #[test]
+    fn keys_never_show_in_debug() {
+        let keys = ApiKeys(vec!["s3cret".into(), "other".into()]);
+        let shown = format!("{keys:?}");
+        assert_eq!(shown, "ApiKeys(2 keys)");
+        assert_eq!(keys.len(), 2);
+    }
 }

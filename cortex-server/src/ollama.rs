@@ -437,7 +437,16 @@ pub(crate) async fn show(
         state.check_model(Some(name))?;
         let entry = model_entry(&state);
         Ok::<Value, OllamaError>(json!({
-            "modelfile": format!("FROM {}", state.config.model.path.display()),
+            // The file's name only: where the server keeps it is not the client's business.
+            "modelfile": format!(
+                "FROM {}",
+                state
+                    .config
+                    .model
+                    .path
+                    .file_name()
+                    .map_or_else(String::new, |name| name.to_string_lossy().into_owned())
+            ),
             "parameters": "",
             "template": "",
             "details": entry["details"],

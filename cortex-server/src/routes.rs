@@ -142,21 +142,25 @@ async fn wrong_method(request: Request) -> ApiError {
 }
 
 /// 200 while the engine runs; 503 with why once it stopped or died.
+/// Up or down, and nothing more: `/health` needs no key, so it names
+/// neither the model nor why the engine stopped (the log and `/metrics`,
+/// behind the key, do).
 async fn health(State(state): State<Arc<AppState>>) -> Response {
     match state.engine.health() {
-        EngineHealth::Running => {
-            Json(json!({ "status": "ok", "model": state.model_name() })).into_response()
-        }
+        EngineHealth::Running => Json(json!({ "status": "ok" })).into_response(),
         EngineHealth::Stopped => (
             StatusCode::SERVICE_UNAVAILABLE,
             Json(json!({ "status": "stopped" })),
         )
             .into_response(),
-        EngineHealth::Died(message) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({ "status": "died", "error": message })),
-        )
-            .into_response(),
+        EngineHealth::Died(message) => {
+            tracing::error!("health: the engine died: {message}");
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Json(json!({ "status": "died" })),
+            )
+                .into_response()
+        }
     }
 }
 
