@@ -73,7 +73,8 @@ fn enter(state: &Arc<AppState>, key: Option<usize>) -> Result<Ticket, ApiError> 
         )));
     }
     let per_key = config.max_online_requests_per_key;
-    if let Some(key) = key.filter(|_| per_key > 0)
+    let key = key.filter(|_| per_key > 0);
+    if let Some(key) = key
         && !take(&counts.per_key[key], per_key)
     {
         counts.total.fetch_sub(1, Ordering::AcqRel);
@@ -83,7 +84,7 @@ fn enter(state: &Arc<AppState>, key: Option<usize>) -> Result<Ticket, ApiError> 
     }
     Ok(Ticket {
         state: Arc::clone(state),
-        key: key.filter(|_| per_key > 0),
+        key,
     })
 }
 
@@ -105,15 +106,19 @@ pub(crate) async fn admit_online(
             return response;
         }
     };
-    next.run(request)
-        .await
-        .map(|body| Body::new(TicketBody { body, ticket }))
+    next.run(request).await.map(|body| {
+        Body::new(TicketBody {
+            body,
+            _ticket: ticket,
+        })
+    })
 }
 
 /// An answer's body holding its request's place until it ends.
 struct TicketBody {
     body: Body,
-    ticket: Ticket,
+    /// Never read: held for its `Drop`, which gives the place back.
+    _ticket: Ticket,
 }
 
 impl http_body::Body for TicketBody {
@@ -124,7 +129,6 @@ impl http_body::Body for TicketBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
-        let _ = &self.ticket;
         Pin::new(&mut self.body).poll_frame(cx)
     }
 
@@ -147,7 +151,7 @@ pub(crate) async fn body_deadline(
     next: Next,
 ) -> Response {
     let timeout = state.config.body_timeout;
-    let idle_only = request.uri().path() == "/v1/files";
+    let idle_only = request.uri().path() == crate::routes::FILES_ROUTE;
     let request = request.map(|body| {
         let start = (Some(body.into_data_stream()), Instant::now() + timeout);
         let frames = futures_util::stream::unfold(start, move |(rest, deadline)| async move {

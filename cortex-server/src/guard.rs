@@ -90,7 +90,7 @@ fn wrong_body_type(method: &Method, path: &str, headers: &HeaderMap) -> Option<S
     if !matches!(*method, Method::POST | Method::PUT | Method::PATCH) || !has_body(headers) {
         return None;
     }
-    let expected = if path == "/v1/files" {
+    let expected = if path == crate::routes::FILES_ROUTE {
         "multipart/form-data"
     } else {
         "application/json"

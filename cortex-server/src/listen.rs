@@ -42,7 +42,7 @@ pub(crate) async fn serve(
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_timeout)
         .max_headers(100)
-        .max_buf_size(MAX_HEADER_BYTES.max(8192));
+        .max_buf_size(MAX_HEADER_BYTES);
     tokio::pin!(stop);
     loop {
         let permit = tokio::select! {

@@ -18,6 +18,10 @@ use crate::error::ApiError;
 use crate::state::AppState;
 use crate::{admission, auth, batch_api, guard, ollama, online};
 
+/// The upload route: its bodies are files (multipart, a larger limit,
+/// a deadline between chunks rather than for the whole).
+pub(crate) const FILES_ROUTE: &str = "/v1/files";
+
 pub(crate) fn router(state: Arc<AppState>) -> Router {
     let file_limit = state.config.max_file_bytes;
     // Generation and embeddings: what admission control counts.
@@ -37,7 +41,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/v1/models", get(online::models))
         .route("/v1/models/{id}", get(online::model))
         .route(
-            "/v1/files",
+            FILES_ROUTE,
             post(batch_api::upload)
                 .layer(DefaultBodyLimit::max(file_limit))
                 .get(batch_api::list_files),
@@ -103,7 +107,7 @@ async fn refuse_oversized(
     request: Request,
     next: Next,
 ) -> Response {
-    let limit = if request.uri().path() == "/v1/files" {
+    let limit = if request.uri().path() == FILES_ROUTE {
         state.config.max_file_bytes
     } else {
         state.config.max_body_bytes
