@@ -244,7 +244,8 @@ impl<'b> StepLoop<'b> {
         }
         let plan = self.sched.schedule();
         self.stats.steps += 1;
-        let mut record = StepRecord {
+        // Only a watched loop pays for its step records.
+        let mut record = self.observer.is_some().then(|| StepRecord {
             step: self.stats.steps,
             at: started.duration_since(self.started_at).as_secs_f64(),
             decode_sequences: plan.decode.len(),
@@ -255,7 +256,7 @@ impl<'b> StepLoop<'b> {
                 .last_step_end
                 .map_or(0.0, |end| started.duration_since(end).as_secs_f64()),
             ..StepRecord::default()
-        };
+        });
         for &id in &plan.preempted {
             self.stats.preemptions += 1;
             self.unbind(id);
@@ -264,11 +265,13 @@ impl<'b> StepLoop<'b> {
         self.bind_admitted(&plan);
         if !plan.is_empty() {
             let (batch, rows) = self.build_batch(&plan);
-            (
-                record.streams,
-                record.kv_cells_used,
-                record.kv_cells_attended,
-            ) = attention_span(&batch);
+            if let Some(record) = &mut record {
+                (
+                    record.streams,
+                    record.kv_cells_used,
+                    record.kv_cells_attended,
+                ) = attention_span(&batch);
+            }
             let sampled = self.decode(&batch, &rows);
             self.stats.prefill_tokens += plan.prefill.iter().map(|c| c.len as u64).sum::<u64>();
             self.record_computed(&plan);
@@ -281,7 +284,7 @@ impl<'b> StepLoop<'b> {
         #[cfg(debug_assertions)]
         self.verify_kv();
         let ended = Instant::now();
-        if let Some(observer) = &mut self.observer {
+        if let (Some(observer), Some(mut record)) = (&mut self.observer, record) {
             record.decode_seconds = self.stats.decode_seconds - decoded_before;
             record.host_seconds =
                 (ended.duration_since(started).as_secs_f64() - record.decode_seconds).max(0.0);
@@ -420,5 +423,9 @@ fn attention_span(batch: &[BatchToken]) -> (usize, usize, usize) {
     }
     let used: usize = ends.values().sum();
     let longest = ends.values().copied().max().unwrap_or(0);
-    (ends.len(), used, ends.len() * longest.next_multiple_of(256))
+    (
+        ends.len(),
+        used,
+        ends.len() * longest.next_multiple_of(sizing::GRANULE),
+    )
 }

@@ -16,7 +16,7 @@ use crate::error::EngineError;
 use crate::streams::Streams;
 
 /// llama.cpp pads cells per stream to this.
-const GRANULE: usize = 256;
+pub(super) const GRANULE: usize = 256;
 
 fn mib(bytes: usize) -> usize {
     bytes >> 20
