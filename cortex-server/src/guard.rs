@@ -117,7 +117,14 @@ pub(crate) async fn guard(
     let config = &state.config;
     let path = request.uri().path().to_owned();
     let headers = request.headers();
-    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
+    let host = match headers.get(header::HOST).map(HeaderValue::to_str) {
+        None => None,
+        Some(Ok(host)) => Some(host),
+        Some(Err(_)) => {
+            return ApiError::refused(StatusCode::BAD_REQUEST, "the Host header is not text")
+                .for_path(&path);
+        }
+    };
     if let Some(host) = host
         && !host_allowed(host, &config.allowed_hosts)
     {

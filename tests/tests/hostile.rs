@@ -369,6 +369,15 @@ fn a_hostile_client_gets_a_4xx_for_every_request_and_the_server_stays_up() {
         }
     }
 
+    // A Host that is not text cannot be checked: refused, not let through.
+    let (status, answer) = raw_http(
+        server.port,
+        b"GET /v1/models HTTP/1.1\r\nHost: \xff\xfe\r\nConnection: close\r\n\r\n",
+    )
+    .expect("an answer");
+    assert_eq!(status, 400, "{answer}");
+    assert!(answer.contains("Host header is not text"), "{answer}");
+
     let (status, text) = http(server.port, "GET", "/health", "").expect("the server is up");
     assert_eq!(status, 200, "{text}");
     let ok = json!({"model": "default", "prompt": "Hi", "max_tokens": 2}).to_string();
