@@ -109,6 +109,10 @@ struct ServerFile {
     max_client_priority: Option<i32>,
     allowed_hosts: Option<Vec<String>>,
     allowed_origins: Option<Vec<String>>,
+    keys: Option<std::collections::BTreeMap<String, crate::keys::KeyEntry>>,
+    keys_file: Option<PathBuf>,
+    unix_socket: Option<PathBuf>,
+    unix_socket_only: Option<bool>,
 }
 
 /// API keys: given as a list in the file, comma-separated in
@@ -202,6 +206,9 @@ pub(crate) struct Overrides {
     pub(crate) max_client_priority: Option<i32>,
     pub(crate) allowed_hosts: Option<NameList>,
     pub(crate) allowed_origins: Option<NameList>,
+    pub(crate) keys_file: Option<PathBuf>,
+    pub(crate) unix_socket: Option<PathBuf>,
+    pub(crate) unix_socket_only: Option<bool>,
 }
 
 /// The effective configuration.
@@ -266,6 +273,14 @@ pub(crate) struct Config {
     pub(crate) allowed_hosts: Setting<NameList>,
     /// `cortex serve`: browser origins allowed to call the server besides loopback pages and its own (`*`: any).
     pub(crate) allowed_origins: Setting<NameList>,
+    /// `cortex serve`: the config file's `[server.keys]`, each key of a project.
+    pub(crate) key_table: Setting<Vec<cortex_server::ApiKey>>,
+    /// `cortex serve`: a file of `KEY PROJECT [admin]` lines; empty: none.
+    pub(crate) keys_file: Setting<PathBuf>,
+    /// `cortex serve`: a Unix-domain socket (mode 0600) serving the same routes; empty: none.
+    pub(crate) unix_socket: Setting<PathBuf>,
+    /// `cortex serve`: serve on the Unix-domain socket only, with no TCP port.
+    pub(crate) unix_socket_only: Setting<bool>,
 }
 
 fn env_path(name: &str) -> Option<PathBuf> {
@@ -526,6 +541,43 @@ impl Config {
             "CORTEX_ALLOWED_ORIGINS",
             overrides.allowed_origins.clone(),
         )?;
+        let mut key_table = Setting::default(Vec::new());
+        if let (Some(table), Some(path)) = (server.keys, fp) {
+            key_table = Setting {
+                value: crate::keys::from_table(table, path)?,
+                source: Source::File(path.to_path_buf()),
+            };
+        }
+        let mut keys_file = Setting::default(PathBuf::new());
+        layer(
+            &mut keys_file,
+            server.keys_file,
+            fp,
+            "CORTEX_KEYS_FILE",
+            overrides.keys_file.clone(),
+        )?;
+        let mut unix_socket = Setting::default(PathBuf::new());
+        layer(
+            &mut unix_socket,
+            server.unix_socket,
+            fp,
+            "CORTEX_UNIX_SOCKET",
+            overrides.unix_socket.clone(),
+        )?;
+        let mut unix_socket_only = Setting::default(false);
+        layer(
+            &mut unix_socket_only,
+            server.unix_socket_only,
+            fp,
+            "CORTEX_UNIX_SOCKET_ONLY",
+            overrides.unix_socket_only,
+        )?;
+        if unix_socket_only.value && unix_socket.value.as_os_str().is_empty() {
+            bail!(
+                "unix_socket_only (from {}) needs a unix_socket to serve on",
+                unix_socket_only.source
+            );
+        }
         if parallel.value == 0 {
             bail!("parallel must be at least 1 (from {})", parallel.source);
         }
@@ -563,7 +615,29 @@ impl Config {
             max_client_priority,
             allowed_hosts,
             allowed_origins,
+            key_table,
+            keys_file,
+            unix_socket,
+            unix_socket_only,
         })
+    }
+
+    /// Every API key `cortex serve` accepts: `api_keys` (admin keys of the
+    /// `default` project), `[server.keys]` and the keys file's.
+    pub(crate) fn server_keys(&self) -> anyhow::Result<Vec<cortex_server::ApiKey>> {
+        let mut keys: Vec<cortex_server::ApiKey> = self
+            .api_keys
+            .value
+            .0
+            .iter()
+            .map(cortex_server::ApiKey::admin)
+            .collect();
+        keys.extend(self.key_table.value.iter().cloned());
+        if !self.keys_file.value.as_os_str().is_empty() {
+            keys.extend(crate::keys::from_file(&self.keys_file.value)?);
+        }
+        crate::keys::check_distinct(&keys)?;
+        Ok(keys)
     }
 
     /// Engine settings for `model` from this configuration, running
@@ -580,6 +654,12 @@ impl Config {
         engine.gpu_layers = self.gpu_layers.value;
         engine.backends_dir = self.backends_dir();
         engine
+    }
+
+    /// The configured Unix-domain socket of `cortex serve`, if any.
+    pub(crate) fn unix_socket(&self) -> Option<PathBuf> {
+        let path = &self.unix_socket.value;
+        (!path.as_os_str().is_empty()).then(|| path.clone())
     }
 
     /// The configured directory of backend modules, if any.
@@ -760,6 +840,31 @@ impl Config {
                 "server.allowed_origins",
                 self.allowed_origins.value.to_string(),
                 &self.allowed_origins.source,
+            ),
+            show(
+                "server.keys",
+                crate::keys::KeysShown(&self.key_table.value).to_string(),
+                &self.key_table.source,
+            ),
+            show(
+                "server.keys_file",
+                if self.keys_file.value.as_os_str().is_empty() {
+                    "(none)".to_owned()
+                } else {
+                    self.keys_file.value.display().to_string()
+                },
+                &self.keys_file.source,
+            ),
+            show(
+                "server.unix_socket",
+                self.unix_socket()
+                    .map_or_else(|| "(none)".to_owned(), |p| p.display().to_string()),
+                &self.unix_socket.source,
+            ),
+            show(
+                "server.unix_socket_only",
+                self.unix_socket_only.value.to_string(),
+                &self.unix_socket_only.source,
             ),
         ]
     }

@@ -6,6 +6,7 @@
 mod commands;
 mod config;
 mod devices;
+mod keys;
 mod output;
 mod serve;
 mod trace;
@@ -246,8 +247,9 @@ struct ServeArgs {
     /// The port (default from config: 8080).
     #[arg(long)]
     port: Option<u16>,
-    /// A key clients must send as `Authorization: Bearer KEY` (repeatable;
-    /// or CORTEX_API_KEYS, comma-separated).
+    /// A key clients must send as `Authorization: Bearer KEY`, an admin key
+    /// of the `default` project (repeatable; or CORTEX_API_KEYS,
+    /// comma-separated; --keys-file keeps keys out of `ps`).
     #[arg(long = "api-key", value_name = "KEY")]
     api_keys: Vec<String>,
     /// Sequences decoded at once, online and queued (default from config: 64).
@@ -285,6 +287,17 @@ struct ServeArgs {
     /// Web page origins (e.g. https://app.example) allowed to call the server besides loopback pages, comma-separated (`*`: any; default: none).
     #[arg(long, value_name = "NAMES")]
     allowed_origins: Option<config::NameList>,
+    /// A file of API keys, one a line: `KEY PROJECT` or `KEY PROJECT admin`
+    /// (or CORTEX_KEYS_FILE; keys in a file stay out of `ps`).
+    #[arg(long, value_name = "PATH")]
+    keys_file: Option<PathBuf>,
+    /// Also serve on a Unix-domain socket at PATH, created with mode 0600 so
+    /// only its owner can connect (`curl --unix-socket PATH`).
+    #[arg(long, value_name = "PATH")]
+    unix_socket: Option<PathBuf>,
+    /// Serve on --unix-socket only: no TCP port at all.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    unix_socket_only: Option<bool>,
 }
 
 /// `cortex bench`: the engine in llama-batched-bench's columns.
@@ -411,6 +424,9 @@ fn main() -> ExitCode {
         max_client_priority: serve.as_ref().and_then(|a| a.max_client_priority),
         allowed_hosts: serve.as_ref().and_then(|a| a.allowed_hosts.clone()),
         allowed_origins: serve.as_ref().and_then(|a| a.allowed_origins.clone()),
+        keys_file: serve.as_ref().and_then(|a| a.keys_file.clone()),
+        unix_socket: serve.as_ref().and_then(|a| a.unix_socket.clone()),
+        unix_socket_only: serve.as_ref().and_then(|a| a.unix_socket_only),
     };
     let result = Config::load(&overrides).and_then(|config| run(cli, &config));
     match result {

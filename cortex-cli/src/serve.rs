@@ -31,13 +31,15 @@ fn listen_address(config: &Config) -> anyhow::Result<SocketAddr> {
 
 pub(crate) fn serve(config: &Config) -> anyhow::Result<()> {
     let listen = listen_address(config)?;
+    let keys = config.server_keys()?;
     let model = resolve_model(config)?;
     let parallel = config.parallel.value;
     let queue = config.queue()?;
     // Uploaded files and batch exports travel with the database they belong to.
     let files_dir = config.files_dir()?;
-    let keys = config.api_keys.value.0.clone();
-    if keys.is_empty() {
+    let unix_socket = config.unix_socket();
+    let tcp = !config.unix_socket_only.value;
+    if keys.is_empty() && tcp {
         if listen.ip().is_loopback() {
             eprintln!(
                 "no API keys: serving this machine only ({listen}); give --api-key KEY to serve others"
@@ -49,14 +51,24 @@ pub(crate) fn serve(config: &Config) -> anyhow::Result<()> {
         }
     }
     let engine = Engine::start(&config.engine(&model.path, parallel))?;
+    let mut places: Vec<String> = Vec::new();
+    if tcp {
+        places.push(format!("http://{listen}"));
+    }
+    if let Some(path) = &unix_socket {
+        places.push(format!("unix socket {} (mode 0600)", path.display()));
+    }
     eprintln!(
-        "serving {} on http://{listen} (OpenAI API under /v1, Ollama API under /api; {parallel} sequences, up to {} for batches), on {}",
+        "serving {} on {} (OpenAI API under /v1, Ollama API under /api; {parallel} sequences, up to {} for batches), on {}",
         model.name,
+        places.join(" and "),
         config.batch_parallel.value.min(parallel),
         crate::worker::describe_device(&engine)
     );
     let mut server = ServerConfig::new(model, queue, files_dir);
     server.listen = listen;
+    server.unix_socket = unix_socket;
+    server.unix_socket_only = !tcp;
     server.api_keys = cortex_server::ApiKeys(keys);
     server.lease = Duration::from_secs(config.lease_seconds.value);
     server.batch_parallel = config.batch_parallel.value.min(parallel);

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 
-use cortex_request::TokenId;
+use cortex_request::{CacheScope, TokenId};
 
 use crate::lru::Lru;
 
@@ -112,9 +112,23 @@ struct Sequence {
     computed: usize,
     /// Chain key of each full block of `tokens`, filled as blocks fill.
     keys: Vec<u64>,
+    /// The parent key of its first block: its cache scope's root.
+    root: u64,
 }
 
 const ROOT_KEY: u64 = 0x6b76_5f72_6f6f_7421;
+
+/// The key every chain of `scope` starts from: chains of two scopes share
+/// no block, since a block's parent key is part of what a lookup verifies.
+fn root_key(scope: CacheScope) -> u64 {
+    if scope.is_shared() {
+        ROOT_KEY
+    } else {
+        let mut hasher = DefaultHasher::new();
+        (ROOT_KEY, scope.0).hash(&mut hasher);
+        hasher.finish()
+    }
+}
 
 fn chain_key(parent: u64, tokens: &[TokenId]) -> u64 {
     let mut hasher = DefaultHasher::new();
@@ -275,13 +289,13 @@ impl KvCache {
     /// How many leading full blocks of `tokens` `allocate` would reuse: the
     /// computed ones, leaving at least the last token to compute (its logits are
     /// needed), and the blocks among them that would leave the evictable cache.
-    fn reusable(&self, tokens: &[TokenId]) -> (Vec<BlockId>, usize) {
+    fn reusable(&self, root: u64, tokens: &[TokenId]) -> (Vec<BlockId>, usize) {
         let max_blocks = if self.prefix_caching {
             tokens.len().saturating_sub(1) / self.block_size
         } else {
             0
         };
-        let mut parent = ROOT_KEY;
+        let mut parent = root;
         let mut reused = Vec::new();
         let mut from_cache = 0;
         for chunk in tokens.chunks_exact(self.block_size).take(max_blocks) {
@@ -306,8 +320,13 @@ impl KvCache {
     /// How much of `tokens` is cached now, and how much will be once blocks
     /// being computed for other sequences are done. Read-only.
     pub fn probe(&self, tokens: &[TokenId]) -> PrefixProbe {
+        self.probe_in(CacheScope::SHARED, tokens)
+    }
+
+    /// [`KvCache::probe`] among the blocks of `scope` only.
+    pub fn probe_in(&self, scope: CacheScope, tokens: &[TokenId]) -> PrefixProbe {
         let max_blocks = tokens.len().saturating_sub(1) / self.block_size;
-        let mut parent = ROOT_KEY;
+        let mut parent = root_key(scope);
         let mut probe = PrefixProbe::default();
         let mut only_pending = false;
         for chunk in tokens.chunks_exact(self.block_size).take(max_blocks) {
@@ -333,7 +352,12 @@ impl KvCache {
 
     /// Blocks `allocate(tokens)` would take from the free list or the cache.
     pub fn blocks_needed(&self, tokens: &[TokenId]) -> usize {
-        let (reused, from_cache) = self.reusable(tokens);
+        self.blocks_needed_in(CacheScope::SHARED, tokens)
+    }
+
+    /// [`KvCache::blocks_needed`] for a sequence of `scope`.
+    pub fn blocks_needed_in(&self, scope: CacheScope, tokens: &[TokenId]) -> usize {
+        let (reused, from_cache) = self.reusable(root_key(scope), tokens);
         self.blocks_for(tokens.len()) - reused.len() + from_cache
     }
 
@@ -341,10 +365,22 @@ impl KvCache {
     /// full blocks (always leaving the last token to compute). All or nothing:
     /// on error nothing changes.
     pub fn allocate(&mut self, seq: SeqId, tokens: &[TokenId]) -> Result<Allocation, KvError> {
+        self.allocate_in(seq, CacheScope::SHARED, tokens)
+    }
+
+    /// [`KvCache::allocate`] in `scope`: only blocks computed for sequences
+    /// of the same scope are reused, and this one's blocks serve only them.
+    pub fn allocate_in(
+        &mut self,
+        seq: SeqId,
+        scope: CacheScope,
+        tokens: &[TokenId],
+    ) -> Result<Allocation, KvError> {
         if self.seqs.contains_key(&seq) {
             return Err(KvError::SequenceExists(seq));
         }
-        let (reused, from_cache) = self.reusable(tokens);
+        let root = root_key(scope);
+        let (reused, from_cache) = self.reusable(root, tokens);
         let fresh = self.blocks_for(tokens.len()) - reused.len();
         let available = self.available_blocks() - from_cache;
         if fresh > available {
@@ -373,6 +409,7 @@ impl KvCache {
             tokens: tokens.to_vec(),
             computed: cached_tokens,
             keys: Vec::new(),
+            root,
         };
         self.extend_keys(&mut sequence);
         // Full blocks still to compute become pending, so others can wait for them.
@@ -387,7 +424,7 @@ impl KvCache {
             if let std::collections::hash_map::Entry::Vacant(slot) = self.pending.entry(key) {
                 slot.insert(id);
                 let parent = if i == 0 {
-                    ROOT_KEY
+                    sequence.root
                 } else {
                     sequence.keys[i - 1]
                 };
@@ -410,7 +447,7 @@ impl KvCache {
         let full = sequence.tokens.len() / self.block_size;
         while sequence.keys.len() < full {
             let i = sequence.keys.len();
-            let parent = sequence.keys.last().copied().unwrap_or(ROOT_KEY);
+            let parent = sequence.keys.last().copied().unwrap_or(sequence.root);
             let chunk = &sequence.tokens[i * self.block_size..(i + 1) * self.block_size];
             sequence.keys.push(chain_key(parent, chunk));
         }
@@ -498,7 +535,7 @@ impl KvCache {
         s.computed = s.computed.max(computed);
         self.extend_keys(&mut s);
         for i in before..s.computed / self.block_size {
-            let parent = if i == 0 { ROOT_KEY } else { s.keys[i - 1] };
+            let parent = if i == 0 { s.root } else { s.keys[i - 1] };
             let range = i * self.block_size..(i + 1) * self.block_size;
             self.publish(s.blocks[i], s.keys[i], parent, &s.tokens[range]);
         }

@@ -216,3 +216,31 @@ fn without_prefix_caching_nothing_is_reused() {
     assert_eq!(kv.stats().cached_blocks, 0);
     kv.verify().unwrap();
 }
+
+#[test]
+fn scopes_share_no_prefix() {
+    use cortex_request::CacheScope;
+    let mut kv = KvCache::new(16, 4).unwrap();
+    let alpha = CacheScope::named("alpha");
+    let beta = CacheScope::named("beta");
+    assert_ne!(alpha, beta);
+    kv.allocate_in(1, alpha, &tokens(0..12)).unwrap();
+    // Pending blocks of another scope are not offered either.
+    assert_eq!(kv.probe_in(beta, &tokens(0..13)), PrefixProbe::default());
+    kv.mark_computed(1, 12).unwrap();
+    kv.append(1, 12).unwrap();
+    kv.append(1, 13).unwrap();
+    kv.append(1, 14).unwrap();
+    kv.append(1, 15).unwrap();
+    kv.mark_computed(1, 16).unwrap();
+    assert_eq!(kv.probe_in(beta, &tokens(0..17)).cached_tokens, 0);
+    assert_eq!(kv.probe(&tokens(0..17)).cached_tokens, 0);
+    assert_eq!(kv.blocks_needed_in(beta, &tokens(0..13)), 4);
+    let other = kv.allocate_in(2, beta, &tokens(0..13)).unwrap();
+    assert_eq!(other.cached_tokens, 0);
+    // The same scope reuses the prompt and the generated block alike.
+    assert_eq!(kv.probe_in(alpha, &tokens(0..17)).cached_tokens, 16);
+    let same = kv.allocate_in(3, alpha, &tokens(0..17)).unwrap();
+    assert_eq!(same.cached_tokens, 16);
+    kv.verify().unwrap();
+}

@@ -21,7 +21,7 @@ const JOB_SELECT: &str = "SELECT j.id, j.state, j.source_name, j.source_sha256, 
         coalesce(c.pending, 0), coalesce(c.running, 0), coalesce(c.completed, 0), coalesce(c.failed, 0),
         coalesce(c.cancelled, 0), coalesce(c.prompt_tokens, 0), coalesce(c.completion_tokens, 0),
         j.created_at, j.validating_at, j.in_progress_at, j.finalizing_at, j.completed_at, j.failed_at,
-        j.cancelling_at, j.cancelled_at, j.model_sha256
+        j.cancelling_at, j.cancelled_at, j.model_sha256, j.project
     FROM jobs j LEFT JOIN LATERAL (
         SELECT sum(pending)::bigint AS pending, sum(running)::bigint AS running,
                sum(completed)::bigint AS completed, sum(failed)::bigint AS failed,
@@ -39,6 +39,7 @@ fn job_from_row(row: &Row) -> Job {
         source_sha256: row.get(3),
         model: row.get(4),
         model_sha256: row.get(26),
+        project: row.get(27),
         defaults: serde_json::from_str(row.get(5)).unwrap_or_default(),
         metadata: serde_json::from_str(row.get(6)).unwrap_or_default(),
         priority: row.get(7),
@@ -177,9 +178,10 @@ impl JobStore for PgStore {
                         "{JOB_SELECT}
                          WHERE j.state <> 'validating' AND ($1::text IS NULL OR j.state = $1::text)
                            AND ($2::text IS NULL OR j.metadata ->> $2::text = $3::text)
+                           AND ($5::text IS NULL OR j.project = $5::text)
                          ORDER BY j.id DESC LIMIT $4"
                     ),
-                    &[&state, &key, &value, &limit],
+                    &[&state, &key, &value, &limit, &filter.project],
                 )?
                 .iter()
                 .map(job_from_row)

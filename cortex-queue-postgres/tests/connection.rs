@@ -36,8 +36,9 @@ fn a_database_from_a_newer_cortex_is_refused() {
     );
     let message = error.to_string();
     assert!(
-        message.contains("has schema version 99; this cortex knows up to 1")
-            && !message.contains('\n'),
+        message.contains(&format!(
+            "has schema version 99; this cortex knows up to {SCHEMA_VERSION}"
+        )) && !message.contains('\n'),
         "{message}"
     );
 }

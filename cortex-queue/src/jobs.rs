@@ -80,6 +80,8 @@ pub struct Job {
     pub defaults: JobDefaults,
     /// Labels given at submit.
     pub metadata: BTreeMap<String, String>,
+    /// The project it belongs to ([`crate::DEFAULT_PROJECT`] unless its submitter named one).
+    pub project: String,
     /// Claim priority (higher first).
     pub priority: i32,
     /// Attempts per item before a retryable failure is final.
@@ -194,6 +196,8 @@ pub struct JobFilter {
     pub state: Option<JobState>,
     /// Only jobs whose metadata has this key with this value.
     pub metadata: Option<(String, String)>,
+    /// Only jobs of this project.
+    pub project: Option<String>,
     /// At most this many (newest first).
     pub limit: Option<usize>,
 }
@@ -226,7 +230,7 @@ pub struct ItemRecord {
 const JOB_COLUMNS: &str = "id, state, source_name, source_sha256, model, defaults, metadata, priority, max_attempts,
     lines, invalid, n_pending, n_running, n_completed, n_failed, n_cancelled, prompt_tokens, completion_tokens,
     created_at, validating_at, in_progress_at, finalizing_at, completed_at, failed_at, cancelling_at, cancelled_at,
-    model_sha256";
+    model_sha256, project";
 
 fn job_from_row(row: &Row<'_>) -> rusqlite::Result<Job> {
     let text = |i: usize| row.get::<_, String>(i);
@@ -240,6 +244,7 @@ fn job_from_row(row: &Row<'_>) -> rusqlite::Result<Job> {
         source_sha256: text(3)?,
         model: text(4)?,
         model_sha256: row.get(26)?,
+        project: text(27)?,
         defaults: serde_json::from_str(&text(5)?).unwrap_or_default(),
         metadata: serde_json::from_str(&text(6)?).unwrap_or_default(),
         priority: row.get(7)?,
@@ -331,10 +336,17 @@ impl JobStore for Store {
                     "SELECT {JOB_COLUMNS} FROM jobs
                      WHERE state <> 'validating' AND (?1 IS NULL OR state = ?1)
                        AND (?2 IS NULL OR json_extract(metadata, '$.' || json_quote(?2)) = ?3)
+                       AND (?5 IS NULL OR project = ?5)
                      ORDER BY id DESC LIMIT ?4"
                 ))?
                 .query_map(
-                    params![filter.state.map(JobState::as_str), key, value, limit],
+                    params![
+                        filter.state.map(JobState::as_str),
+                        key,
+                        value,
+                        limit,
+                        filter.project
+                    ],
                     job_from_row,
                 )?
                 .collect::<rusqlite::Result<_>>()?;

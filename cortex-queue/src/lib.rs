@@ -118,6 +118,10 @@ pub use submit::{
     ItemSource, JobDefaults, LineError, LineResult, NewItem, SubmitOptions, Submitted,
 };
 
+/// The project of jobs whose submitter named none (every job the CLI
+/// submits, and those from before projects existed).
+pub const DEFAULT_PROJECT: &str = "default";
+
 /// Shorthand for this crate's results.
 pub type Result<T, E = QueueError> = std::result::Result<T, E>;
 

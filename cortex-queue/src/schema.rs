@@ -26,8 +26,11 @@ const V5: &str = include_str!("../migrations/0005_death_streak.sql");
 /// Version 6: output grammars stored once, referred to by SHA-256.
 const V6: &str = include_str!("../migrations/0006_grammars.sql");
 
+/// Version 7: the project each job belongs to.
+const V7: &str = include_str!("../migrations/0007_projects.sql");
+
 /// Migrations in order; `MIGRATIONS[i]` takes the schema from version `i` to `i + 1`.
-pub(crate) const MIGRATIONS: [&str; 6] = [V1, V2, V3, V4, V5, V6];
+pub(crate) const MIGRATIONS: [&str; 7] = [V1, V2, V3, V4, V5, V6, V7];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

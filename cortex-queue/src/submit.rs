@@ -8,7 +8,7 @@ use rusqlite::{ErrorCode, OptionalExtension, params};
 use sha2::{Digest, Sha256};
 
 use crate::store::{Store, now_ms};
-use crate::{InputReport, JobId, JobState, QueueError, Result};
+use crate::{DEFAULT_PROJECT, InputReport, JobId, JobState, QueueError, Result};
 
 /// One valid input line, parsed: what the queue stores for it.
 #[derive(Debug, Clone, PartialEq)]
@@ -79,6 +79,8 @@ pub struct SubmitOptions {
     pub defaults: JobDefaults,
     /// Free-form labels.
     pub metadata: BTreeMap<String, String>,
+    /// The project the job belongs to (default [`crate::DEFAULT_PROJECT`]).
+    pub project: String,
     /// Jobs with a higher priority are claimed first.
     pub priority: i32,
     /// Most attempts per item before a retryable failure becomes final.
@@ -98,6 +100,7 @@ impl SubmitOptions {
             model_sha256: None,
             defaults: JobDefaults::default(),
             metadata: BTreeMap::new(),
+            project: DEFAULT_PROJECT.to_owned(),
             priority: 0,
             max_attempts: 3,
             skip_invalid: false,
@@ -131,11 +134,15 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 
 /// Identifies "the same parameters" for duplicate detection.
 pub fn params_hash(options: &SubmitOptions) -> String {
-    let canonical = serde_json::json!({
+    let mut canonical = serde_json::json!({
         "model": options.model,
         "model_sha256": options.model_sha256,
         "defaults": options.defaults,
     });
+    // Only another project's: the hashes of jobs from before projects stay as they were.
+    if options.project != DEFAULT_PROJECT {
+        canonical["project"] = options.project.clone().into();
+    }
     hex(&Sha256::digest(canonical.to_string()))
 }
 
@@ -163,9 +170,9 @@ impl Store {
         let tx = self.begin_immediate()?;
         tx.execute(
             "INSERT INTO jobs (state, source_name, source_sha256, params_sha256, model, defaults, metadata,
-                               priority, max_attempts, created_at, validating_at, model_sha256)
-             VALUES ('validating', ?1, '', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9)",
-            params![source_name, params_sha, options.model, defaults_json, metadata_json, options.priority, options.max_attempts.max(1), now, options.model_sha256],
+                               priority, max_attempts, created_at, validating_at, model_sha256, project)
+             VALUES ('validating', ?1, '', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?10)",
+            params![source_name, params_sha, options.model, defaults_json, metadata_json, options.priority, options.max_attempts.max(1), now, options.model_sha256, options.project],
         )
         .map_err(|e| to_error(&e))?;
         let job = JobId(tx.last_insert_rowid());

@@ -595,6 +595,44 @@ fn higher_priority_jobs_are_claimed_first_and_claims_can_be_limited_to_jobs(b: &
     );
 }
 
+fn jobs_belong_to_a_project_and_list_by_it(b: &Backend) {
+    let dir = &b.dir;
+    let mut store = b.open();
+    let plain = submit_prompts(store.as_mut(), dir.path(), "plain.jsonl", 1);
+    let input = write_prompts(dir.path(), "alpha.jsonl", 2);
+    let alpha = SubmitOptions {
+        project: "alpha".into(),
+        ..SubmitOptions::new("m")
+    };
+    let first = store.submit_file(&input, &alpha).unwrap().job;
+    // The same file for the same parameters is a duplicate only within a project.
+    assert!(matches!(
+        store.submit_file(&input, &alpha),
+        Err(QueueError::DuplicateJob { .. })
+    ));
+    let beta = SubmitOptions {
+        project: "beta".into(),
+        ..SubmitOptions::new("m")
+    };
+    let second = store.submit_file(&input, &beta).unwrap().job;
+    assert_eq!(
+        store.job(plain).unwrap().project,
+        cortex_queue::DEFAULT_PROJECT
+    );
+    assert_eq!(store.job(first).unwrap().project, "alpha");
+    let of = |store: &mut dyn Queue, project: &str| -> Vec<_> {
+        let filter = JobFilter {
+            project: Some(project.into()),
+            ..JobFilter::default()
+        };
+        store.jobs(&filter).unwrap().iter().map(|j| j.id).collect()
+    };
+    assert_eq!(of(store.as_mut(), "alpha"), [first]);
+    assert_eq!(of(store.as_mut(), "beta"), [second]);
+    assert_eq!(of(store.as_mut(), "default"), [plain]);
+    assert_eq!(store.jobs(&JobFilter::default()).unwrap().len(), 3);
+}
+
 fn export_refuses_a_running_job_unless_partial_and_never_leaves_half_a_file(b: &Backend) {
     let dir = &b.dir;
     let mut store = b.open();
@@ -668,6 +706,7 @@ on_both_backends!(
     cancel_stops_pending_items_at_once_and_running_ones_at_their_heartbeat_then_resume_finishes,
     released_items_are_pending_again_without_using_an_attempt,
     higher_priority_jobs_are_claimed_first_and_claims_can_be_limited_to_jobs,
+    jobs_belong_to_a_project_and_list_by_it,
     export_refuses_a_running_job_unless_partial_and_never_leaves_half_a_file,
     status_reports_throughput_and_an_eta_while_running,
 );

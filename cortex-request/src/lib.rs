@@ -107,6 +107,41 @@ pub struct Request {
         serde(default, skip_serializing_if = "Option::is_none")
     )]
     pub tools: Option<Tools>,
+    /// Which requests may reuse this one's cached prompt prefix, and whose it
+    /// may reuse: only those of the same scope. A server gives each project
+    /// its own, so that no project learns another's prompts from how fast
+    /// (or how cheaply, in `cached_tokens`) its own are answered.
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "CacheScope::is_shared")
+    )]
+    pub cache_scope: CacheScope,
+}
+
+/// A partition of the prompt-prefix cache (see [`Request::cache_scope`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(transparent))]
+pub struct CacheScope(pub u64);
+
+impl CacheScope {
+    /// The scope of requests that set none: all of them share it.
+    pub const SHARED: Self = Self(0);
+
+    /// The scope named `name` (a project's): the same name gives the same
+    /// scope within a process, and never [`CacheScope::SHARED`].
+    pub fn named(name: &str) -> Self {
+        use std::hash::{Hash, Hasher};
+        // Fixed keys: stable across threads and runs of one build.
+        let mut hasher = std::hash::DefaultHasher::new();
+        name.hash(&mut hasher);
+        Self(hasher.finish().max(1))
+    }
+
+    /// Whether this is the shared scope.
+    pub fn is_shared(&self) -> bool {
+        *self == Self::SHARED
+    }
 }
 
 impl Request {
@@ -122,6 +157,7 @@ impl Request {
             logprobs: None,
             grammar: None,
             tools: None,
+            cache_scope: CacheScope::SHARED,
         }
     }
 

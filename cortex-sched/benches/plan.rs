@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use cortex_request::RequestId;
+use cortex_request::{CacheScope, RequestId};
 use cortex_sched::{SchedConfig, SchedRequest, Scheduler};
 
 const RUNNING: usize = 256;
@@ -28,6 +28,7 @@ fn run(label: &str, kv_blocks: usize) {
             prompt,
             max_new_tokens: 1000, // long enough to stay running while measured
             priority: (i % 3) as i32,
+            cache_scope: CacheScope::SHARED,
         };
         sched.add(request).expect("fits");
     }

@@ -16,7 +16,7 @@
 //! # Example
 //!
 //! ```
-//! use cortex_request::RequestId;
+//! use cortex_request::{CacheScope, RequestId};
 //! use cortex_sched::{SchedConfig, SchedRequest, Scheduler};
 //!
 //! let config = SchedConfig {
@@ -27,7 +27,7 @@
 //!     ..SchedConfig::default()
 //! };
 //! let mut sched = Scheduler::new(config)?;
-//! sched.add(SchedRequest { id: RequestId(1), prompt: (0..10).collect(), max_new_tokens: 2, priority: 0 })?;
+//! sched.add(SchedRequest { id: RequestId(1), prompt: (0..10).collect(), max_new_tokens: 2, priority: 0, cache_scope: CacheScope::SHARED })?;
 //!
 //! // The 10-token prompt is chunked to the 8-token budget.
 //! let plan = sched.schedule();

@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 use cortex_kv::{KvCache, KvError, KvStats};
-use cortex_request::{RequestId, TokenId};
+use cortex_request::{CacheScope, RequestId, TokenId};
 
 use crate::plan::{Admission, AdmissionStop, PrefillChunk, StepPlan};
 
@@ -65,6 +65,9 @@ pub struct SchedRequest {
     pub max_new_tokens: usize,
     /// Higher is served first.
     pub priority: i32,
+    /// Whose cached prompt prefixes it may reuse (see
+    /// [`cortex_request::Request::cache_scope`]).
+    pub cache_scope: CacheScope,
 }
 
 /// Requests the scheduler refuses.
@@ -121,6 +124,7 @@ enum Phase {
 #[derive(Debug)]
 struct Entry {
     priority: i32,
+    cache_scope: CacheScope,
     max_new_tokens: usize,
     prompt_len: usize,
     /// Prompt then generated tokens.
@@ -273,6 +277,7 @@ impl Scheduler {
             prompt,
             max_new_tokens,
             priority,
+            cache_scope,
         } = request;
         if self.entries.contains_key(&id) {
             return Err(SchedError::Duplicate(id));
@@ -291,6 +296,7 @@ impl Scheduler {
         }
         let entry = Entry {
             priority,
+            cache_scope,
             max_new_tokens,
             prompt_len: prompt.len(),
             tokens: prompt,
@@ -459,14 +465,19 @@ impl Scheduler {
             let Some(id) = self.next_candidate(&deferred) else {
                 break AdmissionStop::QueueEmpty;
             };
-            let tokens = &self.entries[&id].tokens;
-            let probe = self.kv.probe(tokens);
+            let Entry {
+                tokens,
+                cache_scope,
+                ..
+            } = &self.entries[&id];
+            let probe = self.kv.probe_in(*cache_scope, tokens);
             if probe.pending_tokens > probe.cached_tokens {
                 deferred.insert(id);
                 plan.deferred.push(id);
                 continue;
             }
-            let needed = self.kv.blocks_needed(tokens) + self.config.admission_headroom_blocks;
+            let needed = self.kv.blocks_needed_in(*cache_scope, tokens)
+                + self.config.admission_headroom_blocks;
             let available = self.kv.available_blocks();
             // With nothing running, headroom cannot be freed by anyone: waive it.
             let fits = needed <= available
@@ -539,8 +550,11 @@ impl Scheduler {
             return Some(head);
         }
         let priority = self.entries[&head].priority;
+        let head_entry = &self.entries[&head];
         let mut best = (
-            self.kv.probe(&self.entries[&head].tokens).cached_tokens,
+            self.kv
+                .probe_in(head_entry.cache_scope, &head_entry.tokens)
+                .cached_tokens,
             head,
         );
         for &id in open.take(self.config.prefix_window - 1) {
@@ -548,7 +562,10 @@ impl Scheduler {
             if entry.priority != priority {
                 break;
             }
-            let cached = self.kv.probe(&entry.tokens).cached_tokens;
+            let cached = self
+                .kv
+                .probe_in(entry.cache_scope, &entry.tokens)
+                .cached_tokens;
             if cached > best.0 {
                 best = (cached, id);
             }
@@ -565,7 +582,7 @@ impl Scheduler {
         }
         let allocation = self
             .kv
-            .allocate(id.0, &entry.tokens)
+            .allocate_in(id.0, entry.cache_scope, &entry.tokens)
             .expect("admission checked the blocks");
         entry.phase = Phase::Prefill;
         entry.computed = allocation.cached_tokens;

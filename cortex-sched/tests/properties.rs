@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use cortex_request::RequestId;
+use cortex_request::{CacheScope, RequestId};
 use cortex_sched::{SchedConfig, SchedRequest, Scheduler};
 use proptest::prelude::*;
 
@@ -71,7 +71,7 @@ proptest! {
             let prompt: Vec<u32> = (0..a.prompt_len as u32)
                 .map(|t| if a.shared_prefix && t < 24 { t } else { 10_000 + i as u32 * 100 + t })
                 .collect();
-            let request = SchedRequest { id, prompt, max_new_tokens: a.max_new_tokens, priority: a.priority };
+            let request = SchedRequest { id, prompt, max_new_tokens: a.max_new_tokens, priority: a.priority, cache_scope: CacheScope::SHARED };
             if a.prompt_len + a.max_new_tokens > capacity {
                 prop_assert!(sched.add(request).is_err(), "a request larger than the pool is refused");
                 continue;

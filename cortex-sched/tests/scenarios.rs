@@ -1,7 +1,7 @@
 //! Scenario traces of the scheduler, one line per step, as insta snapshots.
 //! Each sampled token is `1000 + step`; requests finish at `max_new_tokens`.
 
-use cortex_request::RequestId;
+use cortex_request::{CacheScope, RequestId};
 use cortex_sched::{SchedConfig, SchedRequest, Scheduler};
 
 fn request(id: u64, prompt: Vec<u32>, max_new_tokens: usize, priority: i32) -> SchedRequest {
@@ -10,6 +10,7 @@ fn request(id: u64, prompt: Vec<u32>, max_new_tokens: usize, priority: i32) -> S
         prompt,
         max_new_tokens,
         priority,
+        cache_scope: CacheScope::SHARED,
     }
 }
 

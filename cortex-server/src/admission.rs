@@ -18,7 +18,7 @@ use futures_util::StreamExt;
 use http_body::{Frame, SizeHint};
 use tokio::time::Instant;
 
-use crate::auth::KeyIndex;
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::state::AppState;
 
@@ -94,7 +94,7 @@ pub(crate) async fn admit_online(
     request: Request,
     next: Next,
 ) -> Response {
-    let key = request.extensions().get::<KeyIndex>().map(|k| k.0);
+    let key = request.extensions().get::<Caller>().and_then(|c| c.key);
     let path = request.uri().path().to_owned();
     let ticket = match enter(&state, key) {
         Ok(ticket) => ticket,

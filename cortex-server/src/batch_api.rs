@@ -3,18 +3,20 @@
 //! with bad lines gives a `failed` batch listing them), listed beside jobs
 //! submitted by the CLI, cancelled as a job is; its output and error files
 //! are the job's export (`file-batch_ID-output`, `file-batch_ID-errors`).
+//! Files and batches belong to the caller's project: another project's are
+//! "no such object" (404), and lists hold only one's own (an admin's, all).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use axum::Json;
 use axum::body::Bytes;
 use axum::extract::multipart::{Multipart, MultipartRejection};
 use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use cortex_openai::{
     BatchFiles, BatchRequest, ExportJsonl, FileInfo, SubmitJsonl, batch_object,
     failed_batch_object, file_deleted_object, file_object, list_object,
@@ -22,6 +24,7 @@ use cortex_openai::{
 use cortex_queue::{Job, JobFilter, JobId, Queue, QueueError, SubmitOptions};
 use serde_json::Value;
 
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::online::body_bytes;
 use crate::state::AppState;
@@ -72,6 +75,7 @@ fn paginate(all: Vec<Value>, after: Option<&str>, limit: usize) -> Value {
 
 pub(crate) async fn upload(
     State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
     multipart: Result<Multipart, MultipartRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let mut multipart = multipart.map_err(|e| ApiError::invalid(e.body_text(), None))?;
@@ -125,19 +129,26 @@ pub(crate) async fn upload(
         }
     }
     let files = Arc::clone(&state);
-    let info = tokio::task::spawn_blocking(move || files.files.create(&name, "batch", &bytes))
-        .await
-        .map_err(|e| ApiError::internal(e.to_string()))?
-        .map_err(|e| io_error(&e))?;
+    let info = tokio::task::spawn_blocking(move || {
+        files.files.create(&name, "batch", &bytes, &caller.project)
+    })
+    .await
+    .map_err(|e| ApiError::internal(e.to_string()))?
+    .map_err(|e| io_error(&e))?;
     Ok(Json(file_object(&info)))
 }
 
 pub(crate) async fn list_files(
     State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
     params: Params,
 ) -> Result<Json<Value>, ApiError> {
     let (after, limit) = page(params)?;
-    let files = state.files.list().map_err(|e| io_error(&e))?;
+    let project = caller.listing();
+    let files = state
+        .files
+        .list(project.as_deref())
+        .map_err(|e| io_error(&e))?;
     let all = files.iter().map(file_object).collect();
     Ok(Json(paginate(all, after.as_deref(), limit)))
 }
@@ -169,10 +180,11 @@ fn ended_at(job: &Job) -> i64 {
 fn export(
     store: &mut dyn Queue,
     state: &AppState,
+    caller: &Caller,
     job: JobId,
     part: &str,
 ) -> Result<(Job, PathBuf), ApiError> {
-    let record = store.job(job)?;
+    let record = caller_job(store, caller, job)?;
     if !record.state.is_terminal() {
         return Err(ApiError::not_found(format!(
             "batch_{job} is {}; its files exist once it has ended",
@@ -188,14 +200,20 @@ fn export(
     Ok((record, if part == "output" { output } else { errors }))
 }
 
-/// A file's record and where its content is (uploads and batch exports).
-async fn find_file(state: &Arc<AppState>, id: &str) -> Result<(FileInfo, PathBuf), ApiError> {
+/// A file's record and where its content is (uploads and batch exports),
+/// if `caller` may see it.
+async fn find_file(
+    state: &Arc<AppState>,
+    caller: &Caller,
+    id: &str,
+) -> Result<(FileInfo, PathBuf), ApiError> {
     if let Some((job, part)) = export_id(id) {
         let id = id.to_owned();
         let inner = Arc::clone(state);
+        let caller = caller.clone();
         return state
             .with_store(move |store| {
-                let (record, path) = export(store, &inner, job, part)?;
+                let (record, path) = export(store, &inner, &caller, job, part)?;
                 let bytes = std::fs::metadata(&path).map_err(|e| io_error(&e))?.len();
                 let info = FileInfo {
                     bytes,
@@ -208,24 +226,30 @@ async fn find_file(state: &Arc<AppState>, id: &str) -> Result<(FileInfo, PathBuf
             })
             .await;
     }
-    let info = state.files.get(id).ok_or_else(|| no_file(id))?;
+    let stored = state
+        .files
+        .get(id)
+        .filter(|stored| caller.sees(&stored.project))
+        .ok_or_else(|| no_file(id))?;
     let path = state.files.content(id).ok_or_else(|| no_file(id))?;
-    Ok((info, path))
+    Ok((stored.info, path))
 }
 
 pub(crate) async fn retrieve_file(
     State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let (info, _) = find_file(&state, &id).await?;
+    let (info, _) = find_file(&state, &caller, &id).await?;
     Ok(Json(file_object(&info)))
 }
 
 pub(crate) async fn file_content(
     State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let (_, path) = find_file(&state, &id).await?;
+    let (_, path) = find_file(&state, &caller, &id).await?;
     let bytes = tokio::task::spawn_blocking(move || std::fs::read(path))
         .await
         .map_err(|e| ApiError::internal(e.to_string()))?
@@ -235,6 +259,7 @@ pub(crate) async fn file_content(
 
 pub(crate) async fn delete_file(
     State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     if export_id(&id).is_some() {
@@ -243,7 +268,11 @@ pub(crate) async fn delete_file(
             None,
         ));
     }
-    if !state.files.delete(&id).map_err(|e| io_error(&e))? {
+    let theirs = state
+        .files
+        .get(&id)
+        .is_some_and(|stored| caller.sees(&stored.project));
+    if !theirs || !state.files.delete(&id).map_err(|e| io_error(&e))? {
         return Err(no_file(&id));
     }
     Ok(Json(file_deleted_object(&id)))
@@ -269,6 +298,7 @@ fn job_batch(job: &Job) -> Value {
 
 pub(crate) async fn create_batch(
     State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let body = body_bytes(&state, body)?;
@@ -277,7 +307,9 @@ pub(crate) async fn create_batch(
     let info = state
         .files
         .get(&request.input_file_id)
-        .ok_or_else(|| no_file(&request.input_file_id))?;
+        .filter(|stored| caller.sees(&stored.project))
+        .ok_or_else(|| no_file(&request.input_file_id))?
+        .info;
     let path = state
         .files
         .content(&info.id)
@@ -289,6 +321,7 @@ pub(crate) async fn create_batch(
             let model = &inner.config.model;
             let mut options = SubmitOptions::new(model.name.clone());
             options.model_sha256 = Some(model.sha256.clone());
+            options.project = caller.project.to_string();
             // Two batches of one file are two batches.
             options.force = true;
             match store.submit_batch(file, &info.filename, &options, &request) {
@@ -304,7 +337,7 @@ pub(crate) async fn create_batch(
                     );
                     inner
                         .files
-                        .save_failed_batch(&id, &batch)
+                        .save_failed_batch(&id, &batch, &caller.project)
                         .map_err(|e| io_error(&e))?;
                     Ok(batch)
                 }
@@ -313,6 +346,16 @@ pub(crate) async fn create_batch(
         })
         .await?;
     Ok(Json(batch))
+}
+
+/// The job `id` if `caller` may see it; another project's job is no such job.
+fn caller_job(store: &mut dyn Queue, caller: &Caller, id: JobId) -> Result<Job, QueueError> {
+    store
+        .job(id)
+        .and_then(|job| match caller.sees(&job.project) {
+            true => Ok(job),
+            false => Err(QueueError::NoSuchJob(id)),
+        })
 }
 
 /// A job the queue gave back as its batch; no such job is no such batch.
@@ -329,33 +372,52 @@ fn job_of(id: &str) -> Option<JobId> {
     id.strip_prefix("batch_")?.parse().ok().map(JobId)
 }
 
+/// A failed batch's object, if `caller` may see it.
+fn failed_batch(state: &AppState, caller: &Caller, id: &str) -> Option<Value> {
+    state
+        .files
+        .failed_batch(id)
+        .filter(|failed| caller.sees(&failed.project))
+        .map(|failed| failed.batch)
+}
+
 pub(crate) async fn retrieve_batch(
     State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let Some(job) = job_of(&id) else {
-        return state
-            .files
-            .failed_batch(&id)
+        return failed_batch(&state, &caller, &id)
             .map(Json)
             .ok_or_else(|| no_batch(&id));
     };
     let batch = state
-        .with_store(move |store| batch_of(store.job(job)))
+        .with_store(move |store| batch_of(caller_job(store, &caller, job)))
         .await?;
     Ok(Json(batch))
 }
 
 pub(crate) async fn list_batches(
     State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
     params: Params,
 ) -> Result<Json<Value>, ApiError> {
     let (after, limit) = page(params)?;
+    let project = caller.listing();
+    let filter = JobFilter {
+        project: project.clone(),
+        ..JobFilter::default()
+    };
     let jobs = state
-        .with_store(|store| Ok(store.jobs(&JobFilter::default())?))
+        .with_store(move |store| Ok(store.jobs(&filter)?))
         .await?;
     let mut all: Vec<Value> = jobs.iter().map(job_batch).collect();
-    all.extend(state.files.failed_batches().map_err(|e| io_error(&e))?);
+    all.extend(
+        state
+            .files
+            .failed_batches(project.as_deref())
+            .map_err(|e| io_error(&e))?,
+    );
     // Newest first; ids break ties so pages are stable.
     all.sort_by(|a, b| {
         (b["created_at"].as_i64(), b["id"].as_str())
@@ -366,10 +428,11 @@ pub(crate) async fn list_batches(
 
 pub(crate) async fn cancel_batch(
     State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let Some(job) = job_of(&id) else {
-        return match state.files.failed_batch(&id) {
+        return match failed_batch(&state, &caller, &id) {
             Some(_) => Err(ApiError::conflict(format!(
                 "{id} has failed; there is nothing to cancel"
             ))),
@@ -377,7 +440,9 @@ pub(crate) async fn cancel_batch(
         };
     };
     let batch = state
-        .with_store(move |store| batch_of(store.cancel(job)))
+        .with_store(move |store| {
+            batch_of(caller_job(store, &caller, job).and_then(|_| store.cancel(job)))
+        })
         .await?;
     Ok((StatusCode::OK, Json(batch)).into_response())
 }

@@ -2,16 +2,42 @@
 //! (name, size, time, purpose), each written to a temporary name, synced
 //! and renamed, so a crash never leaves half a file under its id. Failed
 //! batches (an input file that did not validate) are kept the same way,
-//! since they never became jobs.
+//! since they never became jobs. Each upload and failed batch records the
+//! project it belongs to (`default` for those from before projects).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use cortex_openai::FileInfo;
-use serde_json::Value;
+use cortex_queue::DEFAULT_PROJECT;
+use serde_json::{Value, json};
 
 use crate::ServerError;
+
+/// An upload's record on disk: its file object and its project.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub(crate) struct StoredFile {
+    #[serde(flatten)]
+    pub(crate) info: FileInfo,
+    #[serde(default = "default_project")]
+    pub(crate) project: String,
+}
+
+/// A failed batch and its project.
+pub(crate) struct FailedBatch {
+    pub(crate) batch: Value,
+    pub(crate) project: String,
+}
+
+fn default_project() -> String {
+    DEFAULT_PROJECT.to_owned()
+}
+
+/// Whether `project` is one that `filter` lets through (`None`: every one).
+fn listed(filter: Option<&str>, project: &str) -> bool {
+    filter.is_none_or(|only| only == project)
+}
 
 pub(crate) struct FileStore {
     dir: PathBuf,
@@ -78,28 +104,32 @@ impl FileStore {
         self.dir.join(format!("{id}.json"))
     }
 
-    /// Stores an upload.
+    /// Stores an upload of `project`.
     pub(crate) fn create(
         &self,
         filename: &str,
         purpose: &str,
         bytes: &[u8],
+        project: &str,
     ) -> std::io::Result<FileInfo> {
-        let info = FileInfo {
-            id: self.new_id("file-"),
-            bytes: bytes.len() as u64,
-            created_at: cortex_queue::now_ms() / 1000,
-            filename: filename.to_owned(),
-            purpose: purpose.to_owned(),
+        let stored = StoredFile {
+            info: FileInfo {
+                id: self.new_id("file-"),
+                bytes: bytes.len() as u64,
+                created_at: cortex_queue::now_ms() / 1000,
+                filename: filename.to_owned(),
+                purpose: purpose.to_owned(),
+            },
+            project: project.to_owned(),
         };
-        write_atomically(&self.content_path(&info.id), bytes)?;
-        let json = serde_json::to_vec(&info).map_err(std::io::Error::other)?;
-        write_atomically(&self.info_path(&info.id), &json)?;
-        Ok(info)
+        write_atomically(&self.content_path(&stored.info.id), bytes)?;
+        let json = serde_json::to_vec(&stored).map_err(std::io::Error::other)?;
+        write_atomically(&self.info_path(&stored.info.id), &json)?;
+        Ok(stored.info)
     }
 
     /// An uploaded file's record (`None` when there is no such file).
-    pub(crate) fn get(&self, id: &str) -> Option<FileInfo> {
+    pub(crate) fn get(&self, id: &str) -> Option<StoredFile> {
         if !safe(id) {
             return None;
         }
@@ -112,16 +142,17 @@ impl FileStore {
         self.get(id).map(|_| self.content_path(id))
     }
 
-    /// Every uploaded file, newest first.
-    pub(crate) fn list(&self) -> std::io::Result<Vec<FileInfo>> {
+    /// The uploaded files of `project` (every project's with `None`), newest first.
+    pub(crate) fn list(&self, project: Option<&str>) -> std::io::Result<Vec<FileInfo>> {
         let mut files = Vec::new();
         for entry in std::fs::read_dir(&self.dir)? {
             let name = entry?.file_name();
             let name = name.to_string_lossy();
             if let Some(id) = name.strip_suffix(".json")
-                && let Some(info) = self.get(id)
+                && let Some(stored) = self.get(id)
+                && listed(project, &stored.project)
             {
-                files.push(info);
+                files.push(stored.info);
             }
         }
         files.sort_by(|a, b| (b.created_at, &b.id).cmp(&(a.created_at, &a.id)));
@@ -145,28 +176,48 @@ impl FileStore {
             .join(format!("{batch}-{part}.jsonl"))
     }
 
-    /// Keeps a failed batch (it never became a job).
-    pub(crate) fn save_failed_batch(&self, id: &str, batch: &Value) -> std::io::Result<()> {
-        let json = serde_json::to_vec(batch).map_err(std::io::Error::other)?;
+    /// Keeps a failed batch of `project` (it never became a job).
+    pub(crate) fn save_failed_batch(
+        &self,
+        id: &str,
+        batch: &Value,
+        project: &str,
+    ) -> std::io::Result<()> {
+        let record = json!({ "project": project, "batch": batch });
+        let json = serde_json::to_vec(&record).map_err(std::io::Error::other)?;
         write_atomically(&self.dir.join("batches").join(format!("{id}.json")), &json)
     }
 
-    pub(crate) fn failed_batch(&self, id: &str) -> Option<Value> {
+    pub(crate) fn failed_batch(&self, id: &str) -> Option<FailedBatch> {
         if !safe(id) {
             return None;
         }
         let bytes = std::fs::read(self.dir.join("batches").join(format!("{id}.json"))).ok()?;
-        serde_json::from_slice(&bytes).ok()
+        let mut record: Value = serde_json::from_slice(&bytes).ok()?;
+        let project = record["project"].as_str().map(str::to_owned);
+        match (project, record.get_mut("batch")) {
+            (Some(project), Some(batch)) if batch.is_object() => Some(FailedBatch {
+                project,
+                batch: batch.take(),
+            }),
+            // Records from before projects are the batch object itself.
+            _ => Some(FailedBatch {
+                batch: record,
+                project: default_project(),
+            }),
+        }
     }
 
-    pub(crate) fn failed_batches(&self) -> std::io::Result<Vec<Value>> {
+    /// The failed batches of `project` (every project's with `None`).
+    pub(crate) fn failed_batches(&self, project: Option<&str>) -> std::io::Result<Vec<Value>> {
         let mut batches = Vec::new();
         for entry in std::fs::read_dir(self.dir.join("batches"))? {
             let name = entry?.file_name();
             if let Some(id) = name.to_string_lossy().strip_suffix(".json")
-                && let Some(batch) = self.failed_batch(id)
+                && let Some(failed) = self.failed_batch(id)
+                && listed(project, &failed.project)
             {
-                batches.push(batch);
+                batches.push(failed.batch);
             }
         }
         Ok(batches)

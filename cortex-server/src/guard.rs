@@ -15,6 +15,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use crate::error::ApiError;
+use crate::listen::OverUnixSocket;
 use crate::state::AppState;
 
 /// This machine's name, as other machines on its network may call it.
@@ -125,7 +126,9 @@ pub(crate) async fn guard(
                 .for_path(&path);
         }
     };
+    let over_unix_socket = request.extensions().get::<OverUnixSocket>().is_some();
     if let Some(host) = host
+        && !over_unix_socket
         && !host_allowed(host, &config.allowed_hosts)
     {
         return ApiError::refused(

@@ -57,6 +57,7 @@ use cortex_engine::Engine;
 use cortex_queue::QueueOpener;
 use cortex_worker::ModelIdentity;
 
+pub use auth::{ApiKey, ApiKeys};
 pub use stream::ONLINE_PRIORITY;
 
 /// [`ServerConfig::max_request_tokens`] by default: 16 completions of a
@@ -80,32 +81,19 @@ pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(60);
 /// [`ServerConfig::max_client_priority`] by default.
 pub const DEFAULT_MAX_CLIENT_PRIORITY: i32 = 1000;
 
-/// API keys. `Debug` shows how many there are, never the keys, so a logged
-/// configuration does not leak them.
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct ApiKeys(pub Vec<String>);
-
-impl std::fmt::Debug for ApiKeys {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ApiKeys({} keys)", self.0.len())
-    }
-}
-
-impl std::ops::Deref for ApiKeys {
-    type Target = [String];
-
-    fn deref(&self) -> &[String] {
-        &self.0
-    }
-}
-
 /// How a server runs.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ServerConfig {
-    /// Where to listen.
+    /// Where to listen (TCP).
     pub listen: SocketAddr,
-    /// Keys a client must present (`Authorization: Bearer KEY`); none: open.
+    /// A Unix-domain socket to serve the same routes on, created with mode
+    /// 0600 so that only its owner can connect (and no web page can).
+    pub unix_socket: Option<PathBuf>,
+    /// Serve only on [`ServerConfig::unix_socket`], with no TCP port.
+    pub unix_socket_only: bool,
+    /// Keys a client must present (`Authorization: Bearer KEY`), each of a
+    /// project; none: open, every request the `default` project's.
     pub api_keys: ApiKeys,
     /// The served model (its name is what `/v1/models` lists).
     pub model: ModelIdentity,
@@ -164,6 +152,8 @@ impl ServerConfig {
     pub fn new(model: ModelIdentity, queue: QueueOpener, files_dir: impl Into<PathBuf>) -> Self {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            unix_socket: None,
+            unix_socket_only: false,
             api_keys: ApiKeys::default(),
             model,
             queue,
@@ -234,17 +224,4 @@ pub fn serve(config: ServerConfig, engine: Engine) -> Result<(), ServerError> {
         let _ = engine.shutdown(cortex_engine::Shutdown::Abort);
     }
     result
-}
-
-#[cfg(test)]
-mod tests {
-    use super::ApiKeys;
-
-    #[test]
-    fn keys_never_show_in_debug() {
-        let keys = ApiKeys(vec!["s3cret".into(), "other".into()]);
-        let shown = format!("{keys:?}");
-        assert_eq!(shown, "ApiKeys(2 keys)");
-        assert_eq!(keys.len(), 2);
-    }
 }

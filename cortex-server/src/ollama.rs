@@ -7,18 +7,19 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use axum::Json;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use cortex_engine::EngineEvent;
 use cortex_request::{
     ChatMessage, FinishReason, Limits, Prompt, Request, RequestId, Response as Finished, Work,
 };
 use serde_json::{Map, Value, json};
 
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::online::body_bytes;
 use crate::state::{AppState, off_async};
@@ -309,6 +310,7 @@ fn done_line(model: &str, chat: bool, text: &str, response: &Finished, total_ns:
 
 async fn run(
     state: Arc<AppState>,
+    caller: Caller,
     body: Result<Bytes, BytesRejection>,
     chat: bool,
 ) -> Result<Response, OllamaError> {
@@ -318,7 +320,7 @@ async fn run(
         off_async(move || parse(&parsing, &body, chat)).await??;
     let model = state.model_name().to_owned();
     let endpoint = if chat { "/api/chat" } else { "/api/generate" };
-    let mut call = Call::submit(&state, Work::Generate(request), endpoint)?;
+    let mut call = Call::submit(&state, &caller, Work::Generate(request), endpoint)?;
     if !stream {
         let response = call.finish().await?;
         let text = response.completions.first().map_or("", |c| c.text.as_str());
@@ -372,16 +374,18 @@ async fn run(
 
 pub(crate) async fn generate(
     State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    run(state, body, false).await.into_response()
+    run(state, caller, body, false).await.into_response()
 }
 
 pub(crate) async fn chat(
     State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    run(state, body, true).await.into_response()
+    run(state, caller, body, true).await.into_response()
 }
 
 /// The served model as Ollama describes one.

@@ -4,13 +4,14 @@
 
 use std::sync::Arc;
 
-use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use cortex_openai::{ChunkHead, Endpoint, list_object, model_object, online_body, parse_request};
 
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::state::{AppState, off_async};
 use crate::stream::{Call, sse};
@@ -31,6 +32,7 @@ pub(crate) fn body_bytes(
 
 async fn answer(
     state: Arc<AppState>,
+    caller: Caller,
     endpoint: Endpoint,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
@@ -44,7 +46,7 @@ async fn answer(
         model: state.model_name().to_owned(),
         created: cortex_queue::now_ms() / 1000,
     };
-    let mut call = Call::submit(&state, request.work.clone(), endpoint.url())?;
+    let mut call = Call::submit(&state, &caller, request.work.clone(), endpoint.url())?;
     if let Some(options) = request.stream {
         call.first().await?;
         return Ok(sse(call, &request, head, options));
@@ -56,30 +58,34 @@ async fn answer(
 
 pub(crate) async fn chat(
     State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    answer(state, Endpoint::ChatCompletions, body).await
+    answer(state, caller, Endpoint::ChatCompletions, body).await
 }
 
 pub(crate) async fn completions(
     State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    answer(state, Endpoint::Completions, body).await
+    answer(state, caller, Endpoint::Completions, body).await
 }
 
 pub(crate) async fn responses(
     State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    answer(state, Endpoint::Responses, body).await
+    answer(state, caller, Endpoint::Responses, body).await
 }
 
 pub(crate) async fn embeddings(
     State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    answer(state, Endpoint::Embeddings, body).await
+    answer(state, caller, Endpoint::Embeddings, body).await
 }
 
 pub(crate) async fn models(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {

@@ -5,7 +5,9 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use axum::Extension;
 use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::Semaphore;
 
 use crate::state::AppState;
 use crate::{ServerError, listen, routes, worker};
@@ -34,19 +36,36 @@ async fn stop_signal() {
 }
 
 pub(crate) async fn run(state: Arc<AppState>) -> Result<(), ServerError> {
-    let address = state.config.listen;
-    let listener = tokio::net::TcpListener::bind(address)
-        .await
-        .map_err(|source| ServerError::Bind { address, source })?;
+    let config = &state.config;
+    let address = config.listen;
+    let tcp = match config.unix_socket_only && config.unix_socket.is_some() {
+        true => None,
+        false => Some(
+            tokio::net::TcpListener::bind(address)
+                .await
+                .map_err(|source| ServerError::Bind { address, source })?,
+        ),
+    };
+    let unix = match &config.unix_socket {
+        Some(path) => Some((listen::bind_unix_socket(path)?, path.clone())),
+        None => None,
+    };
     let worker = worker::spawn(Arc::clone(&state)).map_err(|source| ServerError::Io {
         context: "cannot start the queue worker".into(),
         source,
     })?;
-    tracing::info!(%address, model = state.model_name(), "listening");
+    tracing::info!(
+        address = tcp.as_ref().map(|_| address.to_string()),
+        unix_socket = config.unix_socket.as_ref().map(|p| p.display().to_string()),
+        model = state.model_name(),
+        "listening"
+    );
     let app = routes::router(Arc::clone(&state));
     let stopping = Arc::clone(&state);
-    let shutdown = async move {
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
         stop_signal().await;
+        let _ = stop.send(true);
         tracing::info!("stopping: no new connections; releasing claimed queue items");
         stopping.stop_worker.store(true, Ordering::SeqCst);
         let grace = stopping.config.shutdown_grace;
@@ -60,12 +79,26 @@ pub(crate) async fn run(state: Arc<AppState>) -> Result<(), ServerError> {
                 );
             }
         });
-    };
+    });
     let limits = listen::ConnectionLimits {
-        max_connections: state.config.max_connections,
-        header_timeout: state.config.header_timeout,
+        header_timeout: config.header_timeout,
     };
-    listen::serve(listener, app, &limits, shutdown).await;
+    let permits = Arc::new(Semaphore::new(config.max_connections.max(1)));
+    let over_tcp = async {
+        if let Some(listener) = tcp {
+            let permits = Arc::clone(&permits);
+            listen::serve(listener, app.clone(), &limits, permits, stopped.clone()).await;
+        }
+    };
+    let over_unix = async {
+        if let Some((listener, path)) = unix {
+            let app = app.clone().layer(Extension(listen::OverUnixSocket));
+            let permits = Arc::clone(&permits);
+            listen::serve(listener, app, &limits, permits, stopped.clone()).await;
+            let _ = std::fs::remove_file(path);
+        }
+    };
+    tokio::join!(over_tcp, over_unix);
     state.stop_worker.store(true, Ordering::SeqCst);
     if let Some(worker) = worker {
         let _ = tokio::task::spawn_blocking(move || worker.join()).await;

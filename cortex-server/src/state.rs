@@ -11,6 +11,7 @@ use cortex_queue::{Queue, QueueError};
 use cortex_request::{Request, RequestId};
 
 use crate::admission::OnlineCounts;
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::files::FileStore;
 use crate::metrics::Metrics;
@@ -35,6 +36,8 @@ pub(crate) struct AppState {
     pub(crate) batch_limit: Arc<AtomicUsize>,
     /// Online requests in progress, for admission control.
     pub(crate) online_counts: OnlineCounts,
+    /// Who each configured API key is.
+    pub(crate) callers: Vec<Caller>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -61,6 +64,7 @@ impl AppState {
             stop_worker: AtomicBool::new(false),
             batch_limit: Arc::new(AtomicUsize::new(config.batch_parallel)),
             online_counts: OnlineCounts::new(config.api_keys.len()),
+            callers: Caller::of_keys(&config.api_keys),
             config,
         }))
     }

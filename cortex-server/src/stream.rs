@@ -15,6 +15,7 @@ use cortex_openai::{ChunkHead, Endpoint, OnlineRequest, ResponseEvents, StreamOp
 use cortex_request::{RequestId, Work};
 use serde_json::Value;
 
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::state::AppState;
 
@@ -47,10 +48,11 @@ pub(crate) struct Call {
 }
 
 impl Call {
-    /// Submits `work` (its id and priority set here) for `endpoint` (the
-    /// route, for metrics).
+    /// Submits `work` (its id, priority and cache scope set here, the last
+    /// from `caller`'s project) for `endpoint` (the route, for metrics).
     pub(crate) fn submit(
         state: &Arc<AppState>,
+        caller: &Caller,
         mut work: Work,
         endpoint: &'static str,
     ) -> Result<Self, ApiError> {
@@ -63,6 +65,7 @@ impl Call {
                 request.id = id;
                 let bound = client_priority_bound(&state.config);
                 request.priority = request.priority.clamp(-bound, bound) + ONLINE_PRIORITY;
+                request.cache_scope = caller.cache_scope;
             }
             Work::Embed(request) => request.id = id,
             _ => {

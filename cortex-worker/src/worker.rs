@@ -12,7 +12,7 @@ use cortex_queue::{
     ClaimOptions, ClaimedItem, ItemFailure, JobFilter, JobId, Lease, LeaseStatus, Queue,
     QueueError, failpoint,
 };
-use cortex_request::{FinishReason, RequestId, Response, Work};
+use cortex_request::{CacheScope, FinishReason, RequestId, Response, Work};
 
 use crate::WorkerError;
 
@@ -95,6 +95,9 @@ struct Worker<'a> {
     claim: ClaimOptions,
     plan: &'a WorkerPlan,
     report: WorkerReport,
+    /// The prefix-cache scope of each job seen (its project's), so that one
+    /// project's items never reuse, nor reveal, another's prompts.
+    scopes: HashMap<JobId, CacheScope>,
 }
 
 impl Worker<'_> {
@@ -126,13 +129,21 @@ impl Worker<'_> {
         self.isolating = claimed.iter().any(|c| c.suspect);
         self.ran_alone |= claimed.iter().any(|c| c.alone);
         self.claims += usize::from(!claimed.is_empty());
+        for item in &claimed {
+            if !self.scopes.contains_key(&item.job) {
+                let project = self.store.job(item.job)?.project;
+                self.scopes.insert(item.job, CacheScope::named(&project));
+            }
+        }
         let requests = claimed
             .iter()
             .map(|c| {
                 let mut work = c.request.clone();
-                if let (Some(bound), Work::Generate(request)) = (self.plan.max_priority, &mut work)
-                {
-                    request.priority = request.priority.clamp(-bound.abs(), bound.abs());
+                if let Work::Generate(request) = &mut work {
+                    if let Some(bound) = self.plan.max_priority {
+                        request.priority = request.priority.clamp(-bound.abs(), bound.abs());
+                    }
+                    request.cache_scope = self.scopes[&c.job];
                 }
                 work
             })
@@ -395,6 +406,7 @@ pub fn work_queue(
         ran_alone: false,
         plan,
         report: WorkerReport::default(),
+        scopes: HashMap::new(),
     };
     let outcome = work(&mut worker, stop, &mut tick);
     let mut report = std::mem::take(&mut worker.report);

@@ -175,6 +175,7 @@ impl StepLoop<'_> {
                 prompt: prompt.clone(),
                 max_new_tokens: max_new,
                 priority: request.priority,
+                cache_scope: request.cache_scope,
             };
             if fits_now {
                 if let Err(e) = self.sched.add(sched_request) {
