@@ -10,6 +10,9 @@ ldconfig -p 2>/dev/null | grep -q 'libclang[-.0-9]*\.so' || missing+=(libclang-d
 python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
 # The tests make a virtualenv for the official client packages.
 python3 -c "import ensurepip, venv" >/dev/null 2>&1 || missing+=(python3-venv)
+# TLS to PostgreSQL (native-tls) builds against the system's OpenSSL.
+command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
+pkg-config --exists openssl 2>/dev/null || missing+=(libssl-dev)
 # The tests reach the server's Unix-domain socket with curl, as users do.
 command -v curl >/dev/null 2>&1 || missing+=(curl)
 if ((${#missing[@]})); then

@@ -6,6 +6,9 @@
 #       user), starts it on 127.0.0.1:PORT (default 55432) with password
 #       authentication, creates the role `cortex` (password `cortex`, allowed
 #       to create databases) and the database `cortex`, and prints its URL.
+#       TLS is on, with a self-signed certificate in DIR/tls/server.crt
+#       (DIR/tls/other.crt signed nothing here); the role `cortex_tls`
+#       (password `cortex`) may connect over TLS only.
 #   bash scripts/postgres.sh stop DIR           stops it (the cluster stays in DIR).
 #   bash scripts/postgres.sh restart DIR        restarts it (tests of reconnection).
 set -euo pipefail
@@ -60,10 +63,38 @@ synchronous_commit = on
 shared_buffers = 256MB
 EOF
     fi
+    if [ ! -f "$dir/tls/server.crt" ]; then
+        # TLS with a self-signed certificate (for 127.0.0.1 and localhost),
+        # and one that signed nothing here (for tests of verification). The
+        # role cortex_tls may connect over TLS only.
+        command -v openssl >/dev/null 2>&1 || {
+            apt-get update -qq >&2
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >&2
+        }
+        mkdir -p "$dir/tls"
+        for name in server other; do
+            openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=localhost" \
+                -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" \
+                -keyout "$dir/tls/$name.key" -out "$dir/tls/$name.crt" 2>/dev/null
+        done
+        chmod 600 "$dir/tls/server.key"
+        [ "$(id -u)" = 0 ] && chown postgres "$dir/tls/server.key"
+        cat >>"$dir/data/postgresql.conf" <<EOF
+ssl = on
+ssl_cert_file = '$dir/tls/server.crt'
+ssl_key_file = '$dir/tls/server.key'
+EOF
+        hba="$dir/data/pg_hba.conf"
+        { echo "hostnossl all cortex_tls all reject"; cat "$hba"; } >"$hba.new"
+        mv "$hba.new" "$hba"
+        [ "$(id -u)" = 0 ] && chown postgres "$hba"
+    fi
     as_postgres "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start >&2
     as_postgres "$bin/psql" -h "$dir" -p "$port" -U postgres -d postgres -qtA -v ON_ERROR_STOP=1 >/dev/null <<'EOF'
 SELECT 'CREATE ROLE cortex LOGIN CREATEDB PASSWORD ''cortex'''
 WHERE NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'cortex') \gexec
+SELECT 'CREATE ROLE cortex_tls LOGIN CREATEDB PASSWORD ''cortex'''
+WHERE NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'cortex_tls') \gexec
 SELECT 'CREATE DATABASE cortex OWNER cortex'
 WHERE NOT EXISTS (SELECT 1 FROM pg_database WHERE datname = 'cortex') \gexec
 EOF

@@ -3,10 +3,8 @@
 //! consistency, its workers).
 
 use std::path::PathBuf;
-use std::str::FromStr;
 
 use cortex_queue::{QueueError, Result};
-use postgres::NoTls;
 
 use crate::PgStore;
 use crate::session::{Conn, describe};
@@ -35,10 +33,11 @@ impl PgStore {
                 detail: format!("{name:?} is not a plain database name"),
             });
         }
-        let mut client = postgres::Config::from_str(server_url)
-            .map_err(fail)?
-            .connect(NoTls)
-            .map_err(fail)?;
+        let mut client =
+            crate::tls::connect(server_url, |_| {}).map_err(|detail| QueueError::Open {
+                path: place.clone(),
+                detail,
+            })?;
         // One statement per call: DROP/CREATE DATABASE refuse to run in a transaction.
         for statement in [
             "SET client_min_messages = warning".to_owned(),

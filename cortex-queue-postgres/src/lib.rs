@@ -48,15 +48,15 @@ mod lease;
 mod session;
 mod submit;
 pub mod testing;
+mod tls;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use cortex_queue::{Database, QueueError, QueueOpener, Result};
+use postgres::Row;
 use postgres::fallible_iterator::FallibleIterator;
-use postgres::{NoTls, Row};
 use session::{Conn, Failure, Tx, attempt, describe, is_connection_lost, is_transient, pg_error};
 
 pub use admin::SCHEMA_VERSION;
@@ -158,13 +158,13 @@ impl PgStore {
             path: self.place(),
             detail,
         };
-        let mut pg = postgres::Config::from_str(&self.url)
-            .map_err(|e| open_error(format!("not a PostgreSQL URL: {e}")))?;
-        pg.connect_timeout(self.config.connect_timeout);
-        if pg.get_application_name().is_none() {
-            pg.application_name("cortex");
-        }
-        let client = pg.connect(NoTls).map_err(|e| open_error(describe(&e)))?;
+        let client = tls::connect(&self.url, |pg| {
+            pg.connect_timeout(self.config.connect_timeout);
+            if pg.get_application_name().is_none() {
+                pg.application_name("cortex");
+            }
+        })
+        .map_err(open_error)?;
         let mut conn = Conn {
             client,
             statements: HashMap::new(),

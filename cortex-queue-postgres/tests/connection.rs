@@ -84,3 +84,69 @@ fn a_connection_killed_by_the_server_is_reconnected_on_the_next_call() {
     assert!(store.jobs(&JobFilter::default()).unwrap().is_empty());
     assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
 }
+
+/// The test server's TLS certificates: `scripts/postgres.sh` makes them in
+/// its directory (`CORTEX_TEST_POSTGRES_DIR`), with a role `cortex_tls`
+/// that may connect over TLS only.
+fn tls_certificates() -> Option<std::path::PathBuf> {
+    let dir = std::env::var_os("CORTEX_TEST_POSTGRES_DIR")
+        .map(|dir| std::path::Path::new(&dir).join("tls"))
+        .filter(|dir| dir.join("server.crt").is_file());
+    assert!(
+        dir.is_some() || std::env::var("CORTEX_REQUIRE_POSTGRES").as_deref() != Ok("1"),
+        "CORTEX_REQUIRE_POSTGRES=1 but CORTEX_TEST_POSTGRES_DIR has no tls/server.crt"
+    );
+    dir
+}
+
+#[test]
+fn tls_is_used_and_checked_as_sslmode_says() {
+    let (Some(server), Some(certs)) =
+        (cortex_queue_postgres::testing::server(), tls_certificates())
+    else {
+        return;
+    };
+    let tls_only = server.replacen("://cortex:", "://cortex_tls:", 1);
+    let with = |query: &str| format!("{tls_only}?{query}");
+    let name = format!("t_tls_{}", std::process::id());
+
+    // The role may not connect in the clear: the server says so.
+    let plain = PgStore::create_database(&with("sslmode=disable"), &name).unwrap_err();
+    assert!(plain.to_string().contains("no encryption"), "{plain}");
+
+    // `require`: encrypted, the self-signed certificate not checked.
+    let url = PgStore::create_database(&with("sslmode=require"), &name).unwrap();
+    assert!(url.ends_with("?sslmode=require"), "{url}");
+    let mut store = PgStore::connect(&url).unwrap();
+    assert!(store.jobs(&JobFilter::default()).unwrap().is_empty());
+
+    // `verify-full` against the certificate that signed it: connects.
+    let database = url.trim_end_matches("?sslmode=require");
+    let root = certs.join("server.crt");
+    let verified = format!(
+        "{database}?sslmode=verify-full&sslrootcert={}",
+        root.display()
+    );
+    PgStore::connect(&verified).unwrap();
+    let by_ca = format!(
+        "{database}?sslmode=verify-ca&sslrootcert={}",
+        root.display()
+    );
+    PgStore::connect(&by_ca).unwrap();
+
+    // Against a root that signed nothing here: refused, saying why.
+    let other = certs.join("other.crt");
+    let forged = format!(
+        "{database}?sslmode=verify-full&sslrootcert={}",
+        other.display()
+    );
+    let error = PgStore::connect(&forged).unwrap_err().to_string();
+    assert!(error.contains("certificate verify failed"), "{error}");
+    assert!(!error.contains('\n'), "{error}");
+
+    // A mode libpq does not know is named.
+    let error = PgStore::connect(&format!("{database}?sslmode=always"))
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("sslmode=always"), "{error}");
+}

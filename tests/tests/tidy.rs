@@ -28,6 +28,11 @@ const CONFINED: &[(&str, &[&str], &str)] = &[
         "a database client only in its queue backend",
     ),
     (
+        "postgres-native-tls",
+        &["cortex-queue-postgres"],
+        "a database client (and its TLS) only in its queue backend",
+    ),
+    (
         "llama-cpp-sys-2",
         &["cortex-engine"],
         "llama.cpp only in the engine",
