@@ -226,12 +226,18 @@ async fn find_file(
             })
             .await;
     }
+    upload_of(state, caller, id)
+}
+
+/// An upload's record and where its content is, if `caller` may see it;
+/// another project's upload is no such file.
+fn upload_of(state: &AppState, caller: &Caller, id: &str) -> Result<(FileInfo, PathBuf), ApiError> {
     let stored = state
         .files
         .get(id)
         .filter(|stored| caller.sees(&stored.project))
         .ok_or_else(|| no_file(id))?;
-    let path = state.files.content(id).ok_or_else(|| no_file(id))?;
+    let path = state.files.content_path(id);
     Ok((stored.info, path))
 }
 
@@ -268,11 +274,8 @@ pub(crate) async fn delete_file(
             None,
         ));
     }
-    let theirs = state
-        .files
-        .get(&id)
-        .is_some_and(|stored| caller.sees(&stored.project));
-    if !theirs || !state.files.delete(&id).map_err(|e| io_error(&e))? {
+    upload_of(&state, &caller, &id)?;
+    if !state.files.delete(&id).map_err(|e| io_error(&e))? {
         return Err(no_file(&id));
     }
     Ok(Json(file_deleted_object(&id)))
@@ -304,16 +307,7 @@ pub(crate) async fn create_batch(
     let body = body_bytes(&state, body)?;
     let request =
         BatchRequest::parse(&body).map_err(|(m, p)| ApiError::invalid(m, p.map(Into::into)))?;
-    let info = state
-        .files
-        .get(&request.input_file_id)
-        .filter(|stored| caller.sees(&stored.project))
-        .ok_or_else(|| no_file(&request.input_file_id))?
-        .info;
-    let path = state
-        .files
-        .content(&info.id)
-        .ok_or_else(|| no_file(&info.id))?;
+    let (info, path) = upload_of(&state, &caller, &request.input_file_id)?;
     let inner = Arc::clone(&state);
     let batch = state
         .with_store(move |store| {

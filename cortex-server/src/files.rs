@@ -96,7 +96,8 @@ impl FileStore {
         format!("{prefix}{micros:x}{:x}{n:x}", std::process::id())
     }
 
-    fn content_path(&self, id: &str) -> PathBuf {
+    /// Where an upload's content is (whether or not there is such an upload).
+    pub(crate) fn content_path(&self, id: &str) -> PathBuf {
         self.dir.join(format!("{id}.jsonl"))
     }
 
@@ -137,11 +138,6 @@ impl FileStore {
         serde_json::from_slice(&bytes).ok()
     }
 
-    /// Where an uploaded file's content is.
-    pub(crate) fn content(&self, id: &str) -> Option<PathBuf> {
-        self.get(id).map(|_| self.content_path(id))
-    }
-
     /// The uploaded files of `project` (every project's with `None`), newest first.
     pub(crate) fn list(&self, project: Option<&str>) -> std::io::Result<Vec<FileInfo>> {
         let mut files = Vec::new();
@@ -161,10 +157,14 @@ impl FileStore {
 
     /// Deletes an upload; false when there was none.
     pub(crate) fn delete(&self, id: &str) -> std::io::Result<bool> {
-        if self.get(id).is_none() {
+        if !safe(id) {
             return Ok(false);
         }
-        std::fs::remove_file(self.info_path(id))?;
+        match std::fs::remove_file(self.info_path(id)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(e),
+        }
         let _ = std::fs::remove_file(self.content_path(id));
         Ok(true)
     }

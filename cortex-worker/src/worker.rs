@@ -129,11 +129,11 @@ impl Worker<'_> {
         self.isolating = claimed.iter().any(|c| c.suspect);
         self.ran_alone |= claimed.iter().any(|c| c.alone);
         self.claims += usize::from(!claimed.is_empty());
-        for item in &claimed {
-            if !self.scopes.contains_key(&item.job) {
-                let project = self.store.job(item.job)?.project;
-                self.scopes.insert(item.job, CacheScope::named(&project));
-            }
+        if let Err(error) = self.learn_scopes(&claimed) {
+            // Not run: pending again at once, attempt not used.
+            let leases: Vec<Lease> = claimed.iter().map(|c| c.lease).collect();
+            self.store.release(&leases)?;
+            return Err(error.into());
         }
         let requests = claimed
             .iter()
@@ -158,6 +158,22 @@ impl Worker<'_> {
             return Err(self.engine_gone(error));
         }
         Ok(count)
+    }
+
+    /// Finds the cache scope of each claimed item's job (its project's) not
+    /// known yet; forgets those of jobs with nothing in flight, so a
+    /// long-running worker keeps only the jobs it works on.
+    fn learn_scopes(&mut self, claimed: &[ClaimedItem]) -> Result<(), QueueError> {
+        let in_flight = &self.in_flight;
+        self.scopes
+            .retain(|job, _| in_flight.values().any(|item| item.job == *job));
+        for item in claimed {
+            if !self.scopes.contains_key(&item.job) {
+                let project = self.store.job(item.job)?.project;
+                self.scopes.insert(item.job, CacheScope::named(&project));
+            }
+        }
+        Ok(())
     }
 
     /// When `max_in_flight` went below what is in the engine, gives the
