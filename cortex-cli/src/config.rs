@@ -107,6 +107,8 @@ struct ServerFile {
     header_timeout_seconds: Option<u64>,
     body_timeout_seconds: Option<u64>,
     max_client_priority: Option<i32>,
+    max_project_file_bytes: Option<u64>,
+    file_retention_days: Option<u64>,
     allowed_hosts: Option<Vec<String>>,
     allowed_origins: Option<Vec<String>>,
     keys: Option<std::collections::BTreeMap<String, crate::keys::KeyEntry>>,
@@ -204,6 +206,8 @@ pub(crate) struct Overrides {
     pub(crate) header_timeout_seconds: Option<u64>,
     pub(crate) body_timeout_seconds: Option<u64>,
     pub(crate) max_client_priority: Option<i32>,
+    pub(crate) max_project_file_bytes: Option<u64>,
+    pub(crate) file_retention_days: Option<u64>,
     pub(crate) allowed_hosts: Option<NameList>,
     pub(crate) allowed_origins: Option<NameList>,
     pub(crate) keys_file: Option<PathBuf>,
@@ -269,6 +273,10 @@ pub(crate) struct Config {
     pub(crate) body_timeout_seconds: Setting<u64>,
     /// `cortex serve`: a client's `priority` is clamped to ± this.
     pub(crate) max_client_priority: Setting<i32>,
+    /// `cortex serve`: bytes of uploaded files one project may keep (0: no limit).
+    pub(crate) max_project_file_bytes: Setting<u64>,
+    /// `cortex serve`: days failed batches and batch exports are kept.
+    pub(crate) file_retention_days: Setting<u64>,
     /// `cortex serve`: names clients may use in `Host` besides addresses, localhost and this machine's name (`*`: any).
     pub(crate) allowed_hosts: Setting<NameList>,
     /// `cortex serve`: browser origins allowed to call the server besides loopback pages and its own (`*`: any).
@@ -525,6 +533,24 @@ impl Config {
             "CORTEX_MAX_CLIENT_PRIORITY",
             overrides.max_client_priority,
         )?;
+        let mut max_project_file_bytes =
+            Setting::default(cortex_server::DEFAULT_MAX_PROJECT_FILE_BYTES);
+        layer(
+            &mut max_project_file_bytes,
+            server.max_project_file_bytes,
+            fp,
+            "CORTEX_MAX_PROJECT_FILE_BYTES",
+            overrides.max_project_file_bytes,
+        )?;
+        let mut file_retention_days =
+            Setting::default(cortex_server::DEFAULT_FILE_RETENTION.as_secs() / (24 * 3600));
+        layer(
+            &mut file_retention_days,
+            server.file_retention_days,
+            fp,
+            "CORTEX_FILE_RETENTION_DAYS",
+            overrides.file_retention_days,
+        )?;
         let mut allowed_hosts = Setting::default(NameList::default());
         layer(
             &mut allowed_hosts,
@@ -613,6 +639,8 @@ impl Config {
             header_timeout_seconds,
             body_timeout_seconds,
             max_client_priority,
+            max_project_file_bytes,
+            file_retention_days,
             allowed_hosts,
             allowed_origins,
             key_table,
@@ -830,6 +858,16 @@ impl Config {
                 "server.max_client_priority",
                 self.max_client_priority.value.to_string(),
                 &self.max_client_priority.source,
+            ),
+            show(
+                "server.max_project_file_bytes",
+                self.max_project_file_bytes.value.to_string(),
+                &self.max_project_file_bytes.source,
+            ),
+            show(
+                "server.file_retention_days",
+                self.file_retention_days.value.to_string(),
+                &self.file_retention_days.source,
             ),
             show(
                 "server.allowed_hosts",

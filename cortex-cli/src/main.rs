@@ -281,6 +281,12 @@ struct ServeArgs {
     /// A client's `priority` is clamped to ± this (default from config: 1000).
     #[arg(long)]
     max_client_priority: Option<i32>,
+    /// Bytes of uploaded files one project may keep; an upload beyond is a 413 (0: no limit; default from config: 10 GiB).
+    #[arg(long)]
+    max_project_file_bytes: Option<u64>,
+    /// Days failed batches and batch exports are kept (exports are made again when asked for; default from config: 30).
+    #[arg(long)]
+    file_retention_days: Option<u64>,
     /// Names clients may use in `Host` besides IP addresses, localhost and this machine's name, comma-separated (`*`: any; default: none).
     #[arg(long, value_name = "NAMES")]
     allowed_hosts: Option<config::NameList>,
@@ -422,6 +428,8 @@ fn main() -> ExitCode {
         header_timeout_seconds: serve.as_ref().and_then(|a| a.header_timeout_seconds),
         body_timeout_seconds: serve.as_ref().and_then(|a| a.body_timeout_seconds),
         max_client_priority: serve.as_ref().and_then(|a| a.max_client_priority),
+        max_project_file_bytes: serve.as_ref().and_then(|a| a.max_project_file_bytes),
+        file_retention_days: serve.as_ref().and_then(|a| a.file_retention_days),
         allowed_hosts: serve.as_ref().and_then(|a| a.allowed_hosts.clone()),
         allowed_origins: serve.as_ref().and_then(|a| a.allowed_origins.clone()),
         keys_file: serve.as_ref().and_then(|a| a.keys_file.clone()),

@@ -79,6 +79,9 @@ pub(crate) fn serve(config: &Config) -> anyhow::Result<()> {
     server.header_timeout = Duration::from_secs(config.header_timeout_seconds.value.max(1));
     server.body_timeout = Duration::from_secs(config.body_timeout_seconds.value.max(1));
     server.max_client_priority = config.max_client_priority.value;
+    server.max_project_file_bytes = config.max_project_file_bytes.value;
+    server.file_retention =
+        Duration::from_secs(config.file_retention_days.value.saturating_mul(24 * 3600));
     server.allowed_hosts = config.allowed_hosts.value.0.clone();
     server.allowed_origins = config.allowed_origins.value.0.clone();
     cortex_server::serve(server, engine)?;

@@ -1,12 +1,14 @@
 //! JSONL files in and out of a store: submit a file (parsed here, stored as
 //! typed items there) and export a job as OpenAI batch output.
 
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::io::{BufReader, Read};
 use std::path::Path;
 
 use cortex_queue::{
-    ExportSummary, ItemSource, JobId, JobStore, LineError, LineResult, QueueError, SubmitOptions,
-    Submitted,
+    ExportSummary, InputReport, ItemSource, JobId, JobStore, LineError, LineResult, QueueError,
+    SubmitOptions, Submitted,
 };
 use sha2::{Digest, Sha256};
 
@@ -158,6 +160,51 @@ impl<S: JobStore + ?Sized> SubmitJsonl for S {
         options.metadata.extend(batch.job_metadata());
         self.submit_items(&mut source, source_name, &options)
     }
+}
+
+/// Checks an OpenAI Batch API input as [`SubmitJsonl::submit_batch`]
+/// would (every line, its endpoint, `custom_id`s unique), storing nothing:
+/// the lines read, or the same [`QueueError::InvalidInput`] report. A
+/// server runs it before it takes its store, so a bad file costs the
+/// queue nothing and a good one is only stored there.
+pub fn check_batch(
+    reader: impl Read,
+    source_name: &str,
+    options: &SubmitOptions,
+    batch: &BatchRequest,
+) -> Result<u64, QueueError> {
+    let source = JsonlSource::new(reader, options, Some(batch));
+    let mut first_lines: HashMap<String, u64> = HashMap::new();
+    let mut errors = Vec::new();
+    let mut lines = 0;
+    for next in source {
+        let parsed = next.map_err(|source| QueueError::Io {
+            path: source_name.into(),
+            source,
+        })?;
+        lines += 1;
+        match parsed {
+            Ok(item) => match first_lines.entry(item.custom_id) {
+                Entry::Vacant(slot) => {
+                    slot.insert(item.line);
+                }
+                Entry::Occupied(first) => errors.push(LineError::duplicate_custom_id(
+                    item.line,
+                    first.key(),
+                    Some(*first.get()),
+                )),
+            },
+            Err(error) => errors.push(error),
+        }
+    }
+    if errors.is_empty() && !first_lines.is_empty() {
+        return Ok(lines);
+    }
+    Err(QueueError::InvalidInput(InputReport {
+        source_name: source_name.to_owned(),
+        lines,
+        errors,
+    }))
 }
 
 /// Exporting a job as OpenAI batch output.

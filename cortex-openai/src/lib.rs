@@ -56,7 +56,7 @@ pub use batch::{
 };
 pub use endpoint::Endpoint;
 pub use input::{InputReader, parse_line};
-pub use jsonl::{ExportJsonl, SubmitJsonl};
+pub use jsonl::{ExportJsonl, SubmitJsonl, check_batch};
 pub use online::{
     BodyError, ChunkHead, OnlineRequest, ResponseEvents, StreamOptions, error_body, model_object,
     online_body, parse_request,

@@ -46,6 +46,18 @@ impl std::fmt::Display for LineError {
     }
 }
 
+impl LineError {
+    /// A line whose `custom_id` an earlier line (`first_line`, when known) already used.
+    pub fn duplicate_custom_id(line: u64, custom_id: &str, first_line: Option<u64>) -> Self {
+        let first = first_line.map_or_else(String::new, |l| format!(" (first used on line {l})"));
+        Self {
+            line,
+            custom_id: Some(custom_id.to_owned()),
+            message: format!("duplicate custom_id {custom_id:?}{first}"),
+        }
+    }
+}
+
 /// What a reader yields per non-blank line.
 pub type LineResult = std::result::Result<NewItem, LineError>;
 
@@ -243,14 +255,11 @@ impl Store {
                                     .query_row(params![job.0, custom_id], |row| row.get(0))
                                     .optional()
                                     .map_err(|e| to_error(&e))?;
-                                let first = first.map_or_else(String::new, |l| {
-                                    format!(" (first used on line {l})")
-                                });
-                                LineError {
-                                    line: *line,
-                                    custom_id: Some(custom_id.clone()),
-                                    message: format!("duplicate custom_id {custom_id:?}{first}"),
-                                }
+                                LineError::duplicate_custom_id(
+                                    *line,
+                                    custom_id,
+                                    first.map(|l| l as u64),
+                                )
                             }
                             Err(e) => return Err(to_error(&e)),
                         }

@@ -10,24 +10,27 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use axum::body::Bytes;
-use axum::extract::multipart::{Multipart, MultipartRejection};
+use axum::body::{Body, Bytes};
+use axum::extract::multipart::{Field, Multipart, MultipartRejection};
 use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use cortex_openai::{
-    BatchFiles, BatchRequest, ExportJsonl, FileInfo, SubmitJsonl, batch_object,
+    BatchFiles, BatchRequest, ExportJsonl, FileInfo, SubmitJsonl, batch_object, check_batch,
     failed_batch_object, file_deleted_object, file_object, list_object,
 };
 use cortex_queue::{Job, JobFilter, JobId, Queue, QueueError, SubmitOptions};
 use serde_json::Value;
+use tokio::io::AsyncWriteExt;
+use tokio_util::io::ReaderStream;
 
 use crate::auth::Caller;
 use crate::error::ApiError;
+use crate::files::PendingUpload;
 use crate::online::body_bytes;
-use crate::state::AppState;
+use crate::state::{AppState, off_async};
 
 type Params = Result<Query<HashMap<String, String>>, QueryRejection>;
 
@@ -100,10 +103,7 @@ pub(crate) async fn upload(
             }
             "file" => {
                 let name = field.file_name().unwrap_or("upload.jsonl").to_owned();
-                let bytes = field.bytes().await.map_err(|e| {
-                    ApiError::body(e.status(), limit, format!("the file: {}", e.body_text()))
-                })?;
-                file = Some((name, bytes));
+                file = Some((name, receive(&state, &caller, field).await?));
             }
             other => {
                 return Err(ApiError::invalid(
@@ -113,7 +113,7 @@ pub(crate) async fn upload(
             }
         }
     }
-    let Some((name, bytes)) = file else {
+    let Some((name, (pending, written))) = file else {
         return Err(ApiError::invalid("missing file", Some("file".into())));
     };
     match purpose.as_deref() {
@@ -129,13 +129,47 @@ pub(crate) async fn upload(
         }
     }
     let files = Arc::clone(&state);
-    let info = tokio::task::spawn_blocking(move || {
-        files.files.create(&name, "batch", &bytes, &caller.project)
-    })
-    .await
-    .map_err(|e| ApiError::internal(e.to_string()))?
-    .map_err(|e| io_error(&e))?;
+    let info = off_async(move || files.files.finish_upload(pending, written, &name, "batch"))
+        .await?
+        .map_err(|e| io_error(&e))?;
     Ok(Json(file_object(&info)))
+}
+
+/// Receives an upload's file field into a temporary file, chunk by chunk
+/// (never whole in memory), counting it against the caller's quota. Over
+/// the quota, the rest is read and dropped before the 413, so the client
+/// gets the answer rather than a connection reset mid-upload.
+async fn receive(
+    state: &AppState,
+    caller: &Caller,
+    mut field: Field<'_>,
+) -> Result<(PendingUpload, std::fs::File), ApiError> {
+    let limit = state.config.max_file_bytes;
+    let (mut pending, file) = state
+        .files
+        .begin_upload(&caller.project)
+        .map_err(|e| io_error(&e))?;
+    let mut out = tokio::fs::File::from_std(file);
+    let mut refused = None;
+    while let Some(chunk) = field
+        .chunk()
+        .await
+        .map_err(|e| ApiError::body(e.status(), limit, format!("the file: {}", e.body_text())))?
+    {
+        if refused.is_some() {
+            continue;
+        }
+        match pending.grow(chunk.len() as u64) {
+            Ok(()) => out.write_all(&chunk).await.map_err(|e| io_error(&e))?,
+            Err(over) => refused = Some(ApiError::quota(over.to_string())),
+        }
+    }
+    if let Some(refusal) = refused {
+        // Dropping the pending upload removes what was written.
+        return Err(refusal);
+    }
+    out.flush().await.map_err(|e| io_error(&e))?;
+    Ok((pending, out.into_std().await))
 }
 
 pub(crate) async fn list_files(
@@ -145,12 +179,13 @@ pub(crate) async fn list_files(
 ) -> Result<Json<Value>, ApiError> {
     let (after, limit) = page(params)?;
     let project = caller.listing();
-    let files = state
+    let (files, more) = state
         .files
-        .list(project.as_deref())
-        .map_err(|e| io_error(&e))?;
-    let all = files.iter().map(file_object).collect();
-    Ok(Json(paginate(all, after.as_deref(), limit)))
+        .list(project.as_deref(), after.as_deref(), limit);
+    Ok(Json(list_object(
+        files.iter().map(file_object).collect(),
+        more,
+    )))
 }
 
 /// A batch's export, by its file id: (job, `output` or `errors`).
@@ -196,6 +231,10 @@ fn export(
     let errors = state.files.export_path(&batch, "errors");
     if !(output.is_file() && errors.is_file()) {
         store.export(job, &output, Some(&errors), false)?;
+        state
+            .files
+            .forget_other_exports(job.0, &batch)
+            .map_err(|e| io_error(&e))?;
     }
     Ok((record, if part == "output" { output } else { errors }))
 }
@@ -256,11 +295,20 @@ pub(crate) async fn file_content(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let (_, path) = find_file(&state, &caller, &id).await?;
-    let bytes = tokio::task::spawn_blocking(move || std::fs::read(path))
+    let file = tokio::fs::File::open(&path)
         .await
-        .map_err(|e| ApiError::internal(e.to_string()))?
         .map_err(|e| io_error(&e))?;
-    Ok(([(header::CONTENT_TYPE, "application/jsonl")], bytes).into_response())
+    let length = file.metadata().await.map_err(|e| io_error(&e))?.len();
+    // Sent as it is read, never whole in memory.
+    let body = Body::from_stream(ReaderStream::with_capacity(file, 1 << 16));
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/jsonl".to_owned()),
+            (header::CONTENT_LENGTH, length.to_string()),
+        ],
+        body,
+    )
+        .into_response())
 }
 
 pub(crate) async fn delete_file(
@@ -308,37 +356,58 @@ pub(crate) async fn create_batch(
     let request =
         BatchRequest::parse(&body).map_err(|(m, p)| ApiError::invalid(m, p.map(Into::into)))?;
     let (info, path) = upload_of(&state, &caller, &request.input_file_id)?;
-    let inner = Arc::clone(&state);
-    let batch = state
-        .with_store(move |store| {
+    let model = &state.config.model;
+    let mut options = SubmitOptions::new(model.name.clone());
+    options.model_sha256 = Some(model.sha256.clone());
+    options.project = caller.project.to_string();
+    // Two batches of one file are two batches.
+    options.force = true;
+    // Every line is read and checked before the store is taken: a bad
+    // file never holds it, a good one holds it only to be stored.
+    let checked = {
+        let (path, options, request, name) = (
+            path.clone(),
+            options.clone(),
+            request.clone(),
+            info.filename.clone(),
+        );
+        off_async(move || {
             let file = std::fs::File::open(&path).map_err(|e| io_error(&e))?;
-            let model = &inner.config.model;
-            let mut options = SubmitOptions::new(model.name.clone());
-            options.model_sha256 = Some(model.sha256.clone());
-            options.project = caller.project.to_string();
-            // Two batches of one file are two batches.
-            options.force = true;
-            match store.submit_batch(file, &info.filename, &options, &request) {
-                Ok(submitted) => Ok(job_batch(&store.job(submitted.job)?)),
-                Err(QueueError::InvalidInput(report)) => {
-                    let id = inner.files.new_id("batch_failed_");
-                    let batch = failed_batch_object(
-                        &id,
-                        &request,
-                        cortex_queue::now_ms() / 1000,
-                        &report.errors,
-                        &report.to_string(),
-                    );
-                    inner
-                        .files
-                        .save_failed_batch(&id, &batch, &caller.project)
-                        .map_err(|e| io_error(&e))?;
-                    Ok(batch)
-                }
-                Err(other) => Err(other.into()),
-            }
+            Ok::<_, ApiError>(check_batch(file, &name, &options, &request))
         })
-        .await?;
+        .await??
+    };
+    let batch = match checked {
+        Ok(_) => {
+            state
+                .with_store(move |store| {
+                    let file = std::fs::File::open(&path).map_err(|e| io_error(&e))?;
+                    let submitted = store.submit_batch(file, &info.filename, &options, &request)?;
+                    Ok(job_batch(&store.job(submitted.job)?))
+                })
+                .await?
+        }
+        Err(QueueError::InvalidInput(report)) => {
+            let id = state.files.new_id("batch_failed_");
+            let batch = failed_batch_object(
+                &id,
+                &request,
+                cortex_queue::now_ms() / 1000,
+                &report.errors,
+                &report.to_string(),
+            );
+            let files = Arc::clone(&state);
+            off_async(move || {
+                files
+                    .files
+                    .save_failed_batch(&id, &batch, &caller.project)
+                    .map(|()| batch)
+            })
+            .await?
+            .map_err(|e| io_error(&e))?
+        }
+        Err(other) => return Err(other.into()),
+    };
     Ok(Json(batch))
 }
 
@@ -406,12 +475,7 @@ pub(crate) async fn list_batches(
         .with_store(move |store| Ok(store.jobs(&filter)?))
         .await?;
     let mut all: Vec<Value> = jobs.iter().map(job_batch).collect();
-    all.extend(
-        state
-            .files
-            .failed_batches(project.as_deref())
-            .map_err(|e| io_error(&e))?,
-    );
+    all.extend(state.files.failed_batches(project.as_deref()));
     // Newest first; ids break ties so pages are stable.
     all.sort_by(|a, b| {
         (b["created_at"].as_i64(), b["id"].as_str())

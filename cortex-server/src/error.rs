@@ -108,6 +108,18 @@ impl ApiError {
         Self::new(status, "invalid_request_error", detail)
     }
 
+    /// An upload that would take its project over its quota of stored files.
+    pub(crate) fn quota(message: String) -> Self {
+        Self {
+            code: Some("quota_exceeded"),
+            ..Self::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "invalid_request_error",
+                message,
+            )
+        }
+    }
+
     /// What an engine refusal or failure means to a client.
     pub(crate) fn engine(error: &EngineError) -> Self {
         let message = error.to_string();

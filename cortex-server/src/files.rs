@@ -1,22 +1,35 @@
 //! Uploaded files on disk: `files/<id>.jsonl` with `<id>.json` beside it
-//! (name, size, time, purpose), each written to a temporary name, synced
-//! and renamed, so a crash never leaves half a file under its id. Failed
-//! batches (an input file that did not validate) are kept the same way,
-//! since they never became jobs. Each upload and failed batch records the
-//! project it belongs to (`default` for those from before projects).
+//! (name, size, time, purpose, project), each written to a temporary name,
+//! synced and renamed, so a crash never leaves half a file under its id.
+//! Failed batches (an input file that did not validate) are kept the same
+//! way in `batches/`, since they never became jobs; batch exports are in
+//! `exports/`. Each upload and failed batch records the project it belongs
+//! to (`default` for those from before projects).
+//!
+//! The records are read once, when the server starts, into an index kept
+//! beside the files: a listing pages through the index, never through the
+//! directory, and each project's stored bytes are known at once for its
+//! quota. One server owns a files directory.
 
-use std::io::Write;
+mod upkeep;
+mod upload;
+
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use cortex_openai::FileInfo;
 use cortex_queue::DEFAULT_PROJECT;
 use serde_json::{Value, json};
 
 use crate::ServerError;
+pub(crate) use upkeep::Pruned;
+pub(crate) use upload::PendingUpload;
 
 /// An upload's record on disk: its file object and its project.
-#[derive(serde::Serialize, serde::Deserialize)]
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
 pub(crate) struct StoredFile {
     #[serde(flatten)]
     pub(crate) info: FileInfo,
@@ -25,6 +38,7 @@ pub(crate) struct StoredFile {
 }
 
 /// A failed batch and its project.
+#[derive(Clone)]
 pub(crate) struct FailedBatch {
     pub(crate) batch: Value,
     pub(crate) project: String,
@@ -39,29 +53,82 @@ fn listed(filter: Option<&str>, project: &str) -> bool {
     filter.is_none_or(|only| only == project)
 }
 
+/// Where an upload sorts in a listing: newest first, ids breaking ties.
+type Rank = (Reverse<i64>, Reverse<String>);
+
+fn rank(info: &FileInfo) -> Rank {
+    (Reverse(info.created_at), Reverse(info.id.clone()))
+}
+
+/// What the server knows of its files directory.
+#[derive(Default)]
+struct Index {
+    uploads: HashMap<String, StoredFile>,
+    newest_first: BTreeSet<Rank>,
+    /// Bytes each project holds: stored uploads and uploads being received.
+    used: HashMap<String, u64>,
+    failed: HashMap<String, FailedBatch>,
+}
+
+impl Index {
+    fn add_upload(&mut self, stored: StoredFile) {
+        *self.used.entry(stored.project.clone()).or_default() += stored.info.bytes;
+        self.newest_first.insert(rank(&stored.info));
+        self.uploads.insert(stored.info.id.clone(), stored);
+    }
+
+    fn remove_upload(&mut self, id: &str) -> Option<StoredFile> {
+        let stored = self.uploads.remove(id)?;
+        self.newest_first.remove(&rank(&stored.info));
+        self.release(&stored.project, stored.info.bytes);
+        Some(stored)
+    }
+
+    fn release(&mut self, project: &str, bytes: u64) {
+        if let Some(used) = self.used.get_mut(project) {
+            *used = used.saturating_sub(bytes);
+        }
+    }
+}
+
 pub(crate) struct FileStore {
     dir: PathBuf,
     counter: AtomicU64,
+    index: Arc<Mutex<Index>>,
+    /// Most bytes of uploads one project may store (0: no limit).
+    max_project_file_bytes: u64,
+}
+
+fn lock(index: &Mutex<Index>) -> MutexGuard<'_, Index> {
+    index
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Writes `path` atomically: a temporary file in the same directory,
 /// synced, renamed over `path`, the directory synced.
 fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let temp = path.with_extension(format!("tmp.{}", std::process::id()));
+    use std::io::Write;
+    let temp = upkeep::temp_path(path);
     let result = (|| {
         let mut file = std::fs::File::create(&temp)?;
         file.write_all(bytes)?;
         file.sync_all()?;
         std::fs::rename(&temp, path)?;
-        if let Some(dir) = path.parent() {
-            std::fs::File::open(dir)?.sync_all()?;
-        }
-        Ok(())
+        sync_dir(path)
     })();
     if result.is_err() {
         let _ = std::fs::remove_file(&temp);
     }
     result
+}
+
+/// Syncs the directory holding `path`, so a rename into it survives a crash.
+fn sync_dir(path: &Path) -> std::io::Result<()> {
+    match path.parent() {
+        Some(dir) => std::fs::File::open(dir)?.sync_all(),
+        None => Ok(()),
+    }
 }
 
 /// Ids are letters, digits, `-` and `_` only, so one never names a path outside the directory.
@@ -73,17 +140,51 @@ fn safe(id: &str) -> bool {
 }
 
 impl FileStore {
-    pub(crate) fn open(dir: &Path) -> Result<Self, ServerError> {
-        for sub in ["", "batches", "exports"] {
-            std::fs::create_dir_all(dir.join(sub)).map_err(|source| ServerError::Io {
-                context: format!("cannot create {}", dir.join(sub).display()),
+    /// Opens `dir` (made if missing): sweeps what crashed writers left
+    /// behind and reads every record into the index.
+    pub(crate) fn open(dir: &Path, max_project_file_bytes: u64) -> Result<Self, ServerError> {
+        let io = |what: &Path| {
+            let what = what.display().to_string();
+            move |source| ServerError::Io {
+                context: format!("cannot open {what}"),
                 source,
-            })?;
+            }
+        };
+        for sub in ["", "batches", "exports"] {
+            std::fs::create_dir_all(dir.join(sub)).map_err(io(&dir.join(sub)))?;
         }
-        Ok(Self {
+        let store = Self {
             dir: dir.to_path_buf(),
             counter: AtomicU64::new(0),
-        })
+            index: Arc::default(),
+            max_project_file_bytes,
+        };
+        let swept = store.sweep().map_err(io(dir))?;
+        if swept > 0 {
+            tracing::info!(swept, "removed files that interrupted writes left behind");
+        }
+        store.load().map_err(io(dir))?;
+        Ok(store)
+    }
+
+    /// Reads every upload and failed-batch record into the index.
+    fn load(&self) -> std::io::Result<()> {
+        let mut index = lock(&self.index);
+        for id in ids_in(&self.dir)? {
+            let read = std::fs::read(self.info_path(&id))
+                .ok()
+                .and_then(|bytes| serde_json::from_slice::<StoredFile>(&bytes).ok());
+            match read {
+                Some(stored) if stored.info.id == id => index.add_upload(stored),
+                _ => tracing::warn!(id, "an upload's record cannot be read; it is not listed"),
+            }
+        }
+        for id in ids_in(&self.dir.join("batches"))? {
+            if let Some(failed) = self.read_failed_batch(&id) {
+                index.failed.insert(id, failed);
+            }
+        }
+        Ok(())
     }
 
     /// A new id with `prefix`: time, process and a counter, so ids from
@@ -105,71 +206,64 @@ impl FileStore {
         self.dir.join(format!("{id}.json"))
     }
 
-    /// Stores an upload of `project`.
-    pub(crate) fn create(
-        &self,
-        filename: &str,
-        purpose: &str,
-        bytes: &[u8],
-        project: &str,
-    ) -> std::io::Result<FileInfo> {
-        let stored = StoredFile {
-            info: FileInfo {
-                id: self.new_id("file-"),
-                bytes: bytes.len() as u64,
-                created_at: cortex_queue::now_ms() / 1000,
-                filename: filename.to_owned(),
-                purpose: purpose.to_owned(),
-            },
-            project: project.to_owned(),
-        };
-        write_atomically(&self.content_path(&stored.info.id), bytes)?;
-        let json = serde_json::to_vec(&stored).map_err(std::io::Error::other)?;
-        write_atomically(&self.info_path(&stored.info.id), &json)?;
-        Ok(stored.info)
+    fn failed_batch_path(&self, id: &str) -> PathBuf {
+        self.dir.join("batches").join(format!("{id}.json"))
     }
 
     /// An uploaded file's record (`None` when there is no such file).
     pub(crate) fn get(&self, id: &str) -> Option<StoredFile> {
-        if !safe(id) {
-            return None;
-        }
-        let bytes = std::fs::read(self.info_path(id)).ok()?;
-        serde_json::from_slice(&bytes).ok()
+        lock(&self.index).uploads.get(id).cloned()
     }
 
-    /// The uploaded files of `project` (every project's with `None`), newest first.
-    pub(crate) fn list(&self, project: Option<&str>) -> std::io::Result<Vec<FileInfo>> {
-        let mut files = Vec::new();
-        for entry in std::fs::read_dir(&self.dir)? {
-            let name = entry?.file_name();
-            let name = name.to_string_lossy();
-            if let Some(id) = name.strip_suffix(".json")
-                && let Some(stored) = self.get(id)
-                && listed(project, &stored.project)
-            {
-                files.push(stored.info);
-            }
-        }
-        files.sort_by(|a, b| (b.created_at, &b.id).cmp(&(a.created_at, &a.id)));
-        Ok(files)
+    /// A page of the uploads of `project` (every project's with `None`),
+    /// newest first: at most `limit` after the one with id `after` (from the
+    /// start if there is none such), and whether more follow.
+    pub(crate) fn list(
+        &self,
+        project: Option<&str>,
+        after: Option<&str>,
+        limit: usize,
+    ) -> (Vec<FileInfo>, bool) {
+        let index = lock(&self.index);
+        let start = after
+            .and_then(|id| index.uploads.get(id))
+            .map(|stored| rank(&stored.info));
+        let ranks: Box<dyn Iterator<Item = &Rank>> = match &start {
+            Some(start) => Box::new(
+                index
+                    .newest_first
+                    .range((std::ops::Bound::Excluded(start), std::ops::Bound::Unbounded)),
+            ),
+            None => Box::new(index.newest_first.iter()),
+        };
+        let mut page: Vec<FileInfo> = ranks
+            .filter_map(|(_, Reverse(id))| index.uploads.get(id))
+            .filter(|stored| listed(project, &stored.project))
+            .take(limit + 1)
+            .map(|stored| stored.info.clone())
+            .collect();
+        let more = page.len() > limit;
+        page.truncate(limit);
+        (page, more)
     }
 
     /// Deletes an upload; false when there was none.
     pub(crate) fn delete(&self, id: &str) -> std::io::Result<bool> {
-        if !safe(id) {
+        if !safe(id) || !lock(&self.index).uploads.contains_key(id) {
             return Ok(false);
         }
+        // The record goes first: content without a record is swept at start.
         match std::fs::remove_file(self.info_path(id)) {
             Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
         let _ = std::fs::remove_file(self.content_path(id));
-        Ok(true)
+        Ok(lock(&self.index).remove_upload(id).is_some())
     }
 
-    /// Where a batch's output (`output`) or error (`errors`) export is written.
+    /// Where a batch's output (`output`) or error (`errors`) export is
+    /// written; `batch` is `batch_JOB-ENDED`.
     pub(crate) fn export_path(&self, batch: &str, part: &str) -> PathBuf {
         self.dir
             .join("exports")
@@ -185,14 +279,19 @@ impl FileStore {
     ) -> std::io::Result<()> {
         let record = json!({ "project": project, "batch": batch });
         let json = serde_json::to_vec(&record).map_err(std::io::Error::other)?;
-        write_atomically(&self.dir.join("batches").join(format!("{id}.json")), &json)
+        write_atomically(&self.failed_batch_path(id), &json)?;
+        lock(&self.index).failed.insert(
+            id.to_owned(),
+            FailedBatch {
+                batch: batch.clone(),
+                project: project.to_owned(),
+            },
+        );
+        Ok(())
     }
 
-    pub(crate) fn failed_batch(&self, id: &str) -> Option<FailedBatch> {
-        if !safe(id) {
-            return None;
-        }
-        let bytes = std::fs::read(self.dir.join("batches").join(format!("{id}.json"))).ok()?;
+    fn read_failed_batch(&self, id: &str) -> Option<FailedBatch> {
+        let bytes = std::fs::read(self.failed_batch_path(id)).ok()?;
         let mut record: Value = serde_json::from_slice(&bytes).ok()?;
         let project = record["project"].as_str().map(str::to_owned);
         match (project, record.get_mut("batch")) {
@@ -208,18 +307,31 @@ impl FileStore {
         }
     }
 
-    /// The failed batches of `project` (every project's with `None`).
-    pub(crate) fn failed_batches(&self, project: Option<&str>) -> std::io::Result<Vec<Value>> {
-        let mut batches = Vec::new();
-        for entry in std::fs::read_dir(self.dir.join("batches"))? {
-            let name = entry?.file_name();
-            if let Some(id) = name.to_string_lossy().strip_suffix(".json")
-                && let Some(failed) = self.failed_batch(id)
-                && listed(project, &failed.project)
-            {
-                batches.push(failed.batch);
-            }
-        }
-        Ok(batches)
+    pub(crate) fn failed_batch(&self, id: &str) -> Option<FailedBatch> {
+        lock(&self.index).failed.get(id).cloned()
     }
+
+    /// The failed batches of `project` (every project's with `None`).
+    pub(crate) fn failed_batches(&self, project: Option<&str>) -> Vec<Value> {
+        lock(&self.index)
+            .failed
+            .values()
+            .filter(|failed| listed(project, &failed.project))
+            .map(|failed| failed.batch.clone())
+            .collect()
+    }
+}
+
+/// The ids of the `ID.json` records in `dir` whose ids are safe.
+fn ids_in(dir: &Path) -> std::io::Result<Vec<String>> {
+    let mut ids = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let name = entry?.file_name();
+        if let Some(id) = name.to_string_lossy().strip_suffix(".json")
+            && safe(id)
+        {
+            ids.push(id.to_owned());
+        }
+    }
+    Ok(ids)
 }

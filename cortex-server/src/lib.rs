@@ -81,6 +81,12 @@ pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(60);
 /// [`ServerConfig::max_client_priority`] by default.
 pub const DEFAULT_MAX_CLIENT_PRIORITY: i32 = 1000;
 
+/// [`ServerConfig::max_project_file_bytes`] by default: 10 GiB.
+pub const DEFAULT_MAX_PROJECT_FILE_BYTES: u64 = 10 << 30;
+
+/// [`ServerConfig::file_retention`] by default: 30 days.
+pub const DEFAULT_FILE_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
+
 /// How a server runs.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -114,6 +120,12 @@ pub struct ServerConfig {
     pub max_body_bytes: usize,
     /// Largest uploaded file, bytes.
     pub max_file_bytes: usize,
+    /// Most bytes of uploaded files one project may keep (0: no limit);
+    /// an upload that would go over is refused (413).
+    pub max_project_file_bytes: u64,
+    /// How long failed batches and batch exports are kept (an export is
+    /// made again when asked for); pruned at start and every hour.
+    pub file_retention: Duration,
     /// How long in-flight online requests may run on after a stop signal
     /// before they are cancelled.
     pub shutdown_grace: Duration,
@@ -146,7 +158,7 @@ impl ServerConfig {
     /// Listens on 127.0.0.1:8080 without keys; the queue `queue` opens,
     /// files in `files_dir`; 60 s leases; 48 queue items at most (of the
     /// engine's default 64 slots); 131,072 tokens a request; 32 MiB bodies,
-    /// 512 MiB files; 5 s grace; 256 online requests at once (no cap per
+    /// 512 MiB files, 10 GiB of files a project, kept 30 days; 5 s grace; 256 online requests at once (no cap per
     /// key); 1,024 connections; 10 s for headers, 60 s for a body;
     /// priorities within ±1,000; no other hosts or origins.
     pub fn new(model: ModelIdentity, queue: QueueOpener, files_dir: impl Into<PathBuf>) -> Self {
@@ -163,6 +175,8 @@ impl ServerConfig {
             max_request_tokens: DEFAULT_MAX_REQUEST_TOKENS,
             max_body_bytes: 32 << 20,
             max_file_bytes: 512 << 20,
+            max_project_file_bytes: DEFAULT_MAX_PROJECT_FILE_BYTES,
+            file_retention: DEFAULT_FILE_RETENTION,
             shutdown_grace: Duration::from_secs(5),
             max_online_requests: DEFAULT_MAX_ONLINE_REQUESTS,
             max_online_requests_per_key: 0,

@@ -4,11 +4,13 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use axum::Extension;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::Semaphore;
 
+use crate::files::Pruned;
 use crate::state::AppState;
 use crate::{ServerError, listen, routes, worker};
 
@@ -33,6 +35,26 @@ async fn stop_signal() {
         tracing::warn!("second stop signal: exiting now");
         std::process::exit(130);
     });
+}
+
+/// Prunes failed batches and exports past the retention now and every hour.
+async fn prune_files(state: Arc<AppState>) {
+    let mut every_hour = tokio::time::interval(Duration::from_secs(3600));
+    loop {
+        every_hour.tick().await;
+        let files = Arc::clone(&state);
+        let retention = state.config.file_retention;
+        match tokio::task::spawn_blocking(move || files.files.prune(retention)).await {
+            Ok(Ok(pruned)) if pruned != Pruned::default() => tracing::info!(
+                failed_batches = pruned.failed_batches,
+                exports = pruned.exports,
+                "pruned files past the retention"
+            ),
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => tracing::warn!("cannot prune the files directory: {error}"),
+            Err(error) => tracing::warn!("the pruning task failed: {error}"),
+        }
+    }
 }
 
 pub(crate) async fn run(state: Arc<AppState>) -> Result<(), ServerError> {
@@ -60,6 +82,7 @@ pub(crate) async fn run(state: Arc<AppState>) -> Result<(), ServerError> {
         model = state.model_name(),
         "listening"
     );
+    tokio::spawn(prune_files(Arc::clone(&state)));
     let app = routes::router(Arc::clone(&state));
     let stopping = Arc::clone(&state);
     let (stop, stopped) = tokio::sync::watch::channel(false);

@@ -52,7 +52,7 @@ impl AppState {
         engine: Arc<Engine>,
     ) -> Result<Arc<Self>, ServerError> {
         let store = config.queue.open()?;
-        let files = FileStore::open(&config.files_dir)?;
+        let files = FileStore::open(&config.files_dir, config.max_project_file_bytes)?;
         Ok(Arc::new(Self {
             engine,
             store: Mutex::new(store),
