@@ -116,13 +116,46 @@ fn function_name(tool: &Value, i: usize) -> Result<String, String> {
         ));
     }
     match function.get("parameters") {
-        None | Some(Value::Null | Value::Object(_)) => Ok(name.to_owned()),
+        None | Some(Value::Null) => Ok(name.to_owned()),
+        Some(schema @ Value::Object(_)) => {
+            check_size(schema, &format!("{at}.function.parameters"))?;
+            Ok(name.to_owned())
+        }
         Some(other) => Err(type_error(
             &format!("{at}.function.parameters"),
             "a JSON schema object",
             other,
         )),
     }
+}
+
+/// Refuses a `parameters` schema deeper or larger than a schema may be
+/// when it constrains output: the chat template walks it to render the
+/// tools into the prompt, on every request that offers them. Counted
+/// without recursion, so the check itself has no depth to exhaust.
+fn check_size(schema: &Value, at: &str) -> Result<(), String> {
+    use cortex_grammar::limits::{MAX_SCHEMA_DEPTH, MAX_SCHEMA_NODES};
+    let mut pending = vec![(schema, 1_usize)];
+    let mut nodes = 0_usize;
+    while let Some((value, depth)) = pending.pop() {
+        nodes += 1;
+        if nodes > MAX_SCHEMA_NODES {
+            return Err(format!(
+                "{at} has more than {MAX_SCHEMA_NODES} JSON values; make it smaller"
+            ));
+        }
+        if depth > MAX_SCHEMA_DEPTH {
+            return Err(format!(
+                "{at} nests deeper than {MAX_SCHEMA_DEPTH} levels; make it shallower"
+            ));
+        }
+        match value {
+            Value::Array(items) => pending.extend(items.iter().map(|v| (v, depth + 1))),
+            Value::Object(fields) => pending.extend(fields.values().map(|v| (v, depth + 1))),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// The grammar of one call, `{"name": N, "arguments": A}`, of `only` or of
@@ -198,6 +231,32 @@ mod tests {
             (None, None)
         );
         assert_eq!(parse(json!({"tool_choice": "auto"})).unwrap(), (None, None));
+    }
+
+    #[test]
+    fn parameters_are_bounded_in_depth_and_size() {
+        let tool = |parameters: Value| {
+            json!({"tools": [{"type": "function", "function": {"name": "f", "parameters": parameters}}]})
+        };
+        let mut deep = json!({"type": "string"});
+        for _ in 0..70 {
+            deep = json!({"type": "object", "properties": {"x": deep}});
+        }
+        let error = parse(tool(deep)).unwrap_err();
+        assert!(
+            error.starts_with("tools[0].function.parameters nests deeper than 64 levels"),
+            "{error}"
+        );
+        let wide: serde_json::Map<String, Value> = (0..6000)
+            .map(|i| (format!("p{i}"), json!({"type": "string"})))
+            .collect();
+        let error = parse(tool(json!({"type": "object", "properties": wide}))).unwrap_err();
+        assert!(error.contains("more than 10000 JSON values"), "{error}");
+        let mut fine = json!({"type": "string"});
+        for _ in 0..20 {
+            fine = json!({"type": "object", "properties": {"x": fine}});
+        }
+        assert!(parse(tool(fine)).is_ok());
     }
 
     #[test]
