@@ -235,9 +235,7 @@ mod tests {
 
     #[test]
     fn parameters_are_bounded_in_depth_and_size() {
-        let tool = |parameters: Value| {
-            json!({"tools": [{"type": "function", "function": {"name": "f", "parameters": parameters}}]})
-        };
+        let tool = |parameters: Value| json!({"tools": [{"type": "function", "function": {"name": "f", "parameters": parameters}}]});
         let mut deep = json!({"type": "string"});
         for _ in 0..70 {
             deep = json!({"type": "object", "properties": {"x": deep}});
