@@ -62,3 +62,9 @@ pub use online::{
     online_body, parse_request,
 };
 pub use output::{BatchOutput, response_body};
+
+/// An OpenAPI 3.1 description of OpenAI's routes as cortex serves them:
+/// request and response schemas, and the error shape of each refusal.
+pub fn openapi_document() -> serde_json::Value {
+    serde_json::from_str(include_str!("openapi.json")).expect("openapi.json is JSON")
+}

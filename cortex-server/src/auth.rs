@@ -1,4 +1,4 @@
-//! API keys and projects: with keys configured, every route but `/health`
+//! API keys and projects: with keys configured, every route but `/health` and `/openapi.json`
 //! needs `Authorization: Bearer KEY` (Ollama's routes too). Each key acts
 //! for a project: the files, batches and prompt-prefix cache of one project
 //! are not another's. An admin key sees every project's files and batches
@@ -135,13 +135,16 @@ fn same_key(given: &[u8], key: &[u8]) -> bool {
 /// of every project at once.
 const ADMIN_ROUTES: [&str; 1] = ["/metrics"];
 
+/// Routes that need no key: up or down, and the API's description.
+const OPEN_ROUTES: [&str; 2] = ["/health", crate::openapi::ROUTE];
+
 pub(crate) async fn require_key(
     State(state): State<Arc<AppState>>,
     mut request: Request,
     next: Next,
 ) -> Response {
     let keys = &state.config.api_keys;
-    if keys.is_empty() || request.uri().path() == "/health" {
+    if keys.is_empty() || OPEN_ROUTES.contains(&request.uri().path()) {
         request.extensions_mut().insert(Caller::keyless());
         return next.run(request).await;
     }

@@ -42,6 +42,7 @@ mod listen;
 mod metrics;
 mod ollama;
 mod online;
+mod openapi;
 mod routes;
 mod shutdown;
 mod state;

@@ -16,7 +16,7 @@ use serde_json::json;
 
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::{admission, auth, batch_api, guard, ollama, online};
+use crate::{admission, auth, batch_api, guard, ollama, online, openapi};
 
 /// The upload route: its bodies are files (multipart, a larger limit,
 /// a deadline between chunks rather than for the whole).
@@ -63,6 +63,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/api/version", get(ollama::version))
         .route("/metrics", get(metrics))
         .route("/health", get(health))
+        .route(openapi::ROUTE, get(openapi::serve))
         .fallback(unknown_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(middleware::from_fn_with_state(
@@ -125,7 +126,7 @@ async fn refuse_oversized(
 
 async fn unknown_route(request: Request) -> ApiError {
     ApiError::not_found(format!(
-        "no route {} {}; see GET /v1/models, POST /v1/chat/completions, /v1/completions, /v1/responses, /v1/embeddings, /v1/files, /v1/batches, /api/chat, /api/generate",
+        "no route {} {}; see GET /v1/models, POST /v1/chat/completions, /v1/completions, /v1/responses, /v1/embeddings, /v1/files, /v1/batches, /api/chat, /api/generate (every route: GET /openapi.json)",
         request.method(),
         request.uri().path()
     ))

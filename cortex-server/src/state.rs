@@ -38,6 +38,8 @@ pub(crate) struct AppState {
     pub(crate) online_counts: OnlineCounts,
     /// Who each configured API key is.
     pub(crate) callers: Vec<Caller>,
+    /// `/openapi.json`, made at start.
+    pub(crate) openapi: axum::body::Bytes,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -65,6 +67,7 @@ impl AppState {
             batch_limit: Arc::new(AtomicUsize::new(config.batch_parallel)),
             online_counts: OnlineCounts::new(config.api_keys.len()),
             callers: Caller::of_keys(&config.api_keys),
+            openapi: crate::openapi::text(&config.model.name),
             config,
         }))
     }
