@@ -16,6 +16,7 @@ mod upload;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, HashMap};
+use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -227,15 +228,10 @@ impl FileStore {
         let index = lock(&self.index);
         let start = after
             .and_then(|id| index.uploads.get(id))
-            .map(|stored| rank(&stored.info));
-        let ranks: Box<dyn Iterator<Item = &Rank>> = match &start {
-            Some(start) => Box::new(
-                index
-                    .newest_first
-                    .range((std::ops::Bound::Excluded(start), std::ops::Bound::Unbounded)),
-            ),
-            None => Box::new(index.newest_first.iter()),
-        };
+            .map_or(Bound::Unbounded, |stored| {
+                Bound::Excluded(rank(&stored.info))
+            });
+        let ranks = index.newest_first.range((start, Bound::Unbounded));
         let mut page: Vec<FileInfo> = ranks
             .filter_map(|(_, Reverse(id))| index.uploads.get(id))
             .filter(|stored| listed(project, &stored.project))
