@@ -57,13 +57,11 @@
 #![deny(unsafe_code)]
 
 /// Index of the largest logit (the greedy choice), as `cortex-sample` picks it.
-#[cfg(feature = "bench")]
 pub(crate) fn argmax_row(logits: &[f32]) -> cortex_request::TokenId {
     cortex_sample::argmax(logits)
 }
 
 mod backend;
-#[cfg(feature = "bench")]
 pub mod bench;
 mod config;
 mod devices;

@@ -45,19 +45,41 @@
 //! # Example
 //!
 //! ```
-//! use cortex_openai::{ExportJsonl, SubmitJsonl};
-//! use cortex_queue::{JobStore, WorkerStore, Store, SubmitOptions, ClaimOptions, JobState};
-//! use cortex_request::{Completion, FinishReason, Response, Usage, Timings};
+//! use cortex_queue::{
+//!     ClaimOptions, ExportFormat, ExportedError, ExportedResult, ItemSource, Job, JobState,
+//!     JobStore, LineResult, NewItem, StoredResult, Store, SubmitOptions, WorkerStore,
+//! };
+//! use cortex_request::{Completion, FinishReason, Request, RequestId, Response, Timings, Usage};
+//!
+//! // The lines of a job, already parsed (reading JSONL is the wire-format
+//! // crate's business: `cortex_openai::SubmitJsonl`).
+//! struct Lines(std::vec::IntoIter<LineResult>);
+//! impl Iterator for Lines {
+//!     type Item = std::io::Result<LineResult>;
+//!     fn next(&mut self) -> Option<Self::Item> {
+//!         self.0.next().map(Ok)
+//!     }
+//! }
+//! impl ItemSource for Lines {
+//!     fn source_sha256(&mut self) -> String {
+//!         "example".into()
+//!     }
+//! }
+//! let line = |line: u64, custom_id: &str, prompt: &str| {
+//!     Ok(NewItem {
+//!         line,
+//!         custom_id: custom_id.into(),
+//!         endpoint: "/v1/completions".into(),
+//!         model: None,
+//!         request: Request::new(RequestId(0), prompt).into(),
+//!     })
+//! };
+//! let mut lines = Lines(vec![line(1, "a", "Hi"), line(2, "b", "Once upon a time")].into_iter());
 //!
 //! let dir = tempfile::tempdir()?;
-//! let input = dir.path().join("prompts.jsonl");
-//! std::fs::write(&input, concat!(
-//!     r#"{"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", "body": {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8}}"#, "\n",
-//!     r#"{"prompt": "Once upon a time", "max_tokens": 8}"#, "\n",
-//! ))?;
-//!
 //! let mut store = Store::open(dir.path().join("cortex.db"))?;
-//! let submitted = store.submit_file(&input, &SubmitOptions::new("SmolLM2-135M-Instruct"))?;
+//! let submitted =
+//!     store.submit_items(&mut lines, "prompts", &SubmitOptions::new("SmolLM2-135M-Instruct"))?;
 //! assert_eq!(submitted.items, 2);
 //!
 //! // A worker: claim, generate (here: a canned answer), complete.
@@ -66,7 +88,7 @@
 //!         id: claimed.request.id(),
 //!         completions: vec![Completion {
 //!             index: 0,
-//!             text: "Hello!".into(),
+//!             text: format!("Hello, {}!", claimed.custom_id),
 //!             tokens: vec![1, 2],
 //!             finish_reason: FinishReason::Eos,
 //!             logprobs: None,
@@ -83,11 +105,24 @@
 //! assert_eq!(status.job.state, JobState::Completed);
 //! assert_eq!(status.job.counts.completed, 2);
 //!
-//! let output = dir.path().join("results.jsonl");
-//! store.export(submitted.job, &output, None, false)?;
-//! let text = std::fs::read_to_string(&output)?;
-//! assert!(text.lines().next().unwrap().contains(r#""custom_id":"a""#));
-//! assert!(text.lines().nth(1).unwrap().contains(r#""custom_id":"2""#)); // plain lines default to their line number
+//! // Results in input order, each line as the format renders it.
+//! struct Plain;
+//! impl ExportFormat for Plain {
+//!     fn result_line(&self, _: &Job, r: &ExportedResult) -> String {
+//!         match &r.result {
+//!             StoredResult::Response(response) => {
+//!                 format!("{}\t{}", r.custom_id, response.completions[0].text)
+//!             }
+//!             StoredResult::Rendered(body) => body.clone(),
+//!         }
+//!     }
+//!     fn error_line(&self, _: &Job, e: &ExportedError) -> String {
+//!         format!("{}\t{}", e.custom_id, e.message)
+//!     }
+//! }
+//! let output = dir.path().join("results.txt");
+//! store.export_with(submitted.job, &output, None, false, &Plain)?;
+//! assert_eq!(std::fs::read_to_string(&output)?, "a\tHello, a!\nb\tHello, b!\n");
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 

@@ -208,13 +208,13 @@ macro_rules! on_both_backends {
         mod sqlite {
             $(#[test]
             fn $name() {
-                super::$name(&$crate::common::Backend::sqlite());
+                super::$name(&$crate::queue_common::Backend::sqlite());
             })*
         }
         mod postgres {
             $(#[test]
             fn $name() {
-                if let Some(backend) = $crate::common::Backend::postgres(stringify!($name)) {
+                if let Some(backend) = $crate::queue_common::Backend::postgres(stringify!($name)) {
                     super::$name(&backend);
                 }
             })*

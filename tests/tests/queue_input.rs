@@ -2,12 +2,12 @@
 //! and skip-invalid, duplicate detection.
 
 #[macro_use]
-mod common;
+mod queue_common;
 
-use common::Backend;
 use cortex_openai::{Endpoint, ExportJsonl, SubmitJsonl, parse_line};
 use cortex_queue::{JobDefaults, JobFilter, JobState, QueueError, SubmitOptions};
 use cortex_request::{ChatMessage, Prompt};
+use queue_common::Backend;
 
 /// One file with every defect DESIGN.md lists, around good lines (a BOM on
 /// the first, a CRLF ending on the second) that must survive.
@@ -44,7 +44,7 @@ fn every_bad_line() -> Vec<u8> {
 fn all_or_nothing_reports_every_bad_line_and_stores_nothing(b: &Backend) {
     let dir = &b.dir;
     let mut store = b.open();
-    let before = common::write_prompts(dir.path(), "good.jsonl", 3);
+    let before = queue_common::write_prompts(dir.path(), "good.jsonl", 3);
     let kept = store
         .submit_file(&before, &SubmitOptions::new("m"))
         .unwrap();
@@ -206,7 +206,7 @@ fn empty_and_blank_files_are_rejected(b: &Backend) {
 fn the_same_file_and_parameters_twice_is_reported_unless_forced(b: &Backend) {
     let dir = &b.dir;
     let mut store = b.open();
-    let file = common::write_prompts(dir.path(), "p.jsonl", 4);
+    let file = queue_common::write_prompts(dir.path(), "p.jsonl", 4);
     let first = store.submit_file(&file, &SubmitOptions::new("m")).unwrap();
 
     let again = store
@@ -242,7 +242,7 @@ fn the_same_file_and_parameters_twice_is_reported_unless_forced(b: &Backend) {
 fn a_job_records_its_source_model_defaults_and_metadata(b: &Backend) {
     let dir = &b.dir;
     let mut store = b.open();
-    let file = common::write_prompts(dir.path(), "p.jsonl", 2);
+    let file = queue_common::write_prompts(dir.path(), "p.jsonl", 2);
     let mut options = SubmitOptions::new("SmolLM2");
     options.metadata.insert("team".into(), "search".into());
     options.defaults.stop.max_tokens = 7;
@@ -287,7 +287,7 @@ fn a_jobs_shared_grammar_is_stored_once_and_comes_back_with_each_item(b: &Backen
     let file = dir.path().join("s.jsonl");
     std::fs::write(&file, text).unwrap();
     store.submit_file(&file, &SubmitOptions::new("m")).unwrap();
-    let (grammars, longest) = common::sql_pair(
+    let (grammars, longest) = queue_common::sql_pair(
         b,
         "SELECT count(*) FROM grammars",
         "SELECT max(length(request)) FROM items",

@@ -6,7 +6,7 @@
 //! normal run.
 
 #[macro_use]
-mod common;
+mod queue_common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
@@ -15,11 +15,11 @@ use std::process::{Child, Command, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use common::{Backend, open_location, response_for, submit_prompts, write_prompts};
 use cortex_openai::{ExportJsonl, SubmitJsonl};
 use cortex_queue::{
     ClaimOptions, ItemState, JobId, JobState, LeaseStatus, Queue, QueueError, SubmitOptions,
 };
+use queue_common::{Backend, open_location, response_for, submit_prompts, write_prompts};
 
 const ROLE: &str = "CHILD_ROLE";
 const DB: &str = "CHILD_DB";

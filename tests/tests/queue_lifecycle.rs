@@ -3,17 +3,17 @@
 //! storage boundary: every test runs on SQLite and on PostgreSQL.
 
 #[macro_use]
-mod common;
+mod queue_common;
 
 use std::thread::sleep;
 use std::time::Duration;
 
-use common::{Backend, RetryTimings, response_for, submit_prompts, write_prompts};
 use cortex_openai::{ExportJsonl, SubmitJsonl};
 use cortex_queue::{
     ClaimOptions, FailOutcome, ItemFailure, ItemState, JobFilter, JobState, LeaseStatus, Queue,
     QueueError, SubmitOptions,
 };
+use queue_common::{Backend, RetryTimings, response_for, submit_prompts, write_prompts};
 
 fn lease(ms: u64) -> ClaimOptions {
     ClaimOptions {

@@ -1,7 +1,7 @@
 //! Queue overhead: submit rate, claim + complete cost per item, status latency
 //! on a big job, database size per item. Prints figures; asserts nothing.
 //!
-//! `cargo bench -p cortex-queue` (CORTEX_BENCH_BIG_JOB sets the big job's size,
+//! `cargo bench -p cortex-tests --bench queue` (CORTEX_BENCH_BIG_JOB sets the big job's size,
 //! 1,000,000 by default).
 
 use cortex_queue::{JobStore, WorkerStore};

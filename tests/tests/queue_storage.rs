@@ -1,24 +1,26 @@
 //! The database itself: schema migrations from version 1, a newer schema,
 //! and a full disk during commits and exports.
 
-mod common;
+mod queue_common;
 
 use cortex_queue::{JobStore, WorkerStore};
 use std::path::Path;
 use std::process::Command;
 
-use common::{response_for, submit_prompts, write_prompts};
 use cortex_openai::{ExportJsonl, SubmitJsonl};
 use cortex_queue::{ClaimOptions, JobState, QueueError, SCHEMA_VERSION, Store, SubmitOptions};
 use cortex_request::{ChatMessage, Request, RequestId};
+use queue_common::{response_for, submit_prompts, write_prompts};
 
 /// Builds a database the way version 1 of the schema left it: its migration
 /// only, with a job of three items (one completed, one pending, one failed).
 fn make_version_1_database(path: &Path) {
     let conn = rusqlite::Connection::open(path).unwrap();
     conn.execute_batch("PRAGMA journal_mode = WAL").unwrap();
-    conn.execute_batch(include_str!("../migrations/0001_jobs_items_results.sql"))
-        .unwrap();
+    conn.execute_batch(include_str!(
+        "../../cortex-queue/migrations/0001_jobs_items_results.sql"
+    ))
+    .unwrap();
     conn.execute_batch(
         "INSERT INTO jobs (id, state, source_name, source_sha256, params_sha256, model, defaults, metadata,
                            max_attempts, lines, created_at, validating_at, in_progress_at)
