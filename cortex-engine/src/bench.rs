@@ -270,13 +270,13 @@ pub fn engine_row(
             r
         })
         .collect();
-    let (tx, rx) = flume::unbounded();
+    let (tx, rx) = crate::event_channel();
     let start = Instant::now();
     engine.submit_many_to(requests.into_iter().map(Work::Generate).collect(), &tx)?;
     let (mut first_tokens, mut finished) = (vec![false; b], 0);
     let mut t_pp = None;
     while finished < b {
-        match rx.recv().map_err(|_| EngineError::Stopped)? {
+        match rx.recv().ok_or(EngineError::Stopped)? {
             EngineEvent::Token { id, .. } => {
                 first_tokens[id.0 as usize] = true;
                 if t_pp.is_none() && first_tokens.iter().all(|&f| f) {
@@ -385,12 +385,12 @@ pub fn prefix_run(
             r
         })
         .collect();
-    let (tx, rx) = flume::unbounded();
+    let (tx, rx) = crate::event_channel();
     let start = Instant::now();
     engine.submit_many_to(batch.into_iter().map(Work::Generate).collect(), &tx)?;
     let mut finished = 0;
     while finished < requests {
-        match rx.recv().map_err(|_| EngineError::Stopped)? {
+        match rx.recv().ok_or(EngineError::Stopped)? {
             EngineEvent::Finished(_) => finished += 1,
             EngineEvent::Failed { error, .. } => return Err(error),
             EngineEvent::Token { .. } => {}

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::devices::{DeviceChoice, GpuLayers};
+use crate::llama::{DeviceChoice, GpuLayers};
 
 /// How an engine is set up.
 #[derive(Debug, Clone, PartialEq)]
@@ -98,20 +98,4 @@ impl EngineConfig {
             std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
         }
     }
-}
-
-/// This process's resident memory, bytes (`/proc/self/status`, Linux).
-pub(crate) fn resident_memory() -> Option<usize> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let kib: usize = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
-}
-
-/// A line of `/proc/meminfo` (Linux), in bytes: `MemTotal`, `MemAvailable`.
-pub(crate) fn meminfo(key: &str) -> Option<usize> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = info.lines().find(|l| l.split(':').next() == Some(key))?;
-    let kib: usize = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
 }

@@ -1,77 +1,23 @@
 //! The engine handle: starts the step loop on a thread of its own and talks
 //! to it over channels.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 use cortex_request::{EmbeddingRequest, Request, RequestId, Work};
 
 use crate::backend::Backend;
 use crate::config::EngineConfig;
-use crate::devices::Device;
 use crate::error::EngineError;
-use crate::events::{EngineEvent, EngineStats, StepObserver};
+use crate::events::{EngineStats, StepObserver};
+use crate::llama::Device;
 use crate::llama::{ContextConfig, LlamaEngineBackend, Model, Placement};
+use crate::protocol::{
+    Command, EngineHealth, EngineInfo, EventReceiver, EventSender, LoopConfig, Shared, Shutdown,
+    event_channel, panic_message,
+};
 use crate::step::StepLoop;
-
-/// How to stop an engine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Shutdown {
-    /// Refuse new requests, finish the ones in hand, then stop.
-    Drain,
-    /// Cancel everything in hand (each gets a `cancelled` finish) and stop.
-    Abort,
-}
-
-pub(crate) enum Command {
-    Submit(Vec<(Work, flume::Sender<EngineEvent>)>),
-    Cancel(RequestId),
-    Shutdown(Shutdown),
-}
-
-/// What the engine learned about its model and context at start.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct EngineInfo {
-    /// Entries in a row of logits.
-    pub n_vocab: usize,
-    /// The model's training context.
-    pub n_ctx_train: usize,
-    /// Longest sequence (prompt plus generation) a request may have.
-    pub max_sequence_tokens: usize,
-    /// Sequences running at once at most.
-    pub max_running: usize,
-}
-
-/// Whether the step loop is alive.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum EngineHealth {
-    /// Running (idle or busy).
-    Running,
-    /// Stopped on request.
-    Stopped,
-    /// Died: its step loop panicked. Every request it held failed with
-    /// [`EngineError::Died`] carrying the same message.
-    Died(String),
-}
-
-pub(crate) struct Shared {
-    pub(crate) stats: Mutex<EngineStats>,
-    pub(crate) in_flight: AtomicUsize,
-    pub(crate) accepting: AtomicBool,
-    pub(crate) health: Mutex<EngineHealth>,
-}
-
-impl Shared {
-    pub(crate) fn set_health(&self, health: EngineHealth) {
-        *self
-            .health
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = health;
-    }
-}
 
 /// A running engine: a step loop on its own thread, driven over channels.
 ///
@@ -94,67 +40,6 @@ impl std::fmt::Debug for Engine {
         f.debug_struct("Engine")
             .field("info", &self.info)
             .finish_non_exhaustive()
-    }
-}
-
-/// Settings of the step loop that do not depend on the backend.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub struct LoopConfig {
-    /// Tokens per KV block.
-    pub block_size: usize,
-    /// Sequences running at once at most.
-    pub max_running: usize,
-    /// Tokens per decode call at most.
-    pub max_batch_tokens: usize,
-    /// Cells per KV stream, fixed; `None` grows streams with the requests.
-    pub stream_tokens: Option<usize>,
-    /// Bytes the KV may take when streams grow; 0: the backend's default
-    /// ([`Backend::default_kv_memory`]).
-    pub kv_memory: usize,
-    /// Cells the streams of one step span at most when streams grow
-    /// (see [`EngineConfig::step_cells`]).
-    pub step_cells: usize,
-    /// Share KV of common prompt prefixes.
-    pub prefix_sharing: bool,
-    /// Fail running requests that make no progress for this long.
-    pub request_timeout: Option<Duration>,
-    /// Adapt the backend's threads, up to this many, to the cores other
-    /// processes leave free (`None`: keep the backend's).
-    pub adaptive_threads: Option<usize>,
-}
-
-impl LoopConfig {
-    /// Settings for tests over a fake backend: `max_running` sequences,
-    /// `block_size`-token blocks, 64-token batches, streams that grow, sharing on.
-    pub fn new(max_running: usize, block_size: usize) -> Self {
-        Self {
-            block_size,
-            max_running,
-            max_batch_tokens: 64,
-            stream_tokens: None,
-            kv_memory: 1 << 30,
-            step_cells: usize::MAX,
-            prefix_sharing: true,
-            request_timeout: None,
-            adaptive_threads: None,
-        }
-    }
-}
-
-impl From<&EngineConfig> for LoopConfig {
-    fn from(c: &EngineConfig) -> Self {
-        Self {
-            block_size: c.block_size,
-            max_running: c.max_running,
-            max_batch_tokens: c.max_batch_tokens,
-            stream_tokens: c.stream_tokens,
-            kv_memory: c.kv_memory,
-            step_cells: c.step_cells,
-            prefix_sharing: c.prefix_sharing,
-            request_timeout: c.request_timeout,
-            adaptive_threads: (c.threads == 0).then(|| c.effective_threads()),
-        }
     }
 }
 
@@ -182,7 +67,7 @@ impl Engine {
             .as_deref()
             .map(crate::llama::resolve_chat_template)
             .transpose()?;
-        crate::devices::load_backends(config.backends_dir.as_deref());
+        crate::llama::load_backends(config.backends_dir.as_deref());
         let (device, gpu_layers) = (config.device.clone(), config.gpu_layers);
         let placement = Arc::new(OnceLock::new());
         let placed = Arc::clone(&placement);
@@ -230,12 +115,7 @@ impl Engine {
     {
         let (commands, receiver) = flume::unbounded();
         let (ready_tx, ready_rx) = flume::bounded::<Result<EngineInfo, EngineError>>(1);
-        let shared = Arc::new(Shared {
-            stats: Mutex::new(EngineStats::default()),
-            in_flight: AtomicUsize::new(0),
-            accepting: AtomicBool::new(true),
-            health: Mutex::new(EngineHealth::Running),
-        });
+        let shared = Arc::new(Shared::new());
         let loop_shared = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("cortex-engine".into())
@@ -307,24 +187,20 @@ impl Engine {
     /// what it has taken there, on the CPU this process's resident memory.
     pub fn device_memory_used(&self) -> u64 {
         self.gpu_memory_used()
-            .unwrap_or_else(|| crate::config::resident_memory().unwrap_or(0) as u64)
+            .unwrap_or_else(|| crate::system::resident_memory().unwrap_or(0) as u64)
     }
 
     /// Submits a request; its events arrive on the returned receiver, ending
     /// with `Finished` or `Failed`.
-    pub fn submit(&self, request: Request) -> Result<flume::Receiver<EngineEvent>, EngineError> {
-        let (tx, rx) = flume::unbounded();
+    pub fn submit(&self, request: Request) -> Result<EventReceiver, EngineError> {
+        let (tx, rx) = event_channel();
         self.submit_to(request, tx)?;
         Ok(rx)
     }
 
     /// Submits a request whose events go to `events` (one channel can serve
     /// many requests; events carry the request id).
-    pub fn submit_to(
-        &self,
-        request: Request,
-        events: flume::Sender<EngineEvent>,
-    ) -> Result<(), EngineError> {
+    pub fn submit_to(&self, request: Request, events: EventSender) -> Result<(), EngineError> {
         self.send_many(vec![(Work::Generate(request), events)])
     }
 
@@ -333,25 +209,19 @@ impl Engine {
     /// many requests are computed together, up to
     /// [`crate::EMBED_SEQUENCES`] per decode, between generation steps.
     /// Embedding requests run to the end: cancelling one changes nothing.
-    pub fn embed(
-        &self,
-        request: EmbeddingRequest,
-    ) -> Result<flume::Receiver<EngineEvent>, EngineError> {
-        let (tx, rx) = flume::unbounded();
+    pub fn embed(&self, request: EmbeddingRequest) -> Result<EventReceiver, EngineError> {
+        let (tx, rx) = event_channel();
         self.send_many(vec![(Work::Embed(request), tx)])?;
         Ok(rx)
     }
 
     /// Submits several requests that reach the engine together, before its
     /// next step (so a batch is scheduled the same way every time).
-    pub fn submit_many(
-        &self,
-        requests: Vec<Request>,
-    ) -> Result<Vec<flume::Receiver<EngineEvent>>, EngineError> {
+    pub fn submit_many(&self, requests: Vec<Request>) -> Result<Vec<EventReceiver>, EngineError> {
         let (pairs, receivers): (Vec<_>, Vec<_>) = requests
             .into_iter()
             .map(|request| {
-                let (tx, rx) = flume::unbounded();
+                let (tx, rx) = event_channel();
                 ((request, tx), rx)
             })
             .unzip();
@@ -370,12 +240,12 @@ impl Engine {
     pub fn submit_many_to(
         &self,
         requests: Vec<Work>,
-        events: &flume::Sender<EngineEvent>,
+        events: &EventSender,
     ) -> Result<(), EngineError> {
         self.send_many(requests.into_iter().map(|r| (r, events.clone())).collect())
     }
 
-    fn send_many(&self, pairs: Vec<(Work, flume::Sender<EngineEvent>)>) -> Result<(), EngineError> {
+    fn send_many(&self, pairs: Vec<(Work, EventSender)>) -> Result<(), EngineError> {
         if !self.shared.accepting.load(Ordering::SeqCst) {
             return Err(self.refusal());
         }
@@ -461,13 +331,4 @@ impl Drop for Engine {
     fn drop(&mut self) {
         let _ = self.stop(Shutdown::Abort);
     }
-}
-
-/// The text of a panic payload.
-pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic".into())
 }

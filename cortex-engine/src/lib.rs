@@ -64,30 +64,35 @@ pub(crate) fn argmax_row(logits: &[f32]) -> cortex_request::TokenId {
 mod backend;
 pub mod bench;
 mod config;
-mod devices;
 mod engine;
 mod error;
 mod events;
 mod gguf;
 mod llama;
 mod models;
+mod protocol;
 mod step;
 mod streams;
+mod system;
 mod text;
 
 pub use backend::{
     Backend, BackendError, BatchToken, EMBED_SEQUENCES, KvLayout, StreamId, TokenGrammar,
 };
 pub use config::EngineConfig;
-pub use devices::{
-    Backends, Device, DeviceChoice, DeviceKind, GpuLayers, LoadedModule, devices, load_backends,
-};
-pub use engine::{Engine, EngineHealth, EngineInfo, LoopConfig, Shutdown};
+pub use engine::Engine;
 pub use error::EngineError;
 pub use events::{EngineEvent, EngineStats, StepObserver, StepRecord};
 pub use gguf::{GgufError, GgufInfo, GgufValue, read_gguf};
-pub use llama::{ContextConfig, LlamaEngineBackend, MAX_STREAMS, Model, chat_template_names};
+pub use llama::{
+    Backends, ContextConfig, Device, DeviceChoice, DeviceKind, GpuLayers, LlamaEngineBackend,
+    LoadedModule, MAX_STREAMS, Model, chat_template_names, devices, load_backends,
+};
 pub use models::{
     DEFAULT_MODEL, GEMMA3_270M, KNOWN_MODELS, ModelCache, ModelError, ModelSpec, PackagedFile,
     file_sha256, verify_file,
+};
+pub use protocol::{
+    EngineHealth, EngineInfo, EventReceiver, EventSender, Events, LoopConfig, Shutdown,
+    event_channel,
 };

@@ -199,7 +199,7 @@ fn request(id: u64, prompt: Vec<TokenId>) -> Request {
     r
 }
 
-fn last_event(rx: &flume::Receiver<EngineEvent>) -> EngineEvent {
+fn last_event(rx: &cortex_engine::EventReceiver) -> EngineEvent {
     loop {
         let event = rx
             .recv_timeout(std::time::Duration::from_secs(30))

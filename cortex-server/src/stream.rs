@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use cortex_engine::EngineEvent;
+use cortex_engine::{EngineEvent, EventReceiver};
 use cortex_openai::{ChunkHead, Endpoint, OnlineRequest, ResponseEvents, StreamOptions};
 use cortex_request::{RequestId, Work};
 use serde_json::Value;
@@ -38,7 +38,7 @@ pub(crate) fn client_priority_bound(config: &crate::ServerConfig) -> i32 {
 pub(crate) struct Call {
     state: Arc<AppState>,
     id: RequestId,
-    events: flume::Receiver<EngineEvent>,
+    events: EventReceiver,
     arrived: Instant,
     endpoint: &'static str,
     first_token: bool,
@@ -75,7 +75,7 @@ impl Call {
                 ));
             }
         }
-        let (sender, events) = flume::unbounded();
+        let (sender, events) = cortex_engine::event_channel();
         if let Err(error) = state.engine.submit_many_to(vec![work], &sender) {
             state.online_done(id);
             return Err(ApiError::engine(&error));
@@ -100,7 +100,7 @@ impl Call {
         if self.ended {
             return None;
         }
-        let Ok(event) = self.events.recv_async().await else {
+        let Some(event) = self.events.recv_async().await else {
             self.ended = true;
             return None;
         };

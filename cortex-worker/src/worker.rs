@@ -7,7 +7,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use cortex_engine::{Engine, EngineError, EngineEvent, EngineHealth, EngineStats, Shutdown};
+use cortex_engine::{
+    Engine, EngineError, EngineEvent, EngineHealth, EngineStats, EventReceiver, EventSender,
+    Shutdown,
+};
 use cortex_queue::{
     ClaimOptions, ClaimedItem, ItemFailure, JobFilter, JobId, Lease, LeaseStatus, Queue,
     QueueError, failpoint,
@@ -80,7 +83,7 @@ const IDLE_WAIT: Duration = Duration::from_secs(1);
 struct Worker<'a> {
     store: &'a mut dyn Queue,
     engine: &'a Engine,
-    events: (flume::Sender<EngineEvent>, flume::Receiver<EngineEvent>),
+    events: (EventSender, EventReceiver),
     in_flight: HashMap<RequestId, ClaimedItem>,
     /// The in-flight items are a suspect group: claim nothing more until it is done.
     isolating: bool,
@@ -240,7 +243,7 @@ impl Worker<'_> {
     fn drain_events(&mut self, wait: Duration) -> Result<(), WorkerError> {
         let mut finished: Vec<(ClaimedItem, Response)> = Vec::new();
         let mut died = None;
-        let first = self.events.1.recv_timeout(wait).ok();
+        let first = self.events.1.recv_timeout(wait);
         for event in first.into_iter().chain(self.events.1.try_iter()) {
             match event {
                 EngineEvent::Finished(response) => {
@@ -407,7 +410,7 @@ pub fn work_queue(
     let mut worker = Worker {
         store,
         engine,
-        events: flume::unbounded(),
+        events: cortex_engine::event_channel(),
         in_flight: HashMap::new(),
         isolating: false,
         shedding: HashSet::new(),

@@ -143,7 +143,7 @@ impl Backend for LlamaEngineBackend<'_> {
                 let logits = self.model.n_vocab() * self.config.max_batch_tokens * 4;
                 Some(free.saturating_sub((256 << 20) + logits + total / 20))
             }
-            None => crate::config::meminfo("MemAvailable"),
+            None => crate::system::meminfo("MemAvailable"),
         }
     }
 
@@ -152,7 +152,7 @@ impl Backend for LlamaEngineBackend<'_> {
         if self.model.gpu_memory().is_some() {
             return available;
         }
-        let quarter = crate::config::meminfo("MemTotal").map_or(2 << 30, |total| total / 4);
+        let quarter = crate::system::meminfo("MemTotal").map_or(2 << 30, |total| total / 4);
         Some(available.map_or(quarter, |available| available.min(quarter)))
     }
 

@@ -1,11 +1,16 @@
-//! llama.cpp: the model, the engine's backend over it, and the FFI
-//! boundary (`sys`, the only code in cortex with `unsafe`).
+//! llama.cpp: its backend modules and devices, the model, the engine's
+//! backend over it, and the FFI boundary (`sys`, the only code in cortex
+//! with `unsafe`).
 
 mod backend;
 mod chat;
+pub(crate) mod devices;
 mod model;
 pub(crate) mod sys;
 
 pub use backend::{ContextConfig, LlamaEngineBackend, MAX_STREAMS};
+pub use devices::{
+    Backends, Device, DeviceChoice, DeviceKind, GpuLayers, LoadedModule, devices, load_backends,
+};
 pub use model::{Model, chat_template_names};
 pub(crate) use model::{Placement, resolve_chat_template};

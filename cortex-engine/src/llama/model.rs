@@ -6,9 +6,9 @@ use std::sync::Arc;
 use cortex_request::{ChatMessage, TokenId};
 
 use super::chat::ChatRenderer;
+use super::devices::{self, Device, DeviceChoice, GpuLayers};
 use super::sys::{self, RawDevice, RawModel, RawPlacement};
 use crate::backend::BackendError;
-use crate::devices::{self, Device, DeviceChoice, GpuLayers};
 use crate::error::EngineError;
 use crate::gguf::read_gguf;
 

@@ -11,6 +11,7 @@ use super::StepLoop;
 use crate::backend::EMBED_SEQUENCES;
 use crate::error::EngineError;
 use crate::events::EngineEvent;
+use crate::protocol::EventSender;
 
 /// Tokens one embedding decode takes at most (a longer input goes alone).
 /// In one unified cache every token of a batch attends over the whole
@@ -22,7 +23,7 @@ pub(super) const EMBED_BATCH_TOKENS: usize = 512;
 /// An embedding request in the loop.
 pub(super) struct PendingEmbed {
     id: RequestId,
-    events: flume::Sender<EngineEvent>,
+    events: EventSender,
     inputs: Vec<Vec<TokenId>>,
     vectors: Vec<Vec<f32>>,
     submitted: Instant,
@@ -31,11 +32,7 @@ pub(super) struct PendingEmbed {
 
 impl StepLoop<'_> {
     /// Validates and tokenizes an embedding request and queues it.
-    pub(super) fn admit_embedding(
-        &mut self,
-        request: &EmbeddingRequest,
-        events: flume::Sender<EngineEvent>,
-    ) {
+    pub(super) fn admit_embedding(&mut self, request: &EmbeddingRequest, events: EventSender) {
         let id = request.id;
         match self.tokenize_inputs(request) {
             Ok(inputs) => {

@@ -9,9 +9,10 @@ use cortex_sched::{SchedError, SchedRequest};
 
 use super::{Live, Seq, StepLoop};
 use crate::backend::TokenGrammar;
-use crate::engine::{Command, Shutdown};
 use crate::error::EngineError;
 use crate::events::EngineEvent;
+use crate::protocol::EventSender;
+use crate::protocol::{Command, Shutdown};
 use crate::text::{StopMatcher, Utf8Stream};
 
 impl StepLoop<'_> {
@@ -86,7 +87,7 @@ impl StepLoop<'_> {
     }
 
     /// Validates, renders and tokenizes a request, then queues its completions.
-    fn admit_request(&mut self, request: &Request, events: flume::Sender<EngineEvent>) {
+    fn admit_request(&mut self, request: &Request, events: EventSender) {
         let id = request.id;
         match self.queue_completions(request) {
             Ok((seqs, prompt_tokens)) => {

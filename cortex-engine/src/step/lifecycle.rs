@@ -10,10 +10,11 @@ use cortex_request::{Completion, FinishReason, RequestId, Response, Timings, Usa
 use super::StepLoop;
 use crate::error::EngineError;
 use crate::events::EngineEvent;
+use crate::protocol::EventSender;
 
 impl StepLoop<'_> {
     /// Sends a request's last event and counts its end.
-    pub(super) fn report_end(&mut self, events: &flume::Sender<EngineEvent>, event: EngineEvent) {
+    pub(super) fn report_end(&mut self, events: &EventSender, event: EngineEvent) {
         debug_assert!(event.is_terminal());
         self.stats.requests_finished += 1;
         if matches!(event, EngineEvent::Failed { .. }) {

@@ -36,9 +36,11 @@ use cortex_sample::Sampler;
 use cortex_sched::{SchedRequest, Scheduler, StepPlan};
 
 use crate::backend::{Backend, BatchToken, StreamId, TokenGrammar};
-use crate::engine::{Command, EngineHealth, EngineInfo, LoopConfig, Shared, panic_message};
 use crate::error::EngineError;
 use crate::events::{EngineEvent, EngineStats, StepObserver, StepRecord};
+use crate::protocol::{
+    Command, EngineHealth, EngineInfo, EventSender, LoopConfig, Shared, panic_message,
+};
 use crate::streams::{Binding, Streams, ToBind};
 use crate::text::{StopMatcher, Utf8Stream};
 
@@ -47,7 +49,7 @@ use self::threads::ThreadGovernor;
 
 /// One request as the loop tracks it.
 struct Live {
-    events: flume::Sender<EngineEvent>,
+    events: EventSender,
     prompt_tokens: usize,
     cached_prompt_tokens: usize,
     completions: Vec<Option<Completion>>,

@@ -11,8 +11,8 @@ use cortex_sched::SchedConfig;
 
 use super::StepLoop;
 use crate::backend::{Backend, KvLayout};
-use crate::engine::LoopConfig;
 use crate::error::EngineError;
+use crate::protocol::LoopConfig;
 use crate::streams::Streams;
 
 /// llama.cpp pads cells per stream to this.

@@ -80,7 +80,7 @@ impl Outcome {
 }
 
 /// Waits for a request's last event.
-pub fn collect(rx: &flume::Receiver<EngineEvent>) -> Outcome {
+pub fn collect(rx: &cortex_engine::EventReceiver) -> Outcome {
     let mut events = Vec::new();
     loop {
         let event = rx

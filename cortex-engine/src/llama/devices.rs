@@ -21,8 +21,8 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::OnceLock;
 
+use super::sys::{self, RawDevice, RawDeviceKind};
 use crate::error::EngineError;
-use crate::llama::sys::{self, RawDevice, RawDeviceKind};
 
 /// The backend modules found and loaded, and where they were looked for.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,0 +1,225 @@
+//! What the engine handle and its step loop share: the commands the handle
+//! sends, the state both read, the loop's settings, and the channel a
+//! request's events come back on. Both `engine` and `step` use this module;
+//! neither imports the other's internals.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::time::Duration;
+
+use cortex_request::{RequestId, Work};
+
+use crate::config::EngineConfig;
+use crate::events::{EngineEvent, EngineStats};
+
+/// How to stop an engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shutdown {
+    /// Refuse new requests, finish the ones in hand, then stop.
+    Drain,
+    /// Cancel everything in hand (each gets a `cancelled` finish) and stop.
+    Abort,
+}
+
+/// What the handle asks of the step loop.
+pub(crate) enum Command {
+    Submit(Vec<(Work, EventSender)>),
+    Cancel(RequestId),
+    Shutdown(Shutdown),
+}
+
+/// What the engine learned about its model and context at start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EngineInfo {
+    /// Entries in a row of logits.
+    pub n_vocab: usize,
+    /// The model's training context.
+    pub n_ctx_train: usize,
+    /// Longest sequence (prompt plus generation) a request may have.
+    pub max_sequence_tokens: usize,
+    /// Sequences running at once at most.
+    pub max_running: usize,
+}
+
+/// Whether the step loop is alive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EngineHealth {
+    /// Running (idle or busy).
+    Running,
+    /// Stopped on request.
+    Stopped,
+    /// Died: its step loop panicked. Every request it held failed with
+    /// [`EngineError::Died`] carrying the same message.
+    Died(String),
+}
+
+pub(crate) struct Shared {
+    pub(crate) stats: Mutex<EngineStats>,
+    pub(crate) in_flight: AtomicUsize,
+    pub(crate) accepting: AtomicBool,
+    pub(crate) health: Mutex<EngineHealth>,
+}
+
+impl Shared {
+    /// A running engine's state before its first request.
+    pub(crate) fn new() -> Self {
+        Self {
+            stats: Mutex::new(EngineStats::default()),
+            in_flight: AtomicUsize::new(0),
+            accepting: AtomicBool::new(true),
+            health: Mutex::new(EngineHealth::Running),
+        }
+    }
+
+    pub(crate) fn set_health(&self, health: EngineHealth) {
+        *self
+            .health
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = health;
+    }
+}
+
+/// Settings of the step loop that do not depend on the backend.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct LoopConfig {
+    /// Tokens per KV block.
+    pub block_size: usize,
+    /// Sequences running at once at most.
+    pub max_running: usize,
+    /// Tokens per decode call at most.
+    pub max_batch_tokens: usize,
+    /// Cells per KV stream, fixed; `None` grows streams with the requests.
+    pub stream_tokens: Option<usize>,
+    /// Bytes the KV may take when streams grow; 0: the backend's default
+    /// ([`Backend::default_kv_memory`]).
+    pub kv_memory: usize,
+    /// Cells the streams of one step span at most when streams grow
+    /// (see [`EngineConfig::step_cells`]).
+    pub step_cells: usize,
+    /// Share KV of common prompt prefixes.
+    pub prefix_sharing: bool,
+    /// Fail running requests that make no progress for this long.
+    pub request_timeout: Option<Duration>,
+    /// Adapt the backend's threads, up to this many, to the cores other
+    /// processes leave free (`None`: keep the backend's).
+    pub adaptive_threads: Option<usize>,
+}
+
+impl LoopConfig {
+    /// Settings for tests over a fake backend: `max_running` sequences,
+    /// `block_size`-token blocks, 64-token batches, streams that grow, sharing on.
+    pub fn new(max_running: usize, block_size: usize) -> Self {
+        Self {
+            block_size,
+            max_running,
+            max_batch_tokens: 64,
+            stream_tokens: None,
+            kv_memory: 1 << 30,
+            step_cells: usize::MAX,
+            prefix_sharing: true,
+            request_timeout: None,
+            adaptive_threads: None,
+        }
+    }
+}
+
+impl From<&EngineConfig> for LoopConfig {
+    fn from(c: &EngineConfig) -> Self {
+        Self {
+            block_size: c.block_size,
+            max_running: c.max_running,
+            max_batch_tokens: c.max_batch_tokens,
+            stream_tokens: c.stream_tokens,
+            kv_memory: c.kv_memory,
+            step_cells: c.step_cells,
+            prefix_sharing: c.prefix_sharing,
+            request_timeout: c.request_timeout,
+            adaptive_threads: (c.threads == 0).then(|| c.effective_threads()),
+        }
+    }
+}
+
+/// Where the events of submitted requests go. Clone it to gather the events
+/// of many requests in one place (each event names its request).
+#[derive(Debug, Clone)]
+pub struct EventSender(flume::Sender<EngineEvent>);
+
+impl EventSender {
+    /// Hands `event` to the receiver; false when the receiver is gone (the
+    /// caller stopped listening, which is not the engine's failure).
+    pub(crate) fn send(&self, event: EngineEvent) -> bool {
+        self.0.send(event).is_ok()
+    }
+}
+
+/// The events of the requests submitted with its [`EventSender`], in the
+/// order the engine made them. Unbounded: the engine never waits for a slow
+/// reader.
+#[derive(Debug)]
+pub struct EventReceiver(flume::Receiver<EngineEvent>);
+
+/// A new channel for engine events.
+pub fn event_channel() -> (EventSender, EventReceiver) {
+    let (sender, receiver) = flume::unbounded();
+    (EventSender(sender), EventReceiver(receiver))
+}
+
+impl EventReceiver {
+    /// The next event, waiting for it; `None` once every sender is gone
+    /// (the engine stopped and the caller holds none).
+    pub fn recv(&self) -> Option<EngineEvent> {
+        self.0.recv().ok()
+    }
+
+    /// The next event, waiting at most `wait`.
+    pub fn recv_timeout(&self, wait: Duration) -> Option<EngineEvent> {
+        self.0.recv_timeout(wait).ok()
+    }
+
+    /// The next event, awaited (on any async runtime).
+    pub async fn recv_async(&self) -> Option<EngineEvent> {
+        self.0.recv_async().await.ok()
+    }
+
+    /// The events already here, without waiting.
+    pub fn try_iter(&self) -> impl Iterator<Item = EngineEvent> + '_ {
+        self.0.try_iter()
+    }
+
+    /// Every event, waiting for each, until every sender is gone.
+    pub fn iter(&self) -> Events<'_> {
+        Events(self.0.iter())
+    }
+}
+
+/// Every event of an [`EventReceiver`], waiting for each.
+#[derive(Debug)]
+pub struct Events<'a>(flume::Iter<'a, EngineEvent>);
+
+impl Iterator for Events<'_> {
+    type Item = EngineEvent;
+
+    fn next(&mut self) -> Option<EngineEvent> {
+        self.0.next()
+    }
+}
+
+impl<'a> IntoIterator for &'a EventReceiver {
+    type Item = EngineEvent;
+    type IntoIter = Events<'a>;
+
+    fn into_iter(self) -> Events<'a> {
+        self.iter()
+    }
+}
+
+/// The text of a panic payload.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}
