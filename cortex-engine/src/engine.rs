@@ -21,7 +21,7 @@ use crate::step::StepLoop;
 
 /// A running engine: a step loop on its own thread, driven over channels.
 ///
-/// Submit a [`Request`] and receive its [`EngineEvent`]s; cancel at any time;
+/// Submit a [`Request`] and receive its [`EngineEvent`](crate::EngineEvent)s; cancel at any time;
 /// read [`EngineStats`]; ask [`Engine::available_slots`] to keep it full;
 /// [`Engine::health`] tells whether the loop is alive; [`Engine::shutdown`]
 /// draining or aborting. Dropping it aborts.
@@ -87,8 +87,10 @@ impl Engine {
         Ok(engine)
     }
 
-    /// Starts the loop over a backend made by `make` on the engine thread
-    /// (tests use this to run the loop over a fake backend).
+    /// Starts the loop over a backend made by `make` on the engine thread.
+    // Hidden: for the engine's tests over a fake backend (failure injection,
+    // scheduling); applications start an engine from an `EngineConfig`.
+    #[doc(hidden)]
     pub fn start_with_backend<B, F>(config: LoopConfig, make: F) -> Result<Self, EngineError>
     where
         B: Backend,

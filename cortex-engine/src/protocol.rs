@@ -50,7 +50,7 @@ pub enum EngineHealth {
     /// Stopped on request.
     Stopped,
     /// Died: its step loop panicked. Every request it held failed with
-    /// [`EngineError::Died`] carrying the same message.
+    /// [`EngineError::Died`](crate::EngineError::Died) carrying the same message.
     Died(String),
 }
 
@@ -81,6 +81,9 @@ impl Shared {
 }
 
 /// Settings of the step loop that do not depend on the backend.
+// Hidden: only `Engine::start_with_backend` (the engine's tests) takes one;
+// applications set these through `EngineConfig`.
+#[doc(hidden)]
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct LoopConfig {

@@ -47,6 +47,9 @@ mod jobs;
 mod lease;
 mod session;
 mod submit;
+// Hidden: for the conformance suite in the tests crate (a fresh database
+// per test on the test server); not part of the backend's API.
+#[doc(hidden)]
 pub mod testing;
 mod tls;
 

@@ -133,11 +133,18 @@ pub trait Queue: WorkerStore + JobStore + Send + std::fmt::Debug {}
 impl<T: WorkerStore + JobStore + Send + std::fmt::Debug + ?Sized> Queue for T {}
 
 // The pieces every backend shares: stored forms, the death rules, retry
-// timing, host identity, export writing.
+// timing, host identity, export writing. Hidden: they are for the sibling
+// backends (`cortex-queue-postgres`), not for applications, which see a
+// queue only through the traits above.
+#[doc(hidden)]
 pub use crate::compact::{compact_response, compact_work_apart, expand_work_with};
+#[doc(hidden)]
 pub use crate::export::{check_exportable, write_atomically};
+#[doc(hidden)]
 pub use crate::lease::{WORKER_STOPPED, alone_level, claim_by_rule, duration_ms, suspect_group};
+#[doc(hidden)]
 pub use crate::process::{host_identity, is_gone, this_process};
+#[doc(hidden)]
 pub use crate::submit::{KEEP_ERRORS, params_hash};
 
 /// Where a queue lives, as a user names it: a path or `sqlite://PATH`

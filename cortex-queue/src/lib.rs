@@ -132,6 +132,9 @@ pub mod backend;
 mod compact;
 mod error;
 mod export;
+// Hidden: for crates that add their own crash points (the worker's
+// `generated:ID`) and for the tests; not part of the queue's API.
+#[doc(hidden)]
 pub mod failpoint;
 mod jobs;
 mod lease;
