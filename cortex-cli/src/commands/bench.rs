@@ -1,0 +1,21 @@
+//! `cortex bench`: the engine against a plain llama.cpp loop on this machine.
+
+use cortex_engine::bench::{self, ReportPlan};
+
+use crate::BenchArgs;
+use crate::config::Config;
+use crate::output;
+use crate::worker::resolve_model;
+
+pub(crate) fn bench(config: &Config, args: &BenchArgs) -> anyhow::Result<()> {
+    let model = resolve_model(config)?.path;
+    let plan = ReportPlan {
+        threads: config.threads.value,
+        batch_sizes: args.batch.clone(),
+        repeats: args.repeat.max(1),
+        raw: !args.engine_only,
+        prefix_job: !args.no_prefix,
+    };
+    let report = bench::run_report(&model, &plan, |line| eprintln!("{line}"))?;
+    output::bench_report(&report, &plan, args.json)
+}

@@ -1,0 +1,84 @@
+//! `cortex generate`: one prompt straight through the engine, streamed to
+//! the terminal, optionally constrained by a grammar or JSON schema.
+
+use std::io::Write;
+use std::path::Path;
+
+use anyhow::Context as _;
+use cortex_engine::{Engine, EngineEvent, Shutdown};
+use cortex_request::{ChatMessage, Prompt, Request, RequestId};
+
+use crate::GenerateArgs;
+use crate::config::Config;
+use crate::worker::resolve_model;
+
+/// The grammar `generate` constrains its output with, from `--json-schema`
+/// or `--grammar`, checked before the model loads.
+fn generation_grammar(args: &GenerateArgs) -> anyhow::Result<Option<String>> {
+    let read = |path: &Path| {
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))
+    };
+    if let Some(path) = &args.json_schema {
+        let schema: serde_json::Value = serde_json::from_str(&read(path)?)
+            .with_context(|| format!("{}: not JSON", path.display()))?;
+        let grammar = cortex_grammar::from_json_schema(&schema)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        return Ok(Some(grammar));
+    }
+    if let Some(path) = &args.grammar {
+        let grammar = read(path)?;
+        cortex_grammar::check(&grammar).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        return Ok(Some(grammar));
+    }
+    Ok(None)
+}
+
+pub(crate) fn generate(config: &Config, args: &GenerateArgs) -> anyhow::Result<()> {
+    let model = resolve_model(config)?.path;
+    let engine = Engine::start(&config.engine(&model, 1))?;
+    let prompt = if args.chat {
+        Prompt::Chat(vec![ChatMessage::user(&args.prompt)])
+    } else {
+        Prompt::Text(args.prompt.clone())
+    };
+    let mut request = Request::new(RequestId(1), prompt);
+    request.stop.max_tokens = args.max_tokens;
+    request.sampling.temperature = args.temperature;
+    if let Some(top_p) = args.top_p {
+        request.sampling.top_p = top_p;
+    }
+    request.sampling.seed = args.seed;
+    request.grammar = generation_grammar(args)?;
+    request.validate(&cortex_request::Limits::default())?;
+    let events = engine.submit(request)?;
+    let mut stdout = std::io::stdout().lock();
+    for event in &events {
+        match event {
+            EngineEvent::Token { text, .. } => {
+                stdout.write_all(text.as_bytes())?;
+                stdout.flush()?;
+            }
+            EngineEvent::Finished(response) => {
+                writeln!(stdout)?;
+                let u = &response.usage;
+                let speed = response
+                    .timings
+                    .decode_tokens_per_second(u.completion_tokens)
+                    .unwrap_or(0.0);
+                let reason = response
+                    .completions
+                    .first()
+                    .map_or("stop", |c| c.finish_reason.as_str());
+                eprintln!(
+                    "[{} prompt + {} generated tokens, {speed:.0} tokens/s, finished: {reason}]",
+                    u.prompt_tokens, u.completion_tokens
+                );
+                break;
+            }
+            EngineEvent::Failed { error, .. } => return Err(error.into()),
+            _ => {}
+        }
+    }
+    engine.shutdown(Shutdown::Abort)?;
+    Ok(())
+}

@@ -1,0 +1,145 @@
+//! The job commands: submit, status, list, results, cancel, resume, retry.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use cortex_openai::{ExportJsonl, SubmitJsonl};
+use cortex_queue::{JobFilter, JobId, JobState, Queue, QueueError, SubmitOptions, Submitted};
+
+use super::open_store;
+use crate::SubmitArgs;
+use crate::config::Config;
+use crate::output;
+use crate::worker::identify_model;
+
+fn submit_options(config: &Config, args: &SubmitArgs) -> anyhow::Result<SubmitOptions> {
+    let (name, sha256) = identify_model(config)?;
+    let mut options = SubmitOptions::new(name);
+    options.model_sha256 = Some(sha256);
+    if let Some(v) = args.max_tokens {
+        options.defaults.stop.max_tokens = v;
+    }
+    if let Some(v) = args.temperature {
+        options.defaults.sampling.temperature = v;
+    }
+    if let Some(v) = args.top_p {
+        options.defaults.sampling.top_p = v;
+    }
+    options.defaults.sampling.seed = args.seed;
+    options.priority = args.priority;
+    options.max_attempts = args.max_attempts.unwrap_or(config.max_attempts.value);
+    options.metadata = args.metadata.iter().cloned().collect();
+    options.skip_invalid = args.skip_invalid;
+    options.force = args.force;
+    Ok(options)
+}
+
+pub(super) fn submit_job(
+    store: &mut dyn Queue,
+    config: &Config,
+    args: &SubmitArgs,
+) -> anyhow::Result<Submitted> {
+    let options = submit_options(config, args)?;
+    store
+        .submit_file(&args.file, &options)
+        .map_err(|e| match e {
+            QueueError::InvalidInput(_) if !args.skip_invalid => anyhow::Error::new(e).context(
+                "the file was rejected (fix the lines, or --skip-invalid to keep the valid ones)",
+            ),
+            other => other.into(),
+        })
+}
+
+pub(crate) fn submit(config: &Config, args: &SubmitArgs) -> anyhow::Result<()> {
+    let mut store = open_store(config)?;
+    let submitted = submit_job(store.as_mut(), config, args)?;
+    output::submitted(&submitted, args.json)
+}
+
+fn newest_job(store: &mut dyn Queue) -> anyhow::Result<JobId> {
+    let jobs = store.jobs(&JobFilter {
+        limit: Some(1),
+        ..JobFilter::default()
+    })?;
+    jobs.first()
+        .map(|j| j.id)
+        .ok_or_else(|| anyhow::anyhow!("no jobs yet; submit one with `cortex submit FILE`"))
+}
+
+pub(crate) fn status(
+    config: &Config,
+    job: Option<i64>,
+    watch: bool,
+    json: bool,
+) -> anyhow::Result<()> {
+    let mut store = open_store(config)?;
+    let job = match job {
+        Some(id) => JobId(id),
+        None => newest_job(store.as_mut())?,
+    };
+    if !watch {
+        return output::status(&store.status(job)?, json);
+    }
+    let bar = output::job_bar(0);
+    loop {
+        let status = store.status(job)?;
+        output::update_bar(&bar, &status);
+        if status.job.state.is_terminal() {
+            bar.finish();
+            return output::final_status(&status, json);
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+pub(crate) fn list(
+    config: &Config,
+    state: Option<JobState>,
+    limit: usize,
+    json: bool,
+) -> anyhow::Result<()> {
+    let jobs = open_store(config)?.jobs(&JobFilter {
+        state,
+        limit: Some(limit),
+        ..JobFilter::default()
+    })?;
+    output::jobs(&jobs, json)
+}
+
+pub(crate) fn results(
+    config: &Config,
+    job: i64,
+    output_path: Option<PathBuf>,
+    errors: Option<PathBuf>,
+    partial: bool,
+    json: bool,
+) -> anyhow::Result<()> {
+    let mut store = open_store(config)?;
+    let output_path = output_path.unwrap_or_else(|| PathBuf::from(format!("results-{job}.jsonl")));
+    let errors = errors.unwrap_or_else(|| PathBuf::from(format!("errors-{job}.jsonl")));
+    let summary = store.export(JobId(job), &output_path, Some(&errors), partial)?;
+    output::exported(job, &summary, &errors, json)
+}
+
+pub(crate) fn cancel(config: &Config, job: i64, json: bool) -> anyhow::Result<()> {
+    let job = open_store(config)?.cancel(JobId(job))?;
+    output::job_changed(&job, json, "cancelled")
+}
+
+pub(crate) fn resume(config: &Config, job: i64, json: bool) -> anyhow::Result<()> {
+    let (job, count) = open_store(config)?.resume(JobId(job))?;
+    output::job_changed(
+        &job,
+        json,
+        &format!("resumed ({count} requests to run again)"),
+    )
+}
+
+pub(crate) fn retry(config: &Config, job: i64, json: bool) -> anyhow::Result<()> {
+    let (job, count) = open_store(config)?.retry_failed(JobId(job))?;
+    output::job_changed(
+        &job,
+        json,
+        &format!("retried ({count} failed requests to run again)"),
+    )
+}

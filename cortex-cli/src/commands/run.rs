@@ -1,0 +1,115 @@
+//! `cortex run`: submit a file (or find it submitted), work on it to the
+//! end, write its results.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::bail;
+use cortex_openai::ExportJsonl;
+use cortex_queue::{JobState, QueueError};
+
+use super::jobs::submit_job;
+use super::open_store;
+use crate::RunArgs;
+use crate::config::Config;
+use crate::output;
+use crate::worker::{StopFlag, WorkerScope, resolve_model, run_worker};
+
+/// Submits the file (or finds it already submitted), works on that job until
+/// it ends, and writes its results next to the current directory.
+pub(crate) fn run_file(config: &Config, args: &RunArgs) -> anyhow::Result<()> {
+    let stop = StopFlag::install()?;
+    // Fetch the model before anything is stored, so a missing model fails early.
+    let model = resolve_model(config)?;
+    let mut store = open_store(config)?;
+    let job = match submit_job(store.as_mut(), config, &args.submit) {
+        Ok(submitted) => {
+            eprintln!(
+                "job {} submitted with {}",
+                submitted.job,
+                output::requests(submitted.items)
+            );
+            submitted.job
+        }
+        // Running the same file again picks up the earlier job: nothing finished is redone.
+        Err(e) => match e.downcast_ref::<QueueError>() {
+            Some(QueueError::DuplicateJob {
+                existing, state, ..
+            }) => {
+                eprintln!(
+                    "{} was submitted before as job {existing} ({state}); continuing it",
+                    args.submit.file.display()
+                );
+                if matches!(state, JobState::Cancelled | JobState::Failed) {
+                    store.resume(*existing)?;
+                }
+                *existing
+            }
+            _ => return Err(e),
+        },
+    };
+    let started = Instant::now();
+    let mut generated = 0;
+    let mut trace = None;
+    if !store.job(job)?.state.is_terminal() {
+        let observer: Option<Box<dyn cortex_engine::StepObserver>> = match &args.trace {
+            Some(path) => {
+                let (writer, summary) = crate::trace::TraceWriter::create(path)?;
+                trace = Some((path, summary));
+                Some(Box::new(writer))
+            }
+            None => None,
+        };
+        let bar = output::job_bar(0);
+        let scope = WorkerScope {
+            jobs: Some(vec![job]),
+            follow: false,
+            observer,
+        };
+        let report = run_worker(config, store.as_mut(), &model, scope, &stop, |store| {
+            output::update_bar(&bar, &store.status(job)?);
+            Ok(())
+        })?;
+        bar.finish_and_clear();
+        generated = report.generated_tokens;
+    }
+    if let Some((path, summary)) = trace {
+        let summary = summary
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        eprintln!(
+            "{}
+  every step: {}",
+            summary.text(),
+            path.display()
+        );
+    }
+    let status = store.status(job)?;
+    if !status.job.state.is_terminal() {
+        bail!(
+            "stopped before job {job} finished ({} of {} done); run the same command again to continue",
+            status.job.counts.finished(),
+            status.job.counts.total
+        );
+    }
+    let stem = args
+        .submit
+        .file
+        .file_stem()
+        .map_or_else(|| "job".into(), |s| s.to_string_lossy().into_owned());
+    let output_path = args
+        .output
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("{stem}.results.jsonl")));
+    let errors_path = output_path.with_file_name(format!("{stem}.errors.jsonl"));
+    let summary = store.export(job, &output_path, Some(&errors_path), false)?;
+    output::run_summary(
+        &status.job,
+        &summary.output,
+        summary.results,
+        &errors_path,
+        summary.errors,
+        started.elapsed(),
+        generated,
+    )
+}

@@ -1,0 +1,67 @@
+//! `cortex worker`: work on the queue here, or detached in the background.
+
+use anyhow::Context as _;
+use cortex_queue::JobId;
+
+use super::open_store;
+use crate::WorkerArgs;
+use crate::config::Config;
+use crate::worker::{StopFlag, WorkerScope, resolve_model, run_worker};
+
+pub(crate) fn worker(config: &Config, args: &WorkerArgs) -> anyhow::Result<()> {
+    let stop = StopFlag::install()?;
+    let model = resolve_model(config)?;
+    let mut store = open_store(config)?;
+    let jobs = (!args.jobs.is_empty()).then(|| args.jobs.iter().copied().map(JobId).collect());
+    let scope = WorkerScope {
+        jobs,
+        follow: args.follow,
+        observer: None,
+    };
+    let report = run_worker(config, store.as_mut(), &model, scope, &stop, |_| Ok(()))?;
+    eprintln!(
+        "worker done: {} completed, {} failed, {} released, {} tokens generated{}",
+        report.completed,
+        report.failed,
+        report.released,
+        report.generated_tokens,
+        if report.stopped_by_signal {
+            " (stopped by signal)"
+        } else {
+            ""
+        }
+    );
+    Ok(())
+}
+
+/// Starts `cortex worker` again in the background (same arguments, without
+/// --detach), its output going to a log file in the data directory.
+pub(crate) fn detach_worker(config: &Config) -> anyhow::Result<()> {
+    use std::os::unix::process::CommandExt;
+    let logs = config.data_dir.value.join("logs");
+    std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
+    let log_path = logs.join(format!("worker-{}.log", cortex_queue::now_ms()));
+    let log = std::fs::File::create(&log_path)
+        .with_context(|| format!("cannot create {}", log_path.display()))?;
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--detach")
+        .collect();
+    let child = std::process::Command::new(std::env::current_exe()?)
+        .args(&args)
+        .arg("-v")
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        // Its own process group: a Ctrl-C in this terminal does not reach it.
+        .process_group(0)
+        .spawn()
+        .context("cannot start the worker")?;
+    println!("{}", child.id());
+    eprintln!(
+        "worker started in the background (pid {}); log: {}",
+        child.id(),
+        log_path.display()
+    );
+    Ok(())
+}

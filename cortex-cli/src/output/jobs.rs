@@ -1,0 +1,260 @@
+//! What the job commands print: statuses, tables, progress bars, and what
+//! submit, results, cancel/resume/retry and run report.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::Duration;
+
+use cortex_queue::{ExportSummary, Job, JobStatus, Submitted};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::json;
+
+use super::{duration, print_json, timestamp};
+
+/// The status block of `cortex status`.
+pub(crate) fn status_text(status: &JobStatus) -> String {
+    let job = &status.job;
+    let c = &job.counts;
+    let mut out = String::new();
+    let _ = writeln!(out, "job {}  {}  {}", job.id, job.state, job.source_name);
+    let _ = writeln!(out, "  model     {}", model_text(job));
+    let _ = writeln!(
+        out,
+        "  requests  {} total: {} completed, {} failed, {} cancelled, {} running, {} pending",
+        c.total, c.completed, c.failed, c.cancelled, c.running, c.pending
+    );
+    let _ = writeln!(
+        out,
+        "  tokens    {} generated, {} prompt",
+        job.completion_tokens, job.prompt_tokens
+    );
+    let _ = writeln!(
+        out,
+        "  speed     {:.2} requests/s, {:.1} tokens/s (last {})",
+        status.items_per_second,
+        status.tokens_per_second,
+        duration(status.window)
+    );
+    if let Some(eta) = status.eta {
+        let _ = writeln!(out, "  eta       {}", duration(eta));
+    }
+    let _ = write!(out, "  created   {}", timestamp(job.times.created_at));
+    let ended = [
+        job.times.completed_at,
+        job.times.failed_at,
+        job.times.cancelled_at,
+    ]
+    .into_iter()
+    .flatten()
+    .max();
+    if let (Some(ended), true) = (ended, job.state.is_terminal()) {
+        let _ = write!(out, "\n  ended     {}", timestamp(ended));
+    }
+    out
+}
+
+/// The model a job needs: its name and the start of its SHA-256 (only
+/// workers running that exact file claim it).
+fn model_text(job: &Job) -> String {
+    match &job.model_sha256 {
+        Some(sha) => format!("{} (sha256 {}…)", job.model, &sha[..sha.len().min(12)]),
+        None => format!("{} (any worker)", job.model),
+    }
+}
+
+/// The table of `cortex list`.
+pub(crate) fn jobs_table(jobs: &[Job]) -> String {
+    let mut out = format!(
+        "{:<6} {:<12} {:>12} {:>7} {:<20} {:<32} {}\n",
+        "ID", "STATE", "DONE/TOTAL", "FAILED", "CREATED", "MODEL", "SOURCE"
+    );
+    for job in jobs {
+        let c = &job.counts;
+        let _ = writeln!(
+            out,
+            "{:<6} {:<12} {:>12} {:>7} {:<20} {:<32} {}",
+            job.id.0,
+            job.state.as_str(),
+            format!("{}/{}", c.finished(), c.total),
+            c.failed,
+            timestamp(job.times.created_at),
+            job.model,
+            job.source_name
+        );
+    }
+    if jobs.is_empty() {
+        out.push_str("(no jobs)\n");
+    }
+    out.trim_end().to_owned()
+}
+
+/// A progress bar over a job's requests (hidden when stderr is not a terminal).
+pub(crate) fn job_bar(total: u64) -> ProgressBar {
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30.cyan/blue} {pos}/{len} requests  {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar
+}
+
+/// Moves the bar to the job's status.
+pub(crate) fn update_bar(bar: &ProgressBar, status: &JobStatus) {
+    let c = &status.job.counts;
+    bar.set_length(c.total);
+    bar.set_position(c.finished());
+    let eta = status
+        .eta
+        .map_or_else(String::new, |eta| format!(", eta {}", duration(eta)));
+    bar.set_message(format!(
+        "{:.0} tok/s{eta} [{}]",
+        status.tokens_per_second, status.job.state
+    ));
+}
+
+/// What `cortex submit` says about a stored job.
+pub(crate) fn submitted(submitted: &Submitted, json: bool) -> anyhow::Result<()> {
+    if json {
+        return print_json(&json!({
+            "job": submitted.job, "items": submitted.items, "invalid": submitted.invalid,
+            "invalid_lines": submitted.first_errors.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        }));
+    }
+    println!("{}", submitted.job);
+    if submitted.invalid > 0 {
+        eprintln!(
+            "{} invalid lines recorded as failed, e.g. {}",
+            submitted.invalid, submitted.first_errors[0]
+        );
+    }
+    eprintln!(
+        "job {} submitted with {}; run `cortex worker` to generate them",
+        submitted.job,
+        requests(submitted.items)
+    );
+    Ok(())
+}
+
+/// `N requests`, or `1 request`.
+pub(crate) fn requests(n: u64) -> String {
+    if n == 1 {
+        "1 request".into()
+    } else {
+        format!("{n} requests")
+    }
+}
+
+/// A job's status, once.
+pub(crate) fn status(status: &JobStatus, json: bool) -> anyhow::Result<()> {
+    if json {
+        print_json(status)
+    } else {
+        println!("{}", status_text(status));
+        Ok(())
+    }
+}
+
+/// A job's status when `--watch` saw it end (JSON on one line).
+pub(crate) fn final_status(status: &JobStatus, json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string(status)?);
+    } else {
+        println!("{}", status_text(status));
+    }
+    Ok(())
+}
+
+/// The jobs `cortex list` found.
+pub(crate) fn jobs(jobs: &[Job], json: bool) -> anyhow::Result<()> {
+    if json {
+        print_json(&jobs)
+    } else {
+        println!("{}", jobs_table(jobs));
+        Ok(())
+    }
+}
+
+/// Where `cortex results` wrote a job's results and errors.
+pub(crate) fn exported(
+    job: i64,
+    summary: &ExportSummary,
+    errors: &Path,
+    json: bool,
+) -> anyhow::Result<()> {
+    if json {
+        return print_json(&json!({
+            "job": job, "results": summary.results, "output": summary.output,
+            "errors": summary.errors, "errors_file": summary.errors_file,
+        }));
+    }
+    println!(
+        "{} results -> {}",
+        summary.results,
+        summary.output.display()
+    );
+    println!("{} errors  -> {}", summary.errors, errors.display());
+    Ok(())
+}
+
+/// A job after a command changed it (`what`: "cancelled", "resumed (…)").
+pub(crate) fn job_changed(job: &Job, json: bool, what: &str) -> anyhow::Result<()> {
+    if json {
+        return print_json(job);
+    }
+    let c = &job.counts;
+    println!(
+        "job {} {what}: now {} ({} of {} requests done)",
+        job.id,
+        job.state,
+        c.finished(),
+        c.total
+    );
+    Ok(())
+}
+
+/// What `cortex run` did: the job, its files, and a taste of the output.
+pub(crate) fn run_summary(
+    job: &Job,
+    output_path: &Path,
+    results: u64,
+    errors_path: &Path,
+    errors: u64,
+    took: Duration,
+    generated: u64,
+) -> anyhow::Result<()> {
+    println!(
+        "job {} {}: {} of {} requests completed in {} ({generated} tokens generated here, {:.0} tokens/s)",
+        job.id,
+        job.state,
+        job.counts.completed,
+        job.counts.total,
+        duration(took),
+        generated as f64 / took.as_secs_f64().max(1e-3)
+    );
+    println!("results: {} ({results} lines)", output_path.display());
+    println!("errors:  {} ({errors} lines)", errors_path.display());
+    // A taste of the output.
+    let text = std::fs::read_to_string(output_path)?;
+    for line in text.lines().take(3) {
+        let value: serde_json::Value = serde_json::from_str(line)?;
+        let body = &value["response"]["body"]["choices"][0];
+        let answer = body["message"]["content"]
+            .as_str()
+            .or(body["text"].as_str())
+            .unwrap_or_default();
+        let mut short: String = answer
+            .trim()
+            .chars()
+            .take(70)
+            .collect::<String>()
+            .replace('\n', " ");
+        if answer.trim().chars().count() > 70 {
+            short.push('…');
+        }
+        println!(
+            "  {:<12} {short}",
+            value["custom_id"].as_str().unwrap_or_default()
+        );
+    }
+    Ok(())
+}
