@@ -711,7 +711,7 @@ impl Config {
     /// Opens connections to the configured queue, on its backend.
     pub(crate) fn queue(&self) -> anyhow::Result<QueueOpener> {
         Ok(match self.database()? {
-            Database::Sqlite(path) => QueueOpener::sqlite(path),
+            Database::Sqlite(path) => cortex_queue_sqlite::Store::opener(path),
             #[cfg(feature = "postgres")]
             Database::Postgres(url) => {
                 let config = cortex_queue_postgres::PgConfig::default();

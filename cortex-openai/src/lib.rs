@@ -8,7 +8,7 @@
 //!   `{"messages"...}` lines, every field checked, each error naming its line
 //!   and field. OpenAI fields that change nothing here are accepted; those
 //!   cortex does not implement are refused with the reason.
-//! - [`SubmitJsonl`] (for [`cortex_queue::Store`]): submit a JSONL file.
+//! - [`SubmitJsonl`] (for any [`cortex_queue::JobStore`], such as `cortex_queue_sqlite::Store`): submit a JSONL file.
 //! - [`BatchOutput`] and [`ExportJsonl`]: a job's results as OpenAI batch
 //!   output, [`response_body`] for one result.
 //! - [`parse_request`], [`online_body`], [`ChunkHead`], [`ResponseEvents`],
@@ -21,7 +21,8 @@
 //!
 //! ```
 //! use cortex_openai::{ExportJsonl, SubmitJsonl};
-//! use cortex_queue::{WorkerStore, Store, SubmitOptions};
+//! use cortex_queue::{SubmitOptions, WorkerStore};
+//! use cortex_queue_sqlite::Store;
 //!
 //! let dir = tempfile::tempdir()?;
 //! let input = dir.path().join("prompts.jsonl");

@@ -1,5 +1,5 @@
 //! The cortex job queue on PostgreSQL: the same jobs, items, leases and
-//! results as the SQLite [`Store`](cortex_queue::Store), for a queue that
+//! results as the SQLite backend (`cortex_queue_sqlite::Store`), for a queue that
 //! workers on many hosts share.
 //!
 //! [`PgStore`] implements [`WorkerStore`](cortex_queue::WorkerStore) and
@@ -75,7 +75,7 @@ pub struct PgConfig {
     /// Longest retry delay.
     pub max_retry_backoff: Duration,
     /// How long a lone suspect whose worker died waits before it runs alone
-    /// again (see the SQLite [`StoreConfig`](cortex_queue::StoreConfig)).
+    /// again (see the SQLite `cortex_queue_sqlite::StoreConfig`).
     pub lone_retry: Duration,
     /// How long a call keeps reconnecting after the connection was lost
     /// before it gives up with an error.

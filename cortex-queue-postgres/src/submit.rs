@@ -4,10 +4,9 @@
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
 
-use cortex_queue::backend::{KEEP_ERRORS, compact_work_apart, params_hash};
+use cortex_queue::backend::{SubmitTally, compact_work_apart, params_hash};
 use cortex_queue::{
-    InputReport, ItemSource, JobId, JobState, LineError, NewItem, QueueError, Result,
-    SubmitOptions, Submitted,
+    ItemSource, JobId, LineError, NewItem, QueueError, Result, SubmitOptions, Submitted,
 };
 
 use crate::PgStore;
@@ -68,9 +67,7 @@ impl PgStore {
         let job_text = job.0.to_string();
         let priority_text = options.priority.to_string();
 
-        let mut items = 0_u64;
-        let mut invalid = 0_u64;
-        let mut errors: Vec<LineError> = Vec::new();
+        let mut tally = SubmitTally::new(options);
         let mut bad_lines: Vec<LineError> = Vec::new();
         let mut first_use: HashMap<String, u64> = HashMap::new();
         let mut grammars: HashMap<String, String> = HashMap::new();
@@ -97,13 +94,9 @@ impl PgStore {
                         model,
                         request,
                     }) => match first_use.get(&custom_id) {
-                        Some(first) => LineError {
-                            line,
-                            custom_id: Some(custom_id.clone()),
-                            message: format!(
-                                "duplicate custom_id {custom_id:?} (first used on line {first})"
-                            ),
-                        },
+                        Some(&first) => {
+                            LineError::duplicate_custom_id(line, &custom_id, Some(first))
+                        }
                         None => {
                             let (json, grammar) = compact_work_apart(&request);
                             if let Some((sha, text)) = grammar
@@ -128,32 +121,18 @@ impl PgStore {
                                     detail: format!("while sending items: {e}"),
                                 })?;
                             first_use.insert(custom_id, line);
-                            items += 1;
+                            tally.stored();
                             continue;
                         }
                     },
                     Err(error) => error,
                 };
-                invalid += 1;
-                if options.skip_invalid {
-                    bad_lines.push(error.clone());
-                    if errors.len() >= KEEP_ERRORS {
-                        continue;
-                    }
-                }
-                errors.push(error);
+                bad_lines.extend(tally.bad_line(error));
             }
             copy.finish().map_err(pg)?;
         }
-        let lines = items + invalid;
-        if items == 0 || (invalid > 0 && !options.skip_invalid) {
-            // Dropping the transaction rolls everything back.
-            return Err(QueueError::InvalidInput(InputReport {
-                source_name: source_name.to_owned(),
-                lines,
-                errors,
-            }));
-        }
+        // On a rejection, dropping the transaction rolls everything back.
+        let (lines, invalid) = tally.accepted(source_name)?;
         for (sha, text) in &grammars {
             tx.execute(
                 "INSERT INTO grammars (sha256, text) VALUES ($1, $2) ON CONFLICT (sha256) DO NOTHING",
@@ -182,11 +161,11 @@ impl PgStore {
                 )
                 .map_err(pg)?;
             if let Some(row) = earlier {
-                return Err(QueueError::DuplicateJob {
-                    existing: JobId(row.get(0)),
-                    state: JobState::parse(row.get(1)).unwrap_or(JobState::InProgress),
-                    source_name: source_name.to_owned(),
-                });
+                return Err(QueueError::duplicate_job(
+                    JobId(row.get(0)),
+                    row.get(1),
+                    source_name,
+                ));
             }
         }
         tx.execute(
@@ -198,12 +177,7 @@ impl PgStore {
         .map_err(pg)?;
         tx.execute(crate::session::NOTIFY_WORK, &[]).map_err(pg)?;
         tx.commit().map_err(pg)?;
-        Ok(Submitted {
-            job,
-            items,
-            invalid,
-            first_errors: errors,
-        })
+        Ok(tally.submitted(job))
     }
 }
 

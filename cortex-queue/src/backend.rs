@@ -2,9 +2,9 @@
 //! what the CLI and a server need ([`JobStore`]), and the pieces every
 //! backend shares (the job state machine is [`JobState::settled`](crate::JobState::settled)).
 //!
-//! [`Store`](crate::Store) (SQLite, one file) implements both; the PostgreSQL
-//! backend lives in the `cortex-queue-postgres` crate. Data goes in and out
-//! typed: no SQL and no JSON shapes cross this boundary.
+//! Each backend crate implements both (`cortex_queue_sqlite::Store`,
+//! `cortex_queue_postgres::PgStore`). Data goes in and out typed: no SQL and
+//! no JSON shapes cross this boundary.
 
 use std::path::Path;
 use std::time::Duration;
@@ -133,9 +133,10 @@ pub trait Queue: WorkerStore + JobStore + Send + std::fmt::Debug {}
 impl<T: WorkerStore + JobStore + Send + std::fmt::Debug + ?Sized> Queue for T {}
 
 // The pieces every backend shares: stored forms, the death rules, retry
-// timing, host identity, export writing. Hidden: they are for the sibling
-// backends (`cortex-queue-postgres`), not for applications, which see a
-// queue only through the traits above.
+// timing, host identity, the submit loop's accounting, export writing.
+// Hidden: they are for the sibling backends (`cortex-queue-sqlite`,
+// `cortex-queue-postgres`), not for applications, which see a queue only
+// through the traits above.
 #[doc(hidden)]
 pub use crate::compact::{compact_response, compact_work_apart, expand_work_with};
 #[doc(hidden)]
@@ -145,7 +146,7 @@ pub use crate::lease::{WORKER_STOPPED, alone_level, claim_by_rule, duration_ms, 
 #[doc(hidden)]
 pub use crate::process::{host_identity, is_gone, this_process};
 #[doc(hidden)]
-pub use crate::submit::{KEEP_ERRORS, params_hash};
+pub use crate::submit::{KEEP_ERRORS, SubmitTally, params_hash};
 
 /// Where a queue lives, as a user names it: a path or `sqlite://PATH`
 /// (SQLite), or a `postgres://` / `postgresql://` URL.
@@ -235,7 +236,8 @@ fn redact_user_info(url: &str) -> String {
     }
 }
 
-/// Opens connections to one queue, on whichever backend: a server opens one
+/// Opens connections to one queue, on whichever backend (each backend crate
+/// makes its own: `Store::opener`, `PgStore::opener`): a server opens one
 /// for its handlers and one for its worker thread.
 #[derive(Clone)]
 pub struct QueueOpener {
@@ -253,14 +255,6 @@ impl QueueOpener {
             database,
             open: std::sync::Arc::new(open),
         }
-    }
-
-    /// An opener of the SQLite database at `path`.
-    pub fn sqlite(path: impl Into<std::path::PathBuf>) -> Self {
-        let path = path.into();
-        Self::new(Database::Sqlite(path.clone()), move || {
-            Ok(Box::new(crate::Store::open(&path)?))
-        })
     }
 
     /// A new connection.

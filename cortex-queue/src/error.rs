@@ -1,9 +1,8 @@
-//! The queue's errors, and the report of a rejected input file.
+//! The queue's errors, and the report of a rejected input file line by line.
 
 use std::fmt;
 use std::path::PathBuf;
 
-use crate::submit::LineError;
 use crate::{ItemId, JobId, JobState};
 
 /// Why a queue operation failed. Every variant says what to do about it.
@@ -111,6 +110,16 @@ impl QueueError {
         }
     }
 
+    /// `source_name` repeats job `existing` (its state as stored) with the
+    /// same parameters.
+    pub fn duplicate_job(existing: JobId, state: &str, source_name: &str) -> Self {
+        QueueError::DuplicateJob {
+            existing,
+            state: JobState::parse(state).unwrap_or(JobState::InProgress),
+            source_name: source_name.to_owned(),
+        }
+    }
+
     /// A short stable code for scripts (`disk_full`, `lease_lost`, ...).
     pub fn code(&self) -> &'static str {
         match self {
@@ -159,5 +168,37 @@ impl fmt::Display for InputReport {
             write!(f, "\n  {error}")?;
         }
         Ok(())
+    }
+}
+
+/// One bad input line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LineError {
+    /// 1-based line number.
+    pub line: u64,
+    /// The line's `custom_id`, when it could be read.
+    pub custom_id: Option<String>,
+    /// What is wrong, naming the field.
+    pub message: String,
+}
+
+impl fmt::Display for LineError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.custom_id {
+            Some(id) => write!(f, "line {} (custom_id {id:?}): {}", self.line, self.message),
+            None => write!(f, "line {}: {}", self.line, self.message),
+        }
+    }
+}
+
+impl LineError {
+    /// A line whose `custom_id` an earlier line (`first_line`, when known) already used.
+    pub fn duplicate_custom_id(line: u64, custom_id: &str, first_line: Option<u64>) -> Self {
+        let first = first_line.map_or_else(String::new, |l| format!(" (first used on line {l})"));
+        Self {
+            line,
+            custom_id: Some(custom_id.to_owned()),
+            message: format!("duplicate custom_id {custom_id:?}{first}"),
+        }
     }
 }

@@ -3,14 +3,12 @@
 //! is the caller's ([`ExportFormat`]); the queue supplies what each says.
 
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 
 use cortex_request::Response;
 
-use crate::jobs::{Job, JobCounts, load_job};
-use crate::store::{Outcome, Store};
-use crate::{ItemId, JobId, QueueError, Result};
+use crate::{ItemId, Job, JobCounts, QueueError, Result};
 
 /// What an export wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,98 +127,4 @@ pub fn check_exportable(job: &Job, partial: bool) -> Result<()> {
             c.total
         ),
     ))
-}
-
-impl Store {
-    /// Writes the job's completed items in input order to `output`, and (if
-    /// given) its failed, cancelled and invalid requests to `errors`, each
-    /// line as `format` renders it, both from one snapshot and each file
-    /// atomically. Refuses while the job is still running unless `partial`.
-    pub(crate) fn export_from_snapshot(
-        &mut self,
-        id: JobId,
-        output: &Path,
-        errors: Option<&Path>,
-        partial: bool,
-        format: &dyn ExportFormat,
-    ) -> Result<ExportSummary> {
-        let io = |e: std::io::Error, path: &Path| {
-            Outcome::Queue(QueueError::Io {
-                path: path.to_path_buf(),
-                source: e,
-            })
-        };
-        let db_path = self.path.clone();
-        self.read(|tx| {
-            let job = load_job(tx, id)?;
-            check_exportable(&job, partial)?;
-            let results = write_atomically::<Outcome>(output, |w| {
-                let mut rows = tx.prepare_cached(
-                    "SELECT i.id, i.line, i.custom_id, i.endpoint, r.completed_at, r.response, r.body
-                     FROM items i JOIN results r ON r.item_id = i.id
-                     WHERE i.job_id = ?1 AND i.state = 'completed' ORDER BY i.line",
-                )?;
-                let mut rows = rows.query([id.0])?;
-                let mut count = 0;
-                while let Some(row) = rows.next()? {
-                    let response: Option<String> = row.get(5)?;
-                    let result = match response {
-                        Some(text) => StoredResult::Response(serde_json::from_str(&text).map_err(|e| {
-                            Outcome::Queue(QueueError::Database {
-                                path: db_path.clone(),
-                                detail: format!("the result of item {} is unreadable: {e}", row.get::<_, i64>(0).unwrap_or(0)),
-                            })
-                        })?),
-                        None => StoredResult::Rendered(row.get(6)?),
-                    };
-                    let exported = ExportedResult {
-                        item: ItemId(row.get(0)?),
-                        line: row.get::<_, i64>(1)? as u64,
-                        custom_id: row.get(2)?,
-                        endpoint: row.get(3)?,
-                        completed_at: row.get(4)?,
-                        result,
-                    };
-                    writeln!(w, "{}", format.result_line(&job, &exported)).map_err(|e| io(e, output))?;
-                    count += 1;
-                }
-                Ok(count)
-            })?;
-            let errors_written = match errors {
-                None => 0,
-                Some(path) => write_atomically::<Outcome>(path, |w| {
-                    let mut rows = tx.prepare_cached(
-                        "SELECT line, custom_id, code, message FROM (
-                             SELECT line, custom_id, coalesce(error_code, state) AS code,
-                                    coalesce(error_message, 'cancelled before it ran to completion') AS message
-                             FROM items WHERE job_id = ?1 AND state IN ('failed', 'cancelled')
-                             UNION ALL
-                             SELECT line, coalesce(custom_id, CAST(line AS TEXT)), 'invalid_input', message
-                             FROM input_errors WHERE job_id = ?1)
-                         ORDER BY line",
-                    )?;
-                    let mut rows = rows.query([id.0])?;
-                    let mut count = 0;
-                    while let Some(row) = rows.next()? {
-                        let exported = ExportedError {
-                            line: row.get::<_, i64>(0)? as u64,
-                            custom_id: row.get(1)?,
-                            code: row.get(2)?,
-                            message: row.get(3)?,
-                        };
-                        writeln!(w, "{}", format.error_line(&job, &exported)).map_err(|e| io(e, path))?;
-                        count += 1;
-                    }
-                    Ok(count)
-                })?,
-            };
-            Ok(ExportSummary {
-                output: output.to_path_buf(),
-                results,
-                errors_file: errors.map(Path::to_path_buf),
-                errors: errors_written,
-                counts: job.counts,
-            })
-        })
-    }
 }

@@ -1,130 +1,35 @@
-//! The cortex job queue: a durable store of batch jobs, their items, results
-//! and input errors, behind a storage boundary ([`WorkerStore`] for workers,
-//! [`JobStore`] for the CLI and servers; [`Queue`] is both). The job state
-//! machine ([`JobState::settled`]) and the rules below are the same on every
-//! backend. This crate is the embedded SQLite backend; `cortex-queue-postgres`
-//! is the one for queues shared by many hosts. [`Database`] reads a `--db`
-//! value (a path or a `postgres://` URL) and [`QueueOpener`] opens either.
+//! The cortex job queue's core: what a durable store of batch jobs is,
+//! whatever database holds it. Its backends are sibling crates that only
+//! speak SQL: `cortex-queue-sqlite` (one file, one host) and
+//! `cortex-queue-postgres` (a queue shared by many hosts). Callers see a
+//! queue through the storage boundary ([`WorkerStore`] for workers,
+//! [`JobStore`] for the CLI and servers; [`Queue`] is both) and open one
+//! with a [`QueueOpener`] for the [`Database`] a user named.
 //!
-//! A [`Store`] is one connection to a database file; any number of processes
-//! may open the same file at once (SQLite WAL). The life of a job:
+//! What is here is the same on every backend:
 //!
-//! - [`JobStore::submit_items`] takes a job's parsed input (an [`ItemSource`]:
-//!   typed requests or line errors, as the wire-format crate `cortex-openai`
-//!   reads them from JSONL) and stores the job and all its items in one
-//!   transaction: input with a bad line is rejected as a whole with an
-//!   [`InputReport`] naming every bad line, unless
-//!   [`SubmitOptions::skip_invalid`] records them as failed instead. The same
-//!   input with the same parameters is refused as a
-//!   [`QueueError::DuplicateJob`] unless [`SubmitOptions::force`]. The queue
-//!   knows no JSON shapes: it stores requests and responses as data.
-//! - Workers [`WorkerStore::claim`] items under a lease (a token that every later
-//!   write must present), [`WorkerStore::heartbeat`] to keep it, and
-//!   [`WorkerStore::complete`] or [`WorkerStore::fail`] them. A result is written only
-//!   while the lease holds, and at most once per item. Leases of a worker
-//!   process that died on this host are reclaimed at once; others expire.
-//!   An item in flight at a worker's death keeps its attempt and becomes a
-//!   suspect, claimed only with other suspects in ever smaller groups
-//!   ([`ClaimOptions::suspects`]) until it runs alone; only deaths while
-//!   alone that follow a lone death of the same item are charged (a poison
-//!   item kills worker after worker; outside kills hit whatever runs), so
-//!   only a poison item ends `worker_lost`.
-//! - Jobs record the SHA-256 of their model; a claim with
-//!   [`ClaimOptions::model_sha256`] takes only that model's jobs.
-//! - [`JobStore::cancel`], [`JobStore::resume`], [`JobStore::retry_failed`],
-//!   [`JobStore::status`] (counts, tokens, throughput, ETA in O(1) per job),
-//!   [`JobStore::jobs`] and [`JobStore::export_with`] (an output and an error file
-//!   in the caller's [`ExportFormat`], written atomically).
+//! - the data that crosses the boundary, typed: a job's parsed input
+//!   ([`ItemSource`] yielding [`NewItem`]s or [`LineError`]s, as the
+//!   wire-format crate `cortex-openai` reads them from JSONL), [`Job`],
+//!   [`JobStatus`], [`ClaimedItem`], [`Lease`], [`ExportedResult`]; the queue
+//!   knows no JSON shapes: it stores requests and responses as data;
+//! - the job state machine ([`JobState::settled`]), which every backend
+//!   applies after each write;
+//! - the rules: a bad line rejects the whole input unless
+//!   [`SubmitOptions::skip_invalid`] records it as failed; the same input
+//!   with the same parameters is a [`QueueError::DuplicateJob`] unless
+//!   [`SubmitOptions::force`]; a result is written only while its lease
+//!   holds, and at most once per item; an item in flight at a worker's death
+//!   keeps its attempt and becomes a suspect, claimed with other suspects in
+//!   ever smaller groups ([`ClaimOptions::suspects`]) until it runs alone,
+//!   and only deaths while alone that follow a lone death of the same item
+//!   are charged, so only a poison item ends `worker_lost`; retryable
+//!   failures back off exponentially ([`FailOutcome::of`]); a claim with
+//!   [`ClaimOptions::model_sha256`] takes only that model's jobs;
+//! - exports written atomically, each line in the caller's [`ExportFormat`].
 //!
-//! Every write runs in `BEGIN IMMEDIATE` and is retried with jitter while
-//! another process holds the database, so callers do not see "database is
-//! locked"; a full disk is a [`QueueError::DiskFull`] after which the database
-//! is intact and usable. The schema is versioned (`PRAGMA user_version`) and
-//! migrated on open.
-//!
-//! # Example
-//!
-//! ```
-//! use cortex_queue::{
-//!     ClaimOptions, ExportFormat, ExportedError, ExportedResult, ItemSource, Job, JobState,
-//!     JobStore, LineResult, NewItem, StoredResult, Store, SubmitOptions, WorkerStore,
-//! };
-//! use cortex_request::{Completion, FinishReason, Request, RequestId, Response, Timings, Usage};
-//!
-//! // The lines of a job, already parsed (reading JSONL is the wire-format
-//! // crate's business: `cortex_openai::SubmitJsonl`).
-//! struct Lines(std::vec::IntoIter<LineResult>);
-//! impl Iterator for Lines {
-//!     type Item = std::io::Result<LineResult>;
-//!     fn next(&mut self) -> Option<Self::Item> {
-//!         self.0.next().map(Ok)
-//!     }
-//! }
-//! impl ItemSource for Lines {
-//!     fn source_sha256(&mut self) -> String {
-//!         "example".into()
-//!     }
-//! }
-//! let line = |line: u64, custom_id: &str, prompt: &str| {
-//!     Ok(NewItem {
-//!         line,
-//!         custom_id: custom_id.into(),
-//!         endpoint: "/v1/completions".into(),
-//!         model: None,
-//!         request: Request::new(RequestId(0), prompt).into(),
-//!     })
-//! };
-//! let mut lines = Lines(vec![line(1, "a", "Hi"), line(2, "b", "Once upon a time")].into_iter());
-//!
-//! let dir = tempfile::tempdir()?;
-//! let mut store = Store::open(dir.path().join("cortex.db"))?;
-//! let submitted =
-//!     store.submit_items(&mut lines, "prompts", &SubmitOptions::new("SmolLM2-135M-Instruct"))?;
-//! assert_eq!(submitted.items, 2);
-//!
-//! // A worker: claim, generate (here: a canned answer), complete.
-//! for claimed in store.claim(16, &ClaimOptions::default())? {
-//!     let response = Response {
-//!         id: claimed.request.id(),
-//!         completions: vec![Completion {
-//!             index: 0,
-//!             text: format!("Hello, {}!", claimed.custom_id),
-//!             tokens: vec![1, 2],
-//!             finish_reason: FinishReason::Eos,
-//!             logprobs: None,
-//!             tool_calls: Vec::new(),
-//!         }],
-//!         usage: Usage { prompt_tokens: 5, completion_tokens: 2, cached_prompt_tokens: 0 },
-//!         timings: Timings::default(),
-//!         embeddings: Vec::new(),
-//!     };
-//!     store.complete(&claimed.lease, &response)?;
-//! }
-//!
-//! let status = store.status(submitted.job)?;
-//! assert_eq!(status.job.state, JobState::Completed);
-//! assert_eq!(status.job.counts.completed, 2);
-//!
-//! // Results in input order, each line as the format renders it.
-//! struct Plain;
-//! impl ExportFormat for Plain {
-//!     fn result_line(&self, _: &Job, r: &ExportedResult) -> String {
-//!         match &r.result {
-//!             StoredResult::Response(response) => {
-//!                 format!("{}\t{}", r.custom_id, response.completions[0].text)
-//!             }
-//!             StoredResult::Rendered(body) => body.clone(),
-//!         }
-//!     }
-//!     fn error_line(&self, _: &Job, e: &ExportedError) -> String {
-//!         format!("{}\t{}", e.custom_id, e.message)
-//!     }
-//! }
-//! let output = dir.path().join("results.txt");
-//! store.export_with(submitted.job, &output, None, false, &Plain)?;
-//! assert_eq!(std::fs::read_to_string(&output)?, "a\tHello, a!\nb\tHello, b!\n");
-//! # Ok::<(), Box<dyn std::error::Error>>(())
-//! ```
+//! The shared conformance suite (`tests/tests/queue_*.rs`) runs every rule
+//! on both backends.
 
 #![forbid(unsafe_code)]
 
@@ -139,26 +44,27 @@ pub mod failpoint;
 mod jobs;
 mod lease;
 mod process;
-mod schema;
-mod store;
 mod submit;
 
 use std::fmt;
 
 pub use backend::{Database, JobStore, Queue, QueueOpener, WorkerStore, redact_password};
-pub use error::{InputReport, QueueError};
+pub use error::{InputReport, LineError, QueueError};
 pub use export::{ExportFormat, ExportSummary, ExportedError, ExportedResult, StoredResult};
-pub use jobs::{ItemRecord, Job, JobCounts, JobFilter, JobStatus, JobTimes};
+pub use jobs::{ItemRecord, Job, JobCounts, JobDefaults, JobFilter, JobStatus, JobTimes};
 pub use lease::{ClaimOptions, ClaimedItem, FailOutcome, ItemFailure, Lease, LeaseStatus};
-pub use schema::SCHEMA_VERSION;
-pub use store::{Store, StoreConfig, Synchronous, now_ms};
-pub use submit::{
-    ItemSource, JobDefaults, LineError, LineResult, NewItem, SubmitOptions, Submitted,
-};
+pub use submit::{ItemSource, LineResult, NewItem, SubmitOptions, Submitted};
 
 /// The project of jobs whose submitter named none (every job the CLI
 /// submits, and those from before projects existed).
 pub const DEFAULT_PROJECT: &str = "default";
+
+/// The time now in Unix milliseconds, as the queue records it.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
 
 /// Shorthand for this crate's results.
 pub type Result<T, E = QueueError> = std::result::Result<T, E>;

@@ -18,22 +18,30 @@ use futures_util::StreamExt;
 use http_body::{Frame, SizeHint};
 use tokio::time::Instant;
 
+use crate::ServerConfig;
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::state::AppState;
 
-/// Counts of online requests in progress: all of them, and per API key.
-pub(crate) struct OnlineCounts {
+/// Online requests in progress, all of them and per API key, and their limits.
+pub(crate) struct Admission {
     total: AtomicUsize,
     per_key: Vec<AtomicUsize>,
+    /// `max_online_requests`.
+    max_online_requests: usize,
+    /// `max_online_requests_per_key` (0: no limit per key).
+    max_online_requests_per_key: usize,
 }
 
-impl OnlineCounts {
-    pub(crate) fn new(keys: usize) -> Self {
-        Self {
+impl Admission {
+    pub(crate) fn new(config: &ServerConfig) -> Arc<Self> {
+        Arc::new(Self {
             total: AtomicUsize::new(0),
-            per_key: (0..keys).map(|_| AtomicUsize::new(0)).collect(),
-        }
+            per_key: (0..config.api_keys.len())
+                .map(|_| AtomicUsize::new(0))
+                .collect(),
+            max_online_requests: config.max_online_requests,
+            max_online_requests_per_key: config.max_online_requests_per_key,
+        })
     }
 }
 
@@ -49,13 +57,13 @@ fn take(count: &AtomicUsize, limit: usize) -> bool {
 /// A place taken by one online request; given back when its answer (the
 /// whole stream, for streamed answers) is done or dropped.
 struct Ticket {
-    state: Arc<AppState>,
+    admission: Arc<Admission>,
     key: Option<usize>,
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        let counts = &self.state.online_counts;
+        let counts = &self.admission;
         counts.total.fetch_sub(1, Ordering::AcqRel);
         if let Some(key) = self.key {
             counts.per_key[key].fetch_sub(1, Ordering::AcqRel);
@@ -63,16 +71,15 @@ impl Drop for Ticket {
     }
 }
 
-fn enter(state: &Arc<AppState>, key: Option<usize>) -> Result<Ticket, ApiError> {
-    let config = &state.config;
-    let counts = &state.online_counts;
-    let limit = config.max_online_requests.max(1);
+fn enter(admission: &Arc<Admission>, key: Option<usize>) -> Result<Ticket, ApiError> {
+    let counts = admission;
+    let limit = admission.max_online_requests.max(1);
     if !take(&counts.total, limit) {
         return Err(ApiError::too_many_requests(format!(
             "the server is answering {limit} online requests, its limit (max_online_requests); try again shortly"
         )));
     }
-    let per_key = config.max_online_requests_per_key;
+    let per_key = admission.max_online_requests_per_key;
     let key = key.filter(|_| per_key > 0);
     if let Some(key) = key
         && !take(&counts.per_key[key], per_key)
@@ -83,20 +90,20 @@ fn enter(state: &Arc<AppState>, key: Option<usize>) -> Result<Ticket, ApiError> 
         )));
     }
     Ok(Ticket {
-        state: Arc::clone(state),
+        admission: Arc::clone(admission),
         key,
     })
 }
 
 /// The middleware of the online routes.
 pub(crate) async fn admit_online(
-    State(state): State<Arc<AppState>>,
+    State(admission): State<Arc<Admission>>,
     request: Request,
     next: Next,
 ) -> Response {
     let key = request.extensions().get::<Caller>().and_then(|c| c.key);
     let path = request.uri().path().to_owned();
-    let ticket = match enter(&state, key) {
+    let ticket = match enter(&admission, key) {
         Ok(ticket) => ticket,
         Err(refusal) => {
             let mut response = refusal.for_path(&path);
@@ -146,12 +153,11 @@ impl http_body::Body for TicketBody {
 /// `body_timeout` of its last bytes); past it, reading the body fails and
 /// the request is refused.
 pub(crate) async fn body_deadline(
-    State(state): State<Arc<AppState>>,
+    State(timeout): State<std::time::Duration>,
     request: Request,
     next: Next,
 ) -> Response {
-    let timeout = state.config.body_timeout;
-    let idle_only = request.uri().path() == crate::routes::FILES_ROUTE;
+    let idle_only = request.uri().path() == crate::files::ROUTE;
     let request = request.map(|body| {
         let start = (Some(body.into_data_stream()), Instant::now() + timeout);
         let frames = futures_util::stream::unfold(start, move |(rest, deadline)| async move {

@@ -16,7 +16,6 @@ use cortex_queue::DEFAULT_PROJECT;
 use cortex_request::CacheScope;
 
 use crate::error::ApiError;
-use crate::state::AppState;
 
 /// One API key: the project it acts for, and whether it sees every project.
 /// `Debug` never shows the key.
@@ -138,12 +137,29 @@ const ADMIN_ROUTES: [&str; 1] = ["/metrics"];
 /// Routes that need no key: up or down, and the API's description.
 const OPEN_ROUTES: [&str; 2] = ["/health", crate::openapi::ROUTE];
 
+/// What the key check needs: the configured keys and who each one is.
+pub(crate) struct KeyCheck {
+    keys: ApiKeys,
+    callers: Vec<Caller>,
+}
+
+impl KeyCheck {
+    pub(crate) fn new(keys: &ApiKeys) -> Arc<Self> {
+        Arc::new(Self {
+            keys: keys.clone(),
+            callers: Caller::of_keys(keys),
+        })
+    }
+}
+
+/// The middleware of every route: finds the caller of the request's key
+/// (the keyless caller when the server has no keys, or on an open route).
 pub(crate) async fn require_key(
-    State(state): State<Arc<AppState>>,
+    State(check): State<Arc<KeyCheck>>,
     mut request: Request,
     next: Next,
 ) -> Response {
-    let keys = &state.config.api_keys;
+    let keys = &check.keys;
     if keys.is_empty() || OPEN_ROUTES.contains(&request.uri().path()) {
         request.extensions_mut().insert(Caller::keyless());
         return next.run(request).await;
@@ -169,7 +185,7 @@ pub(crate) async fn require_key(
                 });
                 match matched {
                     Some(index) if keys[index].admin || !ADMIN_ROUTES.contains(&path) => {
-                        let caller = state.callers[index].clone();
+                        let caller = check.callers[index].clone();
                         request.extensions_mut().insert(caller);
                         return next.run(request).await;
                     }

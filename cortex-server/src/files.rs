@@ -29,6 +29,10 @@ use crate::ServerError;
 pub(crate) use upkeep::Pruned;
 pub(crate) use upload::PendingUpload;
 
+/// The upload route: its bodies are files (multipart, a larger limit,
+/// a deadline between chunks rather than for the whole).
+pub(crate) const ROUTE: &str = "/v1/files";
+
 /// An upload's record on disk: its file object and its project.
 #[derive(Clone, serde::Serialize, serde::Deserialize)]
 pub(crate) struct StoredFile {

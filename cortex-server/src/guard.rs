@@ -16,7 +16,6 @@ use axum::response::{IntoResponse, Response};
 
 use crate::error::ApiError;
 use crate::listen::OverUnixSocket;
-use crate::state::AppState;
 
 /// This machine's name, as other machines on its network may call it.
 fn machine_name() -> &'static str {
@@ -91,7 +90,7 @@ fn wrong_body_type(method: &Method, path: &str, headers: &HeaderMap) -> Option<S
     if !matches!(*method, Method::POST | Method::PUT | Method::PATCH) || !has_body(headers) {
         return None;
     }
-    let expected = if path == crate::routes::FILES_ROUTE {
+    let expected = if path == crate::files::ROUTE {
         "multipart/form-data"
     } else {
         "application/json"
@@ -110,12 +109,27 @@ fn wrong_body_type(method: &Method, path: &str, headers: &HeaderMap) -> Option<S
     ))
 }
 
+/// The names and web origins a request may come under
+/// (`allowed_hosts`, `allowed_origins`).
+pub(crate) struct Allowed {
+    allowed_hosts: Vec<String>,
+    allowed_origins: Vec<String>,
+}
+
+impl Allowed {
+    pub(crate) fn new(config: &crate::ServerConfig) -> Arc<Self> {
+        Arc::new(Self {
+            allowed_hosts: config.allowed_hosts.clone(),
+            allowed_origins: config.allowed_origins.clone(),
+        })
+    }
+}
+
 pub(crate) async fn guard(
-    State(state): State<Arc<AppState>>,
+    State(config): State<Arc<Allowed>>,
     request: Request,
     next: Next,
 ) -> Response {
-    let config = &state.config;
     let path = request.uri().path().to_owned();
     let headers = request.headers();
     let host = match headers.get(header::HOST).map(HeaderValue::to_str) {

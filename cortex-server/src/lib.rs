@@ -24,7 +24,7 @@
 //!
 //! let model = cortex_worker::resolve("default", &ModelCache::default_location())?;
 //! let engine = Engine::start(&EngineConfig::new(&model.path))?;
-//! let queue = cortex_queue::QueueOpener::sqlite("cortex.db");
+//! let queue = cortex_queue_sqlite::Store::opener("cortex.db");
 //! let config = ServerConfig::new(model, queue, "cortex-files");
 //! serve(config, engine)?; // until SIGINT or SIGTERM
 //! # Ok::<(), Box<dyn std::error::Error>>(())

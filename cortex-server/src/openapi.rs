@@ -3,15 +3,12 @@
 //! `/metrics`, this one) from `openapi.json` beside this file, put
 //! together once, when the server starts, with the served model's name.
 
-use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
-
-use crate::state::AppState;
 
 /// Where the document is served.
 pub(crate) const ROUTE: &str = "/openapi.json";
@@ -47,12 +44,9 @@ pub(crate) fn text(model: &str) -> Bytes {
     Bytes::from(document(model).to_string())
 }
 
-pub(crate) async fn serve(State(state): State<Arc<AppState>>) -> Response {
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        state.openapi.clone(),
-    )
-        .into_response()
+/// `GET /openapi.json`: the document made at start.
+pub(crate) async fn serve(State(document): State<Bytes>) -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], document).into_response()
 }
 
 #[cfg(test)]

@@ -15,12 +15,9 @@ use cortex_queue::{JobCounts, JobFilter};
 use serde_json::json;
 
 use crate::error::ApiError;
+use crate::files::ROUTE as FILES_ROUTE;
 use crate::state::AppState;
 use crate::{admission, auth, batch_api, guard, ollama, online, openapi};
-
-/// The upload route: its bodies are files (multipart, a larger limit,
-/// a deadline between chunks rather than for the whole).
-pub(crate) const FILES_ROUTE: &str = "/v1/files";
 
 pub(crate) fn router(state: Arc<AppState>) -> Router {
     let file_limit = state.config.max_file_bytes;
@@ -33,7 +30,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/api/generate", post(ollama::generate))
         .route("/api/chat", post(ollama::chat))
         .route_layer(middleware::from_fn_with_state(
-            Arc::clone(&state),
+            admission::Admission::new(&state.config),
             admission::admit_online,
         ));
     Router::new()
@@ -63,15 +60,18 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/api/version", get(ollama::version))
         .route("/metrics", get(metrics))
         .route("/health", get(health))
-        .route(openapi::ROUTE, get(openapi::serve))
+        .route(
+            openapi::ROUTE,
+            get(openapi::serve).with_state(openapi::text(state.model_name())),
+        )
         .fallback(unknown_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(middleware::from_fn_with_state(
-            Arc::clone(&state),
+            auth::KeyCheck::new(&state.config.api_keys),
             auth::require_key,
         ))
         .layer(middleware::from_fn_with_state(
-            Arc::clone(&state),
+            state.config.body_timeout,
             admission::body_deadline,
         ))
         .layer(middleware::from_fn_with_state(
@@ -79,7 +79,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
             refuse_oversized,
         ))
         .layer(middleware::from_fn_with_state(
-            Arc::clone(&state),
+            guard::Allowed::new(&state.config),
             guard::guard,
         ))
         .layer(middleware::from_fn_with_state(Arc::clone(&state), track))

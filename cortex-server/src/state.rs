@@ -10,8 +10,6 @@ use cortex_engine::Engine;
 use cortex_queue::{Queue, QueueError};
 use cortex_request::{Request, RequestId};
 
-use crate::admission::OnlineCounts;
-use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::files::FileStore;
 use crate::metrics::Metrics;
@@ -34,12 +32,6 @@ pub(crate) struct AppState {
     pub(crate) stop_worker: AtomicBool,
     /// How many queue items the server's worker keeps in the engine now.
     pub(crate) batch_limit: Arc<AtomicUsize>,
-    /// Online requests in progress, for admission control.
-    pub(crate) online_counts: OnlineCounts,
-    /// Who each configured API key is.
-    pub(crate) callers: Vec<Caller>,
-    /// `/openapi.json`, made at start.
-    pub(crate) openapi: axum::body::Bytes,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -65,9 +57,6 @@ impl AppState {
             started: cortex_queue::now_ms() / 1000,
             stop_worker: AtomicBool::new(false),
             batch_limit: Arc::new(AtomicUsize::new(config.batch_parallel)),
-            online_counts: OnlineCounts::new(config.api_keys.len()),
-            callers: Caller::of_keys(&config.api_keys),
-            openapi: crate::openapi::text(&config.model.name),
             config,
         }))
     }

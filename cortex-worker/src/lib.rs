@@ -1,5 +1,5 @@
 //! The cortex worker as a library: the bridge between a durable queue
-//! ([`cortex_queue::Store`]) and an engine ([`cortex_engine::Engine`]), and
+//! (a [`cortex_queue::Queue`], such as `cortex_queue_sqlite::Store`) and an engine ([`cortex_engine::Engine`]), and
 //! model identity (which GGUF, and its SHA-256 that binds jobs to it).
 //!
 //! The `cortex worker` and `cortex run` commands are thin shells around
@@ -21,7 +21,7 @@
 //! use std::time::Duration;
 //!
 //! use cortex_engine::{Engine, ModelCache};
-//! use cortex_queue::Store;
+//! use cortex_queue_sqlite::Store;
 //! use cortex_worker::{WorkerPlan, resolve, run_worker};
 //!
 //! let model = resolve("default", &ModelCache::default_location())?;

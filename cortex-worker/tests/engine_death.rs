@@ -15,7 +15,8 @@ use cortex_engine::{
     Backend, BackendError, BatchToken, Engine, EngineError, KvLayout, LoopConfig, StreamId,
 };
 use cortex_openai::SubmitJsonl;
-use cortex_queue::{ItemState, JobState, Store, SubmitOptions};
+use cortex_queue::{ItemState, JobState, SubmitOptions};
+use cortex_queue_sqlite::Store;
 use cortex_request::{ChatMessage, TokenId};
 use cortex_worker::{WorkerError, WorkerPlan, run_worker, work_queue};
 

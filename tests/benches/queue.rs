@@ -5,14 +5,13 @@
 //! 1,000,000 by default).
 
 use cortex_queue::{JobStore, WorkerStore};
+use cortex_queue_sqlite::{Store, StoreConfig, Synchronous};
 use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use cortex_openai::{InputReader, SubmitJsonl};
-use cortex_queue::{
-    ClaimOptions, JobDefaults, JobId, Store, StoreConfig, SubmitOptions, Synchronous,
-};
+use cortex_queue::{ClaimOptions, JobDefaults, JobId, SubmitOptions};
 use cortex_request::{Completion, FinishReason, Response, Timings, Usage};
 
 fn write_input(path: &Path, lines: usize) {

@@ -22,8 +22,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use cortex_queue::{ItemRecord, Job, JobId, Queue, Store};
+use cortex_queue::{ItemRecord, Job, JobId, Queue};
 use cortex_queue_postgres::PgStore;
+use cortex_queue_sqlite::Store;
 
 /// The `cortex` binary built for this profile.
 pub fn binary() -> PathBuf {

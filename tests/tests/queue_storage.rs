@@ -8,7 +8,8 @@ use std::path::Path;
 use std::process::Command;
 
 use cortex_openai::{ExportJsonl, SubmitJsonl};
-use cortex_queue::{ClaimOptions, JobState, QueueError, SCHEMA_VERSION, Store, SubmitOptions};
+use cortex_queue::{ClaimOptions, JobState, QueueError, SubmitOptions};
+use cortex_queue_sqlite::{SCHEMA_VERSION, Store};
 use cortex_request::{ChatMessage, Request, RequestId};
 use queue_common::{response_for, submit_prompts, write_prompts};
 
@@ -18,7 +19,7 @@ fn make_version_1_database(path: &Path) {
     let conn = rusqlite::Connection::open(path).unwrap();
     conn.execute_batch("PRAGMA journal_mode = WAL").unwrap();
     conn.execute_batch(include_str!(
-        "../../cortex-queue/migrations/0001_jobs_items_results.sql"
+        "../../cortex-queue-sqlite/migrations/0001_jobs_items_results.sql"
     ))
     .unwrap();
     conn.execute_batch(
@@ -327,5 +328,5 @@ fn writers_wait_out_a_long_lock_instead_of_failing_with_database_is_locked() {
 }
 
 fn store_busy_timeout() -> std::time::Duration {
-    cortex_queue::StoreConfig::default().busy_timeout
+    cortex_queue_sqlite::StoreConfig::default().busy_timeout
 }

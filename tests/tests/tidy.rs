@@ -11,7 +11,7 @@ const CONFINED: &[(&str, &[&str], &str)] = &[
     (
         "rusqlite",
         // The tests read how the SQLite backend stores a job.
-        &["cortex-queue", "cortex-tests"],
+        &["cortex-queue-sqlite", "cortex-tests"],
         "a database client only in its queue backend",
     ),
     (
@@ -276,11 +276,27 @@ fn the_engine_sits_below_the_queue_users() {
     assert!(!deps_of("cortex-engine").contains(&"cortex-queue"));
     assert!(!deps_of("cortex-queue").contains(&"cortex-engine"));
     assert!(!deps_of("cortex-worker").contains(&"cortex-cli"));
-    // The queue's core knows neither its backends nor the wire format.
-    for above in ["cortex-queue-postgres", "cortex-openai"] {
+    // The queue's core knows neither its backends nor the wire format, and
+    // its backends know only the core (no backend builds on another).
+    for above in [
+        "cortex-queue-sqlite",
+        "cortex-queue-postgres",
+        "cortex-openai",
+    ] {
         assert!(
             !deps_of("cortex-queue").contains(&above),
             "cortex-queue depends on {above}: the queue's core sits below its backends and the wire format"
+        );
+    }
+    for backend in ["cortex-queue-sqlite", "cortex-queue-postgres"] {
+        let cortex_deps: Vec<&str> = deps_of(backend)
+            .into_iter()
+            .filter(|dep| dep.starts_with("cortex-"))
+            .collect();
+        assert_eq!(
+            cortex_deps,
+            ["cortex-queue", "cortex-request"].map(str::to_owned),
+            "{backend}: a queue backend builds on the queue's core (and the request types) alone"
         );
     }
 }
@@ -377,6 +393,8 @@ fn openai_json_shapes_live_only_in_the_wire_format_crate() {
     let mut files = Vec::new();
     for krate in [
         "cortex-queue",
+        "cortex-queue-sqlite",
+        "cortex-queue-postgres",
         "cortex-worker",
         "cortex-engine",
         "cortex-cli",
@@ -402,13 +420,6 @@ fn openai_json_shapes_live_only_in_the_wire_format_crate() {
         offenders.join("\n")
     );
 }
-
-/// Crates whose top-level modules still import each other in a circle: the
-/// queue's core and its SQLite backend are one crate until they are split,
-/// and the server's routes and state share helpers both ways. Listed so the
-/// check holds everywhere else; a crate leaves the list when its circle is
-/// gone (the test fails if a listed crate no longer has one).
-const MODULE_CYCLES_LEFT: &[&str] = &["cortex-queue", "cortex-server"];
 
 /// Source text without comment lines and without the unit tests at the end
 /// of a file (`#[cfg(test)] mod tests`), which may use anything.
@@ -562,16 +573,11 @@ fn modules_do_not_import_each_other_in_a_circle() {
         if !src.join("lib.rs").is_file() {
             continue;
         }
-        let cycle = find_cycle(&module_graph(&src));
-        match (cycle, MODULE_CYCLES_LEFT.contains(&name)) {
-            (Some(cycle), false) => problems.push(format!(
+        if let Some(cycle) = find_cycle(&module_graph(&src)) {
+            problems.push(format!(
                 "{name}: modules import each other in a circle: {}",
                 cycle.join(" -> ")
-            )),
-            (None, true) => problems.push(format!(
-                "{name} has no module circle any more: take it off MODULE_CYCLES_LEFT"
-            )),
-            _ => {}
+            ));
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));

@@ -5,8 +5,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use cortex_openai::SubmitJsonl;
-use cortex_queue::{ClaimedItem, JobId, Queue, Store, StoreConfig, SubmitOptions};
+use cortex_queue::{ClaimedItem, JobId, Queue, SubmitOptions};
 use cortex_queue_postgres::{PgConfig, PgStore};
+use cortex_queue_sqlite::{Store, StoreConfig};
 use cortex_request::{Completion, FinishReason, Response, Timings, Usage};
 
 /// A JSONL file of `n` prompts alternating between the OpenAI chat format and plain completions.

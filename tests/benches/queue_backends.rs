@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! CORTEX_BENCH_POSTGRES=postgres://cortex:cortex@127.0.0.1:55432/cortex \
-//!     cargo bench -p cortex-queue-postgres --bench queue_backends
+//!     cargo bench -p cortex-tests --bench queue_backends
 //! ```
 //!
 //! `CORTEX_BENCH_SIZES` (default `100000,1000000`) sets the submit sizes
@@ -14,11 +14,9 @@
 
 use std::time::{Duration, Instant};
 
-use cortex_queue::{
-    ClaimOptions, ItemSource, JobId, LineResult, NewItem, Queue, Store, StoreConfig, SubmitOptions,
-    Synchronous,
-};
+use cortex_queue::{ClaimOptions, ItemSource, JobId, LineResult, NewItem, Queue, SubmitOptions};
 use cortex_queue_postgres::PgStore;
+use cortex_queue_sqlite::{Store, StoreConfig, Synchronous};
 use cortex_request::{
     Completion, FinishReason, Request, RequestId, Response, Timings, Usage, Work,
 };

@@ -1,12 +1,12 @@
 //! The SQLite connection: opening, configuration, migrations, and transactions retried while busy.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, ErrorCode, OpenFlags, Transaction, TransactionBehavior};
 
 use crate::schema::{MIGRATIONS, SCHEMA_VERSION};
-use crate::{QueueError, Result};
+use cortex_queue::{QueueError, Result, now_ms};
 
 /// How hard SQLite pushes each commit to the disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -51,13 +51,6 @@ impl Default for StoreConfig {
             lone_retry: Duration::from_secs(1),
         }
     }
-}
-
-/// Milliseconds since the Unix epoch: the unit of every timestamp in the store.
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// One connection to a job database. Open one per thread or process.

@@ -1,0 +1,288 @@
+//! Jobs in SQL: loading, settling by the core's state machine, status,
+//! listing, cancel, resume and retry.
+
+use std::path::Path;
+use std::time::Duration;
+
+use cortex_queue::{
+    ExportFormat, ExportSummary, ItemId, ItemRecord, ItemSource, ItemState, Job, JobCounts,
+    JobFilter, JobId, JobState, JobStatus, JobStore, JobTimes, QueueError, Result, SubmitOptions,
+    Submitted, now_ms,
+};
+use rusqlite::{OptionalExtension, Row, Transaction, params};
+
+use crate::store::{Outcome, Store};
+
+const JOB_COLUMNS: &str = "id, state, source_name, source_sha256, model, defaults, metadata, priority, max_attempts,
+    lines, invalid, n_pending, n_running, n_completed, n_failed, n_cancelled, prompt_tokens, completion_tokens,
+    created_at, validating_at, in_progress_at, finalizing_at, completed_at, failed_at, cancelling_at, cancelled_at,
+    model_sha256, project";
+
+fn job_from_row(row: &Row<'_>) -> rusqlite::Result<Job> {
+    let text = |i: usize| row.get::<_, String>(i);
+    let count = |i: usize| row.get::<_, i64>(i).map(|v| v.max(0) as u64);
+    let state = text(1)?;
+    let invalid = count(10)?;
+    Ok(Job {
+        id: JobId(row.get(0)?),
+        state: JobState::parse(&state).unwrap_or(JobState::Failed),
+        source_name: text(2)?,
+        source_sha256: text(3)?,
+        model: text(4)?,
+        model_sha256: row.get(26)?,
+        project: text(27)?,
+        defaults: serde_json::from_str(&text(5)?).unwrap_or_default(),
+        metadata: serde_json::from_str(&text(6)?).unwrap_or_default(),
+        priority: row.get(7)?,
+        max_attempts: row.get(8)?,
+        counts: JobCounts {
+            total: count(9)?,
+            pending: count(11)?,
+            running: count(12)?,
+            completed: count(13)?,
+            failed: count(14)? + invalid,
+            cancelled: count(15)?,
+            invalid,
+        },
+        prompt_tokens: count(16)?,
+        completion_tokens: count(17)?,
+        times: JobTimes {
+            created_at: row.get(18)?,
+            validating_at: row.get(19)?,
+            in_progress_at: row.get(20)?,
+            finalizing_at: row.get(21)?,
+            completed_at: row.get(22)?,
+            failed_at: row.get(23)?,
+            cancelling_at: row.get(24)?,
+            cancelled_at: row.get(25)?,
+        },
+    })
+}
+
+pub(crate) fn load_job(tx: &Transaction<'_>, job: JobId) -> Result<Job, Outcome> {
+    tx.prepare_cached(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?1"))?
+        .query_row([job.0], job_from_row)
+        .optional()?
+        .ok_or(Outcome::Queue(QueueError::NoSuchJob(job)))
+}
+
+fn set_state(tx: &Transaction<'_>, job: i64, state: JobState, now: i64) -> rusqlite::Result<()> {
+    // Column names come from the fixed state list, never from input.
+    tx.execute(
+        &format!("UPDATE jobs SET state = ?2, {state}_at = ?3 WHERE id = ?1"),
+        params![job, state.as_str(), now],
+    )
+    .map(drop)
+}
+
+/// Moves a job to the state its item counts imply. Called in every
+/// transaction that changes items, so the state is never stale.
+pub(crate) fn settle(tx: &Transaction<'_>, job: i64, now: i64) -> rusqlite::Result<()> {
+    let (state, pending, running, completed): (String, i64, i64, i64) = tx
+        .prepare_cached("SELECT state, n_pending, n_running, n_completed FROM jobs WHERE id = ?1")?
+        .query_row([job], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+        })?;
+    let Some(state) = JobState::parse(&state) else {
+        return Ok(());
+    };
+    let count = |n: i64| u64::try_from(n).unwrap_or(0);
+    let counts = JobCounts {
+        pending: count(pending),
+        running: count(running),
+        completed: count(completed),
+        ..JobCounts::default()
+    };
+    let next = state.settled(&counts);
+    if next != state {
+        set_state(tx, job, next, now)?;
+    }
+    Ok(())
+}
+
+fn wrong_state(job: &Job, hint: impl Into<String>) -> Outcome {
+    Outcome::Queue(QueueError::wrong_state(job, hint))
+}
+
+impl JobStore for Store {
+    /// The job `id`.
+    fn job(&mut self, id: JobId) -> Result<Job> {
+        self.read(|tx| load_job(tx, id))
+    }
+
+    /// Jobs matching `filter`, newest first.
+    fn jobs(&mut self, filter: &JobFilter) -> Result<Vec<Job>> {
+        let limit = filter
+            .limit
+            .map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));
+        let (key, value) = filter.metadata.clone().unzip();
+        self.read(|tx| {
+            let jobs = tx
+                .prepare_cached(&format!(
+                    "SELECT {JOB_COLUMNS} FROM jobs
+                     WHERE state <> 'validating' AND (?1 IS NULL OR state = ?1)
+                       AND (?2 IS NULL OR json_extract(metadata, '$.' || json_quote(?2)) = ?3)
+                       AND (?5 IS NULL OR project = ?5)
+                     ORDER BY id DESC LIMIT ?4"
+                ))?
+                .query_map(
+                    params![
+                        filter.state.map(JobState::as_str),
+                        key,
+                        value,
+                        limit,
+                        filter.project
+                    ],
+                    job_from_row,
+                )?
+                .collect::<rusqlite::Result<_>>()?;
+            Ok(jobs)
+        })
+    }
+
+    fn status_over(&mut self, id: JobId, window: Duration) -> Result<JobStatus> {
+        self.read(|tx| {
+            let job = load_job(tx, id)?;
+            let (start, end) = JobStatus::span(&job, now_ms(), window);
+            let (items, tokens): (i64, i64) = tx
+                .prepare_cached(
+                    "SELECT count(*), coalesce(sum(completion_tokens), 0) FROM results
+                     WHERE job_id = ?1 AND completed_at > ?2 AND completed_at <= ?3",
+                )?
+                .query_row(params![id.0, start, end], |row| {
+                    Ok((row.get(0)?, row.get(1)?))
+                })?;
+            Ok(JobStatus::over(
+                job,
+                (start, end),
+                items.max(0) as u64,
+                tokens.max(0) as u64,
+            ))
+        })
+    }
+
+    /// Every item of a job in input order (for inspection; reads the whole job).
+    fn items(&mut self, id: JobId) -> Result<Vec<ItemRecord>> {
+        self.read(|tx| {
+            load_job(tx, id)?;
+            let items = tx
+                .prepare_cached(
+                    "SELECT i.id, i.line, i.custom_id, i.state, i.attempts, i.lease_token, i.error_code, i.error_message,
+                            r.completed_at, i.deaths
+                     FROM items i LEFT JOIN results r ON r.item_id = i.id WHERE i.job_id = ?1 ORDER BY i.line",
+                )?
+                .query_map([id.0], |row| {
+                    Ok(ItemRecord {
+                        id: ItemId(row.get(0)?),
+                        line: row.get::<_, i64>(1)? as u64,
+                        custom_id: row.get(2)?,
+                        state: ItemState::parse(&row.get::<_, String>(3)?).unwrap_or(ItemState::Failed),
+                        attempts: row.get(4)?,
+                        lease_token: row.get(5)?,
+                        error_code: row.get(6)?,
+                        error_message: row.get(7)?,
+                        completed_at: row.get(8)?,
+                        deaths: row.get(9)?,
+                    })
+                })?
+                .collect::<rusqlite::Result<_>>()?;
+            Ok(items)
+        })
+    }
+
+    /// Cancels a job: pending items are cancelled now; running ones learn it at
+    /// their next heartbeat. Finished results stay.
+    fn cancel(&mut self, id: JobId) -> Result<Job> {
+        self.write_checked(|tx| {
+            let job = load_job(tx, id)?;
+            match job.state {
+                JobState::Cancelling | JobState::Cancelled => return Ok(job),
+                state if state.is_terminal() => {
+                    return Err(wrong_state(&job, "it has already ended; nothing to cancel"));
+                }
+                _ => {}
+            }
+            let now = now_ms();
+            tx.execute(
+                "UPDATE items SET state = 'cancelled', updated_at = ?2 WHERE job_id = ?1 AND state = 'pending'",
+                params![id.0, now],
+            )?;
+            set_state(tx, id.0, JobState::Cancelling, now)?;
+            settle(tx, id.0, now)?;
+            load_job(tx, id)
+        })
+    }
+
+    /// Resumes a cancelled or failed job: its unfinished items (cancelled or
+    /// failed) are pending again with fresh attempts. Returns the job and how
+    /// many items were resumed.
+    fn resume(&mut self, id: JobId) -> Result<(Job, u64)> {
+        self.write_checked(|tx| {
+            let job = load_job(tx, id)?;
+            match job.state {
+                JobState::Cancelled | JobState::Cancelling | JobState::Failed => {}
+                JobState::Completed => {
+                    return Err(wrong_state(&job, "it finished; use retry to run its failed items again"));
+                }
+                _ => return Err(wrong_state(&job, "it is still running; nothing to resume")),
+            }
+            let now = now_ms();
+            let resumed = tx.execute(
+                "UPDATE items SET state = 'pending', attempts = 0, not_before = 0, error_code = NULL,
+                                  error_message = NULL, updated_at = ?2
+                 WHERE job_id = ?1 AND state IN ('cancelled', 'failed')",
+                params![id.0, now],
+            )?;
+            set_state(tx, id.0, JobState::InProgress, now)?;
+            settle(tx, id.0, now)?;
+            Ok((load_job(tx, id)?, resumed as u64))
+        })
+    }
+
+    /// Puts a job's failed items back to pending with fresh attempts (invalid
+    /// input lines stay failed). Returns the job and how many items were retried.
+    fn retry_failed(&mut self, id: JobId) -> Result<(Job, u64)> {
+        self.write_checked(|tx| {
+            let job = load_job(tx, id)?;
+            if matches!(job.state, JobState::Cancelling) {
+                return Err(wrong_state(&job, "wait until it is cancelled, then resume it"));
+            }
+            let now = now_ms();
+            let retried = tx.execute(
+                "UPDATE items SET state = 'pending', attempts = 0, not_before = 0, error_code = NULL,
+                                  error_message = NULL, updated_at = ?2
+                 WHERE job_id = ?1 AND state = 'failed'",
+                params![id.0, now],
+            )?;
+            if retried > 0 && job.state.is_terminal() {
+                set_state(tx, id.0, JobState::InProgress, now)?;
+            }
+            settle(tx, id.0, now)?;
+            Ok((load_job(tx, id)?, retried as u64))
+        })
+    }
+
+    fn submit_items(
+        &mut self,
+        input: &mut dyn ItemSource,
+        source_name: &str,
+        options: &SubmitOptions,
+    ) -> Result<Submitted> {
+        self.submit_in_one_transaction(input, source_name, options)
+    }
+
+    fn export_with(
+        &mut self,
+        id: JobId,
+        output: &Path,
+        errors: Option<&Path>,
+        partial: bool,
+        format: &dyn ExportFormat,
+    ) -> Result<ExportSummary> {
+        self.export_from_snapshot(id, output, errors, partial, format)
+    }
+
+    fn location(&self) -> String {
+        format!("sqlite:{}", self.path.display())
+    }
+}
