@@ -376,7 +376,7 @@ impl Config {
             "CORTEX_THREADS",
             overrides.threads,
         )?;
-        let mut parallel = Setting::default(cortex_engine::EngineConfig::DEFAULT_MAX_RUNNING);
+        let mut parallel = Setting::default(cortex_engine::EngineConfig::DEFAULT_PARALLEL);
         layer(
             &mut parallel,
             file.parallel,
@@ -672,7 +672,7 @@ impl Config {
     /// `parallel` sequences at once.
     pub(crate) fn engine(&self, model: &Path, parallel: usize) -> cortex_engine::EngineConfig {
         let mut engine = cortex_engine::EngineConfig::new(model);
-        engine.max_running = parallel;
+        engine.parallel = parallel;
         engine.threads = self.threads.value;
         engine.stream_tokens = (self.context.value > 0).then_some(self.context.value);
         engine.kv_memory = self.kv_memory_mib.value << 20;

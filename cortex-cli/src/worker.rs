@@ -81,7 +81,7 @@ pub(crate) fn run_worker(
         follow,
         lease: Duration::from_secs(config.lease_seconds.value),
         model_sha256: Some(model.sha256.clone()),
-        max_in_flight: None,
+        parallel: None,
         max_priority: None,
     };
     Ok(cortex_worker::run_worker(

@@ -250,7 +250,7 @@ pub fn engine_row(
     let BenchSettings { threads, pp, tg } = *settings;
     let mut config = EngineConfig::new(model_path);
     config.stream_tokens = Some(stream_tokens_for(pp, tg));
-    config.max_running = b;
+    config.parallel = b;
     config.max_batch_tokens = (b * pp).max(512);
     config.threads = threads;
     config.prefix_sharing = false;
@@ -366,7 +366,7 @@ pub fn prefix_run(
     sharing: bool,
 ) -> Result<PrefixRun, EngineError> {
     let mut config = EngineConfig::new(model_path);
-    config.max_running = requests;
+    config.parallel = requests;
     config.max_batch_tokens = 512;
     config.threads = threads;
     config.prefix_sharing = sharing;

@@ -11,8 +11,10 @@ use crate::llama::{DeviceChoice, GpuLayers};
 pub struct EngineConfig {
     /// The GGUF model file.
     pub model: PathBuf,
-    /// Sequences decoding at once at most; each gets a KV stream of its own.
-    pub max_running: usize,
+    /// Sequences decoding at once at most (`--parallel`, llama.cpp's
+    /// `n_parallel`); each gets a KV stream of its own. Fewer run when the KV
+    /// memory or [`EngineConfig::step_cells`] cannot hold that many streams.
+    pub parallel: usize,
     /// Cells of each stream: the longest sequence (prompt plus generation) one
     /// request may have. `None` sizes streams from the requests themselves:
     /// they start small and grow (the KV is rebuilt, running requests are
@@ -61,7 +63,7 @@ impl EngineConfig {
     /// Sequences decoding at once at most by default: on the default model
     /// and a 2-core machine, short requests run fastest 64 at a time (long
     /// ones are held to fewer by [`EngineConfig::step_cells`]).
-    pub const DEFAULT_MAX_RUNNING: usize = 64;
+    pub const DEFAULT_PARALLEL: usize = 64;
 
     /// KV cells one step spans at most by default: 64 streams of 256 cells,
     /// 32 of 512, 16 of 1,024 (see [`EngineConfig::step_cells`]).
@@ -73,7 +75,7 @@ impl EngineConfig {
     pub fn new(model: impl Into<PathBuf>) -> Self {
         Self {
             model: model.into(),
-            max_running: Self::DEFAULT_MAX_RUNNING,
+            parallel: Self::DEFAULT_PARALLEL,
             stream_tokens: None,
             kv_memory: 0,
             step_cells: Self::DEFAULT_STEP_CELLS,
@@ -87,6 +89,30 @@ impl EngineConfig {
             backends_dir: None,
             chat_template: None,
         }
+    }
+
+    /// Settings for tests over a fake backend (`Engine::start_with_backend`):
+    /// `parallel` sequences, `block_size`-token blocks, 64-token batches,
+    /// streams that grow within 1 GiB, sharing on, fixed threads, no timeout.
+    #[doc(hidden)]
+    pub fn for_fake_backend(parallel: usize, block_size: usize) -> Self {
+        Self {
+            parallel,
+            block_size,
+            max_batch_tokens: 64,
+            kv_memory: 1 << 30,
+            step_cells: usize::MAX,
+            threads: 1,
+            request_timeout: None,
+            ..Self::new("fake")
+        }
+    }
+
+    /// The most threads the step loop adapts llama.cpp's to, following the
+    /// cores other processes leave free; `None` when the threads were set
+    /// (then they are kept as set).
+    pub(crate) fn adaptive_threads(&self) -> Option<usize> {
+        (self.threads == 0).then(|| self.effective_threads())
     }
 
     /// The thread count to use: the configured one, or every available core

@@ -14,8 +14,8 @@ use crate::events::{EngineStats, StepObserver};
 use crate::llama::Device;
 use crate::llama::{ContextConfig, LlamaEngineBackend, Model, Placement};
 use crate::protocol::{
-    Command, EngineHealth, EngineInfo, EventReceiver, EventSender, LoopConfig, Shared, Shutdown,
-    event_channel, panic_message,
+    Command, EngineHealth, EngineInfo, EventReceiver, EventSender, Shared, Shutdown, event_channel,
+    panic_message,
 };
 use crate::step::StepLoop;
 
@@ -56,9 +56,8 @@ impl Engine {
         config: &EngineConfig,
         observer: Option<Box<dyn StepObserver>>,
     ) -> Result<Self, EngineError> {
-        let loop_config = LoopConfig::from(config);
         let context = ContextConfig {
-            max_batch_tokens: config.max_batch_tokens.max(config.max_running),
+            max_batch_tokens: config.max_batch_tokens.max(config.parallel),
             threads: config.effective_threads(),
         };
         let path = config.model.clone();
@@ -71,7 +70,7 @@ impl Engine {
         let (device, gpu_layers) = (config.device.clone(), config.gpu_layers);
         let placement = Arc::new(OnceLock::new());
         let placed = Arc::clone(&placement);
-        let mut engine = Self::spawn(loop_config, observer, move |run| {
+        let mut engine = Self::spawn(config.clone(), observer, move |run| {
             let model = Model::load_on(&path, &device, gpu_layers)?;
             let _ = placed.set(model.placement());
             let mut backend = LlamaEngineBackend::new(&model, context, &path);
@@ -91,7 +90,7 @@ impl Engine {
     // Hidden: for the engine's tests over a fake backend (failure injection,
     // scheduling); applications start an engine from an `EngineConfig`.
     #[doc(hidden)]
-    pub fn start_with_backend<B, F>(config: LoopConfig, make: F) -> Result<Self, EngineError>
+    pub fn start_with_backend<B, F>(config: EngineConfig, make: F) -> Result<Self, EngineError>
     where
         B: Backend,
         F: FnOnce() -> Result<B, EngineError> + Send + 'static,
@@ -106,7 +105,7 @@ impl Engine {
     /// Spawns the engine thread. `body` builds a backend (borrowing whatever it
     /// loads on that thread) and hands it to the loop runner it is given.
     fn spawn<F>(
-        config: LoopConfig,
+        config: EngineConfig,
         observer: Option<Box<dyn StepObserver>>,
         body: F,
     ) -> Result<Self, EngineError>
@@ -300,7 +299,7 @@ impl Engine {
     /// to fill every running slot once more, so a waiting request is always at
     /// hand when one finishes.
     pub fn available_slots(&self) -> usize {
-        (self.info.max_running * 2).saturating_sub(self.in_flight())
+        (self.info.parallel * 2).saturating_sub(self.in_flight())
     }
 
     /// Stops the engine and waits for its thread. Returns how it ended: `Ok`

@@ -93,6 +93,5 @@ pub use models::{
     file_sha256, verify_file,
 };
 pub use protocol::{
-    EngineHealth, EngineInfo, EventReceiver, EventSender, Events, LoopConfig, Shutdown,
-    event_channel,
+    EngineHealth, EngineInfo, EventReceiver, EventSender, Events, Shutdown, event_channel,
 };

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use cortex_request::{RequestId, Work};
 
-use crate::config::EngineConfig;
 use crate::events::{EngineEvent, EngineStats};
 
 /// How to stop an engine.
@@ -38,8 +37,8 @@ pub struct EngineInfo {
     pub n_ctx_train: usize,
     /// Longest sequence (prompt plus generation) a request may have.
     pub max_sequence_tokens: usize,
-    /// Sequences running at once at most.
-    pub max_running: usize,
+    /// Sequences running at once at most ([`EngineConfig::parallel`](crate::EngineConfig::parallel)).
+    pub parallel: usize,
 }
 
 /// Whether the step loop is alive.
@@ -77,70 +76,6 @@ impl Shared {
             .health
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = health;
-    }
-}
-
-/// Settings of the step loop that do not depend on the backend.
-// Hidden: only `Engine::start_with_backend` (the engine's tests) takes one;
-// applications set these through `EngineConfig`.
-#[doc(hidden)]
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub struct LoopConfig {
-    /// Tokens per KV block.
-    pub block_size: usize,
-    /// Sequences running at once at most.
-    pub max_running: usize,
-    /// Tokens per decode call at most.
-    pub max_batch_tokens: usize,
-    /// Cells per KV stream, fixed; `None` grows streams with the requests.
-    pub stream_tokens: Option<usize>,
-    /// Bytes the KV may take when streams grow; 0: the backend's default
-    /// ([`Backend::default_kv_memory`]).
-    pub kv_memory: usize,
-    /// Cells the streams of one step span at most when streams grow
-    /// (see [`EngineConfig::step_cells`]).
-    pub step_cells: usize,
-    /// Share KV of common prompt prefixes.
-    pub prefix_sharing: bool,
-    /// Fail running requests that make no progress for this long.
-    pub request_timeout: Option<Duration>,
-    /// Adapt the backend's threads, up to this many, to the cores other
-    /// processes leave free (`None`: keep the backend's).
-    pub adaptive_threads: Option<usize>,
-}
-
-impl LoopConfig {
-    /// Settings for tests over a fake backend: `max_running` sequences,
-    /// `block_size`-token blocks, 64-token batches, streams that grow, sharing on.
-    pub fn new(max_running: usize, block_size: usize) -> Self {
-        Self {
-            block_size,
-            max_running,
-            max_batch_tokens: 64,
-            stream_tokens: None,
-            kv_memory: 1 << 30,
-            step_cells: usize::MAX,
-            prefix_sharing: true,
-            request_timeout: None,
-            adaptive_threads: None,
-        }
-    }
-}
-
-impl From<&EngineConfig> for LoopConfig {
-    fn from(c: &EngineConfig) -> Self {
-        Self {
-            block_size: c.block_size,
-            max_running: c.max_running,
-            max_batch_tokens: c.max_batch_tokens,
-            stream_tokens: c.stream_tokens,
-            kv_memory: c.kv_memory,
-            step_cells: c.step_cells,
-            prefix_sharing: c.prefix_sharing,
-            request_timeout: c.request_timeout,
-            adaptive_threads: (c.threads == 0).then(|| c.effective_threads()),
-        }
     }
 }
 

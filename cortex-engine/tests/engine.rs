@@ -134,7 +134,7 @@ fn mixed_requests() -> Vec<Request> {
 
 #[test]
 fn sixty_four_concurrent_requests_finish_with_the_right_reasons_and_repeat_exactly() {
-    let first_engine = engine(|c| c.max_running = 64);
+    let first_engine = engine(|c| c.parallel = 64);
     let requests = mixed_requests();
     let first = run_all(&first_engine, requests.clone());
     for (request, outcome) in requests.iter().zip(&first) {
@@ -174,7 +174,7 @@ fn sixty_four_concurrent_requests_finish_with_the_right_reasons_and_repeat_exact
     // bits, so a different mix of requests can change a sampled token; that is
     // not claimed here.)
     drop(first_engine);
-    let second_engine = engine(|c| c.max_running = 64);
+    let second_engine = engine(|c| c.parallel = 64);
     let second = run_all(&second_engine, requests);
     for (a, b) in first.iter().zip(&second) {
         assert_eq!(a.response().completions, b.response().completions);
@@ -270,7 +270,7 @@ fn cancelling_mid_decode_ends_with_cancelled_and_frees_the_kv() {
 
 #[test]
 fn a_long_request_grows_the_streams_while_others_run_and_everything_completes() {
-    let engine = engine(|c| c.max_running = 8);
+    let engine = engine(|c| c.parallel = 8);
     let requests: Vec<Request> = (0..8)
         .map(|i| {
             let mut r = greedy(

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use cortex_engine::{
-    Backend, BackendError, BatchToken, Engine, EngineError, EngineEvent, EngineHealth, KvLayout,
-    LoopConfig, StreamId,
+    Backend, BackendError, BatchToken, Engine, EngineConfig, EngineError, EngineEvent,
+    EngineHealth, KvLayout, StreamId,
 };
 use cortex_request::{
     ChatMessage, EmbeddingRequest, FinishReason, Prompt, Request, RequestId, SamplingParams,
@@ -183,12 +183,12 @@ fn start() -> Engine {
 }
 
 fn start_with_timeout(request_timeout: Option<std::time::Duration>) -> Engine {
-    let mut config = LoopConfig::new(8, 4);
+    let mut config = EngineConfig::for_fake_backend(8, 4);
     config.request_timeout = request_timeout;
     start_with(config, FakeBackend::default)
 }
 
-fn start_with(config: LoopConfig, make: fn() -> FakeBackend) -> Engine {
+fn start_with(config: EngineConfig, make: fn() -> FakeBackend) -> Engine {
     Engine::start_with_backend(config, move || Ok(make())).unwrap()
 }
 
@@ -300,7 +300,7 @@ fn run_to_end(engine: &Engine, requests: Vec<Request>) -> Vec<Vec<TokenId>> {
 #[test]
 fn shared_prefixes_are_copied_or_taken_over_and_give_the_exact_outputs() {
     for sharing in [true, false] {
-        let mut config = LoopConfig::new(8, 4);
+        let mut config = EngineConfig::for_fake_backend(8, 4);
         config.prefix_sharing = sharing;
         let engine = start_with(config, FakeBackend::default);
         // Twice: the second wave finds the prefix in streams retired by the first.
@@ -390,7 +390,7 @@ fn a_longer_request_grows_the_streams_and_running_ones_are_recomputed_exactly() 
 #[test]
 fn longer_streams_mean_fewer_of_them_within_the_step_cells() {
     // 8 sequences at most, 1,024 cells per step: 4 streams of 256, then 2 of 512.
-    let mut config = LoopConfig::new(8, 4);
+    let mut config = EngineConfig::for_fake_backend(8, 4);
     config.step_cells = 1024;
     let engine = start_with(config, FakeBackend::default);
     let requests: Vec<(Request, Vec<TokenId>)> = (0..6)
@@ -426,7 +426,7 @@ fn longer_streams_mean_fewer_of_them_within_the_step_cells() {
 
 #[test]
 fn a_fixed_stream_size_refuses_longer_prompts_and_cuts_generation_at_its_end() {
-    let mut config = LoopConfig::new(4, 4);
+    let mut config = EngineConfig::for_fake_backend(4, 4);
     config.stream_tokens = Some(256);
     let engine = start_with(config, FakeBackend::default);
     let too_long = request(80, vec![1; 300]);
@@ -456,7 +456,7 @@ fn a_fixed_stream_size_refuses_longer_prompts_and_cuts_generation_at_its_end() {
 
 #[test]
 fn a_panic_in_the_loop_fails_every_request_in_hand_and_the_engine_reports_it() {
-    let engine = start_with(LoopConfig::new(8, 4), || FakeBackend {
+    let engine = start_with(EngineConfig::for_fake_backend(8, 4), || FakeBackend {
         panic_at: Some(5),
         ..FakeBackend::default()
     });
@@ -600,7 +600,7 @@ fn random_workloads_keep_the_kv_binding_consistent_and_every_output_exact() {
     // are taken over, copied from and reclaimed, and the accounting evicts
     // cached blocks. The binding's invariants are checked after every step
     // (debug builds), and every output must follow the fake model exactly.
-    let engine = start_with(LoopConfig::new(4, 4), FakeBackend::default);
+    let engine = start_with(EngineConfig::for_fake_backend(4, 4), FakeBackend::default);
     let mut rng = Lcg(7);
     let families: Vec<Vec<TokenId>> = (0..5u32)
         .map(|f| (0..40 + 20 * f).map(|i| 1 + (i * (f + 3)) % 20).collect())

@@ -3,7 +3,6 @@
 //! `/metrics`, this one) from `openapi.json` beside this file, put
 //! together once, when the server starts, with the served model's name.
 
-
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::header;

@@ -30,8 +30,10 @@ pub(crate) struct AppState {
     pub(crate) started: i64,
     /// Tells the server's worker thread to stop.
     pub(crate) stop_worker: AtomicBool,
-    /// How many queue items the server's worker keeps in the engine now.
-    pub(crate) batch_limit: Arc<AtomicUsize>,
+    /// `batch_parallel` now: how many queue items the server's worker keeps
+    /// in the engine (the setting, or an eighth of it while online requests
+    /// are answered).
+    pub(crate) batch_parallel: Arc<AtomicUsize>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -56,7 +58,7 @@ impl AppState {
             online: Mutex::new(HashSet::new()),
             started: cortex_queue::now_ms() / 1000,
             stop_worker: AtomicBool::new(false),
-            batch_limit: Arc::new(AtomicUsize::new(config.batch_parallel)),
+            batch_parallel: Arc::new(AtomicUsize::new(config.batch_parallel)),
             config,
         }))
     }
@@ -106,14 +108,14 @@ impl AppState {
         let id = RequestId(self.next_id.fetch_add(1, Ordering::Relaxed));
         let mut online = lock(&self.online);
         online.insert(id);
-        self.set_batch_limit(online.len());
+        self.set_batch_parallel(online.len());
         id
     }
 
     pub(crate) fn online_done(&self, id: RequestId) {
         let mut online = lock(&self.online);
         online.remove(&id);
-        self.set_batch_limit(online.len());
+        self.set_batch_parallel(online.len());
     }
 
     /// Every step decodes all running sequences, so an online request's
@@ -121,14 +123,14 @@ impl AppState {
     /// flight the queue keeps an eighth of its share (at least one item,
     /// so a batch still progresses), the whole share otherwise. Items
     /// already running finish; fewer new ones are claimed.
-    fn set_batch_limit(&self, online: usize) {
+    fn set_batch_parallel(&self, online: usize) {
         let full = self.config.batch_parallel;
         let limit = if online == 0 {
             full
         } else {
             (full / 8).max(1).min(full)
         };
-        self.batch_limit.store(limit, Ordering::Relaxed);
+        self.batch_parallel.store(limit, Ordering::Relaxed);
     }
 
     /// Online requests in flight.

@@ -32,7 +32,7 @@ fn work(state: &AppState) {
         follow: true,
         lease: config.lease,
         model_sha256: Some(config.model.sha256.clone()),
-        max_in_flight: Some(Arc::clone(&state.batch_limit)),
+        parallel: Some(Arc::clone(&state.batch_parallel)),
         max_priority: Some(crate::stream::client_priority_bound(config)),
     };
     let stop = &state.stop_worker;

@@ -32,10 +32,11 @@ pub struct WorkerPlan {
     /// (`None`: every job, whatever model it names).
     pub model_sha256: Option<String>,
     /// Keep at most this many items in the engine (`None`: as many as it
-    /// runs at once). Read before every claim, so another thread may change
-    /// it while the worker runs: a server lowers it while online requests
-    /// are being answered and leaves the rest of the engine to them.
-    pub max_in_flight: Option<Arc<AtomicUsize>>,
+    /// runs at once, its own `parallel`). Read before every claim, so
+    /// another thread may change it while the worker runs: a server sets it
+    /// from its `batch_parallel`, lowered while online requests are being
+    /// answered, and leaves the rest of the engine to them.
+    pub parallel: Option<Arc<AtomicUsize>>,
     /// Clamp every item's priority to ± this (`None`: as submitted): a
     /// server keeps the items clients uploaded below its online requests.
     pub max_priority: Option<i32>,
@@ -49,7 +50,7 @@ impl WorkerPlan {
             follow: false,
             lease,
             model_sha256: None,
-            max_in_flight: None,
+            parallel: None,
             max_priority: None,
         }
     }
@@ -87,7 +88,7 @@ struct Worker<'a> {
     in_flight: HashMap<RequestId, ClaimedItem>,
     /// The in-flight items are a suspect group: claim nothing more until it is done.
     isolating: bool,
-    /// Items cancelled in the engine because `max_in_flight` went down; their
+    /// Items cancelled in the engine because `parallel` went down; their
     /// `cancelled` finish releases them (pending again, attempt not used).
     /// Ids that left `in_flight` are dropped when `shed` next looks.
     shedding: HashSet<RequestId>,
@@ -112,11 +113,11 @@ impl Worker<'_> {
         let idle = self.in_flight.is_empty();
         // Suspects only into an empty engine, and no more of them than run at once.
         let want = if idle {
-            self.engine.info().max_running
+            self.engine.info().parallel
         } else {
             self.engine.available_slots()
         };
-        let want = match &self.plan.max_in_flight {
+        let want = match &self.plan.parallel {
             Some(max) => want.min(
                 max.load(Ordering::Relaxed)
                     .saturating_sub(self.in_flight.len()),
@@ -179,14 +180,14 @@ impl Worker<'_> {
         Ok(())
     }
 
-    /// When `max_in_flight` went below what is in the engine, gives the
+    /// When `parallel` went below what is in the engine, gives the
     /// newest items back: cancelled in the engine, released when their
     /// `cancelled` finish arrives. Their progress is lost (they are computed
     /// again later); a server does this so online requests get the engine
     /// now rather than after the queued items end. Suspect groups are left
     /// alone.
     fn shed(&mut self) {
-        let Some(max) = &self.plan.max_in_flight else {
+        let Some(max) = &self.plan.parallel else {
             return;
         };
         let max = max.load(Ordering::Relaxed);

@@ -2,7 +2,7 @@
 //! worker death (suspects, attempts given back), the engine's panic message is
 //! their last error, the run returns `EngineDied`, and a healthy worker then
 //! finishes the job with every item attempted once. And a worker whose
-//! `max_in_flight` goes down (a server's online traffic) gives its newest
+//! `parallel` goes down (a server's online traffic) gives its newest
 //! items back at once, pending again with their attempts, and finishes the
 //! job.
 
@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use cortex_engine::{
-    Backend, BackendError, BatchToken, Engine, EngineError, KvLayout, LoopConfig, StreamId,
+    Backend, BackendError, BatchToken, Engine, EngineConfig, EngineError, KvLayout, StreamId,
 };
 use cortex_openai::SubmitJsonl;
 use cortex_queue::{ItemState, JobState, SubmitOptions};
@@ -103,7 +103,7 @@ impl Backend for Toy {
 }
 
 fn engine(panic_after: Option<usize>) -> Engine {
-    let mut config = LoopConfig::new(4, 16);
+    let mut config = EngineConfig::for_fake_backend(4, 16);
     config.prefix_sharing = false;
     Engine::start_with_backend(config, move || Ok::<_, EngineError>(Toy::new(panic_after))).unwrap()
 }
@@ -171,7 +171,7 @@ fn a_lower_in_flight_limit_gives_the_newest_items_back_and_the_job_still_complet
     let (mut store, job) = twelve_items(dir.path(), 60);
     let limit = Arc::new(AtomicUsize::new(4));
     let mut plan = WorkerPlan::new(Duration::from_secs(60));
-    plan.max_in_flight = Some(Arc::clone(&limit));
+    plan.parallel = Some(Arc::clone(&limit));
     let engine = engine(None);
     let stop = AtomicBool::new(false);
     let lowered = Arc::clone(&limit);

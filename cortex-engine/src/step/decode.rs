@@ -80,7 +80,7 @@ impl StepLoop<'_> {
     ) -> Vec<(RequestId, TokenId)> {
         let started = Instant::now();
         let decoded = self.backend.decode(batch);
-        self.stats.decode_seconds += started.elapsed().as_secs_f64();
+        self.tally.decoded_for(started.elapsed().as_secs_f64());
         match decoded {
             Ok(()) => {
                 self.copy_logits(rows, |row| row.batch_index);
@@ -143,7 +143,7 @@ impl StepLoop<'_> {
                 Err(BackendError::NoKvSlot) => {
                     self.forget_batch_kv(&part);
                     if self.sched.preempt(seq_id).is_ok() {
-                        self.stats.preemptions += 1;
+                        self.tally.preempted();
                         self.unbind(seq_id);
                     }
                 }

@@ -36,7 +36,8 @@ impl StepLoop<'_> {
         let id = request.id;
         match self.tokenize_inputs(request) {
             Ok(inputs) => {
-                self.stats.prompt_tokens += inputs.iter().map(|i| i.len() as u64).sum::<u64>();
+                self.tally
+                    .prompt(inputs.iter().map(|i| i.len() as u64).sum::<u64>());
                 self.embeds.push_back(PendingEmbed {
                     id,
                     events,
@@ -120,8 +121,8 @@ impl StepLoop<'_> {
         for &(at, _) in &picked {
             self.embeds[at].started.get_or_insert(now);
         }
-        self.stats.steps += 1;
-        self.stats.prefill_tokens += tokens as u64;
+        self.tally.step();
+        self.tally.prefilled(tokens as u64);
         match self.backend.embed(&batch) {
             Ok(vectors) => {
                 for (&(at, _), vector) in picked.iter().zip(vectors) {

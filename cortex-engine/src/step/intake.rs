@@ -91,7 +91,7 @@ impl StepLoop<'_> {
         let id = request.id;
         match self.queue_completions(request) {
             Ok((seqs, prompt_tokens)) => {
-                self.stats.prompt_tokens += (prompt_tokens * seqs.len()) as u64;
+                self.tally.prompt((prompt_tokens * seqs.len()) as u64);
                 self.live.insert(
                     id,
                     Live {
@@ -134,9 +134,7 @@ impl StepLoop<'_> {
             })?;
         }
         let prompt = self.tokenize_prompt(request)?;
-        if let Some(observer) = &mut self.observer {
-            observer.prompt(&prompt);
-        }
+        self.timeline.prompt(&prompt);
         let limit = self.info.max_sequence_tokens;
         if prompt.len() >= limit {
             return Err(EngineError::PromptTooLong {

@@ -16,10 +16,8 @@ impl StepLoop<'_> {
     /// Sends a request's last event and counts its end.
     pub(super) fn report_end(&mut self, events: &EventSender, event: EngineEvent) {
         debug_assert!(event.is_terminal());
-        self.stats.requests_finished += 1;
-        if matches!(event, EngineEvent::Failed { .. }) {
-            self.stats.requests_failed += 1;
-        }
+        self.tally
+            .request_ended(matches!(event, EngineEvent::Failed { .. }));
         self.shared.in_flight.fetch_sub(1, Ordering::SeqCst);
         // Whoever hears of the end sees it counted.
         self.publish_stats();
@@ -90,11 +88,7 @@ impl StepLoop<'_> {
             first_token: live.first_token.map(|t| t.duration_since(live.submitted)),
             finished: now.duration_since(live.submitted),
         };
-        if let Some(ttft) = timings.first_token {
-            self.ttft_sum += ttft.as_secs_f64();
-        }
-        self.latency_sum += timings.finished.as_secs_f64();
-        self.latency_count += 1;
+        self.tally.latency(&timings);
         let response = Response {
             id,
             completions,
@@ -165,28 +159,23 @@ impl StepLoop<'_> {
 
     pub(super) fn publish_stats(&mut self) {
         let kv = self.sched.kv_stats();
-        self.stats.waiting = self.sched.num_waiting() + self.oversize.len();
-        self.stats.running = self.sched.num_running();
-        self.stats.kv_utilisation = kv.utilisation;
-        self.stats.kv_streams = self.streams.count();
-        self.stats.kv_stream_tokens = self.streams.capacity();
-        self.stats.kv_bytes = (self.streams.count()
-            * self.streams.capacity()
-            * self.backend.kv_bytes_per_token()) as u64;
-        self.stats.kv_retired_streams = self.streams.retired();
-        self.stats.kv_evicted_blocks = self.evicted_before_reset + kv.evictions;
-        if self.stats.busy_seconds > 0.0 {
-            self.stats.generated_tokens_per_second =
-                self.stats.generated_tokens as f64 / self.stats.busy_seconds;
-        }
-        if self.latency_count > 0 {
-            self.stats.mean_time_to_first_token = self.ttft_sum / self.latency_count as f64;
-            self.stats.mean_latency = self.latency_sum / self.latency_count as f64;
-        }
+        let (sched, streams) = (&self.sched, &self.streams);
+        let waiting = sched.num_waiting() + self.oversize.len();
+        let kv_bytes =
+            (streams.count() * streams.capacity() * self.backend.kv_bytes_per_token()) as u64;
+        let stats = self.tally.snapshot(kv.evictions, |stats| {
+            stats.waiting = waiting;
+            stats.running = sched.num_running();
+            stats.kv_utilisation = kv.utilisation;
+            stats.kv_streams = streams.count();
+            stats.kv_stream_tokens = streams.capacity();
+            stats.kv_bytes = kv_bytes;
+            stats.kv_retired_streams = streams.retired();
+        });
         *self
             .shared
             .stats
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = self.stats;
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = stats;
     }
 }

@@ -11,7 +11,9 @@
 //!   sampling, and what each stream computed;
 //! - `output`: stop conditions and the streamed text of each token;
 //! - `lifecycle`: the one path that ends a request (finished, failed,
-//!   cancelled, refused) and owns the counters, plus timeouts and statistics;
+//!   cancelled, refused), timeouts, and publishing the statistics;
+//! - `tally`: the running figures behind `EngineStats`, one owner for them;
+//! - `timeline`: the record of each step for an observer (a trace);
 //! - `embed`: embedding requests, packed into decodes of their own between
 //!   generation steps.
 //!
@@ -23,7 +25,9 @@ mod intake;
 mod lifecycle;
 mod output;
 mod sizing;
+mod tally;
 mod threads;
+mod timeline;
 
 use std::collections::{HashMap, VecDeque};
 use std::panic::AssertUnwindSafe;
@@ -36,16 +40,17 @@ use cortex_sample::Sampler;
 use cortex_sched::{SchedRequest, Scheduler, StepPlan};
 
 use crate::backend::{Backend, BatchToken, StreamId, TokenGrammar};
+use crate::config::EngineConfig;
 use crate::error::EngineError;
-use crate::events::{EngineEvent, EngineStats, StepObserver, StepRecord};
-use crate::protocol::{
-    Command, EngineHealth, EngineInfo, EventSender, LoopConfig, Shared, panic_message,
-};
-use crate::streams::{Binding, Streams, ToBind};
+use crate::events::{EngineEvent, StepObserver};
+use crate::protocol::{Command, EngineHealth, EngineInfo, EventSender, Shared, panic_message};
+use crate::streams::{Streams, ToBind};
 use crate::text::{StopMatcher, Utf8Stream};
 
 use self::sizing::Sizing;
+use self::tally::Tally;
 use self::threads::ThreadGovernor;
+use self::timeline::Timeline;
 
 /// One request as the loop tracks it.
 struct Live {
@@ -89,15 +94,21 @@ struct Seq {
 }
 
 pub(crate) struct StepLoop<'b> {
+    // The model and its KV: the backend, the scheduler's plan and block
+    // accounting, the streams sequences run in, and how they are sized.
     backend: Box<dyn Backend + 'b>,
     sched: Scheduler,
     streams: Streams,
     sizing: Sizing,
-    threads: Option<ThreadGovernor>,
     info: EngineInfo,
-    timeout: Option<Duration>,
+    /// The decode threads, adapted to the cores other processes leave free.
+    threads: Option<ThreadGovernor>,
+    // The handle's side: commands in, what both read, whether to stop.
     commands: flume::Receiver<Command>,
     shared: Arc<Shared>,
+    draining: bool,
+    // Requests in flight: each request, its completions, embedding requests
+    // waiting for a decode, completions waiting for longer streams.
     live: HashMap<RequestId, Live>,
     seqs: HashMap<RequestId, Seq>,
     /// Embedding requests, in arrival order.
@@ -106,25 +117,18 @@ pub(crate) struct StepLoop<'b> {
     /// they enter the scheduler once the streams have grown.
     oversize: Vec<SchedRequest>,
     next_seq: u64,
-    /// Evictions counted by accounting pools replaced since (KV rebuilt).
-    evicted_before_reset: u64,
-    draining: bool,
-    stats: EngineStats,
-    ttft_sum: f64,
-    latency_sum: f64,
-    latency_count: u64,
+    timeout: Option<Duration>,
+    // What is measured and watched.
+    tally: Tally,
+    timeline: Timeline,
+    /// Scratch: each sampled row's logits, reused between steps.
     logits: Vec<Vec<f32>>,
-    /// What watches the steps, if anything (a trace).
-    observer: Option<Box<dyn StepObserver>>,
-    /// When the loop started, and when its last step ended.
-    started_at: Instant,
-    last_step_end: Option<Instant>,
 }
 
 impl<'b> StepLoop<'b> {
     pub(crate) fn new(
         mut backend: Box<dyn Backend + 'b>,
-        config: &LoopConfig,
+        config: &EngineConfig,
         commands: flume::Receiver<Command>,
         shared: Arc<Shared>,
         observer: Option<Box<dyn StepObserver>>,
@@ -142,18 +146,14 @@ impl<'b> StepLoop<'b> {
             n_vocab: backend.n_vocab(),
             n_ctx_train: backend.n_ctx_train(),
             max_sequence_tokens: sizing.max_sequence_tokens(),
-            max_running: config.max_running.max(1),
-        };
-        let stats = EngineStats {
-            threads: config.adaptive_threads.unwrap_or(0),
-            ..EngineStats::default()
+            parallel: config.parallel.max(1),
         };
         Ok(Self {
             streams: Streams::new(layout.streams, layout.capacity, sizing.block_size()),
             backend,
             sched,
             sizing,
-            threads: config.adaptive_threads.map(ThreadGovernor::new),
+            threads: config.adaptive_threads().map(ThreadGovernor::new),
             info,
             timeout: config.request_timeout,
             commands,
@@ -163,16 +163,10 @@ impl<'b> StepLoop<'b> {
             embeds: VecDeque::new(),
             oversize: Vec::new(),
             next_seq: 0,
-            evicted_before_reset: 0,
             draining: false,
-            stats,
-            ttft_sum: 0.0,
-            latency_sum: 0.0,
-            latency_count: 0,
+            tally: Tally::new(config.adaptive_threads().unwrap_or(0)),
+            timeline: Timeline::new(observer),
             logits: Vec::new(),
-            observer,
-            started_at: Instant::now(),
-            last_step_end: None,
         })
     }
 
@@ -208,7 +202,7 @@ impl<'b> StepLoop<'b> {
             if !self.embeds.is_empty() {
                 self.embed_step();
             }
-            self.stats.busy_seconds += started.elapsed().as_secs_f64();
+            self.tally.busy_for(started.elapsed().as_secs_f64());
             self.publish_stats();
         }
         self.publish_stats();
@@ -225,7 +219,7 @@ impl<'b> StepLoop<'b> {
                 "decoding with {threads} thread(s): other processes use the rest"
             );
             self.backend.set_threads(threads);
-            self.stats.threads = threads;
+            self.tally.threads(threads);
         }
     }
 
@@ -240,27 +234,15 @@ impl<'b> StepLoop<'b> {
     /// One step: plan, bind KV, decode, sample, emit.
     fn step(&mut self) {
         let started = Instant::now();
-        let decoded_before = self.stats.decode_seconds;
+        let decoded_before = self.tally.decode_seconds();
         if !self.oversize.is_empty() {
             self.grow_streams();
         }
         let plan = self.sched.schedule();
-        self.stats.steps += 1;
-        // Only a watched loop pays for its step records.
-        let mut record = self.observer.is_some().then(|| StepRecord {
-            step: self.stats.steps,
-            at: started.duration_since(self.started_at).as_secs_f64(),
-            decode_sequences: plan.decode.len(),
-            generated_tokens: plan.num_samples(),
-            prefill_chunks: plan.prefill.len(),
-            prefill_tokens: plan.prefill.iter().map(|c| c.len).sum(),
-            gap_seconds: self
-                .last_step_end
-                .map_or(0.0, |end| started.duration_since(end).as_secs_f64()),
-            ..StepRecord::default()
-        });
+        let step = self.tally.step();
+        let mut record = self.timeline.begin(step, started, &plan);
         for &id in &plan.preempted {
-            self.stats.preemptions += 1;
+            self.tally.preempted();
             self.unbind(id);
         }
         self.drop_evicted();
@@ -275,7 +257,8 @@ impl<'b> StepLoop<'b> {
                 ) = attention_span(&batch);
             }
             let sampled = self.decode(&batch, &rows);
-            self.stats.prefill_tokens += plan.prefill.iter().map(|c| c.len as u64).sum::<u64>();
+            self.tally
+                .prefilled(plan.prefill.iter().map(|c| c.len as u64).sum::<u64>());
             self.record_computed(&plan);
             let finished_by_length = self.sched.commit(&plan, &sampled);
             for (seq, token) in sampled {
@@ -285,14 +268,8 @@ impl<'b> StepLoop<'b> {
         }
         #[cfg(debug_assertions)]
         self.verify_kv();
-        let ended = Instant::now();
-        if let (Some(observer), Some(mut record)) = (&mut self.observer, record) {
-            record.decode_seconds = self.stats.decode_seconds - decoded_before;
-            record.host_seconds =
-                (ended.duration_since(started).as_secs_f64() - record.decode_seconds).max(0.0);
-            observer.step(&record);
-        }
-        self.last_step_end = Some(ended);
+        let decoded = self.tally.decode_seconds() - decoded_before;
+        self.timeline.end(record, started, decoded);
     }
 
     /// Binds the plan's admissions to streams, copying in reused prefixes.
@@ -324,17 +301,12 @@ impl<'b> StepLoop<'b> {
         self.evict(&orphans);
         let now = Instant::now();
         for (id, stream, binding) in bound {
-            match binding {
-                Binding::Copied => self.stats.prefix_copies += 1,
-                Binding::TakenOver => self.stats.prefix_takeovers += 1,
-                Binding::Fresh => {}
-            }
             let cached = plan
                 .admitted
                 .iter()
                 .find(|a| a.id == id)
                 .map_or(0, |a| a.cached_tokens);
-            self.stats.prefill_tokens_saved += cached as u64;
+            self.tally.bound(binding, cached);
             let seq = self.seqs.get_mut(&id).expect("admitted sequences exist");
             seq.stream = Some(stream);
             if seq.progressed_since_bind {

@@ -16,7 +16,7 @@ impl StepLoop<'_> {
             return;
         };
         let owner = seq.owner;
-        self.stats.generated_tokens += 1;
+        self.tally.generated();
         seq.tokens.push(token);
         let is_end = !seq.ignore_eos && self.backend.is_end_of_generation(token);
         let is_stop_token = seq.stop_token_ids.contains(&token);

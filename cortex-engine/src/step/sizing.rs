@@ -11,8 +11,8 @@ use cortex_sched::SchedConfig;
 
 use super::StepLoop;
 use crate::backend::{Backend, KvLayout};
+use crate::config::EngineConfig;
 use crate::error::EngineError;
-use crate::protocol::LoopConfig;
 use crate::streams::Streams;
 
 /// llama.cpp pads cells per stream to this.
@@ -24,7 +24,7 @@ fn mib(bytes: usize) -> usize {
 
 #[derive(Debug, Clone)]
 pub(super) struct Sizing {
-    max_running: usize,
+    parallel: usize,
     fixed: Option<usize>,
     /// Cells the memory budget allows, across all streams.
     budget_cells: usize,
@@ -42,9 +42,9 @@ impl Sizing {
     /// The sizing for `config` on `backend`, refused when the KV cache it
     /// asks for cannot fit the memory of the device that holds it (so a job
     /// that does not fit fails at start, saying what to lower, never midway).
-    pub(super) fn new(config: &LoopConfig, backend: &dyn Backend) -> Result<Self, EngineError> {
+    pub(super) fn new(config: &EngineConfig, backend: &dyn Backend) -> Result<Self, EngineError> {
         let per_token = backend.kv_bytes_per_token().max(1);
-        let max_running = config.max_running.max(1);
+        let parallel = config.parallel.max(1);
         let fixed = config
             .stream_tokens
             .map(|t| t.max(1).next_multiple_of(GRANULE));
@@ -66,10 +66,10 @@ impl Sizing {
             backend.default_kv_memory().unwrap_or(1 << 30)
         };
         match (fixed, available) {
-            (Some(cells), Some(available)) if max_running * cells * per_token > available => {
+            (Some(cells), Some(available)) if parallel * cells * per_token > available => {
                 return refuse(format!(
-                    "a KV cache of {max_running} sequences of {cells} tokens needs {} MiB; {device} has {} MiB for it: lower --parallel or --context",
-                    mib(max_running * cells * per_token),
+                    "a KV cache of {parallel} sequences of {cells} tokens needs {} MiB; {device} has {} MiB for it: lower --parallel or --context",
+                    mib(parallel * cells * per_token),
                     mib(available)
                 ));
             }
@@ -83,7 +83,7 @@ impl Sizing {
             _ => {}
         }
         Ok(Self {
-            max_running,
+            parallel,
             fixed,
             budget_cells: budget / per_token,
             step_cells: config.step_cells.max(GRANULE),
@@ -124,8 +124,8 @@ impl Sizing {
     /// memory budget or the step's cell span cannot hold them all.
     pub(super) fn layout(&self, capacity: usize) -> KvLayout {
         let streams = match self.fixed {
-            Some(_) => self.max_running,
-            None => (self.budget_cells.min(self.step_cells) / capacity).clamp(1, self.max_running),
+            Some(_) => self.parallel,
+            None => (self.budget_cells.min(self.step_cells) / capacity).clamp(1, self.parallel),
         };
         KvLayout { streams, capacity }
     }
@@ -174,7 +174,7 @@ impl StepLoop<'_> {
             .collect();
         for id in running {
             if self.sched.preempt(id).is_ok() {
-                self.stats.preemptions += 1;
+                self.tally.preempted();
             }
             if let Some(seq) = self.seqs.get_mut(&id) {
                 seq.stream = None;
@@ -189,11 +189,10 @@ impl StepLoop<'_> {
         }
         let layout = self.backend.kv_layout();
         self.streams = Streams::new(layout.streams, layout.capacity, self.sizing.block_size);
-        self.evicted_before_reset += self.sched.kv_stats().evictions;
+        self.tally.kv_rebuilt(self.sched.kv_stats().evictions);
         self.sched
             .reset_kv(self.sizing.sched_config(layout))
             .expect("nothing runs while the KV is rebuilt");
-        self.stats.kv_resizes += 1;
         for request in std::mem::take(&mut self.oversize) {
             self.sched
                 .add(request)

@@ -44,7 +44,7 @@ pub fn engine(edit: impl FnOnce(&mut EngineConfig)) -> TestEngine {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let mut config = EngineConfig::new(model_path());
-    config.max_running = 16;
+    config.parallel = 16;
     config.max_batch_tokens = 512;
     edit(&mut config);
     TestEngine {
