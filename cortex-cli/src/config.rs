@@ -304,19 +304,22 @@ fn xdg_dir(variable: &str, fallback: &str) -> PathBuf {
         .join("cortex")
 }
 
-/// Applies a file value, then an environment variable, then a flag.
-fn layer<T: std::str::FromStr>(
-    setting: &mut Setting<T>,
+/// One setting from its layers, the last present winning: `default`, the
+/// file's value, the environment variable `env`, the flag. Every setting is
+/// resolved by this one rule, in [`Config::load`].
+fn resolve<T: std::str::FromStr>(
+    default: T,
     file: Option<T>,
     file_path: Option<&Path>,
     env: &'static str,
     flag: Option<T>,
-) -> anyhow::Result<()>
+) -> anyhow::Result<Setting<T>>
 where
     T::Err: fmt::Display,
 {
+    let mut setting = Setting::default(default);
     if let (Some(value), Some(path)) = (file, file_path) {
-        *setting = Setting {
+        setting = Setting {
             value,
             source: Source::File(path.to_path_buf()),
         };
@@ -325,18 +328,18 @@ where
         let value = raw
             .parse()
             .map_err(|e| anyhow::anyhow!("environment variable {env}={raw:?} is invalid: {e}"))?;
-        *setting = Setting {
+        setting = Setting {
             value,
             source: Source::Env(env),
         };
     }
     if let Some(value) = flag {
-        *setting = Setting {
+        setting = Setting {
             value,
             source: Source::Flag,
         };
     }
-    Ok(())
+    Ok(setting)
 }
 
 impl Config {
@@ -356,212 +359,168 @@ impl Config {
         };
         let fp = file_path.as_deref();
 
-        let mut data_dir = Setting::default(xdg_dir("XDG_DATA_HOME", ".local/share"));
-        layer(&mut data_dir, file.data_dir, fp, "CORTEX_DATA_DIR", None)?;
-        let mut db = Setting::default(data_dir.value.join("cortex.db"));
-        layer(&mut db, file.db, fp, "CORTEX_DB", overrides.db.clone())?;
-        let mut model = Setting::default("default".to_owned());
-        layer(
-            &mut model,
+        let data_dir = resolve(
+            xdg_dir("XDG_DATA_HOME", ".local/share"),
+            file.data_dir,
+            fp,
+            "CORTEX_DATA_DIR",
+            None,
+        )?;
+        let db = resolve(
+            data_dir.value.join("cortex.db"),
+            file.db,
+            fp,
+            "CORTEX_DB",
+            overrides.db.clone(),
+        )?;
+        let model = resolve(
+            "default".to_owned(),
             file.model,
             fp,
             "CORTEX_MODEL",
             overrides.model.clone(),
         )?;
-        let mut threads = Setting::default(0);
-        layer(
-            &mut threads,
-            file.threads,
-            fp,
-            "CORTEX_THREADS",
-            overrides.threads,
-        )?;
-        let mut parallel = Setting::default(cortex_engine::EngineConfig::DEFAULT_PARALLEL);
-        layer(
-            &mut parallel,
+        let threads = resolve(0, file.threads, fp, "CORTEX_THREADS", overrides.threads)?;
+        let parallel = resolve(
+            cortex_engine::EngineConfig::DEFAULT_PARALLEL,
             file.parallel,
             fp,
             "CORTEX_PARALLEL",
             overrides.parallel,
         )?;
-        let mut context = Setting::default(0);
-        layer(&mut context, file.context, fp, "CORTEX_CONTEXT", None)?;
-        let mut kv_memory_mib = Setting::default(0);
-        layer(
-            &mut kv_memory_mib,
-            file.kv_memory_mib,
-            fp,
-            "CORTEX_KV_MEMORY_MIB",
-            None,
-        )?;
-        let mut lease_seconds = Setting::default(60);
-        layer(
-            &mut lease_seconds,
-            file.lease_seconds,
-            fp,
-            "CORTEX_LEASE_SECONDS",
-            None,
-        )?;
-        let mut max_attempts = Setting::default(3);
-        layer(
-            &mut max_attempts,
-            file.max_attempts,
-            fp,
-            "CORTEX_MAX_ATTEMPTS",
-            None,
-        )?;
-        let mut chat_template = Setting::default(String::new());
-        layer(
-            &mut chat_template,
+        let context = resolve(0, file.context, fp, "CORTEX_CONTEXT", None)?;
+        let kv_memory_mib = resolve(0, file.kv_memory_mib, fp, "CORTEX_KV_MEMORY_MIB", None)?;
+        let lease_seconds = resolve(60, file.lease_seconds, fp, "CORTEX_LEASE_SECONDS", None)?;
+        let max_attempts = resolve(3, file.max_attempts, fp, "CORTEX_MAX_ATTEMPTS", None)?;
+        let chat_template = resolve(
+            String::new(),
             file.chat_template,
             fp,
             "CORTEX_CHAT_TEMPLATE",
             overrides.chat_template.clone(),
         )?;
-        let mut device = Setting::default(DeviceChoice::Auto);
         let file_device = parse_file_value("device", file.device, fp)?;
-        layer(
-            &mut device,
+        let device = resolve(
+            DeviceChoice::Auto,
             file_device,
             fp,
             "CORTEX_DEVICE",
             overrides.device.clone(),
         )?;
-        let mut gpu_layers = Setting::default(GpuLayers::All);
         let file_layers = match file.gpu_layers {
             Some(FileGpuLayers::Count(n)) => Some(GpuLayers::Count(n)),
             Some(FileGpuLayers::Text(text)) => parse_file_value("gpu_layers", Some(text), fp)?,
             None => None,
         };
-        layer(
-            &mut gpu_layers,
+        let gpu_layers = resolve(
+            GpuLayers::All,
             file_layers,
             fp,
             "CORTEX_GPU_LAYERS",
             overrides.gpu_layers,
         )?;
-        let mut backends_dir = Setting::default(PathBuf::new());
-        layer(
-            &mut backends_dir,
+        let backends_dir = resolve(
+            PathBuf::new(),
             file.backends_dir,
             fp,
             "CORTEX_BACKENDS_DIR",
             overrides.backends_dir.clone(),
         )?;
         let server = file.server.unwrap_or_default();
-        let mut host = Setting::default("127.0.0.1".to_owned());
-        layer(
-            &mut host,
+        let host = resolve(
+            "127.0.0.1".to_owned(),
             server.host,
             fp,
             "CORTEX_HOST",
             overrides.host.clone(),
         )?;
-        let mut port = Setting::default(8080);
-        layer(&mut port, server.port, fp, "CORTEX_PORT", overrides.port)?;
-        let mut api_keys = Setting::default(ApiKeys::default());
-        layer(
-            &mut api_keys,
+        let port = resolve(8080, server.port, fp, "CORTEX_PORT", overrides.port)?;
+        let api_keys = resolve(
+            ApiKeys::default(),
             server.api_keys.map(ApiKeys),
             fp,
             "CORTEX_API_KEYS",
             overrides.api_keys.clone(),
         )?;
-        let mut batch_parallel = Setting::default(parallel.value - parallel.value / 4);
-        layer(
-            &mut batch_parallel,
+        let batch_parallel = resolve(
+            parallel.value - parallel.value / 4,
             server.batch_parallel,
             fp,
             "CORTEX_BATCH_PARALLEL",
             overrides.batch_parallel,
         )?;
-        let mut max_request_tokens = Setting::default(cortex_server::DEFAULT_MAX_REQUEST_TOKENS);
-        layer(
-            &mut max_request_tokens,
+        let max_request_tokens = resolve(
+            cortex_server::DEFAULT_MAX_REQUEST_TOKENS,
             server.max_request_tokens,
             fp,
             "CORTEX_MAX_REQUEST_TOKENS",
             overrides.max_request_tokens,
         )?;
-        let mut max_online_requests = Setting::default(cortex_server::DEFAULT_MAX_ONLINE_REQUESTS);
-        layer(
-            &mut max_online_requests,
+        let max_online_requests = resolve(
+            cortex_server::DEFAULT_MAX_ONLINE_REQUESTS,
             server.max_online_requests,
             fp,
             "CORTEX_MAX_ONLINE_REQUESTS",
             overrides.max_online_requests,
         )?;
-        let mut max_online_requests_per_key = Setting::default(0);
-        layer(
-            &mut max_online_requests_per_key,
+        let max_online_requests_per_key = resolve(
+            0,
             server.max_online_requests_per_key,
             fp,
             "CORTEX_MAX_ONLINE_REQUESTS_PER_KEY",
             overrides.max_online_requests_per_key,
         )?;
-        let mut max_connections = Setting::default(cortex_server::DEFAULT_MAX_CONNECTIONS);
-        layer(
-            &mut max_connections,
+        let max_connections = resolve(
+            cortex_server::DEFAULT_MAX_CONNECTIONS,
             server.max_connections,
             fp,
             "CORTEX_MAX_CONNECTIONS",
             overrides.max_connections,
         )?;
-        let mut header_timeout_seconds =
-            Setting::default(cortex_server::DEFAULT_HEADER_TIMEOUT.as_secs());
-        layer(
-            &mut header_timeout_seconds,
+        let header_timeout_seconds = resolve(
+            cortex_server::DEFAULT_HEADER_TIMEOUT.as_secs(),
             server.header_timeout_seconds,
             fp,
             "CORTEX_HEADER_TIMEOUT_SECONDS",
             overrides.header_timeout_seconds,
         )?;
-        let mut body_timeout_seconds =
-            Setting::default(cortex_server::DEFAULT_BODY_TIMEOUT.as_secs());
-        layer(
-            &mut body_timeout_seconds,
+        let body_timeout_seconds = resolve(
+            cortex_server::DEFAULT_BODY_TIMEOUT.as_secs(),
             server.body_timeout_seconds,
             fp,
             "CORTEX_BODY_TIMEOUT_SECONDS",
             overrides.body_timeout_seconds,
         )?;
-        let mut max_client_priority = Setting::default(cortex_server::DEFAULT_MAX_CLIENT_PRIORITY);
-        layer(
-            &mut max_client_priority,
+        let max_client_priority = resolve(
+            cortex_server::DEFAULT_MAX_CLIENT_PRIORITY,
             server.max_client_priority,
             fp,
             "CORTEX_MAX_CLIENT_PRIORITY",
             overrides.max_client_priority,
         )?;
-        let mut max_project_file_bytes =
-            Setting::default(cortex_server::DEFAULT_MAX_PROJECT_FILE_BYTES);
-        layer(
-            &mut max_project_file_bytes,
+        let max_project_file_bytes = resolve(
+            cortex_server::DEFAULT_MAX_PROJECT_FILE_BYTES,
             server.max_project_file_bytes,
             fp,
             "CORTEX_MAX_PROJECT_FILE_BYTES",
             overrides.max_project_file_bytes,
         )?;
-        let mut file_retention_days =
-            Setting::default(cortex_server::DEFAULT_FILE_RETENTION.as_secs() / (24 * 3600));
-        layer(
-            &mut file_retention_days,
+        let file_retention_days = resolve(
+            cortex_server::DEFAULT_FILE_RETENTION.as_secs() / (24 * 3600),
             server.file_retention_days,
             fp,
             "CORTEX_FILE_RETENTION_DAYS",
             overrides.file_retention_days,
         )?;
-        let mut allowed_hosts = Setting::default(NameList::default());
-        layer(
-            &mut allowed_hosts,
+        let allowed_hosts = resolve(
+            NameList::default(),
             server.allowed_hosts.map(NameList),
             fp,
             "CORTEX_ALLOWED_HOSTS",
             overrides.allowed_hosts.clone(),
         )?;
-        let mut allowed_origins = Setting::default(NameList::default());
-        layer(
-            &mut allowed_origins,
+        let allowed_origins = resolve(
+            NameList::default(),
             server.allowed_origins.map(NameList),
             fp,
             "CORTEX_ALLOWED_ORIGINS",
@@ -574,25 +533,22 @@ impl Config {
                 source: Source::File(path.to_path_buf()),
             };
         }
-        let mut keys_file = Setting::default(PathBuf::new());
-        layer(
-            &mut keys_file,
+        let keys_file = resolve(
+            PathBuf::new(),
             server.keys_file,
             fp,
             "CORTEX_KEYS_FILE",
             overrides.keys_file.clone(),
         )?;
-        let mut unix_socket = Setting::default(PathBuf::new());
-        layer(
-            &mut unix_socket,
+        let unix_socket = resolve(
+            PathBuf::new(),
             server.unix_socket,
             fp,
             "CORTEX_UNIX_SOCKET",
             overrides.unix_socket.clone(),
         )?;
-        let mut unix_socket_only = Setting::default(false);
-        layer(
-            &mut unix_socket_only,
+        let unix_socket_only = resolve(
+            false,
             server.unix_socket_only,
             fp,
             "CORTEX_UNIX_SOCKET_ONLY",
@@ -905,5 +861,36 @@ impl Config {
                 &self.unix_socket_only.source,
             ),
         ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// A setting keeps one name: `NAME` in the file (or its `[server]`
+    /// table), `CORTEX_NAME` in the environment, `Config::NAME` in code.
+    #[test]
+    fn every_setting_keeps_its_name_from_the_file_to_the_environment() {
+        let source = include_str!("config.rs");
+        let start = source.find("pub(crate) fn load(").expect("Config::load");
+        let end = start + source[start..].find("Ok(Config {").expect("its result");
+        let load = &source[start..end];
+        let mut checked = 0;
+        for (at, _) in load.match_indices("= resolve(") {
+            let name = load[..at]
+                .trim_end()
+                .rsplit(' ')
+                .next()
+                .expect("a let binding");
+            let call = &load[at..];
+            let call = &call[..call.find(")?;").expect("a resolve call ends")];
+            let env = call.rsplit('"').nth(1).expect("an environment variable");
+            assert_eq!(
+                env,
+                format!("CORTEX_{}", name.to_uppercase()),
+                "setting {name}"
+            );
+            checked += 1;
+        }
+        assert!(checked >= 30, "only {checked} settings found");
     }
 }

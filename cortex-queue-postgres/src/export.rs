@@ -2,10 +2,9 @@
 //! (`REPEATABLE READ`), rows fetched through a cursor a few thousand at a
 //! time, so a 50-million-item job streams to disk without being held in memory.
 
-use std::io::Write;
 use std::path::Path;
 
-use cortex_queue::backend::{check_exportable, write_atomically};
+use cortex_queue::backend::{check_exportable, export_files};
 use cortex_queue::{
     ExportFormat, ExportSummary, ExportedError, ExportedResult, ItemId, JobId, QueueError, Result,
     StoredResult,
@@ -37,28 +36,15 @@ fn for_each_row(
     sql: &str,
     job: JobId,
     mut each: impl FnMut(&Row) -> Result<(), Failure>,
-) -> Result<u64, Failure> {
+) -> Result<(), Failure> {
     let portal = in_transaction(tx)?.bind(sql, &[&job.0])?;
-    let mut count = 0;
     loop {
         let rows = in_transaction(tx)?.query_portal(&portal, FETCH)?;
         if rows.is_empty() {
-            return Ok(count);
+            return Ok(());
         }
-        for row in &rows {
-            each(row)?;
-            count += 1;
-        }
+        rows.iter().try_for_each(&mut each)?;
     }
-}
-
-fn write_line(w: &mut impl Write, path: &Path, line: &str) -> Result<(), Failure> {
-    writeln!(w, "{line}").map_err(|source| {
-        Failure::Queue(QueueError::Io {
-            path: path.to_path_buf(),
-            source,
-        })
-    })
 }
 
 impl PgStore {
@@ -77,36 +63,38 @@ impl PgStore {
                 .batch_execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")?;
             let job = load_job(tx, id)?;
             check_exportable(&job, partial)?;
-            let results = write_atomically::<Failure>(output, |w| {
-                for_each_row(
-                    tx,
-                    "SELECT i.id, i.line, i.custom_id, i.endpoint, r.completed_at, r.response
-                     FROM items i JOIN results r ON r.item_id = i.id
-                     WHERE i.job_id = $1 AND i.state = 'completed' ORDER BY i.line",
-                    id,
-                    |row| {
-                        let item: i64 = row.get(0);
-                        let response = serde_json::from_str(row.get(5)).map_err(|e| {
-                            QueueError::Database {
-                                path: place.clone(),
-                                detail: format!("the result of item {item} is unreadable: {e}"),
-                            }
-                        })?;
-                        let exported = ExportedResult {
-                            item: ItemId(item),
-                            line: row.get::<_, i64>(1) as u64,
-                            custom_id: row.get(2),
-                            endpoint: row.get(3),
-                            completed_at: row.get(4),
-                            result: StoredResult::Response(response),
-                        };
-                        write_line(w, output, &format.result_line(&job, &exported))
-                    },
-                )
-            })?;
-            let errors_written = match errors {
-                None => 0,
-                Some(path) => write_atomically::<Failure>(path, |w| {
+            export_files::<_, Failure>(
+                tx,
+                &job,
+                (output, errors),
+                format,
+                |tx, sink| {
+                    for_each_row(
+                        tx,
+                        "SELECT i.id, i.line, i.custom_id, i.endpoint, r.completed_at, r.response
+                         FROM items i JOIN results r ON r.item_id = i.id
+                         WHERE i.job_id = $1 AND i.state = 'completed' ORDER BY i.line",
+                        id,
+                        |row| {
+                            let item: i64 = row.get(0);
+                            let response = serde_json::from_str(row.get(5)).map_err(|e| {
+                                QueueError::Database {
+                                    path: place.clone(),
+                                    detail: format!("the result of item {item} is unreadable: {e}"),
+                                }
+                            })?;
+                            sink(ExportedResult {
+                                item: ItemId(item),
+                                line: row.get::<_, i64>(1) as u64,
+                                custom_id: row.get(2),
+                                endpoint: row.get(3),
+                                completed_at: row.get(4),
+                                result: StoredResult::Response(response),
+                            })
+                        },
+                    )
+                },
+                |tx, sink| {
                     for_each_row(
                         tx,
                         "SELECT line, custom_id, code, message FROM (
@@ -119,24 +107,16 @@ impl PgStore {
                          ORDER BY line",
                         id,
                         |row| {
-                            let exported = ExportedError {
+                            sink(ExportedError {
                                 line: row.get::<_, i64>(0) as u64,
                                 custom_id: row.get(1),
                                 code: row.get(2),
                                 message: row.get(3),
-                            };
-                            write_line(w, path, &format.error_line(&job, &exported))
+                            })
                         },
                     )
-                })?,
-            };
-            Ok(ExportSummary {
-                output: output.to_path_buf(),
-                results,
-                errors_file: errors.map(Path::to_path_buf),
-                errors: errors_written,
-                counts: job.counts,
-            })
+                },
+            )
         })
     }
 }

@@ -1,10 +1,9 @@
 //! A job's output and error files from one SQLite read snapshot; the core
-//! writes each atomically.
+//! renders and writes them (`export_files`).
 
-use std::io::Write;
 use std::path::Path;
 
-use cortex_queue::backend::{check_exportable, write_atomically};
+use cortex_queue::backend::{check_exportable, export_files};
 use cortex_queue::{
     ExportFormat, ExportSummary, ExportedError, ExportedResult, ItemId, JobId, QueueError, Result,
     StoredResult,
@@ -26,51 +25,48 @@ impl Store {
         partial: bool,
         format: &dyn ExportFormat,
     ) -> Result<ExportSummary> {
-        let io = |e: std::io::Error, path: &Path| {
-            Outcome::Queue(QueueError::Io {
-                path: path.to_path_buf(),
-                source: e,
-            })
-        };
         let db_path = self.path.clone();
         self.read(|tx| {
             let job = load_job(tx, id)?;
             check_exportable(&job, partial)?;
-            let results = write_atomically::<Outcome>(output, |w| {
-                let mut rows = tx.prepare_cached(
-                    "SELECT i.id, i.line, i.custom_id, i.endpoint, r.completed_at, r.response, r.body
-                     FROM items i JOIN results r ON r.item_id = i.id
-                     WHERE i.job_id = ?1 AND i.state = 'completed' ORDER BY i.line",
-                )?;
-                let mut rows = rows.query([id.0])?;
-                let mut count = 0;
-                while let Some(row) = rows.next()? {
-                    let response: Option<String> = row.get(5)?;
-                    let result = match response {
-                        Some(text) => StoredResult::Response(serde_json::from_str(&text).map_err(|e| {
-                            Outcome::Queue(QueueError::Database {
-                                path: db_path.clone(),
-                                detail: format!("the result of item {} is unreadable: {e}", row.get::<_, i64>(0).unwrap_or(0)),
-                            })
-                        })?),
-                        None => StoredResult::Rendered(row.get(6)?),
-                    };
-                    let exported = ExportedResult {
-                        item: ItemId(row.get(0)?),
-                        line: row.get::<_, i64>(1)? as u64,
-                        custom_id: row.get(2)?,
-                        endpoint: row.get(3)?,
-                        completed_at: row.get(4)?,
-                        result,
-                    };
-                    writeln!(w, "{}", format.result_line(&job, &exported)).map_err(|e| io(e, output))?;
-                    count += 1;
-                }
-                Ok(count)
-            })?;
-            let errors_written = match errors {
-                None => 0,
-                Some(path) => write_atomically::<Outcome>(path, |w| {
+            let unreadable = |item: i64, e: serde_json::Error| {
+                Outcome::Queue(QueueError::Database {
+                    path: db_path.clone(),
+                    detail: format!("the result of item {item} is unreadable: {e}"),
+                })
+            };
+            export_files::<_, Outcome>(
+                &mut (),
+                &job,
+                (output, errors),
+                format,
+                |(), sink| {
+                    let mut rows = tx.prepare_cached(
+                        "SELECT i.id, i.line, i.custom_id, i.endpoint, r.completed_at, r.response, r.body
+                         FROM items i JOIN results r ON r.item_id = i.id
+                         WHERE i.job_id = ?1 AND i.state = 'completed' ORDER BY i.line",
+                    )?;
+                    let mut rows = rows.query([id.0])?;
+                    while let Some(row) = rows.next()? {
+                        let item: i64 = row.get(0)?;
+                        let result = match row.get::<_, Option<String>>(5)? {
+                            Some(text) => StoredResult::Response(
+                                serde_json::from_str(&text).map_err(|e| unreadable(item, e))?,
+                            ),
+                            None => StoredResult::Rendered(row.get(6)?),
+                        };
+                        sink(ExportedResult {
+                            item: ItemId(item),
+                            line: row.get::<_, i64>(1)? as u64,
+                            custom_id: row.get(2)?,
+                            endpoint: row.get(3)?,
+                            completed_at: row.get(4)?,
+                            result,
+                        })?;
+                    }
+                    Ok(())
+                },
+                |(), sink| {
                     let mut rows = tx.prepare_cached(
                         "SELECT line, custom_id, code, message FROM (
                              SELECT line, custom_id, coalesce(error_code, state) AS code,
@@ -82,27 +78,17 @@ impl Store {
                          ORDER BY line",
                     )?;
                     let mut rows = rows.query([id.0])?;
-                    let mut count = 0;
                     while let Some(row) = rows.next()? {
-                        let exported = ExportedError {
+                        sink(ExportedError {
                             line: row.get::<_, i64>(0)? as u64,
                             custom_id: row.get(1)?,
                             code: row.get(2)?,
                             message: row.get(3)?,
-                        };
-                        writeln!(w, "{}", format.error_line(&job, &exported)).map_err(|e| io(e, path))?;
-                        count += 1;
+                        })?;
                     }
-                    Ok(count)
-                })?,
-            };
-            Ok(ExportSummary {
-                output: output.to_path_buf(),
-                results,
-                errors_file: errors.map(Path::to_path_buf),
-                errors: errors_written,
-                counts: job.counts,
-            })
+                    Ok(())
+                },
+            )
         })
     }
 }

@@ -140,7 +140,7 @@ impl<T: WorkerStore + JobStore + Send + std::fmt::Debug + ?Sized> Queue for T {}
 #[doc(hidden)]
 pub use crate::compact::{compact_response, compact_work_apart, expand_work_with};
 #[doc(hidden)]
-pub use crate::export::{check_exportable, write_atomically};
+pub use crate::export::{RowSink, check_exportable, export_files};
 #[doc(hidden)]
 pub use crate::lease::{WORKER_STOPPED, alone_level, claim_by_rule, duration_ms, suspect_group};
 #[doc(hidden)]

@@ -3,7 +3,7 @@
 //! is the caller's ([`ExportFormat`]); the queue supplies what each says.
 
 use std::fs::File;
-use std::io::BufWriter;
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use cortex_request::Response;
@@ -76,7 +76,7 @@ pub trait ExportFormat {
 /// Writes `path` through a temporary file beside it: written, flushed,
 /// fsynced, renamed over `path`, and the directory fsynced. On any error the
 /// temporary file is removed and `path` is untouched.
-pub fn write_atomically<E: From<QueueError>>(
+fn write_atomically<E: From<QueueError>>(
     path: &Path,
     fill: impl FnOnce(&mut BufWriter<File>) -> Result<u64, E>,
 ) -> Result<u64, E> {
@@ -127,4 +127,66 @@ pub fn check_exportable(job: &Job, partial: bool) -> Result<()> {
             c.total
         ),
     ))
+}
+
+/// Where a backend hands the rows of one file of an export, in input order.
+pub type RowSink<'a, T, E> = &'a mut dyn FnMut(T) -> Result<(), E>;
+
+/// A job's export, the same on every backend: its results to `output` and
+/// (if asked) its errors to `errors`, each line as `format` renders it, each
+/// file written atomically, and what was written. The backend reads the
+/// rows, from one snapshot, in `results` and `error_rows`: each hands its
+/// rows in input order to the sink it is given, with `reader` (a
+/// transaction, a cursor's connection) passed through to both.
+pub fn export_files<R, E: From<QueueError>>(
+    reader: &mut R,
+    job: &Job,
+    (output, errors): (&Path, Option<&Path>),
+    format: &dyn ExportFormat,
+    results: impl FnOnce(&mut R, RowSink<'_, ExportedResult, E>) -> Result<(), E>,
+    error_rows: impl FnOnce(&mut R, RowSink<'_, ExportedError, E>) -> Result<(), E>,
+) -> Result<ExportSummary, E> {
+    let results = write_lines(
+        output,
+        |sink| results(reader, sink),
+        |result| format.result_line(job, result),
+    )?;
+    let errors_written = match errors {
+        None => 0,
+        Some(path) => write_lines(
+            path,
+            |sink| error_rows(reader, sink),
+            |error| format.error_line(job, error),
+        )?,
+    };
+    Ok(ExportSummary {
+        output: output.to_path_buf(),
+        results,
+        errors_file: errors.map(Path::to_path_buf),
+        errors: errors_written,
+        counts: job.counts,
+    })
+}
+
+/// Writes `path` atomically, one line per row that `rows` hands over, as
+/// `line` renders it; returns how many.
+fn write_lines<T, E: From<QueueError>>(
+    path: &Path,
+    rows: impl FnOnce(RowSink<'_, T, E>) -> Result<(), E>,
+    line: impl Fn(&T) -> String,
+) -> Result<u64, E> {
+    write_atomically(path, |w| {
+        let mut count = 0;
+        rows(&mut |row| {
+            writeln!(w, "{}", line(&row)).map_err(|source| {
+                E::from(QueueError::Io {
+                    path: path.to_path_buf(),
+                    source,
+                })
+            })?;
+            count += 1;
+            Ok(())
+        })?;
+        Ok(count)
+    })
 }
