@@ -219,8 +219,9 @@ class GpuSampler:
         return sum(self.samples) / len(self.samples) if self.samples else None
 
 
-def run_timed(cmd, env=None):
-    """Runs a command to completion; returns (seconds, peak RSS bytes, stdout)."""
+def run_timed(cmd, env=None, stderr_into=None):
+    """Runs a command to completion; returns (seconds, peak RSS bytes, stdout).
+    `stderr_into`, a list, gets its standard error."""
     started = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     out_chunks = []
@@ -233,6 +234,8 @@ def run_timed(cmd, env=None):
     seconds = time.monotonic() - started
     if proc.returncode != 0:
         raise RuntimeError(f"{cmd[0]} failed ({proc.returncode}): {err.decode()[-2000:]}")
+    if stderr_into is not None:
+        stderr_into.append(err.decode())
     return seconds, usage.ru_maxrss * 1024, out_chunks[0].decode()
 
 
@@ -279,7 +282,9 @@ def cortex_bench(cortex, model, threads, b):
 # ---------------------------------------------------------------- whole jobs
 
 
-def cortex_run(cortex, model, threads, items, extra_env=None):
+def cortex_run(cortex, model, threads, items, extra_env=None, trace=False):
+    """`cortex run` on the job; with `trace`, also its `--trace` summary
+    (where the job's time went), which costs a little time."""
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "job.jsonl")
         with open(path, "w") as f:
@@ -290,7 +295,11 @@ def cortex_run(cortex, model, threads, items, extra_env=None):
         os.makedirs(env["CORTEX_DATA_DIR"])
         out_path = os.path.join(tmp, "out.jsonl")
         gpu = GpuSampler()
-        seconds, rss, _ = run_timed([cortex, "run", path, "-o", out_path], env)
+        cmd = [cortex, "run", path, "-o", out_path]
+        stderr = []
+        if trace:
+            cmd += ["--trace", os.path.join(tmp, "trace.jsonl")]
+        seconds, rss, _ = run_timed(cmd, env, stderr_into=stderr)
         utilisation = gpu.stop()
         prompt = completion = 0
         with open(out_path) as f:
@@ -298,8 +307,13 @@ def cortex_run(cortex, model, threads, items, extra_env=None):
                 usage = json.loads(line)["response"]["body"]["usage"]
                 prompt += usage["prompt_tokens"]
                 completion += usage["completion_tokens"]
-        return {"seconds": seconds, "peak_rss_bytes": rss, "prompt_tokens": prompt,
-                "completion_tokens": completion, "gpu_utilisation": utilisation}
+        result = {"seconds": seconds, "peak_rss_bytes": rss, "prompt_tokens": prompt,
+                  "completion_tokens": completion, "gpu_utilisation": utilisation}
+        if trace:
+            result["trace"] = "\n".join(
+                line for line in stderr[0].splitlines()
+                if line.startswith("trace:") or (line.startswith("  ") and "every step" not in line))
+        return result
 
 
 def post(url, body, timeout=600):
@@ -309,12 +323,31 @@ def post(url, body, timeout=600):
         return json.loads(resp.read())
 
 
-def server_run(peers, model, threads, items, slots, slot_tokens):
+def server_metrics(base):
+    """llama-server's /metrics counters (with `--metrics`), by name."""
+    with urllib.request.urlopen(f"{base}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    figures = {}
+    for line in text.splitlines():
+        if line.startswith("llamacpp:"):
+            name, _, value = line.partition(" ")
+            figures[name.removeprefix("llamacpp:")] = float(value)
+    return figures
+
+
+def server_run(peers, model, threads, items, slots, slot_tokens, timeline=False):
+    """llama-server with `slots` slots, one client per slot; with `timeline`,
+    also what its /metrics and the responses' `timings` say of the work."""
     port = free_port()
     cmd = [f"{peers}/llama-server", "-m", model, "-np", str(slots),
            "-c", str(slots * slot_tokens), "-t", str(threads), "-tb", str(threads),
            "--host", "127.0.0.1", "--port", str(port), "--no-webui", *peer_gpu_args()]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    if timeline:
+        cmd.append("--metrics")
+    # Its log goes to a file: a pipe nobody reads fills up after a few
+    # hundred requests and stalls the server.
+    log_file = tempfile.TemporaryFile()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log_file)
     errors = []
     try:
         base = f"http://127.0.0.1:{port}"
@@ -327,12 +360,15 @@ def server_run(peers, model, threads, items, slots, slot_tokens):
             except OSError:
                 pass
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"llama-server did not start: {proc.stderr.read().decode()[-2000:]}")
+                log_file.seek(0)
+                raise RuntimeError(f"llama-server did not start: {log_file.read().decode()[-2000:]}")
             time.sleep(0.2)
         work = queue.Queue()
         for item in items:
             work.put(item)
         totals = {"prompt_tokens": 0, "completion_tokens": 0}
+        # From each response's `timings`: prompt tokens computed and reused.
+        timings = {"prompt_n": 0, "cache_n": 0, "prompt_ms": 0.0, "predicted_ms": 0.0}
         lock = threading.Lock()
 
         def client():
@@ -350,10 +386,13 @@ def server_run(peers, model, threads, items, slots, slot_tokens):
                     body["prompt"] = item["prompt"]
                     url = f"{base}/v1/completions"
                 try:
-                    usage = post(url, body)["usage"]
+                    answer = post(url, body)
+                    usage = answer["usage"]
                     with lock:
                         totals["prompt_tokens"] += usage["prompt_tokens"]
                         totals["completion_tokens"] += usage["completion_tokens"]
+                        for key in timings:
+                            timings[key] += answer.get("timings", {}).get(key, 0)
                 except Exception as e:  # noqa: BLE001 - reported below
                     errors.append(str(e))
 
@@ -367,15 +406,37 @@ def server_run(peers, model, threads, items, slots, slot_tokens):
         seconds = time.monotonic() - started
         utilisation = gpu.stop()
         rss = peak_rss_of(proc.pid)
+        metrics = server_metrics(base) if timeline else None
     finally:
         proc.terminate()
         try:
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             proc.kill()
+        log_file.close()
     if errors:
         raise RuntimeError(f"llama-server: {len(errors)} requests failed, e.g. {errors[0]}")
-    return {"seconds": seconds, "peak_rss_bytes": rss, "gpu_utilisation": utilisation, **totals}
+    result = {"seconds": seconds, "peak_rss_bytes": rss, "gpu_utilisation": utilisation, **totals}
+    if timeline:
+        result["timeline"] = server_timeline(metrics, timings, totals, seconds)
+    return result
+
+
+def server_timeline(metrics, timings, totals, seconds):
+    """llama-server's side of "where the time goes", in the terms of
+    cortex's trace summary: decode calls (steps), tokens and sequences per
+    decode, prompt tokens computed against those sent, time in prompt
+    processing and in generation (summed over slots, so overlapping)."""
+    decodes = metrics.get("n_decode_total", 0) or 1
+    prompt = metrics.get("prompt_tokens_total", 0)
+    generated = metrics.get("tokens_predicted_total", 0)
+    return (f"llama-server: {metrics.get('n_decode_total', 0):.0f} decode calls in {seconds:.1f} s; "
+            f"{(prompt + generated) / decodes:.1f} tokens per decode, "
+            f"{metrics.get('n_busy_slots_per_decode', 0):.1f} busy slots per decode\n"
+            f"  prompt tokens computed {timings['prompt_n']} of {totals['prompt_tokens']} sent "
+            f"({timings['cache_n']} from a slot's cache); "
+            f"prompt processing {metrics.get('prompt_seconds_total', 0):.1f} s and generation "
+            f"{metrics.get('tokens_predicted_seconds_total', 0):.1f} s summed over slots")
 
 
 # ---------------------------------------------------------------- report
@@ -458,6 +519,10 @@ def main():
     parser.add_argument("--compare", help="another cortex binary (e.g. an earlier build) "
                         "measured in the same rounds, as 'cortex before'")
     parser.add_argument("--json", help="also write the figures here")
+    parser.add_argument("--timelines", action="store_true",
+                        help="after each job's rounds, one more (untimed) run of each side "
+                             "saying where its time went: cortex's --trace summary, "
+                             "llama-server's /metrics and response timings")
     args = parser.parse_args()
     DEVICE = args.device
     results = {"threads": args.threads, "device": args.device, "rounds": args.rounds,
@@ -538,6 +603,17 @@ def main():
                   f"| {good[0]['prompt_tokens']:>10} | {good[0]['completion_tokens']:>7} "
                   f"| {mib(max(r['peak_rss_bytes'] or 0 for r in good))} | {gpu_text} | {faster:>16} |",
                   flush=True)
+        if args.timelines:
+            log(f"job {name}: timelines")
+            ours = cortex_run(args.cortex, args.model, args.threads, items, trace=True)
+            print(f"\nwhere the time goes, job {name} (one untimed run each):\n"
+                  f"cortex run ({ours['seconds']:.1f} s with --trace)\n{ours['trace']}")
+            for n in slots:
+                peer = server_run(args.peers, args.model, args.threads, items, n, slot_tokens,
+                                  timeline=True)
+                print(f"-np {n} ({peer['seconds']:.1f} s): {peer['timeline']}")
+            print(flush=True)
+            results["jobs"][-1]["timelines"] = {"cortex": ours}
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
