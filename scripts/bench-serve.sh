@@ -24,8 +24,7 @@ while [[ $# -gt 0 ]]; do
 done
 python=$(bash scripts/python-env.sh)
 peers=$(bash scripts/build-peers.sh)
-model=$("$cortex" models pull default | tail -1 | awk '{print $NF}')
-[[ -f $model ]] || model=$(ls "${XDG_CACHE_HOME:-$HOME/.cache}"/cortex/models/SmolLM2-135M-Instruct.Q4_1.gguf)
+model=$("$cortex" models pull default | tail -1)
 threads=$(nproc)
 work=$(mktemp -d)
 server=

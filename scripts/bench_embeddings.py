@@ -124,9 +124,11 @@ def main():
     parser.add_argument("--cortex", default="target/release/cortex")
     parser.add_argument("--inputs", type=int, default=10000)
     parser.add_argument("--llama-server")
-    parser.add_argument("--model", default=os.path.expanduser(
-        "~/.cache/cortex/models/SmolLM2-135M-Instruct.Q4_1.gguf"))
+    parser.add_argument("--model", help="a GGUF (default: the default model, from `cortex models pull`)")
     args = parser.parse_args()
+    if args.model is None:
+        args.model = subprocess.run([args.cortex, "models", "pull"], check=True,
+                                    capture_output=True, text=True).stdout.strip()
     rows = []
     with tempfile.TemporaryDirectory() as workdir:
         for per_line in [1, 64]:

@@ -52,6 +52,8 @@ impl<T> Setting<T> {
 struct FileConfig {
     db: Option<PathBuf>,
     model: Option<String>,
+    model_dirs: Option<String>,
+    model_switch_seconds: Option<u64>,
     data_dir: Option<PathBuf>,
     threads: Option<usize>,
     parallel: Option<usize>,
@@ -224,8 +226,15 @@ pub(crate) struct Config {
     pub(crate) data_dir: Setting<PathBuf>,
     /// The job database.
     pub(crate) db: Setting<PathBuf>,
-    /// `default` (SmolLM2-135M-Instruct, fetched into the cache) or a GGUF path.
+    /// `default` (SmolLM2-135M-Instruct, fetched into the cache), a model
+    /// name (`name[:tag]`) or a GGUF path.
     pub(crate) model: Setting<String>,
+    /// Directories whose GGUFs are models too, under their file stems
+    /// (`:`-separated, as `PATH`).
+    pub(crate) model_dirs: Setting<String>,
+    /// A worker without `--model` hands the engine to another model's jobs
+    /// once they have waited this long (and its model has had a turn as long).
+    pub(crate) model_switch_seconds: Setting<u64>,
     /// llama.cpp threads (0: every core).
     pub(crate) threads: Setting<usize>,
     /// Sequences a worker decodes at once.
@@ -379,6 +388,20 @@ impl Config {
             fp,
             "CORTEX_MODEL",
             overrides.model.clone(),
+        )?;
+        let model_dirs = resolve(
+            String::new(),
+            file.model_dirs,
+            fp,
+            "CORTEX_MODEL_DIRS",
+            None,
+        )?;
+        let model_switch_seconds = resolve(
+            600,
+            file.model_switch_seconds,
+            fp,
+            "CORTEX_MODEL_SWITCH_SECONDS",
+            None,
         )?;
         let threads = resolve(0, file.threads, fp, "CORTEX_THREADS", overrides.threads)?;
         let parallel = resolve(
@@ -574,6 +597,8 @@ impl Config {
             data_dir,
             db,
             model,
+            model_dirs,
+            model_switch_seconds,
             threads,
             parallel,
             context,
@@ -624,16 +649,36 @@ impl Config {
         Ok(keys)
     }
 
+    /// The model registry, with the configured model directories.
+    pub(crate) fn registry(&self) -> cortex_models::Registry {
+        let dirs = std::env::split_paths(&self.model_dirs.value)
+            .filter(|d| !d.as_os_str().is_empty())
+            .collect();
+        cortex_models::Registry::default_location().with_model_dirs(dirs)
+    }
+
+    /// Whether a model was chosen (by file, environment or flag): a worker
+    /// without one works every model's jobs.
+    pub(crate) fn model_chosen(&self) -> bool {
+        self.model.source != Source::Default
+    }
+
     /// Engine settings for `model` from this configuration, running
     /// `parallel` sequences at once.
-    pub(crate) fn engine(&self, model: &Path, parallel: usize) -> cortex_engine::EngineConfig {
-        let mut engine = cortex_engine::EngineConfig::new(model);
+    pub(crate) fn engine(
+        &self,
+        model: &cortex_worker::ModelIdentity,
+        parallel: usize,
+    ) -> cortex_engine::EngineConfig {
+        let mut engine = cortex_engine::EngineConfig::new(&model.path);
         engine.parallel = parallel;
         engine.threads = self.threads.value;
         engine.stream_tokens = (self.context.value > 0).then_some(self.context.value);
         engine.kv_memory = self.kv_memory_mib.value << 20;
-        engine.chat_template =
-            (!self.chat_template.value.is_empty()).then(|| self.chat_template.value.clone());
+        // The flag (or file, or environment) wins over a registered model's TEMPLATE.
+        engine.chat_template = (!self.chat_template.value.is_empty())
+            .then(|| self.chat_template.value.clone())
+            .or_else(|| model.settings.template.clone());
         engine.device = self.device.value.clone();
         engine.gpu_layers = self.gpu_layers.value;
         engine.backends_dir = self.backends_dir();
@@ -706,6 +751,16 @@ impl Config {
                 &self.db.source,
             ),
             show("model", self.model.value.clone(), &self.model.source),
+            show(
+                "model_dirs",
+                self.model_dirs.value.clone(),
+                &self.model_dirs.source,
+            ),
+            show(
+                "model_switch_seconds",
+                self.model_switch_seconds.value.to_string(),
+                &self.model_switch_seconds.source,
+            ),
             show(
                 "data_dir",
                 self.data_dir.value.display().to_string(),

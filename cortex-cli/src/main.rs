@@ -30,7 +30,9 @@ struct Cli {
     /// or a PostgreSQL URL (postgres://user[:password]@host[:port]/database).
     #[arg(long, global = true, value_name = "FILE|URL")]
     db: Option<PathBuf>,
-    /// `default` (SmolLM2-135M-Instruct, fetched on first use) or a GGUF file.
+    /// The model: `default` (smollm2-135m, fetched on first use), a name
+    /// (`name[:tag]`, see `cortex models list`) or a GGUF file. A worker
+    /// without one works every model's jobs.
     #[arg(long, global = true, value_name = "MODEL")]
     model: Option<String>,
     /// llama.cpp threads (0: every core).
@@ -131,7 +133,7 @@ enum Command {
     Run(RunArgs),
     /// Generate for one prompt, streaming the text as it comes.
     Generate(GenerateArgs),
-    /// Fetch, list and inspect models.
+    /// Manage models: list, info, pull, add, cp, rm.
     Models {
         #[command(subcommand)]
         command: ModelsCommand,
@@ -158,20 +160,55 @@ enum Command {
 
 #[derive(Debug, Subcommand)]
 enum ModelsCommand {
-    /// Fetch a known model into the cache (verified by size and SHA-256).
-    Pull {
-        /// Which: `default` (SmolLM2-135M-Instruct) or `gemma3-270m`.
-        name: Option<String>,
-    },
-    /// List the models in the cache.
+    /// List the models: registered names, and GGUFs in the model directories.
     List {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
-    /// Show a model's GGUF metadata (the configured model if none is given).
+    /// Show a model's details: family, size, quantization, lengths, digest,
+    /// system prompt and parameters (the configured model if none is given).
     Info {
         model: Option<String>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Fetch a known model (verified by size and SHA-256) and register it.
+    Pull {
+        /// `default` (smollm2-135m, SmolLM2-135M-Instruct) or `gemma3-270m`.
+        name: Option<String>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Register a local GGUF under a name (it is copied into the registry),
+    /// or make a model from a Modelfile (FROM, SYSTEM, TEMPLATE, PARAMETER).
+    Add {
+        /// The name, `name[:tag]`.
+        name: String,
+        /// A GGUF file or a Modelfile.
+        source: PathBuf,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Give a model a second name (the weights are shared, not copied).
+    Cp {
+        from: String,
+        to: String,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a name; its weights go when no other name uses them. Refused
+    /// while an unfinished job needs them.
+    Rm {
+        name: String,
+        /// Remove it even though unfinished jobs need it (they wait until
+        /// the model is back).
+        #[arg(long)]
+        force: bool,
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
@@ -349,10 +386,12 @@ struct GenerateArgs {
     /// Treat the prompt as a user message in the model's chat template.
     #[arg(long)]
     chat: bool,
-    #[arg(long, default_value_t = 128)]
-    max_tokens: u32,
-    #[arg(long, default_value_t = 0.7)]
-    temperature: f32,
+    /// Tokens to generate at most (default: the model's num_predict, else 128).
+    #[arg(long)]
+    max_tokens: Option<u32>,
+    /// Sampling temperature (default: the model's, else 0.7).
+    #[arg(long)]
+    temperature: Option<f32>,
     #[arg(long)]
     top_p: Option<f32>,
     #[arg(long)]
@@ -482,9 +521,14 @@ fn run(cli: Cli, config: &Config) -> anyhow::Result<()> {
         Command::Run(args) => c::run_file(config, &args),
         Command::Generate(args) => c::generate(config, &args),
         Command::Models { command } => match command {
-            ModelsCommand::Pull { name } => c::models_pull(name.as_deref()),
-            ModelsCommand::List { json } => c::models_list(json),
+            ModelsCommand::List { json } => c::models_list(config, json),
             ModelsCommand::Info { model, json } => c::models_info(config, model.as_deref(), json),
+            ModelsCommand::Pull { name, json } => c::models_pull(config, name.as_deref(), json),
+            ModelsCommand::Add { name, source, json } => {
+                c::models_add(config, &name, &source, json)
+            }
+            ModelsCommand::Cp { from, to, json } => c::models_copy(config, &from, &to, json),
+            ModelsCommand::Rm { name, force, json } => c::models_remove(config, &name, force, json),
         },
         Command::Bench(args) => c::bench(config, &args),
         Command::Serve(_) => serve::serve(config),

@@ -50,7 +50,7 @@ pub(crate) fn serve(config: &Config) -> anyhow::Result<()> {
             );
         }
     }
-    let engine = Engine::start(&config.engine(&model.path, parallel))?;
+    let engine = Engine::start(&config.engine(&model, parallel))?;
     let mut places: Vec<String> = Vec::new();
     if tcp {
         places.push(format!("http://{listen}"));

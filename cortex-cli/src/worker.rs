@@ -6,7 +6,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use anyhow::Context;
-use cortex_engine::{Engine, ModelCache, StepObserver};
+use cortex_engine::{Engine, StepObserver};
 use cortex_queue::{JobId, Queue};
 use cortex_worker::{ModelIdentity, WorkerPlan, WorkerReport};
 
@@ -32,16 +32,16 @@ impl StopFlag {
     }
 }
 
-/// The configured model, fetched and verified if it is a known one, else
-/// checked and hashed.
+/// The configured model, fetched and verified if it is a known one not
+/// fetched yet, else checked.
 pub(crate) fn resolve_model(config: &Config) -> anyhow::Result<ModelIdentity> {
-    cortex_worker::resolve(&config.model.value, &ModelCache::default_location())
+    cortex_worker::resolve(&config.model.value, &config.registry())
         .with_context(|| format!("cannot use the model (set by {})", config.model.source))
 }
 
-/// The configured model's name and SHA-256, without fetching it.
-pub(crate) fn identify_model(config: &Config) -> anyhow::Result<(String, String)> {
-    cortex_worker::identify(&config.model.value, &ModelCache::default_location())
+/// The configured model's name, SHA-256 and settings, without fetching it.
+pub(crate) fn identify_model(config: &Config) -> anyhow::Result<ModelIdentity> {
+    cortex_worker::identify(&config.model.value, &config.registry())
         .with_context(|| format!("cannot use the model (set by {})", config.model.source))
 }
 
@@ -72,17 +72,13 @@ pub(crate) fn run_worker(
         follow,
         observer,
     } = scope;
-    let engine = Engine::start_observed(&config.engine(&model.path, parallel), observer)?;
+    let engine = Engine::start_observed(&config.engine(model, parallel), observer)?;
     let device = describe_device(&engine);
     eprintln!("generating on {device}");
     tracing::info!(model = %model.path.display(), sha256 = %model.sha256, parallel, %device, "worker started");
     let plan = WorkerPlan {
-        jobs,
-        follow,
-        lease: Duration::from_secs(config.lease_seconds.value),
         model_sha256: Some(model.sha256.clone()),
-        parallel: None,
-        max_priority: None,
+        ..worker_plan(config, jobs, follow)
     };
     Ok(cortex_worker::run_worker(
         store,
@@ -90,6 +86,49 @@ pub(crate) fn run_worker(
         &plan,
         stop.flag(),
         tick,
+    )?)
+}
+
+fn worker_plan(config: &Config, jobs: Option<Vec<JobId>>, follow: bool) -> WorkerPlan {
+    WorkerPlan {
+        jobs,
+        follow,
+        ..WorkerPlan::new(Duration::from_secs(config.lease_seconds.value))
+    }
+}
+
+/// Works the jobs of every model in the registry, loading each job's model
+/// in turn (a worker started without a model).
+pub(crate) fn run_every_model(
+    config: &Config,
+    store: &mut dyn Queue,
+    scope: WorkerScope,
+    stop: &StopFlag,
+) -> anyhow::Result<WorkerReport> {
+    let parallel = config.parallel.value;
+    let plan = worker_plan(config, scope.jobs, scope.follow);
+    let switch_after = Duration::from_secs(config.model_switch_seconds.value);
+    eprintln!(
+        "working the jobs of every model (one at a time; a model's jobs wait at most {}s per other model with work)",
+        switch_after.as_secs()
+    );
+    let mut start_engine = |model: &ModelIdentity| {
+        let engine = Engine::start(&config.engine(model, parallel))?;
+        eprintln!(
+            "generating with {} on {}",
+            model.name,
+            describe_device(&engine)
+        );
+        Ok(engine)
+    };
+    Ok(cortex_worker::work_every_model(
+        store,
+        &config.registry(),
+        &mut start_engine,
+        &plan,
+        switch_after,
+        stop.flag(),
+        |_| Ok(()),
     )?)
 }
 

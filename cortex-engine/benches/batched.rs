@@ -5,7 +5,8 @@
 //! sizes; `CORTEX_BENCH_REPEAT=N` takes the best of N runs per row (default
 //! 2); `CORTEX_BENCH_PREFIX=0` skips the shared-prefix job.
 
-use cortex_engine::{DEFAULT_MODEL, EngineConfig, ModelCache, bench};
+use cortex_engine::{EngineConfig, bench};
+use cortex_models::{DEFAULT_MODEL, ModelCache};
 
 fn main() {
     let model = ModelCache::default_location()

@@ -55,7 +55,8 @@ pub struct EngineConfig {
     pub backends_dir: Option<PathBuf>,
     /// Render chats with this template instead of the model's own (for a
     /// GGUF without one): the name of a template llama.cpp knows (`chatml`,
-    /// `llama3`, `gemma`, ...: `chat_template_names`) or a file holding one.
+    /// `llama3`, `gemma`, ...: `chat_template_names`), a file holding one, or
+    /// the template's text (Jinja).
     pub chat_template: Option<String>,
 }
 

@@ -4,7 +4,9 @@ use std::path::PathBuf;
 
 use cortex_request::{RequestId, ValidationError};
 
-use crate::{BackendError, GgufError, ModelError};
+use cortex_models::{GgufError, ModelError};
+
+use crate::BackendError;
 
 /// Why the engine or one of its requests failed.
 ///

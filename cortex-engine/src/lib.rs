@@ -22,15 +22,16 @@
 //! [`Backend`] trait separates the loop from llama.cpp so failures can be
 //! injected in tests; [`Engine::health`] reports a loop that died.
 //!
-//! [`ModelCache`] fetches and verifies the default model, SmolLM2-135M-Instruct
-//! Q4_1 ([`DEFAULT_MODEL`]), which ships inside a Python package;
-//! [`read_gguf`] checks any GGUF file first, so a missing, foreign or
-//! truncated file is a clear error naming the path.
+//! Models come from `cortex-models` (the registry, and the default model,
+//! SmolLM2-135M-Instruct Q4_1, fetched from its Python package); the engine
+//! checks any GGUF with `cortex_models::read_gguf` before llama.cpp sees it,
+//! so a missing, foreign or truncated file is a clear error naming the path.
 //!
 //! # Example
 //!
 //! ```
-//! use cortex_engine::{DEFAULT_MODEL, Engine, EngineConfig, EngineEvent, ModelCache};
+//! use cortex_engine::{Engine, EngineConfig, EngineEvent};
+//! use cortex_models::{DEFAULT_MODEL, ModelCache};
 //! use cortex_request::{Request, RequestId, SamplingParams};
 //!
 //! let model = ModelCache::default_location().ensure(&DEFAULT_MODEL)?; // fetched once
@@ -67,9 +68,7 @@ mod config;
 mod engine;
 mod error;
 mod events;
-mod gguf;
 mod llama;
-mod models;
 mod protocol;
 mod step;
 mod streams;
@@ -83,14 +82,9 @@ pub use config::EngineConfig;
 pub use engine::Engine;
 pub use error::EngineError;
 pub use events::{EngineEvent, EngineStats, StepObserver, StepRecord};
-pub use gguf::{GgufError, GgufInfo, GgufValue, read_gguf};
 pub use llama::{
     Backends, ContextConfig, Device, DeviceChoice, DeviceKind, GpuLayers, LlamaEngineBackend,
     LoadedModule, MAX_STREAMS, Model, chat_template_names, devices, load_backends,
-};
-pub use models::{
-    DEFAULT_MODEL, GEMMA3_270M, KNOWN_MODELS, ModelCache, ModelError, ModelSpec, PackagedFile,
-    file_sha256, verify_file,
 };
 pub use protocol::{
     EngineHealth, EngineInfo, EventReceiver, EventSender, Events, Shutdown, event_channel,

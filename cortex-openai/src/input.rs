@@ -294,6 +294,15 @@ fn request_from(
         Some(Value::String(m)) => Some(m.clone()),
         Some(other) => return Err(type_error("model", "a string", other)),
     };
+    let prompt = match (prompt, &defaults.system) {
+        (Prompt::Chat(mut messages), Some(system))
+            if !messages.iter().any(|m| m.role == "system") =>
+        {
+            messages.insert(0, cortex_request::ChatMessage::system(system));
+            Prompt::Chat(messages)
+        }
+        (prompt, _) => prompt,
+    };
     let mut request = Request::new(RequestId(0), prompt);
     request.sampling = defaults.sampling.clone();
     request.stop = defaults.stop.clone();
@@ -551,6 +560,34 @@ mod tests {
         parse_line(1, line, &JobDefaults::default())
             .map(|item| item.request.as_generate().unwrap().grammar.clone())
             .map_err(|e| e.message)
+    }
+
+    #[test]
+    fn a_default_system_prompt_goes_before_chats_without_one() {
+        let defaults = JobDefaults {
+            system: Some("Be brief.".into()),
+            ..JobDefaults::default()
+        };
+        let messages = |line: &str| match &parse_line(1, line, &defaults)
+            .unwrap()
+            .request
+            .as_generate()
+            .unwrap()
+            .prompt
+        {
+            Prompt::Chat(messages) => messages.clone(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            messages(r#"{"messages": [{"role": "user", "content": "Hi"}]}"#),
+            [ChatMessage::system("Be brief."), ChatMessage::user("Hi")]
+        );
+        assert_eq!(
+            messages(
+                r#"{"messages": [{"role": "system", "content": "Mine."}, {"role": "user", "content": "Hi"}]}"#
+            ),
+            [ChatMessage::system("Mine."), ChatMessage::user("Hi")]
+        );
     }
 
     #[test]

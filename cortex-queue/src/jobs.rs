@@ -229,4 +229,8 @@ pub struct JobDefaults {
     pub sampling: SamplingParams,
     /// Stop defaults (`max_tokens`, stop strings, ...).
     pub stop: StopConditions,
+    /// The system prompt of chat requests that bring none (a registered
+    /// model's `SYSTEM`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub system: Option<String>,
 }

@@ -19,10 +19,11 @@
 //! # Example
 //!
 //! ```no_run
-//! use cortex_engine::{Engine, EngineConfig, ModelCache};
+//! use cortex_engine::{Engine, EngineConfig};
+//! use cortex_models::Registry;
 //! use cortex_server::{ServerConfig, serve};
 //!
-//! let model = cortex_worker::resolve("default", &ModelCache::default_location())?;
+//! let model = cortex_worker::resolve("default", &Registry::default_location())?;
 //! let engine = Engine::start(&EngineConfig::new(&model.path))?;
 //! let queue = cortex_queue_sqlite::Store::opener("cortex.db");
 //! let config = ServerConfig::new(model, queue, "cortex-files");

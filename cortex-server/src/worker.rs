@@ -28,12 +28,11 @@ pub(crate) fn spawn(state: Arc<AppState>) -> std::io::Result<Option<JoinHandle<(
 fn work(state: &AppState) {
     let config = &state.config;
     let plan = WorkerPlan {
-        jobs: None,
         follow: true,
-        lease: config.lease,
         model_sha256: Some(config.model.sha256.clone()),
         parallel: Some(Arc::clone(&state.batch_parallel)),
         max_priority: Some(crate::stream::client_priority_bound(config)),
+        ..WorkerPlan::new(config.lease)
     };
     let stop = &state.stop_worker;
     while !stop.load(std::sync::atomic::Ordering::SeqCst) {

@@ -12,7 +12,9 @@
 //!   groups run with nothing else beside them, until the one that kills
 //!   workers runs alone and is charged for the deaths it causes in a row
 //!   (at most one lone suspect per worker life, never its first claim);
-//! - it claims only jobs for its model ([`WorkerPlan::model_sha256`]).
+//! - it claims only jobs for its model ([`WorkerPlan::model_sha256`]); a
+//!   worker without a model of its own ([`work_every_model`]) loads each
+//!   job's model from the registry in turn, one at a time.
 //!
 //! # Example
 //!
@@ -20,11 +22,12 @@
 //! use std::sync::atomic::AtomicBool;
 //! use std::time::Duration;
 //!
-//! use cortex_engine::{Engine, ModelCache};
+//! use cortex_engine::Engine;
+//! use cortex_models::Registry;
 //! use cortex_queue_sqlite::Store;
 //! use cortex_worker::{WorkerPlan, resolve, run_worker};
 //!
-//! let model = resolve("default", &ModelCache::default_location())?;
+//! let model = resolve("default", &Registry::default_location())?;
 //! let engine = Engine::start(&cortex_engine::EngineConfig::new(&model.path))?;
 //! let mut store = Store::open("cortex.db")?;
 //! let mut plan = WorkerPlan::new(Duration::from_secs(60));
@@ -36,10 +39,12 @@
 
 #![forbid(unsafe_code)]
 
+mod every_model;
 mod model;
 mod worker;
 
-pub use model::{ModelIdentity, identify, resolve};
+pub use every_model::work_every_model;
+pub use model::{ModelIdentity, identify, jobs_needing, model_defaults, resolve};
 pub use worker::{WorkerPlan, WorkerReport, run_worker, work_queue};
 
 /// Why a worker could not go on.

@@ -40,6 +40,10 @@ pub struct WorkerPlan {
     /// Clamp every item's priority to ± this (`None`: as submitted): a
     /// server keeps the items clients uploaded below its online requests.
     pub max_priority: Option<i32>,
+    /// Once set (by another thread, or `tick`), claim nothing more and return
+    /// when the items in flight have finished: how a worker that serves every
+    /// model hands the engine over to another model's jobs.
+    pub hand_over: Option<Arc<AtomicBool>>,
 }
 
 impl WorkerPlan {
@@ -52,7 +56,14 @@ impl WorkerPlan {
             model_sha256: None,
             parallel: None,
             max_priority: None,
+            hand_over: None,
         }
+    }
+
+    fn handing_over(&self) -> bool {
+        self.hand_over
+            .as_ref()
+            .is_some_and(|flag| flag.load(Ordering::Relaxed))
     }
 }
 
@@ -463,8 +474,13 @@ fn work(
             stop_deadline = Some(Instant::now() + STOP_GRACE);
             worker.report.stopped_by_signal = true;
         }
-        let mut drained = false;
-        if stop_deadline.is_none() && Instant::now() >= next_claim && worker.fill()? == 0 {
+        let handing_over = worker.plan.handing_over();
+        let mut drained = handing_over && worker.in_flight.is_empty();
+        if stop_deadline.is_none()
+            && !handing_over
+            && Instant::now() >= next_claim
+            && worker.fill()? == 0
+        {
             next_claim = Instant::now() + POLL;
             // Nothing to claim and nothing in hand: done unless a job in scope can still produce work.
             drained =

@@ -93,6 +93,28 @@ impl Cortex {
         Some(cortex)
     }
 
+    /// Gives this installation a model registry of its own (so it can add
+    /// and remove names freely), holding the known models the shared cache
+    /// has already fetched (hard links, so nothing is fetched or copied).
+    /// Returns the registry's root.
+    pub fn private_models(&mut self) -> PathBuf {
+        let shared = cortex_models::Registry::default_location();
+        let cache = self.dir.path().join("cache");
+        let root = cache.join("models");
+        let blobs = root.join("blobs");
+        std::fs::create_dir_all(&blobs).expect("a registry directory");
+        for spec in cortex_models::KNOWN_MODELS {
+            let blob = shared.cache().ensure(spec).expect("a known model");
+            let name = blob.file_name().expect("a blob name").to_owned();
+            std::fs::hard_link(&blob, blobs.join(&name)).expect("link a blob");
+            let mut stamp = name;
+            stamp.push(".verified");
+            std::fs::copy(blob.with_file_name(&stamp), blobs.join(&stamp)).expect("its stamp");
+        }
+        self.set_env("CORTEX_CACHE_DIR", &cache.display().to_string());
+        root
+    }
+
     /// The PostgreSQL queue's URL, if this installation uses one.
     pub fn postgres_url(&self) -> Option<&str> {
         self.postgres.as_deref()

@@ -305,7 +305,7 @@ fn workers_claim_only_jobs_for_their_model() {
     cortex.ok(&["--model", "gemma3-270m", "submit", "gemma.jsonl"]);
 
     // The default model's worker does its job and leaves the other waiting.
-    let smol = cortex.run(&["worker"]);
+    let smol = cortex.run(&["--model", "default", "worker"]);
     assert!(smol.status.success());
     assert!(
         String::from_utf8_lossy(&smol.stderr).contains("worker done: 6 completed"),
@@ -319,7 +319,7 @@ fn workers_claim_only_jobs_for_their_model() {
     );
     let status = cortex.ok(&["status", "2"]);
     assert!(
-        status.contains("model     gemma-3-270m-q4_k_m (sha256 a5fd3b62230a…)"),
+        status.contains("model     gemma3-270m:latest (sha256 a5fd3b62230a…)"),
         "{status}"
     );
 
@@ -327,7 +327,7 @@ fn workers_claim_only_jobs_for_their_model() {
     cortex.write("smol2.jsonl", &completion_prompts(6, "smol2"));
     cortex.ok(&["submit", "smol2.jsonl"]);
     let mut gemma_worker = cortex.spawn(&["--model", "gemma3-270m", "worker"]);
-    let mut smol_worker = cortex.spawn(&["worker"]);
+    let mut smol_worker = cortex.spawn(&["--model", "default", "worker"]);
     assert!(gemma_worker.wait().unwrap().success());
     assert!(smol_worker.wait().unwrap().success());
     for job in 1..=3 {

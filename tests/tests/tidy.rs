@@ -272,6 +272,13 @@ fn the_engine_sits_below_the_queue_users() {
     }
     // The grammar compiler is a leaf: JSON in, GBNF out.
     assert_eq!(deps_of("cortex-grammar"), Vec::<&str>::new());
+    // The model registry is plain files: any tool can manage models without
+    // building the engine (which builds on it to check GGUFs).
+    assert_eq!(
+        deps_of("cortex-models"),
+        Vec::<&str>::new(),
+        "cortex-models is a leaf: no engine, queue or request types"
+    );
     // The engine and the queue do not know each other; the worker joins them.
     assert!(!deps_of("cortex-engine").contains(&"cortex-queue"));
     assert!(!deps_of("cortex-queue").contains(&"cortex-engine"));
@@ -392,6 +399,7 @@ fn openai_json_shapes_live_only_in_the_wire_format_crate() {
     .collect();
     let mut files = Vec::new();
     for krate in [
+        "cortex-models",
         "cortex-queue",
         "cortex-queue-sqlite",
         "cortex-queue-postgres",

@@ -34,20 +34,38 @@ fn generation_grammar(args: &GenerateArgs) -> anyhow::Result<Option<String>> {
 }
 
 pub(crate) fn generate(config: &Config, args: &GenerateArgs) -> anyhow::Result<()> {
-    let model = resolve_model(config)?.path;
+    let model = resolve_model(config)?;
     let engine = Engine::start(&config.engine(&model, 1))?;
+    // A registered model's SYSTEM and PARAMETERs, under the flags.
+    let defaults = cortex_worker::model_defaults(&model.settings);
+    let has = |name: &str| model.settings.parameters.iter().any(|p| p.name == name);
     let prompt = if args.chat {
-        Prompt::Chat(vec![ChatMessage::user(&args.prompt)])
+        let mut messages: Vec<ChatMessage> =
+            defaults.system.iter().map(ChatMessage::system).collect();
+        messages.push(ChatMessage::user(&args.prompt));
+        Prompt::Chat(messages)
     } else {
         Prompt::Text(args.prompt.clone())
     };
     let mut request = Request::new(RequestId(1), prompt);
-    request.stop.max_tokens = args.max_tokens;
-    request.sampling.temperature = args.temperature;
+    request.sampling = defaults.sampling;
+    request.stop = defaults.stop;
+    request.stop.max_tokens = args.max_tokens.unwrap_or(if has("num_predict") {
+        request.stop.max_tokens
+    } else {
+        128
+    });
+    request.sampling.temperature = args.temperature.unwrap_or(if has("temperature") {
+        request.sampling.temperature
+    } else {
+        0.7
+    });
     if let Some(top_p) = args.top_p {
         request.sampling.top_p = top_p;
     }
-    request.sampling.seed = args.seed;
+    if args.seed.is_some() {
+        request.sampling.seed = args.seed;
+    }
     request.grammar = generation_grammar(args)?;
     request.validate(&cortex_request::Limits::default())?;
     let events = engine.submit(request)?;

@@ -13,9 +13,11 @@ use crate::output;
 use crate::worker::identify_model;
 
 fn submit_options(config: &Config, args: &SubmitArgs) -> anyhow::Result<SubmitOptions> {
-    let (name, sha256) = identify_model(config)?;
-    let mut options = SubmitOptions::new(name);
-    options.model_sha256 = Some(sha256);
+    let model = identify_model(config)?;
+    let mut options = SubmitOptions::new(model.name);
+    options.model_sha256 = Some(model.sha256);
+    // The model's own settings first; the flags below override them.
+    options.defaults = cortex_worker::model_defaults(&model.settings);
     if let Some(v) = args.max_tokens {
         options.defaults.stop.max_tokens = v;
     }

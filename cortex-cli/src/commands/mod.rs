@@ -15,7 +15,9 @@ mod worker;
 pub(crate) use bench::bench;
 pub(crate) use generate::generate;
 pub(crate) use jobs::{cancel, list, results, resume, retry, status, submit};
-pub(crate) use models::{models_info, models_list, models_pull};
+pub(crate) use models::{
+    models_add, models_copy, models_info, models_list, models_pull, models_remove,
+};
 pub(crate) use run::run_file;
 pub(crate) use worker::{detach_worker, worker};
 

@@ -6,19 +6,25 @@ use cortex_queue::JobId;
 use super::open_store;
 use crate::WorkerArgs;
 use crate::config::Config;
-use crate::worker::{StopFlag, WorkerScope, resolve_model, run_worker};
+use crate::worker::{StopFlag, WorkerScope, resolve_model, run_every_model, run_worker};
 
 pub(crate) fn worker(config: &Config, args: &WorkerArgs) -> anyhow::Result<()> {
     let stop = StopFlag::install()?;
-    let model = resolve_model(config)?;
-    let mut store = open_store(config)?;
     let jobs = (!args.jobs.is_empty()).then(|| args.jobs.iter().copied().map(JobId).collect());
     let scope = WorkerScope {
         jobs,
         follow: args.follow,
         observer: None,
     };
-    let report = run_worker(config, store.as_mut(), &model, scope, &stop, |_| Ok(()))?;
+    // With no model chosen, every model's jobs; with one, that model's alone.
+    let report = if config.model_chosen() {
+        let model = resolve_model(config)?;
+        let mut store = open_store(config)?;
+        run_worker(config, store.as_mut(), &model, scope, &stop, |_| Ok(()))?
+    } else {
+        let mut store = open_store(config)?;
+        run_every_model(config, store.as_mut(), scope, &stop)?
+    };
     eprintln!(
         "worker done: {} completed, {} failed, {} released, {} tokens generated{}",
         report.completed,

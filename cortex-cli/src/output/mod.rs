@@ -14,7 +14,7 @@ pub(crate) use jobs::{
     exported, final_status, job_bar, job_changed, jobs, requests, run_summary, status, submitted,
     update_bar,
 };
-pub(crate) use models::{model_facts, model_files};
+pub(crate) use models::{model_entry, model_facts, model_list, model_pulled, model_removed};
 
 /// An error and its causes on one line, "what failed: why" (a rejected input
 /// file adds its bad lines below, one per line).

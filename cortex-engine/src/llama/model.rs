@@ -10,7 +10,7 @@ use super::devices::{self, Device, DeviceChoice, GpuLayers};
 use super::sys::{self, RawDevice, RawModel, RawPlacement};
 use crate::backend::BackendError;
 use crate::error::EngineError;
-use crate::gguf::read_gguf;
+use cortex_models::read_gguf;
 
 /// A loaded GGUF model (weights, memory-mapped, and vocabulary).
 pub struct Model {
@@ -235,8 +235,12 @@ pub fn chat_template_names() -> Vec<String> {
 }
 
 /// The template a chat-template setting stands for: the text of the file it
-/// names, or a name llama.cpp knows.
+/// names, a name llama.cpp knows, or a template's own text (a registered
+/// model's `TEMPLATE`; Jinja always holds `{{` or `{%`).
 pub(crate) fn resolve_chat_template(setting: &str) -> Result<String, EngineError> {
+    if setting.contains("{{") || setting.contains("{%") {
+        return Ok(setting.to_owned());
+    }
     let path = Path::new(setting);
     if path.is_file() {
         return std::fs::read_to_string(path)

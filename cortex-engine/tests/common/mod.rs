@@ -6,7 +6,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use cortex_engine::{DEFAULT_MODEL, Engine, EngineConfig, EngineEvent, ModelCache};
+use cortex_engine::{Engine, EngineConfig, EngineEvent};
+use cortex_models::{DEFAULT_MODEL, ModelCache};
 use cortex_request::{Request, Response};
 
 pub fn model_path() -> PathBuf {

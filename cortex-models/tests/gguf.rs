@@ -3,7 +3,7 @@
 use std::fs;
 use std::io::Write;
 
-use cortex_engine::{DEFAULT_MODEL, GgufError, ModelCache, read_gguf};
+use cortex_models::{DEFAULT_MODEL, GgufError, ModelCache, read_gguf};
 
 fn model_path() -> std::path::PathBuf {
     ModelCache::default_location()
