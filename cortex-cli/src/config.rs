@@ -106,6 +106,9 @@ struct ServerFile {
     max_online_requests: Option<usize>,
     max_online_requests_per_key: Option<usize>,
     max_connections: Option<usize>,
+    keep_alive: Option<String>,
+    model_memory_mib: Option<u64>,
+    max_loaded_models: Option<usize>,
     header_timeout_seconds: Option<u64>,
     body_timeout_seconds: Option<u64>,
     max_client_priority: Option<i32>,
@@ -205,6 +208,9 @@ pub(crate) struct Overrides {
     pub(crate) max_online_requests: Option<usize>,
     pub(crate) max_online_requests_per_key: Option<usize>,
     pub(crate) max_connections: Option<usize>,
+    pub(crate) keep_alive: Option<String>,
+    pub(crate) model_memory_mib: Option<u64>,
+    pub(crate) max_loaded_models: Option<usize>,
     pub(crate) header_timeout_seconds: Option<u64>,
     pub(crate) body_timeout_seconds: Option<u64>,
     pub(crate) max_client_priority: Option<i32>,
@@ -276,6 +282,13 @@ pub(crate) struct Config {
     pub(crate) max_online_requests_per_key: Setting<usize>,
     /// `cortex serve`: open connections at most (more wait).
     pub(crate) max_connections: Setting<usize>,
+    /// `cortex serve`: how long a model stays loaded after its last request
+    /// (Ollama's forms: `5m`, `1h`, `0`, `-1` for ever).
+    pub(crate) keep_alive: Setting<String>,
+    /// `cortex serve`: MiB the loaded models may take (weights and KV); 0: no limit.
+    pub(crate) model_memory_mib: Setting<u64>,
+    /// `cortex serve`: models loaded at once at most.
+    pub(crate) max_loaded_models: Setting<usize>,
     /// `cortex serve`: seconds a client may take to send a request's headers (and an idle connection stays open).
     pub(crate) header_timeout_seconds: Setting<u64>,
     /// `cortex serve`: seconds a client may take to send a request's body.
@@ -500,6 +513,27 @@ impl Config {
             "CORTEX_MAX_CONNECTIONS",
             overrides.max_connections,
         )?;
+        let keep_alive = resolve(
+            "5m".to_owned(),
+            server.keep_alive,
+            fp,
+            "CORTEX_KEEP_ALIVE",
+            overrides.keep_alive.clone(),
+        )?;
+        let model_memory_mib = resolve(
+            0,
+            server.model_memory_mib,
+            fp,
+            "CORTEX_MODEL_MEMORY_MIB",
+            overrides.model_memory_mib,
+        )?;
+        let max_loaded_models = resolve(
+            3,
+            server.max_loaded_models,
+            fp,
+            "CORTEX_MAX_LOADED_MODELS",
+            overrides.max_loaded_models,
+        )?;
         let header_timeout_seconds = resolve(
             cortex_server::DEFAULT_HEADER_TIMEOUT.as_secs(),
             server.header_timeout_seconds,
@@ -617,6 +651,9 @@ impl Config {
             max_online_requests,
             max_online_requests_per_key,
             max_connections,
+            keep_alive,
+            model_memory_mib,
+            max_loaded_models,
             header_timeout_seconds,
             body_timeout_seconds,
             max_client_priority,
@@ -854,6 +891,21 @@ impl Config {
                 "server.max_connections",
                 self.max_connections.value.to_string(),
                 &self.max_connections.source,
+            ),
+            show(
+                "server.keep_alive",
+                self.keep_alive.value.clone(),
+                &self.keep_alive.source,
+            ),
+            show(
+                "server.model_memory_mib",
+                self.model_memory_mib.value.to_string(),
+                &self.model_memory_mib.source,
+            ),
+            show(
+                "server.max_loaded_models",
+                self.max_loaded_models.value.to_string(),
+                &self.max_loaded_models.source,
             ),
             show(
                 "server.header_timeout_seconds",

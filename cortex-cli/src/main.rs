@@ -142,7 +142,7 @@ enum Command {
     Bench(BenchArgs),
     /// Serve the model over HTTP: OpenAI's API (with Files and Batches on the
     /// queue) and Ollama's, until SIGINT or SIGTERM.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// List llama.cpp's backend modules found and the devices they offer,
     /// with their memory.
     Devices {
@@ -309,6 +309,17 @@ struct ServeArgs {
     /// Open connections at most; more wait to be accepted (default from config: 1024).
     #[arg(long)]
     max_connections: Option<usize>,
+    /// How long a model stays loaded after its last request: 5m, 1h, 0
+    /// (unload at once), -1 (for ever); a request's keep_alive wins (default from config: 5m).
+    #[arg(long, allow_hyphen_values = true)]
+    keep_alive: Option<String>,
+    /// MiB the loaded models may take, weights and KV memory; the least
+    /// recently used idle model is unloaded to make room (default from config: 0, no limit).
+    #[arg(long)]
+    model_memory_mib: Option<u64>,
+    /// Models loaded at once at most (default from config: 3).
+    #[arg(long)]
+    max_loaded_models: Option<usize>,
     /// Seconds a client may take to send a request's headers; idle connections close after it too (default from config: 10).
     #[arg(long)]
     header_timeout_seconds: Option<u64>,
@@ -441,7 +452,7 @@ fn main() -> ExitCode {
         _ => None,
     };
     let serve = match &cli.command {
-        Command::Serve(args) => Some(args.clone()),
+        Command::Serve(args) => Some(args.as_ref().clone()),
         _ => None,
     };
     let overrides = Overrides {
@@ -464,6 +475,9 @@ fn main() -> ExitCode {
         max_online_requests: serve.as_ref().and_then(|a| a.max_online_requests),
         max_online_requests_per_key: serve.as_ref().and_then(|a| a.max_online_requests_per_key),
         max_connections: serve.as_ref().and_then(|a| a.max_connections),
+        keep_alive: serve.as_ref().and_then(|a| a.keep_alive.clone()),
+        model_memory_mib: serve.as_ref().and_then(|a| a.model_memory_mib),
+        max_loaded_models: serve.as_ref().and_then(|a| a.max_loaded_models),
         header_timeout_seconds: serve.as_ref().and_then(|a| a.header_timeout_seconds),
         body_timeout_seconds: serve.as_ref().and_then(|a| a.body_timeout_seconds),
         max_client_priority: serve.as_ref().and_then(|a| a.max_client_priority),

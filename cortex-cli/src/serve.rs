@@ -65,7 +65,28 @@ pub(crate) fn serve(config: &Config) -> anyhow::Result<()> {
         config.batch_parallel.value.min(parallel),
         crate::worker::describe_device(&engine)
     );
-    let mut server = ServerConfig::new(model, queue, files_dir);
+    let keep_alive = cortex_server::KeepAlive::parse_text(&config.keep_alive.value)
+        .map_err(|e| anyhow::anyhow!("{e} (from {})", config.keep_alive.source))?;
+    let starter = {
+        let config = config.clone();
+        cortex_server::EngineStarter::new(move |model| {
+            let engine = Engine::start(&config.engine(model, parallel))?;
+            eprintln!(
+                "loaded {} on {}",
+                model.name,
+                crate::worker::describe_device(&engine)
+            );
+            Ok(engine)
+        })
+    };
+    let mut server = ServerConfig::new(model, queue, files_dir, config.registry(), starter);
+    server.models = cortex_server::PoolLimits {
+        keep_alive,
+        memory_budget: config.model_memory_mib.value << 20,
+        max_loaded: config.max_loaded_models.value.max(1),
+        ..cortex_server::PoolLimits::default()
+    };
+    server.model_switch = Duration::from_secs(config.model_switch_seconds.value);
     server.listen = listen;
     server.unix_socket = unix_socket;
     server.unix_socket_only = !tcp;

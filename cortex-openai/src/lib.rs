@@ -60,7 +60,7 @@ pub use input::{InputReader, parse_line};
 pub use jsonl::{ExportJsonl, SubmitJsonl, check_batch};
 pub use online::{
     BodyError, ChunkHead, OnlineRequest, ResponseEvents, StreamOptions, error_body, model_object,
-    online_body, parse_request,
+    online_body, parse_request, parse_request_with,
 };
 pub use output::{BatchOutput, response_body};
 

@@ -56,6 +56,17 @@ pub struct BodyError {
 /// assert_eq!((error.message.as_str(), error.param.as_deref()), ("top_p = 2 is out of range: expected a number in (0, 1]", Some("top_p")));
 /// ```
 pub fn parse_request(endpoint: Endpoint, body: &[u8]) -> Result<OnlineRequest, BodyError> {
+    parse_request_with(endpoint, body, &mut |_| JobDefaults::default())
+}
+
+/// [`parse_request`] with defaults chosen by the model the body names
+/// (`None` when it names none): a registered model's system prompt and
+/// parameters, under whatever the body sets.
+pub fn parse_request_with(
+    endpoint: Endpoint,
+    body: &[u8],
+    defaults_for: &mut dyn FnMut(Option<&str>) -> JobDefaults,
+) -> Result<OnlineRequest, BodyError> {
     let plain = |message: String| BodyError {
         message,
         param: None,
@@ -74,8 +85,9 @@ pub fn parse_request(endpoint: Endpoint, body: &[u8]) -> Result<OnlineRequest, B
     } else {
         take_stream(&mut fields)?
     };
+    let defaults = defaults_for(fields.get("model").and_then(Value::as_str));
     let (tag, work, model) =
-        body_work(endpoint, &fields, &JobDefaults::default()).map_err(|message| BodyError {
+        body_work(endpoint, &fields, &defaults).map_err(|message| BodyError {
             param: param_of(&message, &fields),
             message,
         })?;

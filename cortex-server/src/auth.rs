@@ -131,8 +131,13 @@ fn same_key(given: &[u8], key: &[u8]) -> bool {
 }
 
 /// Routes only an admin key may use when keys are configured: they tell
-/// of every project at once.
-const ADMIN_ROUTES: [&str; 1] = ["/metrics"];
+/// of every project at once, or change the server's models.
+fn needs_admin(path: &str) -> bool {
+    matches!(
+        path,
+        "/metrics" | "/api/pull" | "/api/create" | "/api/copy" | "/api/delete"
+    ) || path.starts_with("/api/blobs/")
+}
 
 /// Routes that need no key: up or down, and the API's description.
 const OPEN_ROUTES: [&str; 2] = ["/health", crate::openapi::ROUTE];
@@ -184,7 +189,7 @@ pub(crate) async fn require_key(
                     }
                 });
                 match matched {
-                    Some(index) if keys[index].admin || !ADMIN_ROUTES.contains(&path) => {
+                    Some(index) if keys[index].admin || !needs_admin(path) => {
                         let caller = check.callers[index].clone();
                         request.extensions_mut().insert(caller);
                         return next.run(request).await;
@@ -192,7 +197,9 @@ pub(crate) async fn require_key(
                     Some(_) => {
                         return ApiError::refused(
                             StatusCode::FORBIDDEN,
-                            format!("{path} tells of every project: it needs an admin key"),
+                            format!(
+                                "{path} tells of every project or changes the server's models: it needs an admin key"
+                            ),
                         )
                         .for_path(path);
                     }

@@ -347,6 +347,46 @@ fn job_batch(job: &Job) -> Value {
     batch_object(job, &files_of(job))
 }
 
+/// The model a batch file's lines name (`body.model`, or `model` on a plain
+/// line): one model per file, as OpenAI requires; `None` when no line names
+/// one (the server's default model). Lines that do not parse are left to
+/// the batch's own checks.
+fn batch_model(path: &std::path::Path) -> Result<Option<String>, ApiError> {
+    use std::io::BufRead as _;
+    let file = std::fs::File::open(path).map_err(|e| io_error(&e))?;
+    let mut named: Option<(String, String)> = None;
+    for line in std::io::BufReader::new(file).split(b'\n') {
+        let line = line.map_err(|e| io_error(&e))?;
+        let Ok(value) = serde_json::from_slice::<Value>(&line) else {
+            continue;
+        };
+        let model = value
+            .pointer("/body/model")
+            .or_else(|| value.get("model"))
+            .and_then(Value::as_str);
+        let Some(model) = model.filter(|m| !m.is_empty()) else {
+            continue;
+        };
+        // `m` and `m:latest` are one model.
+        let key = model
+            .parse::<cortex_models::ModelName>()
+            .map_or_else(|_| model.to_owned(), |n| n.to_string().to_ascii_lowercase());
+        match &named {
+            None => named = Some((key, model.to_owned())),
+            Some((first, shown)) if *first != key => {
+                return Err(ApiError::invalid(
+                    format!(
+                        "the batch's lines name two models, {shown} and {model}: a batch file names one model, as OpenAI requires"
+                    ),
+                    Some("input_file_id".into()),
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(named.map(|(_, shown)| shown))
+}
+
 pub(crate) async fn create_batch(
     State(state): State<Arc<AppState>>,
     Extension(caller): Extension<Caller>,
@@ -356,9 +396,17 @@ pub(crate) async fn create_batch(
     let request =
         BatchRequest::parse(&body).map_err(|(m, p)| ApiError::invalid(m, p.map(Into::into)))?;
     let (info, path) = upload_of(&state, &caller, &request.input_file_id)?;
-    let model = &state.config.model;
+    let model = {
+        let (models, path) = (Arc::clone(&state.models), path.clone());
+        off_async(move || {
+            let named = batch_model(&path)?;
+            models.describe(named.as_deref())
+        })
+        .await??
+    };
     let mut options = SubmitOptions::new(model.name.clone());
     options.model_sha256 = Some(model.sha256.clone());
+    options.defaults = cortex_worker::model_defaults(&model.settings);
     options.project = caller.project.to_string();
     // Two batches of one file are two batches.
     options.force = true;

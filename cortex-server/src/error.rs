@@ -83,13 +83,28 @@ impl ApiError {
         self.into_response()
     }
 
-    pub(crate) fn model_not_found(asked: &str, served: &str) -> Self {
+    /// A model nobody has: the registry's message, which lists what is installed.
+    pub(crate) fn model_not_found(message: &str) -> Self {
         Self {
             code: Some("model_not_found"),
             param: Some("model".into()),
-            ..Self::not_found(format!(
-                "The model `{asked}` does not exist; this server serves `{served}` (or say `default`)"
-            ))
+            ..Self::not_found(message)
+        }
+    }
+
+    /// No room to load a model now (the loaded ones are answering requests).
+    pub(crate) fn unavailable(message: impl Into<String>) -> Self {
+        Self {
+            code: Some("model_busy"),
+            ..Self::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", message)
+        }
+    }
+
+    /// A model larger than the whole model memory budget.
+    pub(crate) fn insufficient_storage(message: impl Into<String>) -> Self {
+        Self {
+            code: Some("model_too_large"),
+            ..Self::new(StatusCode::INSUFFICIENT_STORAGE, "server_error", message)
         }
     }
 

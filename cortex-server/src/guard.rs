@@ -92,6 +92,8 @@ fn wrong_body_type(method: &Method, path: &str, headers: &HeaderMap) -> Option<S
     }
     let expected = if path == crate::files::ROUTE {
         "multipart/form-data"
+    } else if path.starts_with(crate::ollama::BLOBS_PREFIX) {
+        "application/octet-stream"
     } else {
         "application/json"
     };
@@ -99,6 +101,15 @@ fn wrong_body_type(method: &Method, path: &str, headers: &HeaderMap) -> Option<S
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
+    // Ollama's client labels a blob's bytes with its JSON default (other
+    // clients send none); a web page cannot send that JSON label, nor get
+    // past the `Origin` check, from another origin.
+    let media = given.split(';').next().unwrap_or("").trim();
+    if expected == "application/octet-stream"
+        && (given.is_empty() || media.eq_ignore_ascii_case("application/json"))
+    {
+        return None;
+    }
     let media_type = given.split(';').next().unwrap_or("").trim();
     if media_type.eq_ignore_ascii_case(expected) {
         return None;

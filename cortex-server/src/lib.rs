@@ -1,13 +1,17 @@
-//! `cortex serve`: one engine behind an HTTP API that speaks OpenAI's and
-//! Ollama's protocols, with OpenAI's Files and Batches API on the durable
-//! queue. The only crate with an async runtime (tokio) and a web framework
-//! (axum).
+//! `cortex serve`: the models of the registry behind an HTTP API that
+//! speaks OpenAI's and Ollama's protocols, with OpenAI's Files and Batches
+//! API on the durable queue. The only crate with an async runtime (tokio)
+//! and a web framework (axum).
 //!
+//! - A request's `model` picks the model: loaded on demand, kept for its
+//!   `keep_alive`, within a memory budget (`pool`); Ollama's model
+//!   management (pull, create, blobs, copy, delete, show, ps) works on the
+//!   registry.
 //! - Online requests (`/v1/chat/completions`, `/v1/completions`,
-//!   `/v1/responses`, `/v1/embeddings`, Ollama's `/api/generate` and
-//!   `/api/chat`) go straight to the engine with a priority above every
-//!   queued item, streamed (SSE or NDJSON) or whole; a client that goes away
-//!   cancels its request.
+//!   `/v1/responses`, `/v1/embeddings`, Ollama's `/api/generate`,
+//!   `/api/chat`, `/api/embed`) go straight to their model's engine with a
+//!   priority above every queued item, streamed (SSE or NDJSON) or whole; a
+//!   client that goes away cancels its request.
 //! - A batch is a queue job (`cortex-openai` maps one onto the other); a
 //!   worker thread inside the server works the queue with part of the
 //!   engine's slots (`ServerConfig::batch_parallel`, an eighth of that
@@ -21,12 +25,14 @@
 //! ```no_run
 //! use cortex_engine::{Engine, EngineConfig};
 //! use cortex_models::Registry;
-//! use cortex_server::{ServerConfig, serve};
+//! use cortex_server::{EngineStarter, ServerConfig, serve};
 //!
 //! let model = cortex_worker::resolve("default", &Registry::default_location())?;
 //! let engine = Engine::start(&EngineConfig::new(&model.path))?;
 //! let queue = cortex_queue_sqlite::Store::opener("cortex.db");
-//! let config = ServerConfig::new(model, queue, "cortex-files");
+//! // Other models a request names are loaded the same way, on demand.
+//! let starter = EngineStarter::new(|model| Engine::start(&EngineConfig::new(&model.path)));
+//! let config = ServerConfig::new(model, queue, "cortex-files", Registry::default_location(), starter);
 //! serve(config, engine)?; // until SIGINT or SIGTERM
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -44,6 +50,7 @@ mod metrics;
 mod ollama;
 mod online;
 mod openapi;
+mod pool;
 mod routes;
 mod shutdown;
 mod state;
@@ -56,10 +63,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cortex_engine::Engine;
+use cortex_models::Registry;
 use cortex_queue::QueueOpener;
 use cortex_worker::ModelIdentity;
 
 pub use auth::{ApiKey, ApiKeys};
+pub use pool::{EngineStarter, KeepAlive, PoolLimits};
 pub use stream::ONLINE_PRIORITY;
 
 /// [`ServerConfig::max_request_tokens`] by default: 16 completions of a
@@ -103,8 +112,20 @@ pub struct ServerConfig {
     /// Keys a client must present (`Authorization: Bearer KEY`), each of a
     /// project; none: open, every request the `default` project's.
     pub api_keys: ApiKeys,
-    /// The served model (its name is what `/v1/models` lists).
+    /// The default model: what a request without a `model` (or with
+    /// `default`) gets, loaded at start.
     pub model: ModelIdentity,
+    /// Where other models are found by name.
+    pub registry: Registry,
+    /// How a model a request names is loaded.
+    pub engine_starter: EngineStarter,
+    /// How many models stay loaded, and for how long.
+    pub models: PoolLimits,
+    /// Largest GGUF a client may upload to `/api/blobs`, bytes.
+    pub max_blob_bytes: usize,
+    /// The server's queue worker hands its engine to another model's jobs
+    /// once they have waited this long (and its model has had a turn as long).
+    pub model_switch: Duration,
     /// The queue (SQLite or PostgreSQL).
     pub queue: QueueOpener,
     /// Where uploaded files and batch exports live.
@@ -162,9 +183,22 @@ impl ServerConfig {
     /// engine's default 64 slots); 131,072 tokens a request; 32 MiB bodies,
     /// 512 MiB files, 10 GiB of files a project, kept 30 days; 5 s grace; 256 online requests at once (no cap per
     /// key); 1,024 connections; 10 s for headers, 60 s for a body;
-    /// priorities within ±1,000; no other hosts or origins.
-    pub fn new(model: ModelIdentity, queue: QueueOpener, files_dir: impl Into<PathBuf>) -> Self {
+    /// priorities within ±1,000; no other hosts or origins; models kept 5
+    /// minutes after their last request, at most 3 loaded, no memory budget;
+    /// blobs of 64 GiB at most.
+    pub fn new(
+        model: ModelIdentity,
+        queue: QueueOpener,
+        files_dir: impl Into<PathBuf>,
+        registry: Registry,
+        engine_starter: EngineStarter,
+    ) -> Self {
         Self {
+            registry,
+            engine_starter,
+            models: PoolLimits::default(),
+            max_blob_bytes: 64 << 30,
+            model_switch: Duration::from_secs(600),
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             unix_socket: None,
             unix_socket_only: false,
@@ -231,13 +265,17 @@ pub fn serve(config: ServerConfig, engine: Engine) -> Result<(), ServerError> {
             context: "cannot start the HTTP runtime".into(),
             source,
         })?;
-    let engine = Arc::new(engine);
-    let state = state::AppState::open(config, Arc::clone(&engine))?;
+    let models = pool::ModelPool::new(
+        config.registry.clone(),
+        config.model.clone(),
+        engine,
+        config.engine_starter.clone(),
+        config.models.clone(),
+    );
+    let state = state::AppState::open(config, Arc::clone(&models))?;
     let result = runtime.block_on(shutdown::run(Arc::clone(&state)));
     drop(state);
     drop(runtime);
-    if let Ok(engine) = Arc::try_unwrap(engine) {
-        let _ = engine.shutdown(cortex_engine::Shutdown::Abort);
-    }
+    models.unload_all();
     result
 }

@@ -233,22 +233,25 @@ impl Metrics {
         stats: &EngineStats,
         queue: &JobCounts,
         online: usize,
-        (device, used): (&Device, u64),
+        (device, used): (Option<&Device>, u64),
     ) -> String {
-        let label = DeviceLabel {
-            device: device.name.clone(),
-            kind: device.kind.to_string(),
-        };
-        let bytes = |b: u64| i64::try_from(b).unwrap_or(i64::MAX);
-        self.device.used.get_or_create(&label).set(bytes(used));
-        self.device
-            .free
-            .get_or_create(&label)
-            .set(bytes(device.memory_free));
-        self.device
-            .total
-            .get_or_create(&label)
-            .set(bytes(device.memory_total));
+        // No device before the first model is loaded (none is unloaded for good).
+        if let Some(device) = device {
+            let label = DeviceLabel {
+                device: device.name.clone(),
+                kind: device.kind.to_string(),
+            };
+            let bytes = |b: u64| i64::try_from(b).unwrap_or(i64::MAX);
+            self.device.used.get_or_create(&label).set(bytes(used));
+            self.device
+                .free
+                .get_or_create(&label)
+                .set(bytes(device.memory_free));
+            self.device
+                .total
+                .get_or_create(&label)
+                .set(bytes(device.memory_total));
+        }
         self.online_in_flight.set(online as i64);
         self.running.set(stats.running as i64);
         self.waiting.set(stats.waiting as i64);

@@ -9,7 +9,9 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use cortex_openai::{ChunkHead, Endpoint, list_object, model_object, online_body, parse_request};
+use cortex_openai::{
+    ChunkHead, Endpoint, list_object, model_object, online_body, parse_request_with,
+};
 
 use crate::auth::Caller;
 use crate::error::ApiError;
@@ -37,16 +39,35 @@ async fn answer(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = body_bytes(&state, body)?;
-    let request = off_async(move || parse_request(endpoint, &body))
-        .await?
-        .map_err(|e| ApiError::invalid(e.message, e.param))?;
-    state.check_model(request.model.as_deref())?;
+    let models = Arc::clone(&state.models);
+    // The model's own settings (SYSTEM, PARAMETER) are the body's defaults;
+    // an unknown model is answered after the body's own mistakes.
+    let (request, named) = off_async(move || {
+        let mut named = None;
+        let request = parse_request_with(endpoint, &body, &mut |asked| {
+            let model = models.identify(asked);
+            let defaults = model
+                .as_ref()
+                .map(|m| cortex_worker::model_defaults(&m.settings))
+                .unwrap_or_default();
+            named = Some(model);
+            defaults
+        });
+        (request, named)
+    })
+    .await?;
+    let request = request.map_err(|e| ApiError::invalid(e.message, e.param))?;
+    let model = named.unwrap_or_else(|| state.models.identify(None))?;
+    let model = {
+        let models = Arc::clone(&state.models);
+        off_async(move || models.acquire(&model, None)).await??
+    };
     let head = ChunkHead {
         key: state.files.new_id(""),
-        model: state.model_name().to_owned(),
+        model: model.model.name.clone(),
         created: cortex_queue::now_ms() / 1000,
     };
-    let mut call = Call::submit(&state, &caller, request.work.clone(), endpoint.url())?;
+    let mut call = Call::submit(&state, &caller, model, request.work.clone(), endpoint.url())?;
     if let Some(options) = request.stream {
         call.first().await?;
         return Ok(sse(call, &request, head, options));
@@ -88,17 +109,44 @@ pub(crate) async fn embeddings(
     answer(state, caller, Endpoint::Embeddings, body).await
 }
 
-pub(crate) async fn models(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
-    Json(list_object(
-        vec![model_object(state.model_name(), state.started)],
-        false,
-    ))
+/// Every model the server can answer with: the default one first, then
+/// the registry's, each created when its name was.
+pub(crate) async fn models(
+    State(state): State<Arc<AppState>>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let models = Arc::clone(&state.models);
+    let started = state.started;
+    let list = off_async(move || {
+        let default = models.default_model().clone();
+        let mut objects = vec![model_object(&default.name, started)];
+        for entry in models.registry().list().models {
+            let name = entry.name.to_string();
+            if name != default.name {
+                objects.push(model_object(&name, (entry.modified_at_ms / 1000) as i64));
+            }
+        }
+        objects
+    })
+    .await?;
+    Ok(Json(list_object(list, false)))
 }
 
 pub(crate) async fn model(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    state.check_model(Some(&id))?;
-    Ok(Json(model_object(state.model_name(), state.started)))
+    let models = Arc::clone(&state.models);
+    let started = state.started;
+    let found = off_async(move || {
+        let model = models.describe(Some(&id))?;
+        let created = models
+            .registry()
+            .find(&model.name)
+            .ok()
+            .flatten()
+            .map_or(started, |e| (e.modified_at_ms / 1000) as i64);
+        Ok::<_, ApiError>(model_object(&model.name, created))
+    })
+    .await??;
+    Ok(Json(found))
 }

@@ -30,7 +30,8 @@ pub(crate) fn document(model: &str) -> Value {
             into.extend(from.clone());
         }
     }
-    // The one model a request may name (Ollama's clients add `:latest`).
+    // The default model: what generated examples name (any model of the
+    // registry may be named; an unknown one is a 404).
     document["components"]["schemas"]["ModelName"] = json!({
         "type": "string",
         "enum": [model, format!("{model}:latest"), "default"],

@@ -8,7 +8,7 @@ use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, head, post};
 use axum::{Json, Router};
 use cortex_engine::EngineHealth;
 use cortex_queue::{JobCounts, JobFilter};
@@ -16,7 +16,8 @@ use serde_json::json;
 
 use crate::error::ApiError;
 use crate::files::ROUTE as FILES_ROUTE;
-use crate::state::AppState;
+use crate::ollama::{BLOBS_PREFIX, BLOBS_ROUTE};
+use crate::state::{AppState, off_async};
 use crate::{admission, auth, batch_api, guard, ollama, online, openapi};
 
 pub(crate) fn router(state: Arc<AppState>) -> Router {
@@ -29,6 +30,8 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/v1/embeddings", post(online::embeddings))
         .route("/api/generate", post(ollama::generate))
         .route("/api/chat", post(ollama::chat))
+        .route("/api/embed", post(ollama::embed))
+        .route("/api/embeddings", post(ollama::embeddings))
         .route_layer(middleware::from_fn_with_state(
             admission::Admission::new(&state.config),
             admission::admit_online,
@@ -58,11 +61,21 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/api/show", post(ollama::show))
         .route("/api/ps", get(ollama::ps))
         .route("/api/version", get(ollama::version))
+        .route("/api/pull", post(ollama::pull))
+        .route("/api/create", post(ollama::create))
+        .route("/api/copy", post(ollama::copy))
+        .route("/api/delete", delete(ollama::delete))
+        .route(
+            BLOBS_ROUTE,
+            head(ollama::has_blob)
+                .post(ollama::upload_blob)
+                .layer(DefaultBodyLimit::disable()),
+        )
         .route("/metrics", get(metrics))
         .route("/health", get(health))
         .route(
             openapi::ROUTE,
-            get(openapi::serve).with_state(openapi::text(state.model_name())),
+            get(openapi::serve).with_state(openapi::text(&state.models.default_model().name)),
         )
         .fallback(unknown_route)
         .method_not_allowed_fallback(wrong_method)
@@ -108,8 +121,11 @@ async fn refuse_oversized(
     request: Request,
     next: Next,
 ) -> Response {
-    let limit = if request.uri().path() == FILES_ROUTE {
+    let path = request.uri().path();
+    let limit = if path == FILES_ROUTE {
         state.config.max_file_bytes
+    } else if path.starts_with(BLOBS_PREFIX) {
+        state.config.max_blob_bytes
     } else {
         state.config.max_body_bytes
     };
@@ -151,7 +167,7 @@ async fn wrong_method(request: Request) -> ApiError {
 /// neither the model nor why the engine stopped (the log and `/metrics`,
 /// behind the key, do).
 async fn health(State(state): State<Arc<AppState>>) -> Response {
-    match state.engine.health() {
+    match state.models.health() {
         EngineHealth::Running => Json(json!({ "status": "ok" })).into_response(),
         EngineHealth::Stopped => (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -187,13 +203,13 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Result<Response, ApiErro
             Ok(total)
         })
         .await?;
-    let device = state.engine.device();
-    let used = state.engine.device_memory_used();
+    let models = Arc::clone(&state.models);
+    let (stats, (device, used)) = off_async(move || (models.stats(), models.device())).await?;
     let text = state.metrics.render(
-        &state.engine.stats(),
+        &stats,
         &queue,
         state.online_count(),
-        (&device, used),
+        (device.as_ref(), used),
     );
     Ok((
         [(

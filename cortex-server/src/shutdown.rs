@@ -57,6 +57,16 @@ async fn prune_files(state: Arc<AppState>) {
     }
 }
 
+/// Unloads, every second, the idle models whose keep-alive ran out.
+async fn unload_idle_models(state: Arc<AppState>) {
+    let mut every = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        every.tick().await;
+        let models = Arc::clone(&state.models);
+        let _ = tokio::task::spawn_blocking(move || models.unload_expired()).await;
+    }
+}
+
 pub(crate) async fn run(state: Arc<AppState>) -> Result<(), ServerError> {
     let config = &state.config;
     let address = config.listen;
@@ -79,10 +89,11 @@ pub(crate) async fn run(state: Arc<AppState>) -> Result<(), ServerError> {
     tracing::info!(
         address = tcp.as_ref().map(|_| address.to_string()),
         unix_socket = config.unix_socket.as_ref().map(|p| p.display().to_string()),
-        model = state.model_name(),
+        model = %state.models.default_model().name,
         "listening"
     );
     tokio::spawn(prune_files(Arc::clone(&state)));
+    tokio::spawn(unload_idle_models(Arc::clone(&state)));
     let app = routes::router(Arc::clone(&state));
     let stopping = Arc::clone(&state);
     let (stop, stopped) = tokio::sync::watch::channel(false);

@@ -1,4 +1,4 @@
-//! What every handler shares: the engine, the queue, the files, the
+//! What every handler shares: the loaded models, the queue, the files, the
 //! metrics, and the online requests in flight (cancelled when their client
 //! goes away, or at shutdown).
 
@@ -6,13 +6,13 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use cortex_engine::Engine;
 use cortex_queue::{Queue, QueueError};
 use cortex_request::{Request, RequestId};
 
 use crate::error::ApiError;
 use crate::files::FileStore;
 use crate::metrics::Metrics;
+use crate::pool::{KeepAlive, ModelPool, ModelUse};
 use crate::{ServerConfig, ServerError};
 
 /// Online request ids start here, far above any queue item's id.
@@ -20,7 +20,7 @@ const ONLINE_IDS: u64 = 1 << 62;
 
 pub(crate) struct AppState {
     pub(crate) config: ServerConfig,
-    pub(crate) engine: Arc<Engine>,
+    pub(crate) models: Arc<ModelPool>,
     store: Mutex<Box<dyn Queue>>,
     pub(crate) files: FileStore,
     pub(crate) metrics: Metrics,
@@ -45,12 +45,12 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 impl AppState {
     pub(crate) fn open(
         config: ServerConfig,
-        engine: Arc<Engine>,
+        models: Arc<ModelPool>,
     ) -> Result<Arc<Self>, ServerError> {
         let store = config.queue.open()?;
         let files = FileStore::open(&config.files_dir, config.max_project_file_bytes)?;
         Ok(Arc::new(Self {
-            engine,
+            models,
             store: Mutex::new(store),
             files,
             metrics: Metrics::new(),
@@ -63,18 +63,31 @@ impl AppState {
         }))
     }
 
-    /// The served model's name.
-    pub(crate) fn model_name(&self) -> &str {
-        &self.config.model.name
+    /// The model a request names (none: the default one), held for the
+    /// request's life: loaded first if need be (off the async threads).
+    pub(crate) async fn use_model(
+        &self,
+        asked: Option<&str>,
+        keep_alive: Option<KeepAlive>,
+    ) -> Result<ModelUse, ApiError> {
+        let models = Arc::clone(&self.models);
+        let asked = asked.map(str::to_owned);
+        off_async(move || {
+            let model = models.identify(asked.as_deref())?;
+            models.acquire(&model, keep_alive)
+        })
+        .await?
     }
 
-    /// Checks a request's `model`: the served model's name (with or without
-    /// an Ollama `:latest` tag) or `default`; anything else is a 404.
     /// Refuses a generation that asks for more tokens than one request may:
-    /// `n` completions of `max_tokens` each (cut to the context, beyond
-    /// which none can go).
-    pub(crate) fn check_request_tokens(&self, request: &Request) -> Result<(), ApiError> {
-        let context = self.engine.info().max_sequence_tokens as u64;
+    /// `n` completions of `max_tokens` each (cut to the context of `model`,
+    /// beyond which none can go).
+    pub(crate) fn check_request_tokens(
+        &self,
+        request: &Request,
+        model: &ModelUse,
+    ) -> Result<(), ApiError> {
+        let context = model.engine.info().max_sequence_tokens as u64;
         let each = u64::from(request.stop.max_tokens).min(context);
         let total = each * u64::from(request.n);
         let limit = self.config.max_request_tokens;
@@ -88,19 +101,6 @@ impl AppState {
             ));
         }
         Ok(())
-    }
-
-    pub(crate) fn check_model(&self, model: Option<&str>) -> Result<(), ApiError> {
-        match model {
-            None | Some("" | "default") => Ok(()),
-            Some(name)
-                if name == self.model_name()
-                    || name.strip_suffix(":latest") == Some(self.model_name()) =>
-            {
-                Ok(())
-            }
-            Some(name) => Err(ApiError::model_not_found(name, self.model_name())),
-        }
     }
 
     /// A fresh id for an online request, registered as in flight.
@@ -141,9 +141,7 @@ impl AppState {
     /// Cancels every online request in flight (shutdown).
     pub(crate) fn cancel_online(&self) -> usize {
         let ids: Vec<RequestId> = lock(&self.online).iter().copied().collect();
-        for id in &ids {
-            self.engine.cancel(*id);
-        }
+        self.models.cancel(&ids);
         ids.len()
     }
 

@@ -17,6 +17,7 @@ use serde_json::Value;
 
 use crate::auth::Caller;
 use crate::error::ApiError;
+use crate::pool::ModelUse;
 use crate::state::AppState;
 
 /// Added to an online request's priority: the engine admits every online
@@ -37,6 +38,8 @@ pub(crate) fn client_priority_bound(config: &crate::ServerConfig) -> i32 {
 /// client went away, the handler was cancelled) it cancels the request.
 pub(crate) struct Call {
     state: Arc<AppState>,
+    /// The model it runs on, held (not unloaded) until the call ends.
+    model: ModelUse,
     id: RequestId,
     events: EventReceiver,
     arrived: Instant,
@@ -48,16 +51,18 @@ pub(crate) struct Call {
 }
 
 impl Call {
-    /// Submits `work` (its id, priority and cache scope set here, the last
-    /// from `caller`'s project) for `endpoint` (the route, for metrics).
+    /// Submits `work` to `model` (its id, priority and cache scope set
+    /// here, the last from `caller`'s project) for `endpoint` (the route,
+    /// for metrics).
     pub(crate) fn submit(
         state: &Arc<AppState>,
         caller: &Caller,
+        model: ModelUse,
         mut work: Work,
         endpoint: &'static str,
     ) -> Result<Self, ApiError> {
         if let Work::Generate(request) = &work {
-            state.check_request_tokens(request)?;
+            state.check_request_tokens(request, &model)?;
         }
         let id = state.online_id();
         match &mut work {
@@ -76,12 +81,13 @@ impl Call {
             }
         }
         let (sender, events) = cortex_engine::event_channel();
-        if let Err(error) = state.engine.submit_many_to(vec![work], &sender) {
+        if let Err(error) = model.engine.submit_many_to(vec![work], &sender) {
             state.online_done(id);
             return Err(ApiError::engine(&error));
         }
         Ok(Self {
             state: Arc::clone(state),
+            model,
             id,
             events,
             arrived: Instant::now(),
@@ -160,7 +166,7 @@ impl Call {
 impl Drop for Call {
     fn drop(&mut self) {
         if !self.ended {
-            self.state.engine.cancel(self.id);
+            self.model.engine.cancel(self.id);
         }
         self.state.online_done(self.id);
     }

@@ -21,9 +21,11 @@ use crate::{ModelIdentity, WorkerError, WorkerPlan, WorkerReport, work_queue};
 /// How often a worker looks at the other models' jobs while it works.
 const LOOK_EVERY: Duration = Duration::from_secs(2);
 
-/// The models with jobs in scope, by SHA-256.
+/// What the queue wants of each model: the models with jobs in scope, by
+/// SHA-256. How a worker that serves many models (this one, or a server's)
+/// chooses which to load.
 #[derive(Debug, Default)]
-struct Demand {
+pub struct ModelDemand {
     /// Models with pending items: the submission time (ms) of the oldest job
     /// with pending items.
     pending: BTreeMap<String, i64>,
@@ -31,6 +33,37 @@ struct Demand {
     /// produce work (pending, running elsewhere, retries to come).
     unfinished: bool,
 }
+
+impl ModelDemand {
+    /// Reads the jobs of `store` (only those in `only`, if given), leaving
+    /// out the models in `unavailable`.
+    pub fn read(
+        store: &mut dyn Queue,
+        only: Option<&[JobId]>,
+        unavailable: &HashSet<String>,
+    ) -> Result<Self, QueueError> {
+        demand(store, only, unavailable)
+    }
+
+    /// The model to load next: the loaded one while its jobs have pending
+    /// items, else the one whose oldest pending job is oldest.
+    pub fn choose(&self, loaded: Option<&str>) -> Option<String> {
+        choose(self, loaded)
+    }
+
+    /// Whether the loaded model should give the engine to another model now,
+    /// its turn having lasted `turn`.
+    pub fn hand_over(&self, loaded: &str, turn: Duration, switch_after: Duration) -> bool {
+        should_hand_over(self, loaded, turn, switch_after)
+    }
+
+    /// Whether any job in scope can still produce work.
+    pub fn unfinished(&self) -> bool {
+        self.unfinished
+    }
+}
+
+type Demand = ModelDemand;
 
 fn demand(
     store: &mut dyn Queue,

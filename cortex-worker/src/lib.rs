@@ -43,7 +43,7 @@ mod every_model;
 mod model;
 mod worker;
 
-pub use every_model::work_every_model;
+pub use every_model::{ModelDemand, work_every_model};
 pub use model::{ModelIdentity, identify, jobs_needing, model_defaults, resolve};
 pub use worker::{WorkerPlan, WorkerReport, run_worker, work_queue};
 

@@ -191,7 +191,13 @@ fn a_model_without_a_chat_template_takes_chats_with_one_chosen_by_name_or_file()
     assert_eq!(texts("1"), texts("2"));
 
     // A name llama.cpp does not know is refused before anything runs.
-    let refused = cortex.run(&["--chat-template", "no-such-template", "worker"]);
+    let refused = cortex.run(&[
+        "--model",
+        "default",
+        "--chat-template",
+        "no-such-template",
+        "worker",
+    ]);
     assert!(!refused.status.success());
     assert!(
         String::from_utf8_lossy(&refused.stderr)
