@@ -572,6 +572,17 @@ impl KvCache {
         }
     }
 
+    /// How many blocks would become available if `seq` were freed: those it
+    /// holds alone (0 for an unknown sequence).
+    pub fn blocks_freed_by(&self, seq: SeqId) -> usize {
+        self.seqs.get(&seq).map_or(0, |s| {
+            s.blocks
+                .iter()
+                .filter(|&&id| self.blocks[id as usize].refs == 1)
+                .count()
+        })
+    }
+
     /// Releases `seq`'s blocks: computed full blocks stay as evictable cache,
     /// the rest return to the free list. Returns how many blocks it held.
     pub fn free(&mut self, seq: SeqId) -> Result<usize, KvError> {

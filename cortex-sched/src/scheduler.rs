@@ -516,7 +516,17 @@ impl Scheduler {
             self.entries[&candidate].priority,
             self.entries[&victim].priority,
         );
-        (i64::from(want) - i64::from(hold) >= gap).then_some(victim)
+        if i64::from(want) - i64::from(hold) < gap {
+            return None;
+        }
+        // Never for a request that would not fit once the victim is out: the
+        // victim would lose its place for nothing, and the two can take
+        // turns preempting each other for ever.
+        let wanted = &self.entries[&candidate];
+        let needed = self.kv.blocks_needed_in(wanted.cache_scope, &wanted.tokens)
+            + self.config.admission_headroom_blocks;
+        let available = self.kv.available_blocks() + self.kv.blocks_freed_by(victim.0);
+        (needed <= available).then_some(victim)
     }
 
     /// Preempts `id` for a more important request: unlike a preemption for

@@ -393,15 +393,14 @@ impl ModelPool {
                 });
             }
             if !slots.loading {
+                if self.fits(&slots, need) {
+                    break;
+                }
                 let evicted = self.make_room(&mut slots, need);
-                let fits = self.fits(&slots, need);
-                if !evicted.is_empty() || fits {
+                if !evicted.is_empty() {
                     drop(slots);
                     drop(evicted); // engines shut down here, outside the lock
                     slots = self.lock();
-                    if self.fits(&slots, need) && !slots.loading {
-                        break;
-                    }
                     continue;
                 }
             }
@@ -658,7 +657,153 @@ impl ModelPool {
 
 #[cfg(test)]
 mod tests {
+    use cortex_engine::{Backend, BackendError, BatchToken, KvLayout, StreamId};
+    use cortex_request::{ChatMessage, TokenId};
+
     use super::*;
+
+    /// A backend that always says token 1: enough to load, hold and unload.
+    struct Toy(KvLayout, Vec<f32>);
+
+    impl Backend for Toy {
+        fn n_vocab(&self) -> usize {
+            4
+        }
+        fn n_ctx_train(&self) -> usize {
+            256
+        }
+        fn kv_bytes_per_token(&self) -> usize {
+            1
+        }
+        fn kv_layout(&self) -> KvLayout {
+            self.0
+        }
+        fn set_kv_layout(&mut self, layout: KvLayout) -> Result<(), BackendError> {
+            self.0 = layout;
+            Ok(())
+        }
+        fn tokenize(&self, text: &str, _: bool, _: bool) -> Vec<TokenId> {
+            text.bytes().map(|_| 1).collect()
+        }
+        fn token_bytes(&self, _: TokenId) -> Vec<u8> {
+            b"a".to_vec()
+        }
+        fn is_end_of_generation(&self, _: TokenId) -> bool {
+            false
+        }
+        fn apply_chat_template(
+            &self,
+            m: &[ChatMessage],
+            _: Option<&str>,
+        ) -> Result<String, BackendError> {
+            Ok(m.iter().map(|m| m.content.as_str()).collect())
+        }
+        fn decode(&mut self, _: &[BatchToken]) -> Result<(), BackendError> {
+            Ok(())
+        }
+        fn logits(&self, _: usize) -> &[f32] {
+            &self.1
+        }
+        fn copy_stream(&mut self, _: StreamId, _: StreamId) {}
+        fn truncate_stream(&mut self, _: StreamId, _: usize) {}
+    }
+
+    fn toy_engine() -> Result<Engine, EngineError> {
+        let layout = KvLayout {
+            streams: 1,
+            capacity: 64,
+        };
+        Engine::start_with_backend(
+            cortex_engine::EngineConfig::for_fake_backend(1, 16),
+            move || Ok::<_, EngineError>(Toy(layout, vec![0.0, 1.0, 0.0, 0.0])),
+        )
+    }
+
+    /// A model whose file has `bytes` bytes.
+    fn model(dir: &std::path::Path, name: &str, bytes: usize) -> ModelIdentity {
+        let path = dir.join(format!("{name}.gguf"));
+        std::fs::write(&path, vec![0u8; bytes]).unwrap();
+        ModelIdentity {
+            path,
+            name: format!("{name}:latest"),
+            sha256: format!("{name:0>64}"),
+            settings: cortex_models::ModelSettings::default(),
+        }
+    }
+
+    fn pool(dir: &std::path::Path, limits: PoolLimits) -> (Arc<ModelPool>, ModelIdentity) {
+        let default = model(dir, "a", 1000);
+        let pool = ModelPool::new(
+            Registry::open(dir.join("registry")),
+            default.clone(),
+            toy_engine().unwrap(),
+            EngineStarter::new(|_| toy_engine()),
+            limits,
+        );
+        (pool, default)
+    }
+
+    fn loaded(pool: &ModelPool) -> Vec<String> {
+        pool.running().into_iter().map(|r| r.model.name).collect()
+    }
+
+    #[test]
+    fn a_model_in_use_is_never_unloaded_and_an_idle_one_makes_room() {
+        let dir = tempfile::tempdir().unwrap();
+        let limits = PoolLimits {
+            max_loaded: 1,
+            load_wait: Duration::from_millis(200),
+            ..PoolLimits::default()
+        };
+        let (pool, a) = pool(dir.path(), limits);
+        let b = model(dir.path(), "b", 1000);
+        let held = pool.acquire(&a, None).unwrap();
+        let refused = pool.acquire(&b, None).err().unwrap();
+        assert_eq!(refused.status, axum::http::StatusCode::SERVICE_UNAVAILABLE);
+        assert!(
+            refused
+                .message
+                .contains("(a:latest) are answering requests"),
+            "{}",
+            refused.message
+        );
+        drop(held);
+        let b_held = pool.acquire(&b, None).unwrap();
+        assert_eq!(loaded(&pool), ["b:latest"]);
+        // keep_alive 0: gone as soon as its last use ends.
+        let last = pool
+            .acquire(&b, Some(KeepAlive::For(Duration::ZERO)))
+            .unwrap();
+        drop(b_held);
+        assert_eq!(loaded(&pool), ["b:latest"], "still in use");
+        drop(last);
+        assert!(loaded(&pool).is_empty(), "{:?}", loaded(&pool));
+    }
+
+    #[test]
+    fn keep_alive_runs_out_and_a_model_over_the_budget_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let limits = PoolLimits {
+            keep_alive: KeepAlive::For(Duration::from_millis(50)),
+            memory_budget: 10_000,
+            ..PoolLimits::default()
+        };
+        let (pool, a) = pool(dir.path(), limits);
+        drop(pool.acquire(&a, Some(KeepAlive::Forever)).unwrap());
+        std::thread::sleep(Duration::from_millis(80));
+        pool.unload_expired();
+        assert_eq!(loaded(&pool), ["a:latest"], "kept for ever");
+        drop(pool.acquire(&a, None).unwrap());
+        std::thread::sleep(Duration::from_millis(80));
+        pool.unload_expired();
+        assert!(loaded(&pool).is_empty());
+        let huge = model(dir.path(), "huge", 20_000);
+        let refused = pool.acquire(&huge, None).err().unwrap();
+        assert_eq!(refused.status, axum::http::StatusCode::INSUFFICIENT_STORAGE);
+        // The default loads again on demand, and its counters were kept.
+        drop(pool.acquire(&a, None).unwrap());
+        assert_eq!(loaded(&pool), ["a:latest"]);
+    }
 
     #[test]
     fn keep_alive_reads_ollamas_forms() {

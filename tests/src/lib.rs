@@ -275,6 +275,60 @@ pub fn wait_for_workers(workers: impl IntoIterator<Item = Child>) -> Vec<u64> {
         .collect()
 }
 
+/// The prompt of [`completion_prompts`].
+pub const CAPITAL_PROMPT: &str = "The capital of France is";
+
+/// `n` greedy plain-completion lines of [`CAPITAL_PROMPT`] (no chat template
+/// needed), with ids `TAG-0`, `TAG-1`, ...
+pub fn completion_prompts(n: usize, tag: &str) -> String {
+    (0..n)
+        .map(|i| {
+            serde_json::json!({
+                "custom_id": format!("{tag}-{i}"),
+                "prompt": CAPITAL_PROMPT,
+                "max_tokens": 8, "temperature": 0,
+            })
+            .to_string()
+                + "\n"
+        })
+        .collect()
+}
+
+/// What `model` says to [`CAPITAL_PROMPT`], greedy, 8 tokens: what every
+/// output of [`completion_prompts`] run on it must be.
+pub fn capital_reference(cortex: &Cortex, model: &str) -> String {
+    cortex
+        .ok(&[
+            "--model",
+            model,
+            "generate",
+            CAPITAL_PROMPT,
+            "--max-tokens",
+            "8",
+            "--temperature",
+            "0",
+        ])
+        .trim()
+        .to_owned()
+}
+
+/// The text of each output line of job `job` (exported to `JOB.out.jsonl`).
+pub fn output_texts(cortex: &Cortex, job: &str) -> Vec<String> {
+    let out = format!("{job}.out.jsonl");
+    cortex.ok(&["results", job, "-o", &out]);
+    read_jsonl(&cortex.dir().join(out))
+        .iter()
+        .map(|l| {
+            let choice = &l["response"]["body"]["choices"][0];
+            choice["text"]
+                .as_str()
+                .or_else(|| choice["message"]["content"].as_str())
+                .expect("a text")
+                .to_owned()
+        })
+        .collect()
+}
+
 /// `n` short prompts alternating OpenAI chat lines and plain completion lines,
 /// with ids `item-0000`, `item-0001`, ... in input order.
 pub fn prompts(n: usize, max_tokens: u32) -> String {

@@ -10,7 +10,10 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use cortex_queue::{ItemState, JobState};
-use cortex_tests::{Cortex, prompts, read_jsonl, wait_for_workers};
+use cortex_tests::{
+    Cortex, capital_reference, completion_prompts, output_texts, prompts, read_jsonl,
+    wait_for_workers,
+};
 
 static TURN: Mutex<()> = Mutex::new(());
 
@@ -278,21 +281,6 @@ fn log_probabilities_reach_the_export_in_openais_shapes() {
     assert_eq!(text["text_offset"][0], 0);
 }
 
-/// `n` greedy plain-completion lines (no chat template needed).
-fn completion_prompts(n: usize, tag: &str) -> String {
-    (0..n)
-        .map(|i| {
-            serde_json::json!({
-                "custom_id": format!("{tag}-{i}"),
-                "prompt": format!("The capital of France is"),
-                "max_tokens": 8, "temperature": 0,
-            })
-            .to_string()
-                + "\n"
-        })
-        .collect()
-}
-
 #[test]
 fn workers_claim_only_jobs_for_their_model() {
     let _turn = turn();
@@ -335,37 +323,13 @@ fn workers_claim_only_jobs_for_their_model() {
     }
 
     // Greedy outputs show which model wrote each result.
-    let text_of = |job: &str| -> Vec<String> {
-        cortex.ok(&["results", job, "-o", &format!("{job}.out.jsonl")]);
-        read_jsonl(&cortex.dir().join(format!("{job}.out.jsonl")))
-            .iter()
-            .map(|l| {
-                l["response"]["body"]["choices"][0]["text"]
-                    .as_str()
-                    .unwrap()
-                    .to_owned()
-            })
-            .collect()
-    };
-    let reference = |model: &str| -> String {
-        cortex
-            .ok(&[
-                "--model",
-                model,
-                "generate",
-                "The capital of France is",
-                "--max-tokens",
-                "8",
-                "--temperature",
-                "0",
-            ])
-            .trim_end_matches('\n')
-            .to_owned()
-    };
-    let (smol_text, gemma_text) = (reference("default"), reference("gemma3-270m"));
+    let (smol_text, gemma_text) = (
+        capital_reference(&cortex, "default"),
+        capital_reference(&cortex, "gemma3-270m"),
+    );
     assert_ne!(smol_text, gemma_text);
     for (job, expected) in [("1", &smol_text), ("2", &gemma_text), ("3", &smol_text)] {
-        for text in text_of(job) {
+        for text in output_texts(&cortex, job) {
             assert_eq!(text.trim(), expected.trim(), "job {job}");
         }
     }

@@ -5,28 +5,13 @@
 use std::sync::Mutex;
 
 use cortex_queue::JobState;
-use cortex_tests::{Cortex, read_jsonl};
+use cortex_tests::{Cortex, capital_reference, completion_prompts, output_texts};
 
 static TURN: Mutex<()> = Mutex::new(());
 
 fn turn() -> std::sync::MutexGuard<'static, ()> {
     TURN.lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// `n` greedy plain-completion lines (no chat template needed).
-fn completion_prompts(n: usize, tag: &str) -> String {
-    (0..n)
-        .map(|i| {
-            serde_json::json!({
-                "custom_id": format!("{tag}-{i}"),
-                "prompt": "The capital of France is",
-                "max_tokens": 8, "temperature": 0,
-            })
-            .to_string()
-                + "\n"
-        })
-        .collect()
 }
 
 fn names(cortex: &Cortex) -> Vec<String> {
@@ -150,30 +135,14 @@ fn a_worker_without_a_model_drains_every_models_jobs() {
         assert_eq!(cortex.job(job).state, JobState::Completed, "job {job}");
     }
 
-    let reference = |model: &str| -> String {
-        cortex
-            .ok(&[
-                "--model",
-                model,
-                "generate",
-                "The capital of France is",
-                "--max-tokens",
-                "8",
-                "--temperature",
-                "0",
-            ])
-            .trim()
-            .to_owned()
-    };
-    let (smol, gemma) = (reference("default"), reference("gemma3-270m"));
+    let (smol, gemma) = (
+        capital_reference(&cortex, "default"),
+        capital_reference(&cortex, "gemma3-270m"),
+    );
     assert_ne!(smol, gemma);
     for (job, expected) in [("1", &smol), ("2", &gemma), ("3", &smol)] {
-        cortex.ok(&["results", job, "-o", "out.jsonl"]);
-        for line in read_jsonl(&cortex.dir().join("out.jsonl")) {
-            let text = line["response"]["body"]["choices"][0]["text"]
-                .as_str()
-                .unwrap();
-            assert_eq!(text.trim(), expected, "job {job}");
+        for text in output_texts(&cortex, job) {
+            assert_eq!(text.trim(), expected.as_str(), "job {job}");
         }
     }
 }

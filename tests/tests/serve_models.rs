@@ -5,7 +5,7 @@
 //! drained by a `cortex worker` started without a model.
 
 use cortex_queue::JobState;
-use cortex_tests::{Cortex, Server, python_check, read_jsonl};
+use cortex_tests::{Cortex, Server, output_texts, python_check};
 
 const QUESTION: &str = "Name a colour.";
 const SYSTEM: &str = "You answer in one word.";
@@ -81,12 +81,7 @@ fn one_server_serves_and_manages_many_models() {
     assert!(stderr.contains("worker done: 6 completed"), "{stderr}");
     for (job, expected) in [(1, &references["default"]), (2, &references["gemma"])] {
         assert_eq!(cortex.job(job).state, JobState::Completed, "job {job}");
-        let out = format!("{job}.out.jsonl");
-        cortex.ok(&["results", &job.to_string(), "-o", &out]);
-        for line in read_jsonl(&cortex.dir().join(&out)) {
-            let text = line["response"]["body"]["choices"][0]["message"]["content"]
-                .as_str()
-                .unwrap();
+        for text in output_texts(&cortex, &job.to_string()) {
             assert_eq!(text.trim(), expected.as_str().unwrap(), "job {job}");
         }
     }
