@@ -29,9 +29,10 @@ pub struct ModelDemand {
     /// Models with pending items: the submission time (ms) of the oldest job
     /// with pending items.
     pending: BTreeMap<String, i64>,
-    /// Whether any job in scope, of a model that can run here, can still
-    /// produce work (pending, running elsewhere, retries to come).
-    unfinished: bool,
+    /// Models with jobs that can still produce work (pending, running
+    /// elsewhere, leases of dead workers to reclaim, retries to come): the
+    /// submission time of the oldest.
+    unfinished: BTreeMap<String, i64>,
 }
 
 impl ModelDemand {
@@ -59,7 +60,7 @@ impl ModelDemand {
 
     /// Whether any job in scope can still produce work.
     pub fn unfinished(&self) -> bool {
-        self.unfinished
+        !self.unfinished.is_empty()
     }
 }
 
@@ -81,7 +82,9 @@ fn demand(
         if unavailable.contains(&sha) {
             continue;
         }
-        demand.unfinished = true;
+        let created = job.times.created_at;
+        let oldest = demand.unfinished.entry(sha.clone()).or_insert(created);
+        *oldest = (*oldest).min(created);
         if job.counts.pending > 0 {
             let oldest = demand.pending.entry(sha).or_insert(job.times.created_at);
             *oldest = (*oldest).min(job.times.created_at);
@@ -91,18 +94,23 @@ fn demand(
 }
 
 /// The model to load next: the loaded one while its jobs have pending
-/// items, else the one whose oldest pending job is oldest.
+/// items, else the one whose oldest pending job is oldest. With nothing
+/// pending, a model whose jobs are unfinished (the loaded one first): its
+/// items run elsewhere, or under the leases of a dead worker, which only a
+/// claim for that model takes back.
 fn choose(demand: &Demand, loaded: Option<&str>) -> Option<String> {
-    if let Some(loaded) = loaded
-        && demand.pending.contains_key(loaded)
-    {
-        return Some(loaded.to_owned());
-    }
-    demand
-        .pending
-        .iter()
-        .min_by_key(|(_, oldest)| **oldest)
-        .map(|(sha, _)| sha.clone())
+    let oldest = |models: &BTreeMap<String, i64>| {
+        if let Some(loaded) = loaded
+            && models.contains_key(loaded)
+        {
+            return Some(loaded.to_owned());
+        }
+        models
+            .iter()
+            .min_by_key(|(_, oldest)| **oldest)
+            .map(|(sha, _)| sha.clone())
+    };
+    oldest(&demand.pending).or_else(|| oldest(&demand.unfinished))
 }
 
 /// Whether the loaded model should give the engine to another model now.
@@ -143,7 +151,7 @@ pub fn work_every_model(
         let wanted = demand(store, plan.jobs.as_deref(), &unavailable)?;
         let loaded_sha = loaded.as_ref().map(|(model, _)| model.sha256.as_str());
         let Some(sha) = choose(&wanted, loaded_sha) else {
-            if !wanted.unfinished && !plan.follow {
+            if !wanted.unfinished() && !plan.follow {
                 break Ok(());
             }
             tick(store)?;
@@ -223,9 +231,11 @@ mod tests {
     use super::*;
 
     fn demand_of(pending: &[(&str, i64)]) -> Demand {
+        let pending: BTreeMap<String, i64> =
+            pending.iter().map(|(s, t)| ((*s).to_owned(), *t)).collect();
         Demand {
-            pending: pending.iter().map(|(s, t)| ((*s).to_owned(), *t)).collect(),
-            unfinished: true,
+            unfinished: pending.clone(),
+            pending,
         }
     }
 
@@ -236,6 +246,14 @@ mod tests {
         assert_eq!(choose(&demand, None).as_deref(), Some("b"));
         assert_eq!(choose(&demand, Some("c")).as_deref(), Some("b"));
         assert_eq!(choose(&demand_of(&[]), Some("a")), None);
+        // Nothing pending, but items running under a dead worker's leases:
+        // their model is chosen, so that a claim takes them back.
+        let waiting = Demand {
+            pending: BTreeMap::new(),
+            unfinished: [("a".to_owned(), 3), ("b".to_owned(), 1)].into(),
+        };
+        assert_eq!(choose(&waiting, Some("a")).as_deref(), Some("a"));
+        assert_eq!(choose(&waiting, None).as_deref(), Some("b"));
     }
 
     #[test]

@@ -95,7 +95,8 @@ impl Cortex {
 
     /// Gives this installation a model registry of its own (so it can add
     /// and remove names freely), holding the known models the shared cache
-    /// has already fetched (hard links, so nothing is fetched or copied).
+    /// has already fetched (hard links where the file system allows, so
+    /// nothing is fetched or copied).
     /// Returns the registry's root.
     pub fn private_models(&mut self) -> PathBuf {
         let shared = cortex_models::Registry::default_location();
@@ -106,10 +107,20 @@ impl Cortex {
         for spec in cortex_models::KNOWN_MODELS {
             let blob = shared.cache().ensure(spec).expect("a known model");
             let name = blob.file_name().expect("a blob name").to_owned();
-            std::fs::hard_link(&blob, blobs.join(&name)).expect("link a blob");
-            let mut stamp = name;
+            // A hard link where the file system allows it, else a copy.
+            if std::fs::hard_link(&blob, blobs.join(&name)).is_err() {
+                std::fs::copy(&blob, blobs.join(&name)).expect("copy a blob");
+            }
+            let mut stamp = name.clone();
             stamp.push(".verified");
-            std::fs::copy(blob.with_file_name(&stamp), blobs.join(&stamp)).expect("its stamp");
+            if std::fs::metadata(blobs.join(&name))
+                .and_then(|m| m.modified())
+                .ok()
+                == std::fs::metadata(&blob).and_then(|m| m.modified()).ok()
+            {
+                // Same bytes, same time: the stamp holds (a copy is hashed once instead).
+                std::fs::copy(blob.with_file_name(&stamp), blobs.join(&stamp)).expect("its stamp");
+            }
         }
         self.set_env("CORTEX_CACHE_DIR", &cache.display().to_string());
         root
