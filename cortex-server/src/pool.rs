@@ -412,12 +412,19 @@ impl ModelPool {
                     .filter(|s| s.users > 0)
                     .map(|s| s.loaded.model.name.clone())
                     .collect();
+                let room = if budget > 0 {
+                    format!(
+                        "at most {} models in {} MiB",
+                        self.limits.max_loaded,
+                        mib(budget)
+                    )
+                } else {
+                    format!("at most {} models", self.limits.max_loaded)
+                };
                 return Err(ApiError::unavailable(format!(
-                    "the model {} cannot be loaded now: the loaded models ({}) are answering requests and there is no room beside them (at most {} models, {} MiB); try again later",
+                    "the model {} cannot be loaded now: the loaded models ({}) are answering requests and there is no room beside them ({room}); try again later",
                     model.name,
                     busy.join(", "),
-                    self.limits.max_loaded,
-                    mib(budget)
                 )));
             }
             slots = self
