@@ -485,20 +485,10 @@ impl Registry {
         setting: &str,
         progress: &mut dyn FnMut(PullProgress),
     ) -> Result<ModelEntry, RegistryError> {
-        if is_path(setting) {
-            return self.file_entry(Path::new(setting), Origin::File);
-        }
-        let lookup = if setting == "default" {
-            DEFAULT_MODEL.name
-        } else {
-            setting
-        };
-        if let Some(entry) = self.find(lookup)? {
-            return self.checked(entry);
-        }
-        match Self::known(setting) {
-            Some(spec) => self.pull_with(spec.name, progress),
-            None => Err(self.unknown(setting)),
+        let entry = self.identify(setting)?;
+        match entry.origin {
+            Origin::Known => self.pull_with(entry.name.name(), progress),
+            _ => self.checked(entry),
         }
     }
 
@@ -754,6 +744,16 @@ impl Registry {
             sha256,
             blob_removed,
         })
+    }
+
+    /// Whether another model (a registered name, or a file in a model
+    /// directory) has `entry`'s weights: removing `entry`'s name then keeps
+    /// them within reach, so no job bound to them is stranded.
+    pub fn shares_weights(&self, entry: &ModelEntry) -> bool {
+        self.list()
+            .models
+            .iter()
+            .any(|m| m.name != entry.name && m.sha256 == entry.sha256)
     }
 
     /// Whether the store holds a verified blob with this SHA-256.

@@ -124,12 +124,7 @@ pub(crate) fn models_remove(
 ) -> anyhow::Result<()> {
     let registry = config.registry();
     let entry = registry.find(name)?.ok_or_else(|| registry.unknown(name))?;
-    let shared = registry
-        .list()
-        .models
-        .iter()
-        .any(|m| m.name != entry.name && m.sha256 == entry.sha256);
-    if !shared && !force {
+    if !registry.shares_weights(&entry) && !force {
         let mut store = open_store(config)?;
         let jobs = cortex_worker::jobs_needing(store.as_mut(), &entry.sha256)?;
         if !jobs.is_empty() {

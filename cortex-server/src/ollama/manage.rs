@@ -478,16 +478,8 @@ pub(crate) async fn delete(
     .map_err(OllamaError::from)?
     .ok_or_else(|| not_found(format!("model {asked:?} not found")))?;
     let shared = {
-        let registry = registry.clone();
-        let entry = entry.clone();
-        off_async(move || {
-            registry
-                .list()
-                .models
-                .iter()
-                .any(|m| m.name != entry.name && m.sha256 == entry.sha256)
-        })
-        .await?
+        let (registry, entry) = (registry.clone(), entry.clone());
+        off_async(move || registry.shares_weights(&entry)).await?
     };
     if !shared && entry.sha256 == state.models.default_model().sha256 {
         return Err(OllamaError(
