@@ -15,6 +15,8 @@ command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 pkg-config --exists openssl 2>/dev/null || missing+=(libssl-dev)
 # The tests reach the server's Unix-domain socket with curl, as users do.
 command -v curl >/dev/null 2>&1 || missing+=(curl)
+# The dashboard's tests drive Debian's chromium (headless) with Playwright.
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 if ((${#missing[@]})); then
     echo "==> installing ${missing[*]}"
     if [[ $(id -u) -eq 0 ]]; then sudo=(); else sudo=(sudo); fi

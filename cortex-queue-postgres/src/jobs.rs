@@ -6,14 +6,70 @@ use std::path::Path;
 use std::time::Duration;
 
 use cortex_queue::{
-    ExportFormat, ExportSummary, ItemId, ItemRecord, ItemSource, ItemState, Job, JobCounts,
-    JobFilter, JobId, JobState, JobStatus, JobStore, JobTimes, QueueError, Result, SubmitOptions,
-    Submitted,
+    CompletionSample, ExportFormat, ExportSummary, ItemDetail, ItemId, ItemPage, ItemQuery,
+    ItemRecord, ItemSource, ItemState, Job, JobCounts, JobFilter, JobId, JobPage, JobState,
+    JobStatus, JobStore, JobTimes, QueueError, Result, SubmitOptions, Submitted, WorkerInfo,
+    host_name, item_detail,
 };
 use postgres::Row;
 
 use crate::session::{Failure, Tx};
 use crate::{PgStore, count};
+
+/// Which jobs a [`JobFilter`] takes (`j`: jobs; `$1` state, `$2` and `$3`
+/// a metadata key and value, `$4` project, `$5` model).
+const JOB_FILTER: &str = "j.state <> 'validating' AND ($1::text IS NULL OR j.state = $1::text)
+    AND ($2::text IS NULL OR j.metadata ->> $2::text = $3::text)
+    AND ($4::text IS NULL OR j.project = $4::text) AND ($5::text IS NULL OR j.model = $5::text)";
+
+/// The jobs `filter` takes, newest first, its page only.
+fn matching_jobs(tx: &mut Tx<'_>, filter: &JobFilter) -> Result<Vec<Job>, Failure> {
+    let limit = filter.limit.map(|l| i64::try_from(l).unwrap_or(i64::MAX));
+    let offset = i64::try_from(filter.offset).unwrap_or(i64::MAX);
+    let state = filter.state.map(JobState::as_str);
+    let (key, value) = filter.metadata.clone().unzip();
+    Ok(tx
+        .query(
+            &format!("{JOB_SELECT} WHERE {JOB_FILTER} ORDER BY j.id DESC LIMIT $6 OFFSET $7"),
+            &[
+                &state,
+                &key,
+                &value,
+                &filter.project,
+                &filter.model,
+                &limit,
+                &offset,
+            ],
+        )?
+        .iter()
+        .map(job_from_row)
+        .collect())
+}
+
+/// An item's columns, for [`item_from_row`] (`i`: items, `r`: results).
+const ITEM_COLUMNS: &str =
+    "i.id, i.line, i.custom_id, i.state, i.attempts, i.lease_token, i.error_code,
+    i.error_message, r.completed_at, i.deaths, i.ran_by, r.completion_tokens, r.duration_ms";
+const ITEM_COLUMN_COUNT: usize = 13;
+
+fn item_from_row(row: &Row) -> ItemRecord {
+    let count = |i: usize| row.get::<_, Option<i64>>(i).map(|v| v.max(0) as u64);
+    ItemRecord {
+        id: ItemId(row.get(0)),
+        line: row.get::<_, i64>(1) as u64,
+        custom_id: row.get(2),
+        state: ItemState::parse(row.get(3)).unwrap_or(ItemState::Failed),
+        attempts: row.get::<_, i32>(4).max(0) as u32,
+        lease_token: row.get(5),
+        error_code: row.get(6),
+        error_message: row.get(7),
+        completed_at: row.get(8),
+        deaths: row.get::<_, i32>(9).max(0) as u32,
+        ran_by: row.get(10),
+        completion_tokens: count(11),
+        duration_ms: count(12),
+    }
+}
 
 /// A job's columns and its counts summed over shards (`count` columns 11..=17).
 const JOB_SELECT: &str = "SELECT j.id, j.state, j.source_name, j.source_sha256, j.model, j.defaults, j.metadata::text,
@@ -121,6 +177,20 @@ impl PgStore {
         })
     }
 
+    /// `jobs` as read, each put right where a writer that died between its
+    /// commit and its settle left it behind its counts.
+    fn settled(&mut self, jobs: Vec<Job>) -> Result<Vec<Job>> {
+        jobs.into_iter()
+            .map(|job| {
+                if job.state.settled(&job.counts) == job.state {
+                    Ok(job)
+                } else {
+                    self.settle(job.id)
+                }
+            })
+            .collect()
+    }
+
     /// An explicit change of a job's state, under its row lock.
     fn change_job<T>(
         &mut self,
@@ -168,36 +238,36 @@ impl JobStore for PgStore {
     }
 
     fn jobs(&mut self, filter: &JobFilter) -> Result<Vec<Job>> {
-        let limit = filter.limit.map(|l| i64::try_from(l).unwrap_or(i64::MAX));
+        let jobs = self.run_autocommit(|tx| matching_jobs(tx, filter))?;
+        self.settled(jobs)
+    }
+
+    fn job_page(&mut self, filter: &JobFilter) -> Result<JobPage> {
         let state = filter.state.map(JobState::as_str);
         let (key, value) = filter.metadata.clone().unzip();
-        let jobs = self.run_autocommit(|tx| {
-            Ok(tx
+        let (matching, jobs, models) = self.run_autocommit(|tx| {
+            let matching: i64 = tx
+                .query_opt(
+                    &format!("SELECT count(*) FROM jobs j WHERE {JOB_FILTER}"),
+                    &[&state, &key, &value, &filter.project, &filter.model],
+                )?
+                .map_or(0, |row| row.get(0));
+            let models: Vec<String> = tx
                 .query(
-                    &format!(
-                        "{JOB_SELECT}
-                         WHERE j.state <> 'validating' AND ($1::text IS NULL OR j.state = $1::text)
-                           AND ($2::text IS NULL OR j.metadata ->> $2::text = $3::text)
-                           AND ($5::text IS NULL OR j.project = $5::text)
-                         ORDER BY j.id DESC LIMIT $4"
-                    ),
-                    &[&state, &key, &value, &limit, &filter.project],
+                    "SELECT DISTINCT model FROM jobs
+                     WHERE state <> 'validating' AND ($1::text IS NULL OR project = $1::text) ORDER BY model",
+                    &[&filter.project],
                 )?
                 .iter()
-                .map(job_from_row)
-                .collect::<Vec<_>>())
+                .map(|row| row.get(0))
+                .collect();
+            Ok((matching, matching_jobs(tx, filter)?, models))
         })?;
-        // A writer that died between its commit and its settle leaves a job
-        // behind its counts: reading it puts it right.
-        jobs.into_iter()
-            .map(|job| {
-                if job.state.settled(&job.counts) == job.state {
-                    Ok(job)
-                } else {
-                    self.settle(job.id)
-                }
-            })
-            .collect()
+        Ok(JobPage {
+            matching: matching.max(0) as u64,
+            jobs: self.settled(jobs)?,
+            models,
+        })
     }
 
     fn status_over(&mut self, id: JobId, window: Duration) -> Result<JobStatus> {
@@ -224,23 +294,114 @@ impl JobStore for PgStore {
             load_job(tx, id)?;
             Ok(tx
                 .query(
-                    "SELECT i.id, i.line, i.custom_id, i.state, i.attempts, i.lease_token, i.error_code,
-                            i.error_message, r.completed_at, i.deaths
-                     FROM items i LEFT JOIN results r ON r.item_id = i.id WHERE i.job_id = $1 ORDER BY i.line",
+                    &format!(
+                        "SELECT {ITEM_COLUMNS} FROM items i LEFT JOIN results r ON r.item_id = i.id
+                         WHERE i.job_id = $1 ORDER BY i.line"
+                    ),
                     &[&id.0],
                 )?
                 .iter()
-                .map(|row| ItemRecord {
-                    id: ItemId(row.get(0)),
-                    line: row.get::<_, i64>(1) as u64,
-                    custom_id: row.get(2),
-                    state: ItemState::parse(row.get(3)).unwrap_or(ItemState::Failed),
-                    attempts: row.get::<_, i32>(4).max(0) as u32,
-                    lease_token: row.get(5),
-                    error_code: row.get(6),
-                    error_message: row.get(7),
-                    completed_at: row.get(8),
-                    deaths: row.get::<_, i32>(9).max(0) as u32,
+                .map(item_from_row)
+                .collect())
+        })
+    }
+
+    fn item_page(&mut self, id: JobId, query: &ItemQuery) -> Result<ItemPage> {
+        let state = query.state.map(ItemState::as_str);
+        let text = query.custom_id.as_deref().filter(|t| !t.is_empty());
+        let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
+        let offset = i64::try_from(query.offset).unwrap_or(i64::MAX);
+        self.run(|tx| {
+            load_job(tx, id)?;
+            let matches = "i.job_id = $1 AND ($2::text IS NULL OR i.state = $2::text)
+                           AND ($3::text IS NULL OR strpos(i.custom_id, $3::text) > 0)";
+            let matching: i64 = tx
+                .query_opt(
+                    &format!("SELECT count(*) FROM items i WHERE {matches}"),
+                    &[&id.0, &state, &text],
+                )?
+                .map_or(0, |row| row.get(0));
+            let items = tx
+                .query(
+                    &format!(
+                        "SELECT {ITEM_COLUMNS} FROM items i LEFT JOIN results r ON r.item_id = i.id
+                         WHERE {matches} ORDER BY i.line LIMIT $4 OFFSET $5"
+                    ),
+                    &[&id.0, &state, &text, &limit, &offset],
+                )?
+                .iter()
+                .map(item_from_row)
+                .collect();
+            Ok(ItemPage {
+                matching: matching.max(0) as u64,
+                items,
+            })
+        })
+    }
+
+    fn item(&mut self, id: JobId, line: u64) -> Result<ItemDetail> {
+        let line_number = i64::try_from(line).unwrap_or(i64::MAX);
+        self.run(|tx| {
+            load_job(tx, id)?;
+            let row = tx
+                .query_opt(
+                    &format!(
+                        "SELECT {ITEM_COLUMNS}, i.endpoint, i.request, r.response FROM items i
+                         LEFT JOIN results r ON r.item_id = i.id WHERE i.job_id = $1 AND i.line = $2"
+                    ),
+                    &[&id.0, &line_number],
+                )?
+                .ok_or(Failure::Queue(QueueError::NoSuchItem { job: id, line }))?;
+            Ok(item_detail(
+                item_from_row(&row),
+                row.get(ITEM_COLUMN_COUNT),
+                row.get(ITEM_COLUMN_COUNT + 1),
+                row.get(ITEM_COLUMN_COUNT + 2),
+            ))
+        })
+    }
+
+    fn completions(&mut self, id: JobId) -> Result<Vec<CompletionSample>> {
+        self.run(|tx| {
+            load_job(tx, id)?;
+            Ok(tx
+                .query(
+                    "SELECT completed_at, completion_tokens, first_token_ms, duration_ms FROM results
+                     WHERE job_id = $1",
+                    &[&id.0],
+                )?
+                .iter()
+                .map(|row| {
+                    let ms = |i: usize| row.get::<_, Option<i64>>(i).map(|v| v.max(0) as u64);
+                    CompletionSample {
+                        completed_at: row.get(0),
+                        completion_tokens: row.get::<_, i64>(1).max(0) as u64,
+                        first_token_ms: ms(2),
+                        duration_ms: ms(3),
+                    }
+                })
+                .collect())
+        })
+    }
+
+    fn workers(&mut self) -> Result<Vec<WorkerInfo>> {
+        self.run(|tx| {
+            Ok(tx
+                .query(
+                    "SELECT w.id, w.host, w.pid, w.model_sha256, w.registered_at, w.heartbeat_at,
+                            (SELECT count(*) FROM items i WHERE i.worker_id = w.id AND i.state = 'running')
+                     FROM workers w ORDER BY w.id",
+                    &[],
+                )?
+                .iter()
+                .map(|row| WorkerInfo {
+                    id: row.get(0),
+                    host: host_name(row.get(1)).to_owned(),
+                    pid: row.get::<_, i32>(2).max(0) as u32,
+                    model_sha256: row.get(3),
+                    registered_at: row.get(4),
+                    heartbeat_at: row.get(5),
+                    running: row.get::<_, i64>(6).max(0) as u64,
                 })
                 .collect())
         })

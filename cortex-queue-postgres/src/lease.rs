@@ -265,7 +265,8 @@ impl PgStore {
             format!(
                 "UPDATE items SET state = 'running', attempts = attempts + 1, lease_token = lease_token + 1,
                                   lease_expires_at = cortex_now() + $2, worker_id = $3, updated_at = cortex_now(),
-                                  alone = $5
+                                  alone = $5,
+                                  ran_by = (SELECT split_part(host, '/', 1) || ' pid ' || pid FROM workers WHERE id = $3)
                  WHERE id IN ({candidates})
                  RETURNING id, job_id, line, custom_id, endpoint, request, attempts, lease_token, lease_expires_at"
             )
@@ -452,6 +453,14 @@ impl PgStore {
             .iter()
             .map(|(_, r)| r.usage.completion_tokens as i64)
             .collect();
+        let first_token: Vec<Option<i64>> = done
+            .iter()
+            .map(|(_, r)| r.timings.first_token.map(duration_ms))
+            .collect();
+        let finished: Vec<i64> = done
+            .iter()
+            .map(|(_, r)| duration_ms(r.timings.finished))
+            .collect();
         // One statement: the items end and their results are written together
         // (a crash before it ends writes nothing: `complete:written` is here).
         failpoint::hit("complete:written", "");
@@ -463,12 +472,14 @@ impl PgStore {
                      FROM unnest($1::bigint[], $2::bigint[]) AS l(id, token)
                      WHERE i.id = l.id AND i.lease_token = l.token AND i.state = 'running'
                      RETURNING i.id, i.job_id, i.attempts)
-                 INSERT INTO results (item_id, job_id, attempt, response, prompt_tokens, completion_tokens, completed_at)
-                 SELECT done.id, done.job_id, done.attempts, r.response, r.prompt, r.completion, cortex_now()
-                 FROM done JOIN unnest($1::bigint[], $3::text[], $4::bigint[], $5::bigint[])
-                                AS r(id, response, prompt, completion) ON r.id = done.id
+                 INSERT INTO results (item_id, job_id, attempt, response, prompt_tokens, completion_tokens, completed_at,
+                                      first_token_ms, duration_ms)
+                 SELECT done.id, done.job_id, done.attempts, r.response, r.prompt, r.completion, cortex_now(),
+                        r.first_token, r.finished
+                 FROM done JOIN unnest($1::bigint[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[])
+                                AS r(id, response, prompt, completion, first_token, finished) ON r.id = done.id
                  RETURNING item_id, job_id",
-                &[&ids, &tokens, &bodies, &prompt, &completion],
+                &[&ids, &tokens, &bodies, &prompt, &completion, &first_token, &finished],
             )?;
             let written: HashSet<i64> = rows.iter().map(|row| row.get(0)).collect();
             let touched: BTreeSet<i64> = rows.iter().map(|row| row.get(1)).collect();

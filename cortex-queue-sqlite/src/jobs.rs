@@ -5,11 +5,12 @@ use std::path::Path;
 use std::time::Duration;
 
 use cortex_queue::{
-    ExportFormat, ExportSummary, ItemId, ItemRecord, ItemSource, ItemState, Job, JobCounts,
-    JobFilter, JobId, JobState, JobStatus, JobStore, JobTimes, QueueError, Result, SubmitOptions,
-    Submitted, now_ms,
+    CompletionSample, ExportFormat, ExportSummary, ItemDetail, ItemId, ItemPage, ItemQuery,
+    ItemRecord, ItemSource, ItemState, Job, JobCounts, JobFilter, JobId, JobPage, JobState,
+    JobStatus, JobStore, JobTimes, QueueError, Result, SubmitOptions, Submitted, WorkerInfo,
+    host_name, item_detail, now_ms,
 };
-use rusqlite::{OptionalExtension, Row, Transaction, params};
+use rusqlite::{OptionalExtension, Row, Transaction, named_params, params};
 
 use crate::store::{Outcome, Store};
 
@@ -17,6 +18,65 @@ const JOB_COLUMNS: &str = "id, state, source_name, source_sha256, model, default
     lines, invalid, n_pending, n_running, n_completed, n_failed, n_cancelled, prompt_tokens, completion_tokens,
     created_at, validating_at, in_progress_at, finalizing_at, completed_at, failed_at, cancelling_at, cancelled_at,
     model_sha256, project";
+
+/// An item's columns, for [`item_from_row`] (`i`: items, `r`: results).
+const ITEM_COLUMNS: &str =
+    "i.id, i.line, i.custom_id, i.state, i.attempts, i.lease_token, i.error_code,
+    i.error_message, r.completed_at, i.deaths, i.ran_by, r.completion_tokens, r.duration_ms";
+const ITEM_COLUMN_COUNT: usize = 13;
+
+fn item_from_row(row: &Row<'_>) -> rusqlite::Result<ItemRecord> {
+    let count = |i: usize| {
+        row.get::<_, Option<i64>>(i)
+            .map(|v| v.map(|v| v.max(0) as u64))
+    };
+    Ok(ItemRecord {
+        id: ItemId(row.get(0)?),
+        line: row.get::<_, i64>(1)? as u64,
+        custom_id: row.get(2)?,
+        state: ItemState::parse(&row.get::<_, String>(3)?).unwrap_or(ItemState::Failed),
+        attempts: row.get(4)?,
+        lease_token: row.get(5)?,
+        error_code: row.get(6)?,
+        error_message: row.get(7)?,
+        completed_at: row.get(8)?,
+        deaths: row.get(9)?,
+        ran_by: row.get(10)?,
+        completion_tokens: count(11)?,
+        duration_ms: count(12)?,
+    })
+}
+
+/// Which jobs a [`JobFilter`] takes (named parameters `:state`, `:key`,
+/// `:value`, `:project`, `:model`).
+const JOB_FILTER: &str = "state <> 'validating' AND (:state IS NULL OR state = :state)
+    AND (:key IS NULL OR json_extract(metadata, '$.' || json_quote(:key)) = :value)
+    AND (:project IS NULL OR project = :project) AND (:model IS NULL OR model = :model)";
+
+/// The jobs `filter` takes, newest first, its page only.
+fn matching_jobs(tx: &Transaction<'_>, filter: &JobFilter) -> rusqlite::Result<Vec<Job>> {
+    let limit = filter
+        .limit
+        .map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));
+    let offset = i64::try_from(filter.offset).unwrap_or(i64::MAX);
+    let (key, value) = filter.metadata.clone().unzip();
+    tx.prepare_cached(&format!(
+        "SELECT {JOB_COLUMNS} FROM jobs WHERE {JOB_FILTER} ORDER BY id DESC LIMIT :limit OFFSET :offset"
+    ))?
+    .query_map(
+        named_params! {
+            ":state": filter.state.map(JobState::as_str),
+            ":key": key,
+            ":value": value,
+            ":project": filter.project,
+            ":model": filter.model,
+            ":limit": limit,
+            ":offset": offset,
+        },
+        job_from_row,
+    )?
+    .collect()
+}
 
 fn job_from_row(row: &Row<'_>) -> rusqlite::Result<Job> {
     let text = |i: usize| row.get::<_, String>(i);
@@ -112,31 +172,36 @@ impl JobStore for Store {
 
     /// Jobs matching `filter`, newest first.
     fn jobs(&mut self, filter: &JobFilter) -> Result<Vec<Job>> {
-        let limit = filter
-            .limit
-            .map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));
-        let (key, value) = filter.metadata.clone().unzip();
+        self.read(|tx| Ok(matching_jobs(tx, filter)?))
+    }
+
+    fn job_page(&mut self, filter: &JobFilter) -> Result<JobPage> {
         self.read(|tx| {
-            let jobs = tx
-                .prepare_cached(&format!(
-                    "SELECT {JOB_COLUMNS} FROM jobs
-                     WHERE state <> 'validating' AND (?1 IS NULL OR state = ?1)
-                       AND (?2 IS NULL OR json_extract(metadata, '$.' || json_quote(?2)) = ?3)
-                       AND (?5 IS NULL OR project = ?5)
-                     ORDER BY id DESC LIMIT ?4"
-                ))?
-                .query_map(
-                    params![
-                        filter.state.map(JobState::as_str),
-                        key,
-                        value,
-                        limit,
-                        filter.project
-                    ],
-                    job_from_row,
+            let (key, value) = filter.metadata.clone().unzip();
+            let matching: i64 = tx
+                .prepare_cached(&format!("SELECT count(*) FROM jobs WHERE {JOB_FILTER}"))?
+                .query_row(
+                    named_params! {
+                        ":state": filter.state.map(JobState::as_str),
+                        ":key": key,
+                        ":value": value,
+                        ":project": filter.project,
+                        ":model": filter.model,
+                    },
+                    |row| row.get(0),
+                )?;
+            let models = tx
+                .prepare_cached(
+                    "SELECT DISTINCT model FROM jobs
+                     WHERE state <> 'validating' AND (:project IS NULL OR project = :project) ORDER BY model",
                 )?
+                .query_map(named_params! { ":project": filter.project }, |row| row.get(0))?
                 .collect::<rusqlite::Result<_>>()?;
-            Ok(jobs)
+            Ok(JobPage {
+                matching: matching.max(0) as u64,
+                jobs: matching_jobs(tx, filter)?,
+                models,
+            })
         })
     }
 
@@ -166,27 +231,106 @@ impl JobStore for Store {
         self.read(|tx| {
             load_job(tx, id)?;
             let items = tx
+                .prepare_cached(&format!(
+                    "SELECT {ITEM_COLUMNS} FROM items i LEFT JOIN results r ON r.item_id = i.id
+                     WHERE i.job_id = ?1 ORDER BY i.line"
+                ))?
+                .query_map([id.0], item_from_row)?
+                .collect::<rusqlite::Result<_>>()?;
+            Ok(items)
+        })
+    }
+
+    fn item_page(&mut self, id: JobId, query: &ItemQuery) -> Result<ItemPage> {
+        let state = query.state.map(ItemState::as_str);
+        let text = query.custom_id.as_deref().filter(|t| !t.is_empty());
+        let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
+        let offset = i64::try_from(query.offset).unwrap_or(i64::MAX);
+        self.read(|tx| {
+            load_job(tx, id)?;
+            let matches = "i.job_id = ?1 AND (?2 IS NULL OR i.state = ?2) AND (?3 IS NULL OR instr(i.custom_id, ?3) > 0)";
+            let matching: i64 = tx
+                .prepare_cached(&format!("SELECT count(*) FROM items i WHERE {matches}"))?
+                .query_row(params![id.0, state, text], |row| row.get(0))?;
+            let items = tx
+                .prepare_cached(&format!(
+                    "SELECT {ITEM_COLUMNS} FROM items i LEFT JOIN results r ON r.item_id = i.id
+                     WHERE {matches} ORDER BY i.line LIMIT ?4 OFFSET ?5"
+                ))?
+                .query_map(params![id.0, state, text, limit, offset], item_from_row)?
+                .collect::<rusqlite::Result<_>>()?;
+            Ok(ItemPage {
+                matching: matching.max(0) as u64,
+                items,
+            })
+        })
+    }
+
+    fn item(&mut self, id: JobId, line: u64) -> Result<ItemDetail> {
+        let line_number = i64::try_from(line).unwrap_or(i64::MAX);
+        self.read(|tx| {
+            load_job(tx, id)?;
+            tx.prepare_cached(&format!(
+                "SELECT {ITEM_COLUMNS}, i.endpoint, i.request, r.response FROM items i
+                 LEFT JOIN results r ON r.item_id = i.id WHERE i.job_id = ?1 AND i.line = ?2"
+            ))?
+            .query_row(params![id.0, line_number], |row| {
+                Ok(item_detail(
+                    item_from_row(row)?,
+                    row.get(ITEM_COLUMN_COUNT)?,
+                    &row.get::<_, String>(ITEM_COLUMN_COUNT + 1)?,
+                    row.get::<_, Option<String>>(ITEM_COLUMN_COUNT + 2)?
+                        .as_deref(),
+                ))
+            })
+            .optional()?
+            .ok_or(Outcome::Queue(QueueError::NoSuchItem { job: id, line }))
+        })
+    }
+
+    fn completions(&mut self, id: JobId) -> Result<Vec<CompletionSample>> {
+        self.read(|tx| {
+            load_job(tx, id)?;
+            let samples = tx
                 .prepare_cached(
-                    "SELECT i.id, i.line, i.custom_id, i.state, i.attempts, i.lease_token, i.error_code, i.error_message,
-                            r.completed_at, i.deaths
-                     FROM items i LEFT JOIN results r ON r.item_id = i.id WHERE i.job_id = ?1 ORDER BY i.line",
+                    "SELECT completed_at, completion_tokens, first_token_ms, duration_ms FROM results
+                     WHERE job_id = ?1",
                 )?
                 .query_map([id.0], |row| {
-                    Ok(ItemRecord {
-                        id: ItemId(row.get(0)?),
-                        line: row.get::<_, i64>(1)? as u64,
-                        custom_id: row.get(2)?,
-                        state: ItemState::parse(&row.get::<_, String>(3)?).unwrap_or(ItemState::Failed),
-                        attempts: row.get(4)?,
-                        lease_token: row.get(5)?,
-                        error_code: row.get(6)?,
-                        error_message: row.get(7)?,
-                        completed_at: row.get(8)?,
-                        deaths: row.get(9)?,
+                    let ms = |i: usize| row.get::<_, Option<i64>>(i).map(|v| v.map(|v| v.max(0) as u64));
+                    Ok(CompletionSample {
+                        completed_at: row.get(0)?,
+                        completion_tokens: row.get::<_, i64>(1)?.max(0) as u64,
+                        first_token_ms: ms(2)?,
+                        duration_ms: ms(3)?,
                     })
                 })?
                 .collect::<rusqlite::Result<_>>()?;
-            Ok(items)
+            Ok(samples)
+        })
+    }
+
+    fn workers(&mut self) -> Result<Vec<WorkerInfo>> {
+        self.read(|tx| {
+            let workers = tx
+                .prepare_cached(
+                    "SELECT w.id, w.host, w.pid, w.model_sha256, w.registered_at, w.heartbeat_at,
+                            (SELECT count(*) FROM items i WHERE i.worker_id = w.id AND i.state = 'running')
+                     FROM workers w ORDER BY w.id",
+                )?
+                .query_map([], |row| {
+                    Ok(WorkerInfo {
+                        id: row.get(0)?,
+                        host: host_name(&row.get::<_, String>(1)?).to_owned(),
+                        pid: row.get(2)?,
+                        model_sha256: row.get(3)?,
+                        registered_at: row.get(4)?,
+                        heartbeat_at: row.get(5)?,
+                        running: row.get::<_, i64>(6)?.max(0) as u64,
+                    })
+                })?
+                .collect::<rusqlite::Result<_>>()?;
+            Ok(workers)
         })
     }
 

@@ -201,7 +201,7 @@ impl Store {
         let (pid, started) = this_process();
         let worker = self.write(|tx| {
             tx.execute(
-                "INSERT INTO workers (host, pid, started, registered_at, model_sha256) VALUES (?1, ?2, ?3, ?4, ?5)",
+                "INSERT INTO workers (host, pid, started, registered_at, heartbeat_at, model_sha256) VALUES (?1, ?2, ?3, ?4, ?4, ?5)",
                 params![host(), pid, started as i64, now_ms(), model_sha256],
             )?;
             Ok(tx.last_insert_rowid())
@@ -251,7 +251,9 @@ impl WorkerStore for Store {
         let claim_sql = |candidates: &str| {
             format!(
                 "UPDATE items SET state = 'running', attempts = attempts + 1, lease_token = lease_token + 1,
-                                  lease_expires_at = ?3, worker_id = ?4, updated_at = ?1, alone = ?6
+                                  lease_expires_at = ?3, worker_id = ?4, updated_at = ?1, alone = ?6,
+                                  ran_by = (SELECT substr(host, 1, instr(host || '/', '/') - 1) || ' pid ' || pid
+                                            FROM workers WHERE id = ?4)
                  WHERE id IN ({candidates})
                  RETURNING id, job_id, line, custom_id, endpoint, request, attempts, lease_token"
             )
@@ -275,6 +277,8 @@ impl WorkerStore for Store {
             let mut touched = BTreeSet::new();
             reap_dead_workers(tx, worker, now, lone_retry_ms, &mut touched)?;
             expire_leases(tx, now, lone_retry_ms, &mut touched)?;
+            tx.prepare_cached("UPDATE workers SET heartbeat_at = ?2 WHERE id = ?1")?
+                .execute(params![worker, now])?;
             let level: Option<i64> = if options.suspects {
                 tx.prepare_cached(&level_sql)?
                     .query_row(params![now, 0, 0, 0, model], |row| row.get(0))
@@ -376,9 +380,14 @@ impl WorkerStore for Store {
     /// to another worker and items whose job was cancelled (which end now).
     fn heartbeat(&mut self, leases: &[Lease], lease: Duration) -> Result<Vec<LeaseStatus>> {
         let lease_ms = duration_ms(lease);
+        let worker = self.worker;
         self.write(|tx| {
             let now = now_ms();
             let mut touched = BTreeSet::new();
+            if let Some(worker) = worker {
+                tx.prepare_cached("UPDATE workers SET heartbeat_at = ?2 WHERE id = ?1")?
+                    .execute(params![worker, now])?;
+            }
             let mut extend = tx.prepare_cached(
                 "UPDATE items SET lease_expires_at = ?3
                  WHERE id = ?1 AND lease_token = ?2 AND state = 'running'
@@ -421,8 +430,9 @@ impl WorkerStore for Store {
                  RETURNING job_id, attempts",
             )?;
             let mut insert = tx.prepare_cached(
-                "INSERT INTO results (item_id, job_id, attempt, body, response, prompt_tokens, completion_tokens, completed_at)
-                 VALUES (?1, ?2, ?3, '', ?4, ?5, ?6, ?7)",
+                "INSERT INTO results (item_id, job_id, attempt, body, response, prompt_tokens, completion_tokens, completed_at,
+                                      first_token_ms, duration_ms)
+                 VALUES (?1, ?2, ?3, '', ?4, ?5, ?6, ?7, ?8, ?9)",
             )?;
             let mut outcomes = Vec::with_capacity(done.len());
             for (lease, response) in done {
@@ -440,7 +450,9 @@ impl WorkerStore for Store {
                     compact_response(response),
                     response.usage.prompt_tokens,
                     response.usage.completion_tokens,
-                    now
+                    now,
+                    response.timings.first_token.map(duration_ms),
+                    duration_ms(response.timings.finished)
                 ])?;
                 touched.insert(job);
                 outcomes.push(Ok(()));

@@ -29,8 +29,12 @@ const V6: &str = include_str!("../migrations/0006_grammars.sql");
 /// Version 7: the project each job belongs to.
 const V7: &str = include_str!("../migrations/0007_projects.sql");
 
+/// Version 8: the worker each item last ran on, each result's latencies,
+/// each worker's last heartbeat.
+const V8: &str = include_str!("../migrations/0008_item_runs.sql");
+
 /// Migrations in order; `MIGRATIONS[i]` takes the schema from version `i` to `i + 1`.
-pub(crate) const MIGRATIONS: [&str; 7] = [V1, V2, V3, V4, V5, V6, V7];
+pub(crate) const MIGRATIONS: [&str; 8] = [V1, V2, V3, V4, V5, V6, V7, V8];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -12,9 +12,9 @@ use std::time::Duration;
 use cortex_request::Response;
 
 use crate::{
-    ClaimOptions, ClaimedItem, ExportFormat, ExportSummary, FailOutcome, ItemFailure, ItemRecord,
-    ItemSource, Job, JobFilter, JobId, JobStatus, Lease, LeaseStatus, Result, SubmitOptions,
-    Submitted,
+    ClaimOptions, ClaimedItem, CompletionSample, ExportFormat, ExportSummary, FailOutcome,
+    ItemDetail, ItemFailure, ItemPage, ItemQuery, ItemRecord, ItemSource, Job, JobFilter, JobId,
+    JobPage, JobStatus, Lease, LeaseStatus, Result, SubmitOptions, Submitted, WorkerInfo,
 };
 
 /// What a worker does with a queue: claim items under leases and write back
@@ -85,6 +85,11 @@ pub trait JobStore {
     /// Jobs matching `filter`, newest first.
     fn jobs(&mut self, filter: &JobFilter) -> Result<Vec<Job>>;
 
+    /// One page of the jobs matching `filter` (its `offset` and `limit`),
+    /// how many match in all, and the models of the filter's project: what a
+    /// list with a pager shows, without reading every job.
+    fn job_page(&mut self, filter: &JobFilter) -> Result<JobPage>;
+
     /// The job with its throughput over the last `window` of its work and an
     /// ETA; constant time in the job's size.
     fn status_over(&mut self, id: JobId, window: Duration) -> Result<JobStatus>;
@@ -96,6 +101,19 @@ pub trait JobStore {
 
     /// Every item of a job in input order (for inspection; reads the whole job).
     fn items(&mut self, id: JobId) -> Result<Vec<ItemRecord>>;
+
+    /// One page of a job's items in input order, with how many match in all.
+    fn item_page(&mut self, id: JobId, query: &ItemQuery) -> Result<ItemPage>;
+
+    /// The item of job `id` on input line `line`, with its request and result.
+    fn item(&mut self, id: JobId, line: u64) -> Result<ItemDetail>;
+
+    /// When each of a job's results was written, its tokens and latencies
+    /// (for [`crate::JobActivity`]).
+    fn completions(&mut self, id: JobId) -> Result<Vec<CompletionSample>>;
+
+    /// The worker processes registered on the queue, oldest first.
+    fn workers(&mut self) -> Result<Vec<WorkerInfo>>;
 
     /// Cancels a job: pending items are cancelled now; running ones learn it
     /// at their next heartbeat. Finished results stay.

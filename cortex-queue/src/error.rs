@@ -63,6 +63,14 @@ pub enum QueueError {
     /// No job has this id.
     #[error("no job {0} in this database (see `cortex list`)")]
     NoSuchJob(JobId),
+    /// The job has no item on this input line.
+    #[error("job {job} has no item on line {line}")]
+    NoSuchItem {
+        /// The job.
+        job: JobId,
+        /// The line asked for.
+        line: u64,
+    },
     /// The lease was taken over (expired and reclaimed) or the item was cancelled or finished.
     #[error(
         "item {item}: the lease (token {token}) is no longer held; its result was not recorded"
@@ -130,6 +138,7 @@ impl QueueError {
             QueueError::Database { .. } => "database",
             QueueError::Io { .. } => "io",
             QueueError::NoSuchJob(_) => "no_such_job",
+            QueueError::NoSuchItem { .. } => "no_such_item",
             QueueError::LeaseLost { .. } => "lease_lost",
             QueueError::WrongState { .. } => "wrong_state",
             QueueError::InvalidInput(_) => "invalid_input",

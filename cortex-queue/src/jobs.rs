@@ -192,8 +192,24 @@ pub struct JobFilter {
     pub metadata: Option<(String, String)>,
     /// Only jobs of this project.
     pub project: Option<String>,
+    /// Only jobs for this model (its name as the job records it).
+    pub model: Option<String>,
+    /// Skip this many of those that match (newest first).
+    pub offset: usize,
     /// At most this many (newest first).
     pub limit: Option<usize>,
+}
+
+/// One page of jobs, with what a pager and a model filter need.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct JobPage {
+    /// How many jobs match the filter in all.
+    pub matching: u64,
+    /// The page (newest first).
+    pub jobs: Vec<Job>,
+    /// The models the filter's project has jobs for (the model filter itself
+    /// left out), sorted.
+    pub models: Vec<String>,
 }
 
 /// One item as stored (for inspection and tests).
@@ -219,6 +235,15 @@ pub struct ItemRecord {
     pub error_message: Option<String>,
     /// When its result was written (Unix ms).
     pub completed_at: Option<i64>,
+    /// Where it last ran: its worker's host name and pid.
+    #[serde(default)]
+    pub ran_by: Option<String>,
+    /// Tokens its result generated.
+    #[serde(default)]
+    pub completion_tokens: Option<u64>,
+    /// From entering the engine to its end (ms), where its result recorded it.
+    #[serde(default)]
+    pub duration_ms: Option<u64>,
 }
 
 /// A job's default sampling and stop settings; each line's own fields override them.

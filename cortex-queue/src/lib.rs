@@ -37,6 +37,7 @@ pub mod backend;
 mod compact;
 mod error;
 mod export;
+mod inspect;
 // Hidden: for crates that add their own crash points (the worker's
 // `generated:ID`) and for the tests; not part of the queue's API.
 #[doc(hidden)]
@@ -51,7 +52,11 @@ use std::fmt;
 pub use backend::{Database, JobStore, Queue, QueueOpener, WorkerStore, redact_password};
 pub use error::{InputReport, LineError, QueueError};
 pub use export::{ExportFormat, ExportSummary, ExportedError, ExportedResult, StoredResult};
-pub use jobs::{ItemRecord, Job, JobCounts, JobDefaults, JobFilter, JobStatus, JobTimes};
+pub use inspect::{
+    ActivityBucket, CompletionSample, Distribution, ItemDetail, ItemPage, ItemQuery, JobActivity,
+    WorkerInfo, host_name, item_detail,
+};
+pub use jobs::{ItemRecord, Job, JobCounts, JobDefaults, JobFilter, JobPage, JobStatus, JobTimes};
 pub use lease::{ClaimOptions, ClaimedItem, FailOutcome, ItemFailure, Lease, LeaseStatus};
 pub use submit::{ItemSource, LineResult, NewItem, SubmitOptions, Submitted};
 

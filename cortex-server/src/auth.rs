@@ -135,12 +135,15 @@ fn same_key(given: &[u8], key: &[u8]) -> bool {
 fn needs_admin(path: &str) -> bool {
     matches!(
         path,
-        "/metrics" | "/api/pull" | "/api/create" | "/api/copy" | "/api/delete"
+        "/metrics" | "/v1/metrics" | "/api/pull" | "/api/create" | "/api/copy" | "/api/delete"
     ) || path.starts_with("/api/blobs/")
 }
 
-/// Routes that need no key: up or down, and the API's description.
-const OPEN_ROUTES: [&str; 2] = ["/health", crate::openapi::ROUTE];
+/// Routes that need no key: up or down, the API's description, and the
+/// dashboard's page (which holds no data: it asks for a key to read any).
+fn is_open(path: &str) -> bool {
+    path == "/health" || path == crate::openapi::ROUTE || crate::dashboard::ROUTES.contains(&path)
+}
 
 /// What the key check needs: the configured keys and who each one is.
 pub(crate) struct KeyCheck {
@@ -165,7 +168,7 @@ pub(crate) async fn require_key(
     next: Next,
 ) -> Response {
     let keys = &check.keys;
-    if keys.is_empty() || OPEN_ROUTES.contains(&request.uri().path()) {
+    if keys.is_empty() || is_open(request.uri().path()) {
         request.extensions_mut().insert(Caller::keyless());
         return next.run(request).await;
     }

@@ -460,7 +460,11 @@ pub(crate) async fn create_batch(
 }
 
 /// The job `id` if `caller` may see it; another project's job is no such job.
-fn caller_job(store: &mut dyn Queue, caller: &Caller, id: JobId) -> Result<Job, QueueError> {
+pub(crate) fn caller_job(
+    store: &mut dyn Queue,
+    caller: &Caller,
+    id: JobId,
+) -> Result<Job, QueueError> {
     store
         .job(id)
         .and_then(|job| match caller.sees(&job.project) {

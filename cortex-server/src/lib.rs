@@ -17,6 +17,9 @@
 //!   engine's slots (`ServerConfig::batch_parallel`, an eighth of that
 //!   while online requests are answered), beside any `cortex worker`
 //!   processes on the same database.
+//! - A dashboard at `/` (plain HTML and JavaScript embedded in the binary)
+//!   over cortex's own JSON API: `/v1/jobs` (jobs, their activity, items and
+//!   actions) and `/v1/metrics` (the figures of `/metrics` as JSON).
 //! - `/metrics` (Prometheus text, `prometheus-client`), `/health` (the
 //!   engine's health), API keys, and a shutdown that releases claimed items.
 //!
@@ -42,9 +45,11 @@
 mod admission;
 mod auth;
 mod batch_api;
+mod dashboard;
 mod error;
 mod files;
 mod guard;
+mod jobs_api;
 mod listen;
 mod metrics;
 mod ollama;
@@ -55,6 +60,7 @@ mod routes;
 mod shutdown;
 mod state;
 mod stream;
+mod system;
 mod worker;
 
 use std::net::SocketAddr;

@@ -12,13 +12,14 @@ use axum::routing::{delete, get, head, post};
 use axum::{Json, Router};
 use cortex_engine::EngineHealth;
 use cortex_queue::{JobCounts, JobFilter};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::error::ApiError;
 use crate::files::ROUTE as FILES_ROUTE;
+use crate::metrics::Snapshot;
 use crate::ollama::{BLOBS_PREFIX, BLOBS_ROUTE};
 use crate::state::{AppState, off_async};
-use crate::{admission, auth, batch_api, guard, ollama, online, openapi};
+use crate::{admission, auth, batch_api, dashboard, guard, jobs_api, ollama, online, openapi};
 
 pub(crate) fn router(state: Arc<AppState>) -> Router {
     let file_limit = state.config.max_file_bytes;
@@ -57,6 +58,13 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         )
         .route("/v1/batches/{id}", get(batch_api::retrieve_batch))
         .route("/v1/batches/{id}/cancel", post(batch_api::cancel_batch))
+        .route("/v1/jobs", get(jobs_api::list))
+        .route("/v1/jobs/{id}", get(jobs_api::retrieve))
+        .route("/v1/jobs/{id}/items", get(jobs_api::items))
+        .route("/v1/jobs/{id}/items/{line}", get(jobs_api::item))
+        .route("/v1/jobs/{id}/cancel", post(jobs_api::cancel))
+        .route("/v1/jobs/{id}/resume", post(jobs_api::resume))
+        .route("/v1/jobs/{id}/retry", post(jobs_api::retry))
         .route("/api/tags", get(ollama::tags))
         .route("/api/show", post(ollama::show))
         .route("/api/ps", get(ollama::ps))
@@ -71,7 +79,11 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
                 .post(ollama::upload_blob)
                 .layer(DefaultBodyLimit::disable()),
         )
+        .route("/", get(dashboard::page))
+        .route("/dashboard.js", get(dashboard::script))
+        .route("/dashboard.css", get(dashboard::style))
         .route("/metrics", get(metrics))
+        .route("/v1/metrics", get(metrics_json))
         .route("/health", get(health))
         .route(
             openapi::ROUTE,
@@ -186,7 +198,26 @@ async fn health(State(state): State<Arc<AppState>>) -> Response {
 }
 
 async fn metrics(State(state): State<Arc<AppState>>) -> Result<Response, ApiError> {
-    let queue = state
+    let snapshot = gather(&state).await?;
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        state.metrics.render(&snapshot),
+    )
+        .into_response())
+}
+
+/// `/metrics`'s figures as JSON, for scripts and the dashboard.
+async fn metrics_json(State(state): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
+    let snapshot = gather(&state).await?;
+    Ok(Json(snapshot.to_json(&state.metrics)))
+}
+
+/// Reads every figure (the store and the pool off the async threads).
+async fn gather(state: &Arc<AppState>) -> Result<Snapshot, ApiError> {
+    let (queue, workers) = state
         .with_store(|store| {
             let mut total = JobCounts::default();
             for job in store.jobs(&JobFilter::default())? {
@@ -200,23 +231,21 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Result<Response, ApiErro
                 total.failed += c.failed;
                 total.cancelled += c.cancelled;
             }
-            Ok(total)
+            Ok((total, store.workers()?))
         })
         .await?;
     let models = Arc::clone(&state.models);
-    let (stats, (device, used)) = off_async(move || (models.stats(), models.device())).await?;
-    let text = state.metrics.render(
-        &stats,
-        &queue,
-        state.online_count(),
-        (device.as_ref(), used),
-    );
-    Ok((
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        text,
-    )
-        .into_response())
+    let (stats, (device, device_used), loaded) =
+        off_async(move || (models.stats(), models.device(), models.running())).await?;
+    Ok(Snapshot {
+        at: cortex_queue::now_ms(),
+        stats,
+        queue,
+        online: state.online_count(),
+        device,
+        device_used,
+        system: state.system.sample(),
+        loaded,
+        workers,
+    })
 }

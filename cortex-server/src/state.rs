@@ -13,6 +13,7 @@ use crate::error::ApiError;
 use crate::files::FileStore;
 use crate::metrics::Metrics;
 use crate::pool::{KeepAlive, ModelPool, ModelUse};
+use crate::system::SystemSampler;
 use crate::{ServerConfig, ServerError};
 
 /// Online request ids start here, far above any queue item's id.
@@ -24,6 +25,7 @@ pub(crate) struct AppState {
     store: Mutex<Box<dyn Queue>>,
     pub(crate) files: FileStore,
     pub(crate) metrics: Metrics,
+    pub(crate) system: SystemSampler,
     next_id: AtomicU64,
     online: Mutex<HashSet<RequestId>>,
     /// Unix seconds at start (the model's `created`).
@@ -54,6 +56,7 @@ impl AppState {
             store: Mutex::new(store),
             files,
             metrics: Metrics::new(),
+            system: SystemSampler::new(),
             next_id: AtomicU64::new(ONLINE_IDS),
             online: Mutex::new(HashSet::new()),
             started: cortex_queue::now_ms() / 1000,
@@ -169,7 +172,9 @@ pub(crate) async fn off_async<T: Send + 'static>(
 impl From<QueueError> for ApiError {
     fn from(error: QueueError) -> Self {
         match &error {
-            QueueError::NoSuchJob(_) => ApiError::not_found(error.to_string()),
+            QueueError::NoSuchJob(_) | QueueError::NoSuchItem { .. } => {
+                ApiError::not_found(error.to_string())
+            }
             QueueError::InvalidInput(_) | QueueError::DuplicateJob { .. } => {
                 ApiError::invalid(error.to_string(), None)
             }

@@ -106,6 +106,33 @@ assert {alpha_batch.id, beta_batch.id, "batch_1"} <= admin_ids, admin_ids
 assert admin.files.content(alpha_done.output_file_id).text == output
 say("batch lists", "each project its own; the admin all, the CLI's job too")
 
+
+# cortex's own job API (what the dashboard reads) holds to the same lines.
+def get(path, key):
+    request = urllib.request.Request(f"{BASE}{path}", headers={"Authorization": f"Bearer {key}"})
+    try:
+        with urllib.request.urlopen(request) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as error:
+        return error.code, None
+
+
+alpha_job = alpha_batch.id.removeprefix("batch_")
+assert [j["batch_id"] for j in get("/v1/jobs", ALPHA)[1]["data"]] == [alpha_batch.id]
+assert {alpha_batch.id, beta_batch.id, "batch_1"} <= {j["batch_id"] for j in get("/v1/jobs", ADMIN)[1]["data"]}
+for path in (f"/v1/jobs/{alpha_job}", f"/v1/jobs/{alpha_job}/items", f"/v1/jobs/{alpha_job}/items/1"):
+    assert get(path, BETA)[0] == 404, path
+    assert get(path, ALPHA)[0] == 200, path
+request = urllib.request.Request(f"{BASE}/v1/jobs/{alpha_job}/retry", method="POST",
+                                 headers={"Authorization": f"Bearer {BETA}"})
+try:
+    urllib.request.urlopen(request)
+    raise AssertionError("beta retried alpha's job")
+except urllib.error.HTTPError as error:
+    assert error.code == 404, error.code
+assert get("/v1/metrics", ALPHA)[0] == 403 and get("/v1/metrics", ADMIN)[0] == 200
+say("job API", "each project its own jobs and items; the JSON metrics need an admin key")
+
 # A failed batch (a bad input line) is its project's too.
 bad_file = upload(alpha, "bad.jsonl", [line(0), {"custom_id": "x"}])
 failed = alpha.batches.create(input_file_id=bad_file.id, endpoint="/v1/chat/completions",

@@ -268,4 +268,20 @@ assert metric(after, "cortex_time_to_first_token_seconds_count", endpoint="/v1/c
 assert metric(after, "cortex_engine_steps_total") > 0
 assert metric(after, "cortex_engine_generated_tokens_total") >= metric(after, "cortex_online_generated_tokens_total")
 say("metrics", f"{int(chat_ok)} chat requests, {int(metric(after, 'cortex_engine_generated_tokens_total'))} tokens generated")
+
+# ---- The same figures as JSON, with the process's and machine's gauges ----
+status, text = raw("GET", "/v1/metrics")
+assert status == 200, (status, text)
+figures = json.loads(text)
+assert figures["engine"]["generated_tokens"] >= metric(after, "cortex_engine_generated_tokens_total") > 0
+assert figures["engine"]["steps"] >= metric(after, "cortex_engine_steps_total")
+assert figures["models"][0]["name"] == model, figures["models"]
+system = figures["system"]
+assert system["process_resident_memory_bytes"] > 0 and system["machine_cpus"] >= 1, system
+assert 0 < system["machine_memory_available_bytes"] <= system["machine_memory_total_bytes"], system
+assert metric(after, "cortex_process_resident_memory_bytes") > 0
+assert metric(after, "cortex_machine_memory_total_bytes") == system["machine_memory_total_bytes"]
+assert figures["device"]["memory_total_bytes"] > 0, figures["device"]
+assert raw("GET", "/v1/metrics", key=None)[0] == 401
+say("metrics json", f"{figures['engine']['generated_tokens']} tokens, {system['process_resident_memory_bytes'] >> 20} MiB resident")
 print("ALL CHECKS PASSED")

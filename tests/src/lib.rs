@@ -126,6 +126,17 @@ impl Cortex {
         root
     }
 
+    /// How to run this installation from another program: the binary, the
+    /// working directory and the environment (for the Python checks that
+    /// run cortex themselves).
+    pub fn settings(&self) -> serde_json::Value {
+        serde_json::json!({
+            "binary": self.binary,
+            "dir": self.dir.path(),
+            "env": self.env.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
+        })
+    }
+
     /// The PostgreSQL queue's URL, if this installation uses one.
     pub fn postgres_url(&self) -> Option<&str> {
         self.postgres.as_deref()

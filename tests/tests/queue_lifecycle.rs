@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use cortex_openai::{ExportJsonl, SubmitJsonl};
 use cortex_queue::{
-    ClaimOptions, FailOutcome, ItemFailure, ItemState, JobFilter, JobState, LeaseStatus, Queue,
-    QueueError, SubmitOptions,
+    ClaimOptions, FailOutcome, ItemFailure, ItemQuery, ItemState, JobFilter, JobState, LeaseStatus,
+    Queue, QueueError, SubmitOptions,
 };
 use queue_common::{Backend, RetryTimings, response_for, submit_prompts, write_prompts};
 
@@ -693,6 +693,167 @@ fn status_reports_throughput_and_an_eta_while_running(b: &Backend) {
     assert!(eta > Duration::ZERO);
 }
 
+/// What a dashboard reads: pages of items filtered by state and `custom_id`,
+/// one item whole (with where it ran), the latencies of results, and the
+/// workers with their heartbeat and items in flight.
+fn items_page_and_inspect_with_their_runs_and_latencies(b: &Backend) {
+    let dir = &b.dir;
+    let mut store = b.open_fast();
+    let job = submit_prompts(store.as_mut(), dir.path(), "p.jsonl", 12);
+    let claimed = store.claim(3, &ClaimOptions::default()).unwrap();
+    let mut timed = response_for(&claimed[0]);
+    timed.timings.first_token = Some(Duration::from_millis(40));
+    timed.timings.finished = Duration::from_millis(250);
+    store.complete(&claimed[0].lease, &timed).unwrap();
+    store.fail(&claimed[1].lease, &failure(false)).unwrap();
+
+    let page = |store: &mut dyn Queue, query: ItemQuery| store.item_page(job, &query).unwrap();
+    let all = page(
+        store.as_mut(),
+        ItemQuery {
+            limit: 5,
+            ..ItemQuery::default()
+        },
+    );
+    assert_eq!(all.matching, 12);
+    assert_eq!(
+        all.items.iter().map(|i| i.line).collect::<Vec<_>>(),
+        [1, 2, 3, 4, 5]
+    );
+    let second = page(
+        store.as_mut(),
+        ItemQuery {
+            limit: 5,
+            offset: 10,
+            ..ItemQuery::default()
+        },
+    );
+    assert_eq!(
+        second.items.iter().map(|i| i.line).collect::<Vec<_>>(),
+        [11, 12]
+    );
+    let failed = page(
+        store.as_mut(),
+        ItemQuery {
+            state: Some(ItemState::Failed),
+            limit: 50,
+            ..ItemQuery::default()
+        },
+    );
+    assert_eq!(
+        (failed.matching, failed.items[0].custom_id.as_str()),
+        (1, "item-1")
+    );
+    let searched = page(
+        store.as_mut(),
+        ItemQuery {
+            custom_id: Some("item-1".into()),
+            limit: 50,
+            ..ItemQuery::default()
+        },
+    );
+    // item-1, item-10, item-11
+    assert_eq!(searched.matching, 3);
+
+    let done = store.item(job, 1).unwrap();
+    assert_eq!(done.record.state, ItemState::Completed);
+    assert_eq!(done.record.duration_ms, Some(250));
+    assert_eq!(done.record.completion_tokens, Some(3));
+    let ran_by = done.record.ran_by.clone().expect("the worker it ran on");
+    assert!(
+        ran_by.ends_with(&format!(" pid {}", std::process::id())),
+        "{ran_by}"
+    );
+    assert_eq!(done.endpoint, "/v1/chat/completions");
+    assert!(
+        done.request.to_string().contains("Question 0?"),
+        "{}",
+        done.request
+    );
+    let response = done.response.expect("its result");
+    assert!(
+        response.to_string().contains("answer to item-0"),
+        "{response}"
+    );
+    let lost = store.item(job, 2).unwrap();
+    assert_eq!(lost.record.error_code.as_deref(), Some("backend"));
+    assert!(lost.response.is_none() && lost.record.ran_by.is_some());
+    assert!(matches!(
+        store.item(job, 99),
+        Err(QueueError::NoSuchItem { line: 99, .. })
+    ));
+
+    let samples = store.completions(job).unwrap();
+    assert_eq!(samples.len(), 1);
+    assert_eq!(
+        (samples[0].first_token_ms, samples[0].duration_ms),
+        (Some(40), Some(250))
+    );
+
+    let workers = store.workers().unwrap();
+    assert_eq!(workers.len(), 1, "{workers:?}");
+    assert_eq!(workers[0].pid, std::process::id());
+    assert_eq!(workers[0].running, 1);
+    assert!(workers[0].heartbeat_at.is_some() && !workers[0].host.contains('/'));
+    store.unregister_worker().unwrap();
+}
+
+/// A page of jobs: filtered by model (and state) in the query, counted in
+/// all, with every model of the project to choose from.
+fn job_pages_filter_by_model_and_count_every_match(b: &Backend) {
+    let dir = &b.dir;
+    let mut store = b.open();
+    let mut submit = |name: &str, model: &str, project: &str| {
+        let input = write_prompts(dir.path(), name, 2);
+        let options = SubmitOptions {
+            project: project.into(),
+            // The files hold the same lines: each is a job of its own.
+            force: true,
+            ..SubmitOptions::new(model)
+        };
+        store.submit_file(&input, &options).unwrap().job
+    };
+    let oldest = submit("a1.jsonl", "alpha-model", "p");
+    let _beta = submit("b1.jsonl", "beta-model", "p");
+    let newest = submit("a2.jsonl", "alpha-model", "p");
+    let _elsewhere = submit("c1.jsonl", "gamma-model", "other");
+    let page = |store: &mut dyn Queue, model: Option<&str>, offset: usize, limit: usize| {
+        store
+            .job_page(&JobFilter {
+                project: Some("p".into()),
+                model: model.map(Into::into),
+                offset,
+                limit: Some(limit),
+                ..JobFilter::default()
+            })
+            .unwrap()
+    };
+    let first = page(store.as_mut(), Some("alpha-model"), 0, 1);
+    assert_eq!(first.matching, 2);
+    assert_eq!(
+        first.jobs.iter().map(|j| j.id).collect::<Vec<_>>(),
+        [newest]
+    );
+    assert_eq!(first.models, ["alpha-model", "beta-model"]);
+    let second = page(store.as_mut(), Some("alpha-model"), 1, 1);
+    assert_eq!(
+        second.jobs.iter().map(|j| j.id).collect::<Vec<_>>(),
+        [oldest]
+    );
+    let all = page(store.as_mut(), None, 0, 10);
+    assert_eq!((all.matching, all.jobs.len()), (3, 3));
+    let none = page(store.as_mut(), Some("gamma-model"), 0, 10);
+    assert_eq!((none.matching, none.jobs.len()), (0, 0));
+    let done = store
+        .job_page(&JobFilter {
+            state: Some(JobState::Completed),
+            ..JobFilter::default()
+        })
+        .unwrap();
+    assert_eq!(done.matching, 0);
+    assert_eq!(done.models.len(), 3, "{:?}", done.models);
+}
+
 on_both_backends!(
     a_job_runs_to_completion_and_exports_openai_batch_output_in_input_order,
     a_lost_lease_cannot_heartbeat_or_write_and_the_new_holder_wins,
@@ -709,4 +870,6 @@ on_both_backends!(
     jobs_belong_to_a_project_and_list_by_it,
     export_refuses_a_running_job_unless_partial_and_never_leaves_half_a_file,
     status_reports_throughput_and_an_eta_while_running,
+    items_page_and_inspect_with_their_runs_and_latencies,
+    job_pages_filter_by_model_and_count_every_match,
 );

@@ -429,6 +429,52 @@ fn openai_json_shapes_live_only_in_the_wire_format_crate() {
     );
 }
 
+#[test]
+fn the_dashboard_loads_nothing_from_elsewhere() {
+    // The machines cortex runs on are often offline, and a page that pulls
+    // code from a CDN runs whatever that host serves: every URL the page
+    // names is its own server's, and nothing is fetched by absolute URL.
+    let dir = workspace_root().join("cortex-server/src/dashboard");
+    let mut names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    names.sort();
+    assert!(names.len() >= 3, "{names:?}");
+    // The one absolute URL allowed: SVG's namespace name, which is never fetched.
+    let svg_namespace = ["http://www.w3.org", "/2000/svg"].concat();
+    let mut offenders = Vec::new();
+    for path in names {
+        let text = std::fs::read_to_string(&path).unwrap();
+        for (number, line) in text.lines().enumerate() {
+            let line = line.replace(&svg_namespace, "");
+            let remote = [
+                "http:",
+                "https:",
+                "src=\"//",
+                "href=\"//",
+                "url(//",
+                "@import",
+            ]
+            .iter()
+            .any(|needle| line.contains(needle));
+            if remote {
+                offenders.push(format!(
+                    "{}:{}: {}",
+                    path.display(),
+                    number + 1,
+                    line.trim()
+                ));
+            }
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "the dashboard names another host:\n{}",
+        offenders.join("\n")
+    );
+}
+
 /// Source text without comment lines and without the unit tests at the end
 /// of a file (`#[cfg(test)] mod tests`), which may use anything.
 fn code_of(text: &str) -> String {
