@@ -25,6 +25,9 @@ type Params = Result<Query<HashMap<String, String>>, QueryRejection>;
 /// Most jobs or items one page holds.
 const MOST_PER_PAGE: u64 = 200;
 
+/// Refused batches listed with the jobs (the newest).
+const MOST_REJECTED: usize = 10;
+
 /// Spans of a job's activity chart.
 const ACTIVITY_SPANS: usize = 60;
 
@@ -97,7 +100,8 @@ fn job_json(status: &JobStatus) -> Value {
     value
 }
 
-/// `GET /v1/jobs`: newest first, filtered by `state` and `model`, paged.
+/// `GET /v1/jobs`: newest first, filtered by `state` and `model`, paged;
+/// with the newest batches refused for bad lines.
 pub(crate) async fn list(
     State(state): State<Arc<AppState>>,
     Extension(caller): Extension<Caller>,
@@ -110,6 +114,11 @@ pub(crate) async fn list(
         JobState::parse,
         "validating, in_progress, finalizing, completed, failed, cancelling, cancelled",
     )?;
+    // Batches refused for bad lines never became jobs; the newest are shown
+    // with them, so a file sent through the Batch API and refused is seen.
+    let mut rejected = state.files.failed_batches(caller.listing().as_deref());
+    rejected.sort_by_key(|batch| std::cmp::Reverse(batch["created_at"].as_i64()));
+    rejected.truncate(MOST_REJECTED);
     let filter = JobFilter {
         project: caller.listing(),
         state: wanted,
@@ -131,6 +140,7 @@ pub(crate) async fn list(
                 "offset": offset,
                 "data": data,
                 "models": page.models,
+                "rejected": rejected,
             })))
         })
         .await

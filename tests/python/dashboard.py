@@ -105,7 +105,12 @@ with sync_playwright() as playwright:
         assert reported and message in reported[0], f"page: {text!r}\ncortex submit:\n{refused.stderr}"
     assert [re.match(r"line (\d+)", t).group(1) for t in shown] == ["2", "3"], shown
     shot(page, "upload-errors")
-    assert api("/v1/jobs")["matching"] == 0, "a file with bad lines submitted a job"
+    listed = api("/v1/jobs")
+    assert listed["matching"] == 0, "a file with bad lines submitted a job"
+    # The refused batch stays listed with its errors.
+    assert len(listed["rejected"]) == 1, listed["rejected"]
+    expect(page.locator("#rejected tbody tr")).to_have_count(1)
+    expect(page.locator("#rejected")).to_contain_text(shown[0])
 
     # A good file: the page follows it to completion without a reload.
     page.set_input_files("#upload-file", str(good))

@@ -208,6 +208,7 @@ function showJobs() {
   const modelSelect = h("select", { id: "filter-model" }, h("option", { value: "" }, "any model"));
   const table = h("div", { className: "table-wrap", id: "jobs" });
   const pager = h("div", { className: "pager" });
+  const rejected = h("div", { id: "rejected" });
   const refilter = () => { jobsFilter.state = stateSelect.value; jobsFilter.model = modelSelect.value; jobsFilter.offset = 0; poll(load); };
   stateSelect.addEventListener("change", () => { view++; refilter(); });
   modelSelect.addEventListener("change", () => { view++; refilter(); });
@@ -217,7 +218,7 @@ function showJobs() {
     h("div", { className: "row" },
       h("div", {}, h("label", { for: "filter-state" }, "State"), stateSelect),
       h("div", {}, h("label", { for: "filter-model" }, "Model"), modelSelect)),
-    legend(), table, pager);
+    legend(), table, pager, rejected);
 
   async function load(mine) {
     const q = new URLSearchParams({ offset: jobsFilter.offset, limit: JOBS_PER_PAGE });
@@ -228,6 +229,7 @@ function showJobs() {
     const known = [...modelSelect.options].map((o) => o.value);
     for (const m of list.models) if (!known.includes(m)) modelSelect.append(h("option", { value: m, selected: m === jobsFilter.model }, m));
     replace(table, jobsTable(list.data));
+    rejected.replaceChildren(...rejectedFiles(list.rejected));
     pager.replaceChildren(...pagerControls(list.matching, jobsFilter.offset, JOBS_PER_PAGE, (offset) => { jobsFilter.offset = offset; view++; poll(load); }, "jobs"));
   }
   return poll(load);
@@ -263,6 +265,26 @@ function jobsTable(jobs) {
         h("td", { className: "num hide-narrow" }, age(job.times.created_at)),
         h("td", { className: "hide-narrow" }, Object.entries(job.metadata).map(([k, v]) => `${k}=${v}`).join(", ")));
     })));
+}
+
+/// Batches refused for bad lines: they never became jobs.
+function rejectedFiles(batches) {
+  if (batches.length === 0) return [];
+  const lines = (batch) => {
+    const errors = (batch.errors && batch.errors.data) || [];
+    const shown = errors.slice(0, 3).map((e) => h("li", {}, e.line ? `line ${e.line}: ${e.message}` : e.message));
+    if (errors.length > 3) shown.push(h("li", {}, `and ${errors.length - 3} more`));
+    return h("ul", { className: "errors" }, shown);
+  };
+  return [
+    h("h2", {}, "Refused files"),
+    h("p", { className: "muted" }, "Batches refused for bad lines: nothing of them was submitted."),
+    h("div", { className: "table-wrap" }, h("table", {},
+      h("thead", {}, h("tr", {}, h("th", {}, "Batch"), h("th", { className: "hide-narrow" }, "Input file"), h("th", { className: "num" }, "Age"), h("th", {}, "Errors"))),
+      h("tbody", {}, batches.map((batch) => h("tr", { "data-batch": batch.id },
+        h("td", {}, batch.id), h("td", { className: "hide-narrow" }, batch.input_file_id),
+        h("td", { className: "num" }, age(batch.created_at * 1000)), h("td", {}, lines(batch))))))),
+  ];
 }
 
 // ---- Starting a job: the Files and Batches API underneath ----
