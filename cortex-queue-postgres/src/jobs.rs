@@ -52,8 +52,13 @@ const ITEM_COLUMNS: &str =
     i.error_message, r.completed_at, i.deaths, i.ran_by, r.completion_tokens, r.duration_ms";
 const ITEM_COLUMN_COUNT: usize = 13;
 
+/// A nullable count or duration column (negative read as 0).
+fn optional_count(row: &Row, i: usize) -> Option<u64> {
+    row.get::<_, Option<i64>>(i).map(|v| v.max(0) as u64)
+}
+
 fn item_from_row(row: &Row) -> ItemRecord {
-    let count = |i: usize| row.get::<_, Option<i64>>(i).map(|v| v.max(0) as u64);
+    let count = |i: usize| optional_count(row, i);
     ItemRecord {
         id: ItemId(row.get(0)),
         line: row.get::<_, i64>(1) as u64,
@@ -372,7 +377,7 @@ impl JobStore for PgStore {
                 )?
                 .iter()
                 .map(|row| {
-                    let ms = |i: usize| row.get::<_, Option<i64>>(i).map(|v| v.max(0) as u64);
+                    let ms = |i: usize| optional_count(row, i);
                     CompletionSample {
                         completed_at: row.get(0),
                         completion_tokens: row.get::<_, i64>(1).max(0) as u64,

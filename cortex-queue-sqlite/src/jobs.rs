@@ -10,7 +10,7 @@ use cortex_queue::{
     JobStatus, JobStore, JobTimes, QueueError, Result, SubmitOptions, Submitted, WorkerInfo,
     host_name, item_detail, now_ms,
 };
-use rusqlite::{OptionalExtension, Row, Transaction, named_params, params};
+use rusqlite::{OptionalExtension, Row, ToSql, Transaction, named_params, params};
 
 use crate::store::{Outcome, Store};
 
@@ -25,11 +25,14 @@ const ITEM_COLUMNS: &str =
     i.error_message, r.completed_at, i.deaths, i.ran_by, r.completion_tokens, r.duration_ms";
 const ITEM_COLUMN_COUNT: usize = 13;
 
+/// A nullable count or duration column (negative read as 0).
+fn optional_count(row: &Row<'_>, i: usize) -> rusqlite::Result<Option<u64>> {
+    row.get::<_, Option<i64>>(i)
+        .map(|v| v.map(|v| v.max(0) as u64))
+}
+
 fn item_from_row(row: &Row<'_>) -> rusqlite::Result<ItemRecord> {
-    let count = |i: usize| {
-        row.get::<_, Option<i64>>(i)
-            .map(|v| v.map(|v| v.max(0) as u64))
-    };
+    let count = |i: usize| optional_count(row, i);
     Ok(ItemRecord {
         id: ItemId(row.get(0)?),
         line: row.get::<_, i64>(1)? as u64,
@@ -53,28 +56,49 @@ const JOB_FILTER: &str = "state <> 'validating' AND (:state IS NULL OR state = :
     AND (:key IS NULL OR json_extract(metadata, '$.' || json_quote(:key)) = :value)
     AND (:project IS NULL OR project = :project) AND (:model IS NULL OR model = :model)";
 
+/// A [`JobFilter`]'s values, for [`JOB_FILTER`]'s named parameters.
+struct FilterValues<'a> {
+    filter: &'a JobFilter,
+    state: Option<&'static str>,
+    key: Option<String>,
+    value: Option<String>,
+}
+
+impl<'a> FilterValues<'a> {
+    fn of(filter: &'a JobFilter) -> Self {
+        let (key, value) = filter.metadata.clone().unzip();
+        Self {
+            filter,
+            state: filter.state.map(JobState::as_str),
+            key,
+            value,
+        }
+    }
+
+    fn params(&self) -> Vec<(&'static str, &dyn ToSql)> {
+        vec![
+            (":state", &self.state),
+            (":key", &self.key),
+            (":value", &self.value),
+            (":project", &self.filter.project),
+            (":model", &self.filter.model),
+        ]
+    }
+}
+
 /// The jobs `filter` takes, newest first, its page only.
 fn matching_jobs(tx: &Transaction<'_>, filter: &JobFilter) -> rusqlite::Result<Vec<Job>> {
     let limit = filter
         .limit
         .map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));
     let offset = i64::try_from(filter.offset).unwrap_or(i64::MAX);
-    let (key, value) = filter.metadata.clone().unzip();
+    let values = FilterValues::of(filter);
+    let mut params = values.params();
+    params.extend([(":limit", &limit as &dyn ToSql), (":offset", &offset)]);
     tx.prepare_cached(&format!(
         "SELECT {JOB_COLUMNS} FROM jobs WHERE {JOB_FILTER} ORDER BY id DESC LIMIT :limit OFFSET :offset"
     ))?
-    .query_map(
-        named_params! {
-            ":state": filter.state.map(JobState::as_str),
-            ":key": key,
-            ":value": value,
-            ":project": filter.project,
-            ":model": filter.model,
-            ":limit": limit,
-            ":offset": offset,
-        },
-        job_from_row,
-    )?
+    .query_map(params.as_slice(), job_from_row)?
     .collect()
 }
 
@@ -177,19 +201,11 @@ impl JobStore for Store {
 
     fn job_page(&mut self, filter: &JobFilter) -> Result<JobPage> {
         self.read(|tx| {
-            let (key, value) = filter.metadata.clone().unzip();
             let matching: i64 = tx
                 .prepare_cached(&format!("SELECT count(*) FROM jobs WHERE {JOB_FILTER}"))?
-                .query_row(
-                    named_params! {
-                        ":state": filter.state.map(JobState::as_str),
-                        ":key": key,
-                        ":value": value,
-                        ":project": filter.project,
-                        ":model": filter.model,
-                    },
-                    |row| row.get(0),
-                )?;
+                .query_row(FilterValues::of(filter).params().as_slice(), |row| {
+                    row.get(0)
+                })?;
             let models = tx
                 .prepare_cached(
                     "SELECT DISTINCT model FROM jobs
@@ -297,7 +313,7 @@ impl JobStore for Store {
                      WHERE job_id = ?1",
                 )?
                 .query_map([id.0], |row| {
-                    let ms = |i: usize| row.get::<_, Option<i64>>(i).map(|v| v.map(|v| v.max(0) as u64));
+                    let ms = |i: usize| optional_count(row, i);
                     Ok(CompletionSample {
                         completed_at: row.get(0)?,
                         completion_tokens: row.get::<_, i64>(1)?.max(0) as u64,

@@ -331,7 +331,9 @@ pub(crate) async fn delete_file(
 
 // ---- Batches ----
 
-fn files_of(job: &Job) -> BatchFiles {
+/// The export files a job's batch names: once it has ended, each only when
+/// it has lines.
+pub(crate) fn files_of(job: &Job) -> BatchFiles {
     if !job.state.is_terminal() {
         return BatchFiles::default();
     }

@@ -10,13 +10,15 @@ use std::sync::Arc;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::{Extension, Json};
+use cortex_openai::batch_id;
 use cortex_queue::{
-    ItemQuery, ItemState, JobActivity, JobFilter, JobId, JobState, JobStatus, Queue, QueueError,
+    ItemQuery, ItemState, Job, JobActivity, JobFilter, JobId, JobState, JobStatus, Queue,
+    QueueError,
 };
 use serde_json::{Value, json};
 
 use crate::auth::Caller;
-use crate::batch_api::caller_job;
+use crate::batch_api::{caller_job, files_of};
 use crate::error::ApiError;
 use crate::state::AppState;
 
@@ -91,11 +93,15 @@ fn job_id(id: &str) -> Result<JobId, ApiError> {
 /// export files.
 fn job_json(status: &JobStatus) -> Value {
     let mut value = serde_json::to_value(status).unwrap_or_default();
-    let id = status.job.id;
-    value["batch_id"] = json!(format!("batch_{id}"));
-    if status.job.state.is_terminal() {
-        value["output_file_id"] = json!(format!("file-batch_{id}-output"));
-        value["error_file_id"] = json!(format!("file-batch_{id}-errors"));
+    value["batch_id"] = json!(batch_id(&status.job));
+    // The same export files its batch names (once it has ended, each only
+    // when it has lines).
+    let files = files_of(&status.job);
+    if let Some(output) = files.output_file_id {
+        value["output_file_id"] = json!(output);
+    }
+    if let Some(errors) = files.error_file_id {
+        value["error_file_id"] = json!(errors);
     }
     value
 }
@@ -225,8 +231,8 @@ pub(crate) async fn item(
         .await
 }
 
-/// What an action does to a job: (job, items it changed).
-type Action = fn(&mut dyn Queue, JobId) -> Result<(cortex_queue::Job, u64), QueueError>;
+/// What an action does to a job (as read just before): the items it changed.
+type Action = fn(&mut dyn Queue, &Job) -> Result<u64, QueueError>;
 
 async fn act(
     state: Arc<AppState>,
@@ -237,8 +243,8 @@ async fn act(
     let id = job_id(id)?;
     state
         .with_store(move |store| {
-            caller_job(store, &caller, id)?;
-            let (_, changed) = action(store, id)?;
+            let job = caller_job(store, &caller, id)?;
+            let changed = action(store, &job)?;
             let mut value = job_json(&store.status(id)?);
             value["changed_items"] = json!(changed);
             Ok(Json(value))
@@ -253,10 +259,13 @@ pub(crate) async fn cancel(
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    act(state, caller, &id, |store, id| {
-        let job = store.cancel(id)?;
-        let changed = job.counts.cancelled;
-        Ok((job, changed))
+    // The items cancelled now (running ones follow at their heartbeat).
+    act(state, caller, &id, |store, before| {
+        let after = store.cancel(before.id)?;
+        Ok(after
+            .counts
+            .cancelled
+            .saturating_sub(before.counts.cancelled))
     })
     .await
 }
@@ -268,7 +277,7 @@ pub(crate) async fn resume(
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    act(state, caller, &id, |store, id| store.resume(id)).await
+    act(state, caller, &id, |store, job| Ok(store.resume(job.id)?.1)).await
 }
 
 /// `POST /v1/jobs/{id}/retry`: a job's failed items run again.
@@ -277,5 +286,8 @@ pub(crate) async fn retry(
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    act(state, caller, &id, |store, id| store.retry_failed(id)).await
+    act(state, caller, &id, |store, job| {
+        Ok(store.retry_failed(job.id)?.1)
+    })
+    .await
 }

@@ -32,25 +32,25 @@ struct Reading {
     machine: (u64, u64),
 }
 
+/// Linux's USER_HZ (clock ticks in `/proc`) and page size on every
+/// architecture cortex builds for.
+const TICKS_PER_SECOND: f64 = 100.0;
+const PAGE_BYTES: u64 = 4096;
+
 /// Reads the gauges; remembers each reading for the next one's ratios.
 pub(crate) struct SystemSampler {
     last: Mutex<Option<Reading>>,
-    ticks_per_second: f64,
-    page_bytes: u64,
 }
 
 impl SystemSampler {
     pub(crate) fn new() -> Self {
         Self {
             last: Mutex::new(None),
-            // Linux's USER_HZ and page size on every architecture cortex builds for.
-            ticks_per_second: 100.0,
-            page_bytes: 4096,
         }
     }
 
     pub(crate) fn sample(&self) -> SystemGauges {
-        let process_cpu_seconds = process_cpu_ticks().map(|t| t as f64 / self.ticks_per_second);
+        let process_cpu_seconds = process_cpu_ticks().map(|t| t as f64 / TICKS_PER_SECOND);
         let machine = machine_cpu_ticks();
         let now = Instant::now();
         let mut last = self
@@ -59,7 +59,7 @@ impl SystemSampler {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut gauges = SystemGauges {
             process_cpu_seconds,
-            process_resident_bytes: resident_pages().map(|p| p * self.page_bytes),
+            process_resident_bytes: resident_pages().map(|p| p * PAGE_BYTES),
             machine_cpus: std::thread::available_parallelism()
                 .ok()
                 .map(|n| n.get() as u64),

@@ -396,7 +396,7 @@ function jobHeader(status, reload) {
   }, label);
   const terminal = ["completed", "failed", "cancelled"].includes(job.state);
   const download = (part, label) => h("button", {
-    id: "download-" + part, className: "secondary", disabled: !terminal,
+    id: "download-" + part, className: "secondary", disabled: !status[part + "_file_id"],
     onclick: () => downloadFile(status[part + "_file_id"], `batch_${job.id}_${part}.jsonl`),
   }, label);
   return h("section", { "aria-labelledby": "job-title" },
