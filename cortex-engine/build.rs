@@ -1,15 +1,85 @@
-//! Puts llama.cpp beside every program the build makes: its shared
-//! libraries (under the names they are loaded by: `libllama.so.0`, ...) and
-//! the CPU backend's modules (`libggml-cpu-*.so`), in `target/<profile>/`
-//! and in `target/<profile>/deps/` (where tests and benchmarks run from).
-//! Programs find the libraries there through their `$ORIGIN` run path and
-//! the modules beside themselves (see `src/devices.rs`), so the directory
-//! is whole: copy it anywhere and it runs. (llama-cpp-sys-2 links only the
-//! unversioned names, which point at files it does not copy.)
+//! Two jobs:
+//!
+//! 1. Builds cortex's CPU kernels (`native/`: a ggml backend in C, see
+//!    `src/llama/sys/kernels.rs`) against the headers of the llama.cpp that
+//!    llama-cpp-sys-2 built, optimised in every profile (a debug build of a
+//!    matrix kernel would misstate every test's and benchmark's speed).
+//! 2. Puts llama.cpp beside every program the build makes: its shared
+//!    libraries (under the names they are loaded by: `libllama.so.0`, ...)
+//!    and the CPU backend's modules (`libggml-cpu-*.so`), in
+//!    `target/<profile>/` and in `target/<profile>/deps/` (where tests and
+//!    benchmarks run from). Programs find the libraries there through their
+//!    `$ORIGIN` run path and the modules beside themselves (see
+//!    `src/devices.rs`), so the directory is whole: copy it anywhere and it
+//!    runs. (llama-cpp-sys-2 links only the unversioned names, which point at
+//!    files it does not copy.)
 
 use std::path::{Path, PathBuf};
 
 fn main() {
+    build_kernels();
+    place_llama_libraries();
+}
+
+/// Compiles `native/*.c` into a static library linked into cortex-engine.
+fn build_kernels() {
+    for file in [
+        "native/kernels.c",
+        "native/kernels.h",
+        "native/attention.c",
+        "native/attention.h",
+        "native/backend.c",
+    ] {
+        println!("cargo:rerun-if-changed={file}");
+    }
+    println!("cargo:rerun-if-env-changed=DEP_LLAMA_GGML_CMAKE_DIR");
+    let cmake_dir = PathBuf::from(
+        std::env::var("DEP_LLAMA_GGML_CMAKE_DIR")
+            .expect("llama-cpp-sys-2 names its ggml (DEP_LLAMA_GGML_CMAKE_DIR)"),
+    );
+    // <out>/lib/cmake: the installed headers are in <out>/include, and the
+    // backend interface (ggml-backend-impl.h, not installed) in the source
+    // tree the CMake cache of <out>/build names.
+    let out = cmake_dir
+        .ancestors()
+        .nth(2)
+        .expect("DEP_LLAMA_GGML_CMAKE_DIR is <out>/lib/cmake");
+    let ggml_source = ggml_source_dir(&out.join("build/CMakeCache.txt"));
+    cc::Build::new()
+        .files(["native/kernels.c", "native/attention.c", "native/backend.c"])
+        .include(out.join("include"))
+        .include(ggml_source.join("src"))
+        .std("gnu11")
+        // Optimised whatever the profile; the vector code picks its
+        // instruction set per function at run time (target attributes), so
+        // no -march: the library runs on any x86-64.
+        .opt_level(3)
+        .debug(false)
+        // The kernels and their scalar reference must round alike.
+        .flag("-ffp-contract=off")
+        .flag_if_supported("-fno-math-errno")
+        .warnings(true)
+        .extra_warnings(true)
+        .compile("cortex_kernels");
+}
+
+/// ggml's source directory, as the CMake build that llama-cpp-sys-2 ran
+/// recorded it.
+fn ggml_source_dir(cache: &Path) -> PathBuf {
+    println!("cargo:rerun-if-changed={}", cache.display());
+    let text = std::fs::read_to_string(cache).unwrap_or_else(|e| {
+        panic!(
+            "cannot read llama.cpp's CMake cache {}: {e}",
+            cache.display()
+        )
+    });
+    text.lines()
+        .find_map(|line| line.strip_prefix("ggml_SOURCE_DIR:STATIC="))
+        .map(PathBuf::from)
+        .unwrap_or_else(|| panic!("{} names no ggml_SOURCE_DIR", cache.display()))
+}
+
+fn place_llama_libraries() {
     println!("cargo:rerun-if-env-changed=DEP_LLAMA_BACKENDS_DIR");
     let Ok(backends) = std::env::var("DEP_LLAMA_BACKENDS_DIR") else {
         return;

@@ -6,7 +6,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
-use cortex_engine::{DeviceChoice, GpuLayers};
+use cortex_engine::{CpuKernels, DeviceChoice, GpuLayers};
 use cortex_queue::{Database, QueueOpener};
 use serde::Deserialize;
 
@@ -64,6 +64,7 @@ struct FileConfig {
     chat_template: Option<String>,
     device: Option<String>,
     gpu_layers: Option<FileGpuLayers>,
+    cpu_kernels: Option<String>,
     backends_dir: Option<PathBuf>,
     server: Option<ServerFile>,
 }
@@ -199,6 +200,7 @@ pub(crate) struct Overrides {
     pub(crate) chat_template: Option<String>,
     pub(crate) device: Option<DeviceChoice>,
     pub(crate) gpu_layers: Option<GpuLayers>,
+    pub(crate) cpu_kernels: Option<CpuKernels>,
     pub(crate) backends_dir: Option<PathBuf>,
     pub(crate) host: Option<String>,
     pub(crate) port: Option<u16>,
@@ -261,6 +263,9 @@ pub(crate) struct Config {
     pub(crate) device: Setting<DeviceChoice>,
     /// Layers of the model on the GPU.
     pub(crate) gpu_layers: Setting<GpuLayers>,
+    /// Which code multiplies the weights on the CPU: cortex's kernels (for
+    /// the formats they have) or llama.cpp's.
+    pub(crate) cpu_kernels: Setting<CpuKernels>,
     /// A directory of llama.cpp backend modules searched before the
     /// program's own; empty: none.
     pub(crate) backends_dir: Setting<PathBuf>,
@@ -455,6 +460,14 @@ impl Config {
             "CORTEX_GPU_LAYERS",
             overrides.gpu_layers,
         )?;
+        let file_kernels = parse_file_value("cpu_kernels", file.cpu_kernels, fp)?;
+        let cpu_kernels = resolve(
+            CpuKernels::Cortex,
+            file_kernels,
+            fp,
+            "CORTEX_CPU_KERNELS",
+            overrides.cpu_kernels,
+        )?;
         let backends_dir = resolve(
             PathBuf::new(),
             file.backends_dir,
@@ -642,6 +655,7 @@ impl Config {
             chat_template,
             device,
             gpu_layers,
+            cpu_kernels,
             backends_dir,
             host,
             port,
@@ -718,6 +732,7 @@ impl Config {
             .or_else(|| model.settings.template.clone());
         engine.device = self.device.value.clone();
         engine.gpu_layers = self.gpu_layers.value;
+        engine.cpu_kernels = self.cpu_kernels.value;
         engine.backends_dir = self.backends_dir();
         engine
     }
@@ -847,6 +862,11 @@ impl Config {
                 "gpu_layers",
                 self.gpu_layers.value.to_string(),
                 &self.gpu_layers.source,
+            ),
+            show(
+                "cpu_kernels",
+                self.cpu_kernels.value.to_string(),
+                &self.cpu_kernels.source,
             ),
             show(
                 "backends_dir",

@@ -25,6 +25,7 @@ fn as_json(backends: &Backends, devices: &[Device]) -> Value {
     json!({
         "searched": backends.searched,
         "backends": backends.registered,
+        "cortex_kernels": backends.cortex_kernels,
         "modules": backends.loaded.iter().map(|m| json!({
             "backend": m.backend, "path": m.path, "score": m.score,
         })).collect::<Vec<_>>(),
@@ -69,6 +70,12 @@ fn as_text(backends: &Backends, devices: &[Device]) -> String {
     if backends.loaded.is_empty() {
         out.push_str("  built into the program (no backend modules found)\n");
     }
+    out.push_str(&match backends.cortex_kernels {
+        Some(isa) => format!(
+            "cortex kernels: {isa} (they multiply Q4_1 and Q8_0 weights on the CPU; --cpu-kernels llama leaves them to llama.cpp)\n"
+        ),
+        None => "cortex kernels: none for this CPU (llama.cpp multiplies every weight)\n".to_owned(),
+    });
     out.push_str("searched for modules, in order:\n");
     for dir in &backends.searched {
         out.push_str(&format!("  {}\n", dir.display()));

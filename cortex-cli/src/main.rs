@@ -45,6 +45,10 @@ struct Cli {
     /// Layers of the model on the GPU: all (default) or a number.
     #[arg(long, global = true, value_name = "N|all")]
     gpu_layers: Option<cortex_engine::GpuLayers>,
+    /// Which code multiplies the weights on the CPU: cortex (its kernels for
+    /// Q4_1 and Q8_0 weights, llama.cpp's for the rest; the default) or llama.
+    #[arg(long, global = true, value_name = "cortex|llama")]
+    cpu_kernels: Option<cortex_engine::CpuKernels>,
     /// A directory of llama.cpp backend modules (libggml-*.so) searched
     /// before the program's own.
     #[arg(long, global = true, value_name = "DIR")]
@@ -53,7 +57,7 @@ struct Cli {
     /// without one): a name llama.cpp knows (chatml, llama3, gemma, ...) or a file.
     #[arg(long, global = true, value_name = "NAME|FILE")]
     chat_template: Option<String>,
-    /// More detail on errors and progress (-vv for debug).
+    /// More detail on errors and progress (-vv for debug, -vvv with llama.cpp's own).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
     #[command(subcommand)]
@@ -429,7 +433,9 @@ fn init_tracing(verbose: u8) {
     let level = match verbose {
         0 => tracing::Level::WARN,
         1 => tracing::Level::INFO,
-        _ => tracing::Level::DEBUG,
+        2 => tracing::Level::DEBUG,
+        // llama.cpp's and ggml's own debug output (graph splits, ...).
+        _ => tracing::Level::TRACE,
     };
     // Colours only on a terminal: a detached worker's log file stays plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
@@ -463,6 +469,7 @@ fn main() -> ExitCode {
         chat_template: cli.chat_template.clone(),
         device: cli.device.clone(),
         gpu_layers: cli.gpu_layers,
+        cpu_kernels: cli.cpu_kernels,
         backends_dir: cli.backends_dir.clone(),
         host: serve.as_ref().and_then(|a| a.host.clone()),
         port: serve.as_ref().and_then(|a| a.port),

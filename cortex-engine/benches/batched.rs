@@ -12,7 +12,8 @@ fn main() {
     let model = ModelCache::default_location()
         .ensure(&DEFAULT_MODEL)
         .expect("default model");
-    let threads = EngineConfig::new(&model).effective_threads();
+    let mut engine = EngineConfig::new(&model);
+    engine.threads = engine.effective_threads();
     let sizes: Vec<usize> = std::env::var("CORTEX_BENCH_B")
         .ok()
         .map(|v| v.split(',').filter_map(|x| x.trim().parse().ok()).collect())
@@ -23,13 +24,13 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(2);
     let plan = bench::ReportPlan {
-        threads,
+        engine,
         batch_sizes: sizes,
         repeats,
         raw: true,
         prefix_job,
     };
     let report =
-        bench::run_report(&model, &plan, |step| eprintln!("running {step}...")).expect("benchmark");
+        bench::run_report(&plan, |step| eprintln!("running {step}...")).expect("benchmark");
     println!("{report}");
 }

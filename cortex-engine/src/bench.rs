@@ -2,7 +2,6 @@
 //! doing the same work, printed in `llama-batched-bench`'s columns.
 
 use std::fmt::Write as _;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use cortex_request::{Prompt, Request, RequestId, SamplingParams, TokenId, Work};
@@ -218,6 +217,50 @@ pub fn greedy_reference(
     Ok(out)
 }
 
+/// How well `model` predicts `text`: the exponential of the mean negative
+/// log-likelihood of each token given those before it (as llama.cpp's
+/// `llama-perplexity` measures, here over one window of at most `window`
+/// tokens). Lower is better; it compares ways of computing the same model
+/// (kernels, devices) by quality, where their logits differ by rounding.
+pub fn perplexity(
+    model: &Model,
+    text: &str,
+    window: usize,
+    threads: usize,
+) -> Result<f64, EngineError> {
+    let mut tokens = model.tokenize(text, true, false);
+    tokens.truncate(window.max(2));
+    if tokens.len() < 2 {
+        return Err(EngineError::Model(
+            "perplexity needs at least two tokens".into(),
+        ));
+    }
+    let cells = tokens.len().next_multiple_of(256);
+    let mut run = PlainLoop::new(
+        model,
+        &ContextParams {
+            cells,
+            sequences: 1,
+            batch: cells,
+            threads: cores(threads),
+            unified: true,
+            embeddings: None,
+        },
+    )?;
+    for (i, &t) in tokens.iter().enumerate() {
+        run.push(t, i, 0, i + 1 < tokens.len());
+    }
+    run.decode()?;
+    let mut total = 0.0;
+    for (i, &next) in tokens.iter().enumerate().skip(1) {
+        let logits = run.ctx.logits(i - 1).expect("logits were asked for");
+        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let sum: f64 = logits.iter().map(|&l| f64::from(l - max).exp()).sum();
+        total += sum.ln() + f64::from(max) - f64::from(logits[next as usize]);
+    }
+    Ok((total / (tokens.len() - 1) as f64).exp())
+}
+
 /// One short request through the engine before timing, as
 /// `llama-batched-bench` warms up its context (the first decode allocates).
 fn warm_up(engine: &Engine) -> Result<(), EngineError> {
@@ -241,14 +284,15 @@ fn warm_up(engine: &Engine) -> Result<(), EngineError> {
 /// The same work through the engine: `b` greedy requests of `pp` prompt
 /// tokens, each generating `tg + 1` tokens (the first comes from the prompt's
 /// logits, then `tg` decode steps), EOS ignored. PP time runs until every
-/// request has its first token.
+/// request has its first token. The engine starts from `base` (model,
+/// device, kernels) with the row's sizes.
 pub fn engine_row(
-    model_path: &Path,
+    base: &EngineConfig,
     settings: &BenchSettings,
     b: usize,
 ) -> Result<BenchRow, EngineError> {
     let BenchSettings { threads, pp, tg } = *settings;
-    let mut config = EngineConfig::new(model_path);
+    let mut config = base.clone();
     config.stream_tokens = Some(stream_tokens_for(pp, tg));
     config.parallel = b;
     config.max_batch_tokens = (b * pp).max(512);
@@ -358,17 +402,16 @@ pub struct PrefixRun {
 }
 
 /// `requests` prompts sharing a `prefix`-token prefix, each with `distinct`
-/// tokens of its own, generating `tg` tokens each, greedy, EOS ignored.
+/// tokens of its own, generating `tg` tokens each, greedy, EOS ignored, on
+/// an engine set up as `base` says.
 pub fn prefix_run(
-    model_path: &Path,
-    threads: usize,
+    base: &EngineConfig,
     (requests, prefix, distinct, tg): (usize, usize, usize, usize),
     sharing: bool,
 ) -> Result<PrefixRun, EngineError> {
-    let mut config = EngineConfig::new(model_path);
+    let mut config = base.clone();
     config.parallel = requests;
     config.max_batch_tokens = 512;
-    config.threads = threads;
     config.prefix_sharing = sharing;
     config.request_timeout = None;
     let engine = Engine::start(&config)?;
@@ -426,8 +469,10 @@ fn best(a: Option<BenchRow>, b: BenchRow) -> BenchRow {
 /// What to measure in [`run_report`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReportPlan {
-    /// CPU threads for both sides; 0: every core (the engine adapts them).
-    pub threads: usize,
+    /// The engine every run starts from: the model, its threads (0: every
+    /// core, which the engine adapts to other processes' load), device, GPU
+    /// layers and CPU kernels. The plain loop loads the model the same way.
+    pub engine: EngineConfig,
     /// Batch sizes of the batched table.
     pub batch_sizes: Vec<usize>,
     /// Runs per batched row (the best is kept).
@@ -469,18 +514,24 @@ pub const PREFIX_JOB: (usize, usize, usize, usize) = (64, 512, 32, 64);
 /// batched row is the best of `repeats` runs, raw and engine alternating, so
 /// that noise from the machine hits both sides alike.
 pub fn run_report(
-    model_path: &Path,
     plan: &ReportPlan,
     mut progress: impl FnMut(&str),
 ) -> Result<BenchReport, EngineError> {
+    let base = &plan.engine;
     let settings = BenchSettings {
-        threads: plan.threads,
+        threads: base.threads,
         pp: 32,
         tg: 128,
     };
     // The plain loop's own copy of the model, only when it runs.
     let model = if plan.raw {
-        Some(Model::load(model_path)?)
+        crate::llama::load_backends(base.backends_dir.as_deref());
+        Some(Model::load_on(
+            &base.model,
+            &base.device,
+            base.gpu_layers,
+            base.cpu_kernels,
+        )?)
     } else {
         None
     };
@@ -493,7 +544,7 @@ pub fn run_report(
             if let Some(model) = &model {
                 best_raw = Some(best(best_raw, raw_row(model, &settings, b)?));
             }
-            best_engine = Some(best(best_engine, engine_row(model_path, &settings, b)?));
+            best_engine = Some(best(best_engine, engine_row(base, &settings, b)?));
         }
         if let Some(engine) = best_engine {
             batched.push(BatchedRow {
@@ -509,11 +560,11 @@ pub fn run_report(
                 "shared prefix: sharing {}",
                 if sharing { "on" } else { "off" }
             ));
-            prefix.push(prefix_run(model_path, plan.threads, PREFIX_JOB, sharing)?);
+            prefix.push(prefix_run(base, PREFIX_JOB, sharing)?);
         }
     }
     Ok(BenchReport {
-        model: model_path.to_owned(),
+        model: base.model.clone(),
         plan: plan.clone(),
         batched,
         prefix,
@@ -526,12 +577,14 @@ impl std::fmt::Display for BenchReport {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "model: {}\nthreads: {}\nbest of {} runs per row{}\n",
+            "model: {}\nthreads: {}\ndevice: {}, CPU kernels: {}\nbest of {} runs per row{}\n",
             self.model.display(),
-            match self.plan.threads {
+            match self.plan.engine.threads {
                 0 => "every core, adapted to other processes' load".to_owned(),
                 n => n.to_string(),
             },
+            self.plan.engine.device,
+            self.plan.engine.cpu_kernels,
             self.plan.repeats.max(1),
             if self.plan.raw {
                 ", raw and engine alternating"

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::llama::{DeviceChoice, GpuLayers};
+use crate::llama::{CpuKernels, DeviceChoice, GpuLayers};
 
 /// How an engine is set up.
 #[derive(Debug, Clone, PartialEq)]
@@ -50,6 +50,9 @@ pub struct EngineConfig {
     pub device: DeviceChoice,
     /// Layers of the model on that GPU (all by default; the rest on the CPU).
     pub gpu_layers: GpuLayers,
+    /// Which code multiplies the weights on the CPU: cortex's kernels where
+    /// they have the weights' format (the default), or llama.cpp's.
+    pub cpu_kernels: CpuKernels,
     /// A directory of llama.cpp backend modules to look in before the
     /// program's own directory (see [`crate::load_backends`]).
     pub backends_dir: Option<PathBuf>,
@@ -87,6 +90,7 @@ impl EngineConfig {
             request_timeout: Some(Duration::from_secs(600)),
             device: DeviceChoice::Auto,
             gpu_layers: GpuLayers::All,
+            cpu_kernels: CpuKernels::Cortex,
             backends_dir: None,
             chat_template: None,
         }

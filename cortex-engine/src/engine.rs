@@ -67,11 +67,12 @@ impl Engine {
             .map(crate::llama::resolve_chat_template)
             .transpose()?;
         crate::llama::load_backends(config.backends_dir.as_deref());
-        let (device, gpu_layers) = (config.device.clone(), config.gpu_layers);
+        let (device, gpu_layers, cpu_kernels) =
+            (config.device.clone(), config.gpu_layers, config.cpu_kernels);
         let placement = Arc::new(OnceLock::new());
         let placed = Arc::clone(&placement);
         let mut engine = Self::spawn(config.clone(), observer, move |run| {
-            let model = Model::load_on(&path, &device, gpu_layers)?;
+            let model = Model::load_on(&path, &device, gpu_layers, cpu_kernels)?;
             let _ = placed.set(model.placement());
             let mut backend = LlamaEngineBackend::new(&model, context, &path);
             if let Some(template) = chat_template {

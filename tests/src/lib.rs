@@ -393,6 +393,74 @@ pub fn read_jsonl(path: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// The greedy completions of a batch output file with `logprobs`, by
+/// `custom_id`: each line's tokens and, per token, its top log-probabilities.
+pub fn greedy_completions(output: &Path) -> Vec<(String, Vec<String>, Vec<serde_json::Value>)> {
+    let mut out: Vec<_> = read_jsonl(output)
+        .into_iter()
+        .map(|line| {
+            let choice = &line["response"]["body"]["choices"][0];
+            let logprobs = &choice["logprobs"];
+            let tokens = logprobs["tokens"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t.as_str().unwrap().to_owned())
+                .collect();
+            let top = logprobs["top_logprobs"].as_array().unwrap().clone();
+            (line["custom_id"].as_str().unwrap().to_owned(), tokens, top)
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+/// Two runs of the same greedy job on code that rounds differently (another
+/// backend, other kernels) agree: every line's tokens are equal, or where
+/// they part, `b`'s token is a near-tie (within `tie` in log-probability) of
+/// the one `a` chose; before that, each token's log-probability differs by
+/// at most `tolerance`.
+pub fn assert_greedy_agrees(
+    (a_name, a): (&str, &Path),
+    (b_name, b): (&str, &Path),
+    tie: f64,
+    tolerance: f64,
+) {
+    let (a, b) = (greedy_completions(a), greedy_completions(b));
+    assert_eq!(
+        a.len(),
+        b.len(),
+        "{a_name} and {b_name} answered different lines"
+    );
+    for ((id, a_tokens, a_top), (_, b_tokens, b_top)) in a.iter().zip(&b) {
+        assert!(
+            !a_tokens.is_empty(),
+            "{id}: nothing generated with {a_name}"
+        );
+        let parted = a_tokens.iter().zip(b_tokens).position(|(x, y)| x != y);
+        if let Some(at) = parted {
+            let top = a_top[at].as_object().unwrap();
+            let chosen = top[&a_tokens[at]].as_f64().unwrap();
+            let theirs = top.get(&b_tokens[at]).and_then(serde_json::Value::as_f64);
+            assert!(
+                theirs.is_some_and(|t| chosen - t < tie),
+                "{id}: at token {at} {a_name} chose {:?}, {b_name} {:?}, not a near-tie: {top:?}",
+                a_tokens[at],
+                b_tokens[at]
+            );
+        }
+        for at in 0..parted.unwrap_or(a_tokens.len().min(b_tokens.len())) {
+            let mine = a_top[at][&a_tokens[at]].as_f64().unwrap();
+            let theirs = b_top[at][&b_tokens[at]].as_f64().unwrap();
+            assert!(
+                (mine - theirs).abs() <= tolerance,
+                "{id}: token {at} ({:?}) has log-probability {mine} with {a_name}, {theirs} with {b_name}",
+                a_tokens[at]
+            );
+        }
+    }
+}
+
 /// The `response.body` of the output line with `custom_id` (panics if none).
 pub fn response_body(outputs: &[serde_json::Value], custom_id: &str) -> serde_json::Value {
     outputs

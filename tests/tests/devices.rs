@@ -10,7 +10,7 @@
 
 use std::path::Path;
 
-use cortex_tests::{Cortex, Server, binary, http, read_jsonl};
+use cortex_tests::{Cortex, Server, binary, http};
 use serde_json::{Value, json};
 
 fn devices_json(cortex: &Cortex) -> Value {
@@ -127,28 +127,6 @@ fn vulkan_device(cortex: &Cortex) -> String {
     device["name"].as_str().unwrap().to_lowercase()
 }
 
-/// Token texts and the top log probabilities at each, of every completion
-/// of a `cortex run` output, by custom_id.
-fn completions(output: &Path) -> Vec<(String, Vec<String>, Vec<Value>)> {
-    let mut out: Vec<_> = read_jsonl(output)
-        .into_iter()
-        .map(|line| {
-            let choice = &line["response"]["body"]["choices"][0];
-            let logprobs = &choice["logprobs"];
-            let tokens = logprobs["tokens"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|t| t.as_str().unwrap().to_owned())
-                .collect();
-            let top = logprobs["top_logprobs"].as_array().unwrap().clone();
-            (line["custom_id"].as_str().unwrap().to_owned(), tokens, top)
-        })
-        .collect();
-    out.sort_by(|a, b| a.0.cmp(&b.0));
-    out
-}
-
 #[test]
 fn greedy_on_vulkan_agrees_with_the_cpu_and_a_job_runs_there() {
     let Some(cortex) = on_vulkan() else { return };
@@ -184,25 +162,14 @@ fn greedy_on_vulkan_agrees_with_the_cpu_and_a_job_runs_there() {
         "cpu.jsonl",
         "--force",
     ]);
-    let gpu = completions(&cortex.dir().join("gpu.jsonl"));
-    let cpu = completions(&cortex.dir().join("cpu.jsonl"));
-    assert_eq!(gpu.len(), prompts.len());
-    for ((id, gpu_tokens, gpu_top), (_, cpu_tokens, _)) in gpu.iter().zip(&cpu) {
-        assert!(!gpu_tokens.is_empty(), "{id}: nothing generated on Vulkan");
-        // Equal, or where they part the CPU's token is a near-tie in the
-        // Vulkan logits (the backends round differently).
-        if let Some(at) = gpu_tokens.iter().zip(cpu_tokens).position(|(g, c)| g != c) {
-            let top = gpu_top[at].as_object().unwrap();
-            let chosen = top[&gpu_tokens[at]].as_f64().unwrap();
-            let theirs = top.get(&cpu_tokens[at]).and_then(Value::as_f64);
-            assert!(
-                theirs.is_some_and(|t| chosen - t < 0.25),
-                "{id}: at token {at} Vulkan chose {:?}, the CPU {:?}, not a near-tie: {top:?}",
-                gpu_tokens[at],
-                cpu_tokens[at]
-            );
-        }
-    }
+    // Equal, or where they part the CPU's token is a near-tie in the Vulkan
+    // logits (the backends round differently).
+    cortex_tests::assert_greedy_agrees(
+        ("Vulkan", &cortex.dir().join("gpu.jsonl")),
+        ("the CPU", &cortex.dir().join("cpu.jsonl")),
+        0.25,
+        f64::INFINITY,
+    );
 }
 
 #[test]

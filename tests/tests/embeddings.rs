@@ -111,8 +111,18 @@ fn embeddings_lines_give_unit_vectors_that_do_not_depend_on_their_batch() {
         }
     }
 
-    // The same text, wherever it was computed, is the same vector (up to
-    // the last bits llama.cpp's batch shapes move).
+    // The same text, wherever it was computed, is the same vector. With
+    // cortex's attention (AVX-512) exactly: a query's result depends only on
+    // its own cells. With llama.cpp's, up to what a batch's layout moves: its
+    // CPU flash attention walks the KV cells in tiles of 16, so a sequence
+    // whose cells straddle a tile boundary sums its softmax in another order
+    // (its last bit moves); now and then an activation then rounds to the
+    // other 8-bit value, and the layers above carry it on (measured: at most
+    // 0.0032 in one element of a unit vector).
+    let devices: Value = serde_json::from_str(&cortex.ok(&["devices", "--json"])).unwrap();
+    let cortex_attention = devices["cortex_kernels"] == "AVX-512 VNNI"
+        && std::env::var("CORTEX_CPU_KERNELS").as_deref() != Ok("llama");
+    let tolerance = if cortex_attention { 0.0 } else { 1e-2 };
     let reference = &vectors(&body("one-0"))[0];
     let mut places = vec![
         vectors(&body("three"))[0].clone(),
@@ -125,9 +135,13 @@ fn embeddings_lines_give_unit_vectors_that_do_not_depend_on_their_batch() {
     );
     for other in &places {
         let difference = max_difference(reference, other);
-        assert!(difference < 2e-3, "the same text differs by {difference}");
+        assert!(
+            difference <= tolerance,
+            "the same text differs by {difference}"
+        );
     }
-    assert!(max_difference(&vectors(&body("one-2"))[0], &vectors(&body("base64"))[1]) < 2e-3);
+    let money = max_difference(&vectors(&body("one-2"))[0], &vectors(&body("base64"))[1]);
+    assert!(money <= tolerance, "the same text differs by {money}");
 
     // Meaning: the cat is nearer the feline than the revenue.
     let three = vectors(&body("three"));

@@ -384,6 +384,80 @@ fn unsafe_code_lives_only_in_the_engines_ffi_modules() {
     );
 }
 
+/// Every file under `dir` (outside `target/`), recursively.
+fn all_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        let name = entry.file_name();
+        if name == "target" || name.to_string_lossy().starts_with('.') {
+            continue;
+        }
+        if path.is_dir() {
+            all_files(&path, out);
+        } else {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn native_code_lives_only_in_the_engines_kernels() {
+    // C and C++ sources are cortex's CPU kernels, built by cortex-engine's
+    // build.rs and reached only through its FFI module; nowhere else.
+    let root = workspace_root();
+    let native = root.join("cortex-engine/native");
+    let mut files = Vec::new();
+    all_files(&root, &mut files);
+    let is_native = |f: &PathBuf| {
+        f.extension().is_some_and(|e| {
+            ["c", "h", "cc", "cpp", "hpp", "cu"].contains(&e.to_string_lossy().as_ref())
+        })
+    };
+    assert!(
+        files.iter().any(|f| is_native(f) && f.starts_with(&native)),
+        "the kernels are where the rule looks for native code"
+    );
+    let offenders: Vec<String> = files
+        .iter()
+        .filter(|f| is_native(f) && !f.starts_with(&native))
+        .map(|f| f.display().to_string())
+        .collect();
+    assert!(
+        offenders.is_empty(),
+        "native sources outside cortex-engine/native/:\n{}",
+        offenders.join("\n")
+    );
+    // The kernels' functions are declared to Rust in the FFI module alone
+    // (names spelled in pieces so that this file does not match itself).
+    let symbols: Vec<String> = [
+        "register",
+        "set_threadpool",
+        "place_weights",
+        "self_check",
+        "detect_isa",
+    ]
+    .iter()
+    .map(|name| ["cortex_", "kernels_", name].concat())
+    .collect();
+    let mut rust = Vec::new();
+    rust_sources(&root, &mut rust);
+    let declaring: Vec<String> = rust
+        .iter()
+        .filter(|f| !f.components().any(|c| c.as_os_str() == "target"))
+        .filter(|f| !f.ends_with("cortex-engine/src/llama/sys/kernels.rs"))
+        .filter(|f| {
+            let text = std::fs::read_to_string(f).unwrap();
+            symbols.iter().any(|symbol| text.contains(symbol.as_str()))
+        })
+        .map(|f| f.display().to_string())
+        .collect();
+    assert!(
+        declaring.is_empty(),
+        "the kernels' C functions named outside llama/sys/kernels.rs:\n{}",
+        declaring.join("\n")
+    );
+}
+
 #[test]
 fn openai_json_shapes_live_only_in_the_wire_format_crate() {
     // The names of OpenAI's response objects, spelled in pieces so that this

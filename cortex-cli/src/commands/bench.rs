@@ -8,14 +8,15 @@ use crate::output;
 use crate::worker::resolve_model;
 
 pub(crate) fn bench(config: &Config, args: &BenchArgs) -> anyhow::Result<()> {
-    let model = resolve_model(config)?.path;
+    let model = resolve_model(config)?;
     let plan = ReportPlan {
-        threads: config.threads.value,
+        // The batched rows and the prefix job set their own parallelism.
+        engine: config.engine(&model, cortex_engine::EngineConfig::DEFAULT_PARALLEL),
         batch_sizes: args.batch.clone(),
         repeats: args.repeat.max(1),
         raw: !args.engine_only,
         prefix_job: !args.no_prefix,
     };
-    let report = bench::run_report(&model, &plan, |line| eprintln!("{line}"))?;
+    let report = bench::run_report(&plan, |line| eprintln!("{line}"))?;
     output::bench_report(&report, &plan, args.json)
 }

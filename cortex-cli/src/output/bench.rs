@@ -25,7 +25,9 @@ pub(crate) fn bench_report(
     };
     print_json(&json!({
         "model": report.model,
-        "threads": plan.threads,
+        "threads": plan.engine.threads,
+        "device": plan.engine.device.to_string(),
+        "cpu_kernels": plan.engine.cpu_kernels.to_string(),
         "repeats": plan.repeats,
         "batched": report.batched.iter().map(|b| json!({
             "engine": row(&b.engine),

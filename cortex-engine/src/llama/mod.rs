@@ -10,7 +10,8 @@ pub(crate) mod sys;
 
 pub use backend::{ContextConfig, LlamaEngineBackend, MAX_STREAMS};
 pub use devices::{
-    Backends, Device, DeviceChoice, DeviceKind, GpuLayers, LoadedModule, devices, load_backends,
+    Backends, CpuKernels, Device, DeviceChoice, DeviceKind, GpuLayers, LoadedModule, devices,
+    load_backends,
 };
 pub use model::{Model, chat_template_names};
 pub(crate) use model::{Placement, resolve_chat_template};

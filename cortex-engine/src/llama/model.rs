@@ -6,7 +6,7 @@ use std::sync::Arc;
 use cortex_request::{ChatMessage, TokenId};
 
 use super::chat::ChatRenderer;
-use super::devices::{self, Device, DeviceChoice, GpuLayers};
+use super::devices::{self, CpuKernels, Device, DeviceChoice, GpuLayers};
 use super::sys::{self, RawDevice, RawModel, RawPlacement};
 use crate::backend::BackendError;
 use crate::error::EngineError;
@@ -79,26 +79,35 @@ impl Model {
     /// foreign or truncated file is a clear error rather than a failure
     /// inside llama.cpp.
     pub fn load(path: &Path) -> Result<Self, EngineError> {
-        Self::load_on(path, &DeviceChoice::Cpu, GpuLayers::All)
+        Self::load_on(
+            path,
+            &DeviceChoice::Cpu,
+            GpuLayers::All,
+            CpuKernels::default(),
+        )
     }
 
     /// Loads a GGUF file with `layers` of it on the device `device` chooses
-    /// (the rest, and everything when that is the CPU, on the CPU).
+    /// (the rest, and everything when that is the CPU, on the CPU, where
+    /// `cpu_kernels` multiply them).
     pub fn load_on(
         path: &Path,
         device: &DeviceChoice,
         layers_on_gpu: GpuLayers,
+        cpu_kernels: CpuKernels,
     ) -> Result<Self, EngineError> {
         read_gguf(path)?;
         let gpu = devices::resolve(device)?;
+        let cortex_kernels = cpu_kernels == CpuKernels::Cortex;
         let placement = match gpu {
-            None => RawPlacement::cpu(),
+            None => RawPlacement::cpu(cortex_kernels),
             Some(gpu) => RawPlacement {
                 devices: vec![gpu],
                 gpu_layers: match layers_on_gpu {
                     GpuLayers::All => -1,
                     GpuLayers::Count(n) => i32::try_from(n).unwrap_or(i32::MAX),
                 },
+                cortex_kernels,
             },
         };
         let gpu_free_before = gpu.map_or(0, |gpu| gpu.memory().0);

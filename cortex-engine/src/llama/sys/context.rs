@@ -65,6 +65,14 @@ impl<'m> RawContext<'m> {
         cparams.n_threads = threads;
         cparams.n_threads_batch = threads;
         cparams.kv_unified = params.unified;
+        // On the CPU, flash attention always runs (llama.cpp's CPU backend
+        // has it, and cortex's kernels take it where they can). llama.cpp's
+        // automatic choice would turn it off as soon as cortex's kernels
+        // take it, since they are another device than the layers': and the
+        // unfused path is several times slower there.
+        if model.on_cpu {
+            cparams.flash_attn_type = ffi::LLAMA_FLASH_ATTN_TYPE_ENABLED;
+        }
         if let Some(pooling) = params.embeddings {
             cparams.embeddings = true;
             cparams.pooling_type = match pooling {
@@ -123,6 +131,11 @@ impl<'m> RawContext<'m> {
     /// Decodes a batch: 0 on success, 1 when no KV slot was found, other
     /// values for errors (llama.cpp's codes).
     pub(crate) fn decode(&mut self, batch: &RawBatch) -> i32 {
+        // cortex's kernels run on this context's threads too.
+        super::kernels::set_threadpool(
+            self.threadpool
+                .map_or(std::ptr::null_mut(), |(pool, _)| pool.as_ptr()),
+        );
         // SAFETY: the batch's arrays hold `n_tokens` initialised entries and
         // stay alive for the call; the context is live and used by one thread.
         unsafe { ffi::llama_decode(self.ptr.as_ptr(), batch.raw) }

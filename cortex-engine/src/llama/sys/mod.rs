@@ -20,6 +20,7 @@ use llama_cpp_sys_2 as ffi;
 mod context;
 mod devices;
 mod grammar;
+pub(crate) mod kernels;
 mod model;
 
 pub(crate) use context::{ContextParams, Pooling, RawBatch, RawContext};

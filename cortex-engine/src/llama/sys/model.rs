@@ -17,14 +17,18 @@ pub(crate) struct RawPlacement {
     pub(crate) devices: Vec<RawDevice>,
     /// Layers to offload to them (negative: all).
     pub(crate) gpu_layers: i32,
+    /// Whether the weights that stay on the CPU go to cortex's kernels
+    /// (those of the formats they have) or all to llama.cpp's CPU backend.
+    pub(crate) cortex_kernels: bool,
 }
 
 impl RawPlacement {
     /// Everything on the CPU.
-    pub(crate) fn cpu() -> Self {
+    pub(crate) fn cpu(cortex_kernels: bool) -> Self {
         Self {
             devices: Vec::new(),
             gpu_layers: 0,
+            cortex_kernels,
         }
     }
 }
@@ -33,6 +37,8 @@ impl RawPlacement {
 pub(crate) struct RawModel {
     pub(super) ptr: NonNull<ffi::llama_model>,
     pub(super) vocab: NonNull<ffi::llama_vocab>,
+    /// Every layer on the CPU (no GPU given, or none of its layers).
+    pub(super) on_cpu: bool,
 }
 
 // SAFETY: a llama_model is immutable once loaded; llama.cpp reads it from
@@ -56,6 +62,9 @@ impl RawModel {
         let mut params = unsafe { ffi::llama_model_default_params() };
         params.devices = devices.as_mut_ptr();
         params.n_gpu_layers = placement.gpu_layers;
+        // llama.cpp asks the kernels, on this thread, whether they take each
+        // weight it places.
+        super::kernels::place_weights(placement.cortex_kernels);
         // SAFETY: `c_path` is a valid C string and `devices` a null-terminated
         // list of live devices, both alive for the call (llama.cpp copies the
         // list); it returns null on failure (and logs why).
@@ -64,7 +73,11 @@ impl RawModel {
         // SAFETY: `ptr` is a live model; its vocabulary lives as long as it.
         let vocab = unsafe { ffi::llama_model_get_vocab(ptr.as_ptr()) };
         let vocab = NonNull::new(vocab.cast_mut()).ok_or("the model has no vocabulary")?;
-        Ok(Self { ptr, vocab })
+        Ok(Self {
+            ptr,
+            vocab,
+            on_cpu: placement.devices.is_empty() || placement.gpu_layers == 0,
+        })
     }
 
     fn model(&self) -> *const ffi::llama_model {

@@ -1,0 +1,595 @@
+// cortex's CPU attention kernel (see attention.h for the contract).
+//
+// Two passes per work item (one KV head, one block of query rows, all the
+// heads of that KV head's group):
+// 1. Scores. Per block of 16 cells, K is converted from fp16 and transposed
+//    once (lane c of row d holds cell c's element d), so a query's 16 scores
+//    are dk fused multiply-adds with its elements broadcast; scaled, masked,
+//    kept. Blocks masked for every query are skipped.
+// 2. Softmax and values. Each query's maximum is exact; exp(score - max) is
+//    computed 16 at a time, and the values are added cell by cell in cell
+//    order (with the softmax's denominator as one more accumulator), so
+//    what a query gets depends only on its own cells, in their order.
+
+#include "attention.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(_M_X64)
+#    include <immintrin.h>
+#    define CK_ATTENTION_X86 1
+#endif
+
+#define BLOCK 16
+#define MAX_D 256
+#define MAX_GROUP 64
+#define MAX_QUERIES (CK_ATTENTION_ROWS * MAX_GROUP)
+
+bool ck_attention_supported(int64_t dk, int64_t dv, int64_t heads, int64_t kv_heads) {
+    return dk > 0 && dv > 0 && dk % BLOCK == 0 && dv % BLOCK == 0 && dk <= MAX_D && dv <= MAX_D &&
+           kv_heads > 0 && heads % kv_heads == 0 && heads / kv_heads <= MAX_GROUP;
+}
+
+static int64_t row_blocks(const struct ck_attention * a) {
+    return (a->rows + CK_ATTENTION_ROWS - 1) / CK_ATTENTION_ROWS;
+}
+
+int64_t ck_attention_items(const struct ck_attention * a) {
+    return a->seqs * a->kv_heads * row_blocks(a);
+}
+
+static int64_t group_size(const struct ck_attention * a) { return a->heads / a->kv_heads; }
+
+// Per thread: scores and weights (R x cells), K transposed (dk x 16),
+// V converted (16 x dv), the queries (R x dk), the sums (R x (dv + 16)).
+size_t ck_attention_scratch_floats(const struct ck_attention * a) {
+    const int64_t r = group_size(a) * CK_ATTENTION_ROWS;
+    const int64_t cells = (a->cells + BLOCK - 1) / BLOCK * BLOCK;
+    return (size_t)(r * cells + a->dk * BLOCK + BLOCK * a->dv + r * a->dk + r * (a->dv + BLOCK) + 64);
+}
+
+static float fp16_to_float(uint16_t h) {
+    // Exact (as ggml's portable conversion).
+    const uint32_t w = (uint32_t)h << 16;
+    const uint32_t sign = w & 0x80000000u;
+    const uint32_t two_w = w + w;
+    uint32_t bits;
+    float normalized, denormalized;
+    bits = (two_w >> 4) + (0xE0u << 23);
+    memcpy(&normalized, &bits, 4);
+    normalized *= 0x1.0p-112f;
+    bits = (two_w >> 17) | (126u << 23);
+    memcpy(&denormalized, &bits, 4);
+    denormalized -= 0.5f;
+    uint32_t out;
+    float chosen = two_w < (1u << 27) ? denormalized : normalized;
+    memcpy(&out, &chosen, 4);
+    out |= sign;
+    float f;
+    memcpy(&f, &out, 4);
+    return f;
+}
+
+// The query, K, V, mask and output rows of one work item.
+struct item {
+    int64_t s, g, row0, nrows, ks;
+};
+
+static struct item item_of(const struct ck_attention * a, int64_t index) {
+    struct item it;
+    const int64_t blocks = row_blocks(a);
+    it.s = index / (a->kv_heads * blocks);
+    it.g = (index / blocks) % a->kv_heads;
+    it.row0 = (index % blocks) * CK_ATTENTION_ROWS;
+    it.nrows = a->rows - it.row0 < CK_ATTENTION_ROWS ? a->rows - it.row0 : CK_ATTENTION_ROWS;
+    it.ks = it.s / (a->seqs / a->kv_seqs);
+    return it;
+}
+
+// Query r of an item: head g * group + r % group, row row0 + r / group.
+static inline int64_t head_of(const struct ck_attention * a, const struct item * it, int64_t r) {
+    return it->g * group_size(a) + r % group_size(a);
+}
+
+static inline int64_t row_of(const struct item * it, int64_t r, int64_t group) { return it->row0 + r / group; }
+
+static const uint16_t * mask_row(const struct ck_attention * a, const struct item * it, int64_t head, int64_t row) {
+    if (a->mask == NULL) {
+        return NULL;
+    }
+    return (const uint16_t *)((const char *)a->mask + row * a->mask_nb[1] + (head % a->mask_heads) * a->mask_nb[2] +
+                              (it->s % a->mask_seqs) * a->mask_nb[3]);
+}
+
+static const float * query(const struct ck_attention * a, const struct item * it, int64_t head, int64_t row) {
+    return (const float *)((const char *)a->q + row * a->q_nb[1] + head * a->q_nb[2] + it->s * a->q_nb[3]);
+}
+
+static float * output(const struct ck_attention * a, const struct item * it, int64_t head, int64_t row) {
+    return (float *)((char *)a->out + head * a->out_nb[1] + row * a->out_nb[2] + it->s * a->out_nb[3]);
+}
+
+static const uint16_t * k_row(const struct ck_attention * a, const struct item * it, int64_t cell) {
+    return (const uint16_t *)((const char *)a->k + cell * a->k_nb[1] + it->g * a->k_nb[2] + it->ks * a->k_nb[3]);
+}
+
+static const uint16_t * v_row(const struct ck_attention * a, const struct item * it, int64_t cell) {
+    return (const uint16_t *)((const char *)a->v + cell * a->v_nb[1] + it->g * a->v_nb[2] + it->ks * a->v_nb[3]);
+}
+
+#if CK_ATTENTION_X86
+
+#    define CK_ATT __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c")))
+
+// 16 x 16 floats transposed in four butterfly stages: stage g swaps bit g
+// of the row index with bit g of the lane index (permutex2var takes lane
+// j < 16 from its first operand, 16 + j from its second).
+#    define CK_STAGE(g, lo, hi)                                                    \
+        for (int i = 0; i < 16; i++) {                                             \
+            if ((i & (g)) == 0) {                                                  \
+                const __m512 x_ = r[i], y_ = r[i + (g)];                            \
+                r[i] = _mm512_permutex2var_ps(x_, lo, y_);                          \
+                r[i + (g)] = _mm512_permutex2var_ps(x_, hi, y_);                    \
+            }                                                                      \
+        }
+
+CK_ATT static inline __attribute__((always_inline)) void transpose16(__m512 r[16]) {
+    const __m512i lo8 = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+    const __m512i hi8 = _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    const __m512i lo4 = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
+    const __m512i hi4 = _mm512_setr_epi32(4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
+    const __m512i lo2 = _mm512_setr_epi32(0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29);
+    const __m512i hi2 = _mm512_setr_epi32(2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
+    const __m512i lo1 = _mm512_setr_epi32(0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
+    const __m512i hi1 = _mm512_setr_epi32(1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
+    _Pragma("GCC unroll 16") CK_STAGE(8, lo8, hi8);
+    _Pragma("GCC unroll 16") CK_STAGE(4, lo4, hi4);
+    _Pragma("GCC unroll 16") CK_STAGE(2, lo2, hi2);
+    _Pragma("GCC unroll 16") CK_STAGE(1, lo1, hi1);
+}
+
+// exp(x) for x <= 0 (Cephes' single-precision polynomial, ~1 ulp),
+// 16 at a time; -inf gives exactly 0.
+CK_ATT static inline __m512 exp16(__m512 x) {
+    const __mmask16 finite = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ);
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.33654f));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500E-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507E-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073E-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894E-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459E-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201E-1f));
+    const __m512 y = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_maskz_mov_ps(finite, _mm512_scalef_ps(y, n));
+}
+
+// 16 fp16 mask values of `row` from cell c0 (n of them valid) as floats;
+// past n, -inf.
+CK_ATT static inline __m512 mask16(const uint16_t * row, int64_t c0, int n) {
+    if (row == NULL) {
+        return n == BLOCK ? _mm512_setzero_ps()
+                          : _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), (__mmask16)((1u << n) - 1),
+                                               _mm512_setzero_ps());
+    }
+    const __m256i h = _mm256_maskz_loadu_epi16((__mmask16)(n == BLOCK ? 0xFFFF : (1u << n) - 1), row + c0);
+    return _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), (__mmask16)(n == BLOCK ? 0xFFFF : (1u << n) - 1),
+                              _mm512_cvtph_ps(h));
+}
+
+// Scores of NQ queries (rows of `q`, dk each) over one transposed block.
+CK_ATT static inline __attribute__((always_inline)) void score_block(const float * kt, const float * q, int64_t dk,
+                                                                    float * scores, int64_t stride, __m512 scale,
+                                                                    const int NQ) {
+    __m512 acc[3][4];
+    for (int j = 0; j < NQ; j++) {
+        for (int i = 0; i < 4; i++) {
+            acc[j][i] = _mm512_setzero_ps();
+        }
+    }
+    for (int64_t d = 0; d < dk; d += 4) {
+        for (int i = 0; i < 4; i++) {
+            const __m512 kv = _mm512_loadu_ps(kt + (d + i) * BLOCK);
+            for (int j = 0; j < NQ; j++) {
+                acc[j][i] = _mm512_fmadd_ps(_mm512_set1_ps(q[j * dk + d + i]), kv, acc[j][i]);
+            }
+        }
+    }
+    for (int j = 0; j < NQ; j++) {
+        float * s = scores + j * stride;
+        const __m512 m = _mm512_loadu_ps(s);
+        const __m512 dot = _mm512_add_ps(_mm512_add_ps(acc[j][0], acc[j][1]), _mm512_add_ps(acc[j][2], acc[j][3]));
+        _mm512_storeu_ps(s, _mm512_add_ps(_mm512_mul_ps(dot, scale), m));
+    }
+}
+
+// Adds the n cells of a block, in order, to the sums of NQ queries: CH
+// chunks of 16 values and the denominator each (weights p, rows `stride`
+// apart; sums dv + 16 apart).
+CK_ATT static inline __attribute__((always_inline)) void accumulate_block(const float * vf, const float * p,
+                                                                         int64_t stride, float * sums, int n,
+                                                                         const int CH, const int NQ) {
+    const int64_t dv = CH * BLOCK;
+    __m512 o[4][17];
+    for (int j = 0; j < NQ; j++) {
+        for (int i = 0; i <= CH; i++) {
+            o[j][i] = _mm512_loadu_ps(sums + j * (dv + BLOCK) + i * BLOCK);
+        }
+    }
+    for (int c = 0; c < n; c++) {
+        for (int j = 0; j < NQ; j++) {
+            const float w = p[j * stride + c];
+            if (w == 0.0f) {
+                continue;  // adds exactly nothing (masked)
+            }
+            const __m512 wv = _mm512_set1_ps(w);
+            for (int i = 0; i < CH; i++) {
+                o[j][i] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(vf + c * dv + i * BLOCK), o[j][i]);
+            }
+            // The denominator rides along as one more sum (p * 1).
+            o[j][CH] = _mm512_add_ps(o[j][CH], wv);
+        }
+    }
+    for (int j = 0; j < NQ; j++) {
+        for (int i = 0; i <= CH; i++) {
+            _mm512_storeu_ps(sums + j * (dv + BLOCK) + i * BLOCK, o[j][i]);
+        }
+    }
+}
+
+// The same for one query and any head size (the same operations in the
+// same order, from memory).
+CK_ATT static void accumulate_any(const float * vf, const float * p, float * sums, int n, int64_t chunks) {
+    const int64_t dv = chunks * BLOCK;
+    for (int c = 0; c < n; c++) {
+        const float w = p[c];
+        if (w == 0.0f) {
+            continue;
+        }
+        const __m512 wv = _mm512_set1_ps(w);
+        for (int64_t i = 0; i < chunks; i++) {
+            _mm512_storeu_ps(sums + i * BLOCK,
+                             _mm512_fmadd_ps(wv, _mm512_loadu_ps(vf + c * dv + i * BLOCK), _mm512_loadu_ps(sums + i * BLOCK)));
+        }
+        _mm512_storeu_ps(sums + dv, _mm512_add_ps(_mm512_loadu_ps(sums + dv), wv));
+    }
+}
+
+CK_ATT static void attention_item(const struct ck_attention * a, int64_t index, float * scratch) {
+    const struct item it = item_of(a, index);
+    const int64_t group = group_size(a);
+    const int64_t R = group * it.nrows;
+    const int64_t dk = a->dk, dv = a->dv;
+    const int64_t cells = a->cells;
+    const int64_t padded = (cells + BLOCK - 1) / BLOCK * BLOCK;
+    float * scores = scratch;                      // R x padded
+    float * kt = scores + R * padded;              // dk x 16
+    float * vf = kt + dk * BLOCK;                  // 16 x dv
+    float * qs = vf + BLOCK * dv;                  // R x dk
+    float * sums = qs + R * dk;                    // R x (dv + 16)
+    const uint16_t * masks[MAX_QUERIES];
+    for (int64_t r = 0; r < R; r++) {
+        const int64_t head = head_of(a, &it, r), row = row_of(&it, r, group);
+        memcpy(qs + r * dk, query(a, &it, head, row), sizeof(float) * (size_t)dk);
+        masks[r] = mask_row(a, &it, head, row);
+    }
+    const __m512 scale = _mm512_set1_ps(a->scale);
+
+    // Pass 1: scores.
+    for (int64_t c0 = 0; c0 < cells; c0 += BLOCK) {
+        const int n = (int)(cells - c0 < BLOCK ? cells - c0 : BLOCK);
+        bool any = false;
+        for (int64_t r = 0; r < R; r++) {
+            const __m512 m = mask16(masks[r], c0, n);
+            _mm512_storeu_ps(scores + r * padded + c0, m);
+            any |= _mm512_cmp_ps_mask(m, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ) != 0;
+        }
+        if (!any) {
+            continue;  // every query's scores stay -inf here
+        }
+        for (int64_t d0 = 0; d0 < dk; d0 += BLOCK) {
+            __m512 rows[BLOCK];
+            for (int c = 0; c < BLOCK; c++) {
+                rows[c] = c < n ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(k_row(a, &it, c0 + c) + d0)))
+                                : _mm512_setzero_ps();
+            }
+            transpose16(rows);
+            for (int d = 0; d < BLOCK; d++) {
+                _mm512_storeu_ps(kt + (d0 + d) * BLOCK, rows[d]);
+            }
+        }
+        // Three queries at a time, each over d in four interleaved partial
+        // sums (twelve independent chains), added in a fixed order.
+        for (int64_t r0 = 0; r0 < R; r0 += 3) {
+            float * first = scores + r0 * padded + c0;
+            switch (R - r0 < 3 ? R - r0 : 3) {
+                case 1: score_block(kt, qs + r0 * dk, dk, first, padded, scale, 1); break;
+                case 2: score_block(kt, qs + r0 * dk, dk, first, padded, scale, 2); break;
+                default: score_block(kt, qs + r0 * dk, dk, first, padded, scale, 3); break;
+            }
+        }
+    }
+
+    // Pass 2: weights, then values cell by cell.
+    float maxima[MAX_QUERIES];
+    for (int64_t r = 0; r < R; r++) {
+        __m512 m = _mm512_set1_ps(-INFINITY);
+        for (int64_t c0 = 0; c0 < padded; c0 += BLOCK) {
+            m = _mm512_max_ps(m, _mm512_loadu_ps(scores + r * padded + c0));
+        }
+        maxima[r] = _mm512_reduce_max_ps(m);
+        memset(sums + r * (dv + BLOCK), 0, sizeof(float) * (size_t)(dv + BLOCK));
+    }
+    const int64_t chunks = dv / BLOCK;
+    // Queries whose sums fit in registers together (24 of the 32).
+    const int64_t per_group = chunks == 4 ? 4 : chunks == 8 ? 2 : 1;
+    for (int64_t c0 = 0; c0 < cells; c0 += BLOCK) {
+        const int n = (int)(cells - c0 < BLOCK ? cells - c0 : BLOCK);
+        bool any = false;
+        for (int64_t r = 0; r < R; r++) {
+            float * s = scores + r * padded + c0;
+            if (maxima[r] == -INFINITY) {
+                continue;
+            }
+            const __m512 p = exp16(_mm512_sub_ps(_mm512_loadu_ps(s), _mm512_set1_ps(maxima[r])));
+            _mm512_storeu_ps(s, p);
+            any |= _mm512_cmp_ps_mask(p, _mm512_setzero_ps(), _CMP_NEQ_OQ) != 0;
+        }
+        if (!any) {
+            continue;
+        }
+        for (int c = 0; c < n; c++) {
+            const uint16_t * vr = v_row(a, &it, c0 + c);
+            for (int64_t d0 = 0; d0 < dv; d0 += BLOCK) {
+                _mm512_storeu_ps(vf + c * dv + d0, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vr + d0))));
+            }
+        }
+        // A few queries at a time with their sums in registers, cells in
+        // order: independent chains, each query's sums in cell order.
+        for (int64_t r0 = 0; r0 < R; r0 += per_group) {
+            const int nq = (int)(R - r0 < per_group ? R - r0 : per_group);
+            const float * p = scores + r0 * padded + c0;
+            float * acc = sums + r0 * (dv + BLOCK);
+            switch (chunks * 8 + nq) {
+#    define CK_ACC(ch, q) \
+        case (ch) * 8 + (q): accumulate_block(vf, p, padded, acc, n, ch, q); break;
+                CK_ACC(4, 1) CK_ACC(4, 2) CK_ACC(4, 3) CK_ACC(4, 4)
+                CK_ACC(8, 1) CK_ACC(8, 2)
+                CK_ACC(16, 1)
+#    undef CK_ACC
+                default:
+                    for (int j = 0; j < nq; j++) {
+                        accumulate_any(vf, p + j * padded, acc + j * (dv + BLOCK), n, chunks);
+                    }
+                    break;
+            }
+        }
+    }
+    for (int64_t r = 0; r < R; r++) {
+        float * out = output(a, &it, head_of(a, &it, r), row_of(&it, r, group));
+        const float * acc = sums + r * (dv + BLOCK);
+        const float total = acc[dv];
+        const __m512 inv = _mm512_set1_ps(total == 0.0f ? 0.0f : 1.0f / total);
+        for (int64_t d0 = 0; d0 < dv; d0 += BLOCK) {
+            _mm512_storeu_ps(out + d0, _mm512_mul_ps(_mm512_loadu_ps(acc + d0), inv));
+        }
+    }
+}
+
+#endif
+
+void ck_attention_item(const struct ck_attention * a, int64_t item, float * scratch) {
+#if CK_ATTENTION_X86
+    attention_item(a, item, scratch);
+#else
+    (void)a, (void)item, (void)scratch;
+    abort();  // registered only on x86 with AVX-512
+#endif
+}
+
+// ---------------------------------------------------------------- reference
+
+void ck_attention_reference(const struct ck_attention * a) {
+    const int64_t group = a->heads / a->kv_heads;
+    float * s = malloc(sizeof(float) * (size_t)a->cells);
+    double * o = malloc(sizeof(double) * (size_t)a->dv);
+    for (int64_t seq = 0; seq < a->seqs; seq++) {
+        for (int64_t head = 0; head < a->heads; head++) {
+            for (int64_t row = 0; row < a->rows; row++) {
+                struct item it = {seq, head / group, row, 1, seq / (a->seqs / a->kv_seqs)};
+                const float * q = query(a, &it, head, row);
+                const uint16_t * mrow = mask_row(a, &it, head, row);
+                float max = -INFINITY;
+                for (int64_t c = 0; c < a->cells; c++) {
+                    const float m = mrow ? fp16_to_float(mrow[c]) : 0.0f;
+                    if (m == -INFINITY) {
+                        s[c] = -INFINITY;
+                        continue;
+                    }
+                    double dot = 0;
+                    const uint16_t * kr = k_row(a, &it, c);
+                    for (int64_t d = 0; d < a->dk; d++) {
+                        dot += (double)q[d] * fp16_to_float(kr[d]);
+                    }
+                    s[c] = (float)(dot * a->scale) + m;
+                    max = s[c] > max ? s[c] : max;
+                }
+                double total = 0;
+                memset(o, 0, sizeof(double) * (size_t)a->dv);
+                for (int64_t c = 0; c < a->cells && max != -INFINITY; c++) {
+                    if (s[c] == -INFINITY) {
+                        continue;
+                    }
+                    const double p = exp((double)s[c] - max);
+                    total += p;
+                    const uint16_t * vr = v_row(a, &it, c);
+                    for (int64_t d = 0; d < a->dv; d++) {
+                        o[d] += p * fp16_to_float(vr[d]);
+                    }
+                }
+                float * out = output(a, &it, head, row);
+                for (int64_t d = 0; d < a->dv; d++) {
+                    out[d] = total == 0 ? 0.0f : (float)(o[d] / total);
+                }
+            }
+        }
+    }
+    free(o);
+    free(s);
+}
+
+// ---------------------------------------------------------------- self-check
+
+static uint32_t next(uint64_t * state) {
+    *state = *state * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(*state >> 33);
+}
+
+static float unit(uint64_t * state) { return (float)next(state) / 2147483648.0f - 1.0f; }
+
+static uint16_t float_to_fp16(float f) {
+#if CK_ATTENTION_X86 && defined(__F16C__)
+    return _cvtss_sh(f, 0);
+#else
+    // Round to nearest even through the bits (inputs here are small normals).
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    const uint32_t sign = (x >> 16) & 0x8000u;
+    int32_t exp = (int32_t)((x >> 23) & 0xFF) - 127 + 15;
+    uint32_t mant = x & 0x7FFFFFu;
+    if (exp <= 0) {
+        return (uint16_t)sign;
+    }
+    uint32_t h = ((uint32_t)exp << 10) | (mant >> 13);
+    const uint32_t rest = mant & 0x1FFFu;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) {
+        h++;
+    }
+    return (uint16_t)(sign | h);
+#endif
+}
+
+struct layout {
+    float * q;
+    uint16_t * k;
+    uint16_t * v;
+    uint16_t * mask;
+    float * out;
+    struct ck_attention a;
+};
+
+// A layout of `seqs` sequences of `rows` queries over `cells` cells, the
+// sequence's own `len` cells starting at `offset` (the rest random and
+// masked), causal within them.
+static struct layout make_layout(int64_t dk, int64_t dv, int64_t heads, int64_t kv_heads, int64_t seqs,
+                                 int64_t rows, int64_t cells, int64_t len, int64_t offset, uint64_t seed,
+                                 uint64_t noise_seed) {
+    struct layout l;
+    struct ck_attention * a = &l.a;
+    memset(a, 0, sizeof *a);
+    a->dk = dk, a->dv = dv, a->rows = rows, a->heads = heads, a->seqs = seqs, a->cells = cells;
+    a->kv_heads = kv_heads, a->kv_seqs = seqs, a->mask_heads = 1, a->mask_seqs = seqs;
+    a->scale = 1.0f / sqrtf((float)dk);
+    l.q = malloc(sizeof(float) * (size_t)(dk * rows * heads * seqs));
+    l.k = malloc(2 * (size_t)(dk * cells * kv_heads * seqs));
+    l.v = malloc(2 * (size_t)(dv * cells * kv_heads * seqs));
+    l.mask = malloc(2 * (size_t)(cells * rows * seqs));
+    l.out = calloc((size_t)(dv * heads * rows * seqs), sizeof(float));
+    uint64_t state = seed, noise = noise_seed;
+    for (int64_t i = 0; i < dk * rows * heads * seqs; i++) {
+        l.q[i] = unit(&state) * 2.0f;
+    }
+    for (int64_t s = 0; s < seqs; s++) {
+        for (int64_t g = 0; g < kv_heads; g++) {
+            for (int64_t c = 0; c < cells; c++) {
+                const bool own = c >= offset && c < offset + len;
+                uint64_t * src = own ? &state : &noise;
+                for (int64_t d = 0; d < dk; d++) {
+                    l.k[((s * kv_heads + g) * cells + c) * dk + d] = float_to_fp16(unit(src) * 1.5f);
+                }
+                for (int64_t d = 0; d < dv; d++) {
+                    l.v[((s * kv_heads + g) * cells + c) * dv + d] = float_to_fp16(unit(src));
+                }
+            }
+        }
+        for (int64_t r = 0; r < rows; r++) {
+            for (int64_t c = 0; c < cells; c++) {
+                // Causal over the sequence's own cells: row r sees the first
+                // len - rows + r + 1 of them.
+                const int64_t visible = len - rows + r + 1;
+                const bool seen = c >= offset && c < offset + visible;
+                l.mask[(s * rows + r) * cells + c] = seen ? 0 : 0xFC00;  // 0 or -inf
+            }
+        }
+    }
+    a->q = l.q, a->k = l.k, a->v = l.v, a->mask = l.mask, a->out = l.out;
+    a->q_nb[1] = sizeof(float) * (size_t)dk, a->q_nb[2] = a->q_nb[1] * (size_t)rows, a->q_nb[3] = a->q_nb[2] * (size_t)heads;
+    a->k_nb[1] = 2 * (size_t)dk, a->k_nb[2] = a->k_nb[1] * (size_t)cells, a->k_nb[3] = a->k_nb[2] * (size_t)kv_heads;
+    a->v_nb[1] = 2 * (size_t)dv, a->v_nb[2] = a->v_nb[1] * (size_t)cells, a->v_nb[3] = a->v_nb[2] * (size_t)kv_heads;
+    a->mask_nb[1] = 2 * (size_t)cells, a->mask_nb[2] = a->mask_nb[1] * (size_t)rows, a->mask_nb[3] = a->mask_nb[2];
+    a->out_nb[1] = sizeof(float) * (size_t)dv, a->out_nb[2] = a->out_nb[1] * (size_t)heads,
+    a->out_nb[3] = a->out_nb[2] * (size_t)rows;
+    return l;
+}
+
+static void free_layout(struct layout * l) {
+    free(l->q), free(l->k), free(l->v), free(l->mask), free(l->out);
+}
+
+static void run_all(const struct ck_attention * a) {
+    float * scratch = malloc(sizeof(float) * ck_attention_scratch_floats(a));
+    for (int64_t i = 0; i < ck_attention_items(a); i++) {
+        ck_attention_item(a, i, scratch);
+    }
+    free(scratch);
+}
+
+int ck_attention_self_check(char * why, size_t why_len) {
+    // dk/dv, heads, kv heads, seqs, rows, cells, own cells, offset
+    static const int64_t cases[][8] = {
+        {64, 3 * 3, 3, 4, 1, 256, 100, 0},    // decode, grouped heads, several sequences
+        {64, 9, 3, 2, 13, 64, 40, 5},         // prefill, causal, rows across blocks
+        {128, 4, 4, 1, 3, 33, 33, 0},         // plain heads, partial last block
+        {256, 4, 1, 1, 9, 300, 120, 142},     // Gemma's 256-wide heads, one KV head
+        {64, 2, 1, 1, 1, 16, 0, 0},           // everything masked: zeros
+    };
+    int failures = 0;
+    if (why_len) {
+        why[0] = 0;
+    }
+    for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
+        const int64_t * c = cases[t];
+        const int64_t dk = c[0], heads = c[1], kv_heads = c[2], seqs = c[3], rows = c[4], cells = c[5], len = c[6],
+                      offset = c[7];
+        struct layout l = make_layout(dk, dk, heads, kv_heads, seqs, rows, cells, len, offset, 7 + t, 99);
+        const size_t n = (size_t)(dk * heads * rows * seqs);
+        run_all(&l.a);
+        float * got = malloc(sizeof(float) * n);
+        memcpy(got, l.out, sizeof(float) * n);
+        ck_attention_reference(&l.a);
+        for (size_t i = 0; i < n; i++) {
+            const float e = l.out[i];
+            if (!(fabsf(got[i] - e) <= 2e-5f + 2e-5f * fabsf(e)) && failures++ == 0) {
+                snprintf(why, why_len, "case %zu: output %zu is %.8g, the reference %.8g", t, i, got[i], e);
+            }
+        }
+        // The same sequence elsewhere in the cache, beside other cells.
+        if (len > 0) {
+            struct layout moved = make_layout(dk, dk, heads, kv_heads, seqs, rows, cells + 37, len, offset + 37, 7 + t, 12345);
+            run_all(&moved.a);
+            if (memcmp(moved.out, got, sizeof(float) * n) != 0 && failures++ == 0) {
+                snprintf(why, why_len, "case %zu: the same sequence 37 cells further gives another result", t);
+            }
+            free_layout(&moved);
+        }
+        free(got);
+        free_layout(&l);
+    }
+    return failures;
+}

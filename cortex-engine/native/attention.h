@@ -1,0 +1,59 @@
+// cortex's CPU attention kernel: ggml's FLASH_ATTN_EXT for F32 queries over
+// an F16 KV cache (no ALiBi, soft-capping or sinks), on AVX-512.
+//
+// A query's result depends only on its own scores and its own unmasked
+// cells, taken in cell order: the scores of 16 cells are computed at once
+// (each its own dot product, so the blocking does not change it), the
+// softmax takes their exact maximum, and the weighted values are summed
+// cell by cell in increasing order. So the same sequence gives the same
+// attention wherever its cells lie in the cache and whatever else shares
+// the batch, unlike llama.cpp's CPU kernel, whose online softmax rescales
+// at its 16-cell tile boundaries. Queries that share a KV head (grouped-
+// query attention) and a block of rows share each converted block of K
+// and V.
+
+#ifndef CORTEX_ATTENTION_H
+#define CORTEX_ATTENTION_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct ck_attention {
+    // q: [dk, rows, heads, seqs] floats; k, v: [d, cells, kv_heads, kv_seqs]
+    // fp16; mask: [cells, >= rows, mask_heads, mask_seqs] fp16 or NULL;
+    // out: [dv, heads, rows, seqs] floats. Strides in bytes, as ggml's nb.
+    const void * q;
+    const void * k;
+    const void * v;
+    const void * mask;
+    void * out;
+    int64_t dk, dv, rows, heads, seqs, cells, kv_heads, kv_seqs, mask_heads, mask_seqs;
+    size_t q_nb[4], k_nb[4], v_nb[4], mask_nb[4], out_nb[4];
+    float scale;
+};
+
+// Rows of one KV head's queries handled together (with every head of its
+// group): larger blocks share more K/V conversion but hold more scores.
+#define CK_ATTENTION_ROWS 8
+
+// Work items: (seq, kv head, block of rows), numbered 0..ck_attention_items.
+int64_t ck_attention_items(const struct ck_attention * a);
+// Floats of scratch one thread needs.
+size_t ck_attention_scratch_floats(const struct ck_attention * a);
+// Computes work item `item` with `scratch` (ck_attention_scratch_floats).
+void ck_attention_item(const struct ck_attention * a, int64_t item, float * scratch);
+// Whether the kernel takes these sizes (head sizes in 16s up to 256, at
+// most 64 query heads per KV head).
+bool ck_attention_supported(int64_t dk, int64_t dv, int64_t heads, int64_t kv_heads);
+
+// The same attention computed one query at a time in plain C, for tests.
+void ck_attention_reference(const struct ck_attention * a);
+
+// Random Q, K, V and masks of several shapes (grouped heads, several
+// sequences, causal and sparse masks): the kernel against the reference
+// (within float rounding), and the same query in two layouts bit for bit;
+// returns the number of failures and writes the first into `why`.
+int ck_attention_self_check(char * why, size_t why_len);
+
+#endif

@@ -1,0 +1,76 @@
+// cortex's CPU matrix kernels: weights of a quantized format packed into
+// panels of 16 rows, multiplied by activations quantized to 8 bits, with
+// the 16 rows of a panel in the 16 lanes of one register so that a block's
+// dot products need no horizontal sums. Every output element is computed by
+// the same sequence of operations whatever the batch (a row alone or in a
+// panel beside others), so results do not depend on batch composition.
+//
+// Shared by backend.c (the ggml backend that places weights and runs the
+// products) and the self-check the Rust tests call.
+
+#ifndef CORTEX_KERNELS_H
+#define CORTEX_KERNELS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+// Rows per panel: the lanes of a 512-bit register of 32-bit sums.
+#define CK_PANEL_ROWS 16
+// Weights per quantization block (Q4_1 and Q8_0 alike).
+#define CK_BLOCK 32
+
+// The formats with kernels (the values are ggml's type ids).
+enum ck_format {
+    CK_Q4_1 = 3,
+    CK_Q8_0 = 8,
+};
+
+// Instruction sets the kernels are built for, best first.
+enum ck_isa {
+    CK_ISA_NONE = 0,
+    CK_ISA_AVX2 = 1,       // AVX2 + FMA + F16C
+    CK_ISA_AVX512 = 2,     // AVX-512 F/BW/VL + VNNI
+};
+
+// The best kernels this CPU runs (CK_ISA_NONE: none; the backend then
+// stays unregistered and llama.cpp's own kernels run).
+enum ck_isa ck_detect_isa(void);
+const char * ck_isa_name(enum ck_isa isa);
+
+// Bytes a packed matrix of `rows` x `cols` takes (Q4_1: as in ggml; Q8_0:
+// plus a 16-bit sum of each row's block, 576 bytes per panel block instead
+// of 544). Returns 0 for a shape the kernels do not take.
+size_t ck_packed_size(enum ck_format format, int64_t rows, int64_t cols);
+// Whether a matrix of this format and shape can be packed.
+bool ck_packable(int type, int64_t rows, int64_t cols);
+
+// ggml's row-major blocks -> panels, and back.
+void ck_pack(enum ck_format format, const void * src, void * dst, int64_t rows, int64_t cols);
+void ck_unpack(enum ck_format format, const void * src, void * dst, int64_t rows, int64_t cols);
+// Rows of a packed matrix as floats (for GET_ROWS).
+void ck_dequantize_row(enum ck_format format, const void * packed, int64_t rows, int64_t cols,
+                       int64_t row, float * out);
+
+// Activations quantized for one weight format: per column, `cols / 32`
+// blocks of 32 bytes (Q4_1: int8; Q8_0: int8 + 128, as unsigned), then per
+// block its scale and (Q4_1) scale times the sum of its quants, as floats,
+// each rounded through fp16 as ggml's Q8_1 and Q8_0 blocks hold them. The
+// encoding depends on the kernels that will read them (`isa`).
+size_t ck_activation_bytes(int64_t cols);
+void ck_quantize_column(enum ck_isa isa, enum ck_format format, const float * x, int64_t cols, uint8_t * out);
+
+// dst[col * ldd + row] for rows [panel_begin * 16, panel_end * 16) and
+// columns [0, n_cols) of `activations` (n_cols quantized columns, each
+// ck_activation_bytes(cols) apart).
+void ck_gemm(enum ck_isa isa, enum ck_format format, const void * packed, int64_t cols,
+             int64_t panel_begin, int64_t panel_end, const uint8_t * activations, int64_t n_cols,
+             float * dst, int64_t ldd);
+
+// Packs random matrices of each format and shape, multiplies them with the
+// kernels of `isa` at several batch sizes, and compares every element with
+// a scalar reference; returns the number of mismatches (0: all agree) and
+// writes the first into `why`.
+int ck_self_check(enum ck_isa isa, char * why, size_t why_len);
+
+#endif

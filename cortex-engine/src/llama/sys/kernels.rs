@@ -1,0 +1,135 @@
+//! cortex's CPU kernels (`native/`, built by `build.rs`): a ggml backend
+//! registered beside llama.cpp's CPU backend that stores Q4_1 and Q8_0
+//! weights packed in panels of 16 rows and runs their matrix products, and
+//! (on AVX-512) attention over an F16 KV cache (see `native/backend.c` for
+//! how ggml hands them over).
+
+use std::ffi::{CStr, c_char, c_int, c_void};
+
+use llama_cpp_sys_2 as ffi;
+
+unsafe extern "C" {
+    fn cortex_kernels_register() -> c_int;
+    #[cfg_attr(not(test), allow(dead_code))]
+    fn cortex_kernels_detect_isa() -> c_int;
+    fn cortex_kernels_set_threadpool(pool: *mut c_void);
+    fn cortex_kernels_place_weights(place: c_int);
+    fn cortex_kernels_self_check(isa: c_int, why: *mut c_char, why_len: usize) -> c_int;
+    #[cfg_attr(not(test), allow(dead_code))]
+    fn cortex_kernels_attention_self_check(why: *mut c_char, why_len: usize) -> c_int;
+}
+
+/// The instruction sets the kernels are built for (`enum ck_isa`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum KernelIsa {
+    Avx2 = 1,
+    Avx512 = 2,
+}
+
+impl KernelIsa {
+    fn from_raw(raw: c_int) -> Option<Self> {
+        match raw {
+            1 => Some(Self::Avx2),
+            2 => Some(Self::Avx512),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::Avx2 => "AVX2",
+            Self::Avx512 => "AVX-512 VNNI",
+        }
+    }
+
+    /// This CPU's best, if it runs any.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn detect() -> Option<Self> {
+        // SAFETY: reads the CPU's features.
+        Self::from_raw(unsafe { cortex_kernels_detect_isa() })
+    }
+}
+
+/// Registers the kernels with ggml (once per process; later calls return
+/// the first answer): the instruction set they run with, or `None` on a CPU
+/// without one, where nothing is registered.
+pub(crate) fn register() -> Option<KernelIsa> {
+    // SAFETY: registration runs once under the kernels' own lock; ggml's
+    // registry keeps the backend for the life of the process.
+    KernelIsa::from_raw(unsafe { cortex_kernels_register() })
+}
+
+/// The ggml threadpool the calling thread's next decodes run on: the
+/// kernels run their work on the same threads as llama.cpp's CPU backend.
+pub(crate) fn set_threadpool(pool: *mut ffi::ggml_threadpool) {
+    // SAFETY: stores a pointer in a thread-local; the pool outlives the
+    // decodes it is used for (the context that owns it frees it last).
+    unsafe { cortex_kernels_set_threadpool(pool.cast()) }
+}
+
+/// Whether models loaded on this thread from now on keep their Q4_1 and
+/// Q8_0 weights with the kernels (else llama.cpp's CPU backend has them).
+pub(crate) fn place_weights(place: bool) {
+    // SAFETY: sets a thread-local flag.
+    unsafe { cortex_kernels_place_weights(c_int::from(place)) }
+}
+
+/// Runs the matrix kernels of `isa` against their scalar reference on
+/// random matrices of both formats at many batch sizes; every element must
+/// agree bit for bit.
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) fn self_check(isa: KernelIsa) -> Result<(), String> {
+    let mut why = [0 as c_char; 512];
+    // SAFETY: `why` is writable for its length; the check allocates and
+    // frees its own matrices.
+    let mismatches =
+        unsafe { cortex_kernels_self_check(isa as c_int, why.as_mut_ptr(), why.len()) };
+    failures(mismatches, &why)
+}
+
+/// Runs the attention kernel (AVX-512) against its reference on several
+/// shapes, and the same sequence at two places in the cache bit for bit.
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) fn attention_self_check() -> Result<(), String> {
+    let mut why = [0 as c_char; 512];
+    // SAFETY: as above.
+    let failed = unsafe { cortex_kernels_attention_self_check(why.as_mut_ptr(), why.len()) };
+    failures(failed, &why)
+}
+
+#[cfg_attr(not(test), allow(dead_code))]
+fn failures(count: c_int, why: &[c_char]) -> Result<(), String> {
+    if count == 0 {
+        return Ok(());
+    }
+    // SAFETY: the checks write a NUL-terminated message within `why`.
+    let why = unsafe { CStr::from_ptr(why.as_ptr()) }.to_string_lossy();
+    Err(format!("{count} failures; the first: {why}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kernel_this_cpu_runs_agrees_with_the_scalar_reference() {
+        let Some(best) = KernelIsa::detect() else {
+            eprintln!("this CPU runs none of the kernels");
+            return;
+        };
+        for isa in [KernelIsa::Avx2, KernelIsa::Avx512] {
+            if isa <= best {
+                self_check(isa).unwrap_or_else(|why| panic!("{}: {why}", isa.name()));
+            }
+        }
+    }
+
+    #[test]
+    fn attention_agrees_with_its_reference_wherever_a_sequence_lies() {
+        if KernelIsa::detect() != Some(KernelIsa::Avx512) {
+            eprintln!("the attention kernel needs AVX-512");
+            return;
+        }
+        attention_self_check().unwrap();
+    }
+}

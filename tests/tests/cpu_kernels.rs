@@ -1,0 +1,129 @@
+//! cortex's CPU kernels on the real model, through the binary: they are
+//! registered on a CPU that runs them, the default model's Q4_1 and Q8_0
+//! weights go to them (and stay with llama.cpp under `--cpu-kernels
+//! llama`), and a batched greedy job gives the same answers either way, to
+//! float rounding. (That every kernel agrees bit for bit with its scalar
+//! reference at every batch size is a unit test of `cortex-engine`.)
+
+use cortex_tests::{Cortex, assert_greedy_agrees};
+use serde_json::{Value, json};
+
+/// Whether this CPU has what the kernels need at least (AVX2 and FMA).
+fn cpu_runs_the_kernels() -> bool {
+    let flags = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    cfg!(target_arch = "x86_64") && flags.contains(" avx2") && flags.contains(" fma")
+}
+
+#[test]
+fn the_kernels_are_registered_where_the_cpu_runs_them() {
+    let cortex = Cortex::new();
+    let found: Value = serde_json::from_str(&cortex.ok(&["devices", "--json"])).unwrap();
+    if !cpu_runs_the_kernels() {
+        assert!(found["cortex_kernels"].is_null(), "{found}");
+        return;
+    }
+    let isa = found["cortex_kernels"]
+        .as_str()
+        .expect("an instruction set");
+    assert!(isa == "AVX2" || isa == "AVX-512 VNNI", "{isa}");
+    assert!(
+        found["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| d["name"] == "CortexCPU" && d["kind"] == "accelerator"),
+        "{found}"
+    );
+    let text = cortex.ok(&["devices"]);
+    assert!(text.contains(&format!("cortex kernels: {isa}")), "{text}");
+}
+
+/// Where llama.cpp placed the model's weights, from its load log (`-vv`).
+fn weights_buffers(cortex: &Cortex, kernels: &str) -> String {
+    let out = cortex.run(&[
+        "-vv",
+        "--cpu-kernels",
+        kernels,
+        "generate",
+        "Hi",
+        "--max-tokens",
+        "1",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter(|l| l.contains("model buffer size"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn the_default_models_weights_go_to_the_kernels_unless_told_otherwise() {
+    if !cpu_runs_the_kernels() {
+        return;
+    }
+    let cortex = Cortex::new();
+    let with = weights_buffers(&cortex, "cortex");
+    assert!(with.contains("CortexCPU model buffer"), "{with}");
+    let without = weights_buffers(&cortex, "llama");
+    assert!(!without.contains("CortexCPU"), "{without}");
+    assert!(without.contains("CPU_Mapped model buffer"), "{without}");
+}
+
+#[test]
+fn a_batched_greedy_job_answers_alike_with_either_kernels() {
+    let cortex = Cortex::new();
+    let prompts = [
+        "The capital of France is",
+        "Water boils at",
+        "1, 2, 3, 4,",
+        "The opposite of hot is",
+        "A haiku about autumn:",
+        "def fibonacci(n):",
+        "The largest planet in the solar system is",
+        "Translate to French: good morning",
+        "Once upon a time, a fox",
+        "The chemical symbol for gold is",
+    ];
+    let job: String = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            format!(
+                "{}\n",
+                json!({"custom_id": format!("p{i}"), "prompt": p, "max_tokens": 24,
+                    "temperature": 0, "logprobs": 5})
+            )
+        })
+        .collect();
+    cortex.write("job.jsonl", &job);
+    for kernels in ["cortex", "llama"] {
+        cortex.ok(&[
+            "--cpu-kernels",
+            kernels,
+            "run",
+            "job.jsonl",
+            "--device",
+            "cpu",
+            "-o",
+            &format!("{kernels}.jsonl"),
+            "--force",
+        ]);
+    }
+    // The products add floats in another order; where an activation lands
+    // a hair's breadth from a rounding boundary of its 8-bit quantization,
+    // the two sides round it apart and 30 layers carry that on, so
+    // log-probabilities differ by up to ~0.15 (as between llama.cpp's own
+    // AVX2 and AVX-512 builds), and a greedy choice can differ only at a
+    // near-tie. A wrong kernel gives other tokens from the first one.
+    assert_greedy_agrees(
+        ("cortex's kernels", &cortex.dir().join("cortex.jsonl")),
+        ("llama.cpp's", &cortex.dir().join("llama.jsonl")),
+        0.5,
+        0.3,
+    );
+}
