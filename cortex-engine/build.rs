@@ -23,15 +23,21 @@ fn main() {
 
 /// Compiles `native/*.c` into a static library linked into cortex-engine.
 fn build_kernels() {
-    for file in [
-        "native/kernels.c",
-        "native/kernels.h",
-        "native/attention.c",
-        "native/attention.h",
-        "native/backend.c",
-    ] {
-        println!("cargo:rerun-if-changed={file}");
+    // Every file of native/ (a new one is picked up without a list here),
+    // in a fixed order.
+    println!("cargo:rerun-if-changed=native");
+    let mut files: Vec<PathBuf> = std::fs::read_dir("native")
+        .expect("cortex-engine/native")
+        .flatten()
+        .map(|entry| entry.path())
+        .collect();
+    files.sort();
+    for file in &files {
+        println!("cargo:rerun-if-changed={}", file.display());
     }
+    let sources = files
+        .iter()
+        .filter(|path| path.extension().is_some_and(|e| e == "c"));
     println!("cargo:rerun-if-env-changed=DEP_LLAMA_GGML_CMAKE_DIR");
     let cmake_dir = PathBuf::from(
         std::env::var("DEP_LLAMA_GGML_CMAKE_DIR")
@@ -46,7 +52,7 @@ fn build_kernels() {
         .expect("DEP_LLAMA_GGML_CMAKE_DIR is <out>/lib/cmake");
     let ggml_source = ggml_source_dir(&out.join("build/CMakeCache.txt"));
     cc::Build::new()
-        .files(["native/kernels.c", "native/attention.c", "native/backend.c"])
+        .files(sources)
         .include(out.join("include"))
         .include(ggml_source.join("src"))
         .std("gnu11")

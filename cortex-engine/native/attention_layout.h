@@ -1,0 +1,68 @@
+// What cortex's attention kernel and its check share: the work items and
+// where each query, K and V row, mask row and output lives (see
+// attention.h).
+
+#ifndef CORTEX_ATTENTION_LAYOUT_H
+#define CORTEX_ATTENTION_LAYOUT_H
+
+#include "attention.h"
+
+#define BLOCK 16
+#define MAX_D 256
+#define MAX_GROUP 64
+#define MAX_QUERIES (CK_ATTENTION_ROWS * MAX_GROUP)
+
+static inline int64_t row_blocks(const struct ck_attention * a) {
+    return (a->rows + CK_ATTENTION_ROWS - 1) / CK_ATTENTION_ROWS;
+}
+
+static inline int64_t group_size(const struct ck_attention * a) { return a->heads / a->kv_heads; }
+
+// The query, K, V, mask and output rows of one work item.
+struct item {
+    int64_t s, g, row0, nrows, ks;
+};
+
+static inline struct item item_of(const struct ck_attention * a, int64_t index) {
+    struct item it;
+    const int64_t blocks = row_blocks(a);
+    it.s = index / (a->kv_heads * blocks);
+    it.g = (index / blocks) % a->kv_heads;
+    it.row0 = (index % blocks) * CK_ATTENTION_ROWS;
+    it.nrows = a->rows - it.row0 < CK_ATTENTION_ROWS ? a->rows - it.row0 : CK_ATTENTION_ROWS;
+    it.ks = it.s / (a->seqs / a->kv_seqs);
+    return it;
+}
+
+// Query r of an item: head g * group + r % group, row row0 + r / group.
+static inline int64_t head_of(const struct ck_attention * a, const struct item * it, int64_t r) {
+    return it->g * group_size(a) + r % group_size(a);
+}
+
+static inline int64_t row_of(const struct item * it, int64_t r, int64_t group) { return it->row0 + r / group; }
+
+static inline const uint16_t * mask_row(const struct ck_attention * a, const struct item * it, int64_t head, int64_t row) {
+    if (a->mask == NULL) {
+        return NULL;
+    }
+    return (const uint16_t *)((const char *)a->mask + row * a->mask_nb[1] + (head % a->mask_heads) * a->mask_nb[2] +
+                              (it->s % a->mask_seqs) * a->mask_nb[3]);
+}
+
+static inline const float * query(const struct ck_attention * a, const struct item * it, int64_t head, int64_t row) {
+    return (const float *)((const char *)a->q + row * a->q_nb[1] + head * a->q_nb[2] + it->s * a->q_nb[3]);
+}
+
+static inline float * output(const struct ck_attention * a, const struct item * it, int64_t head, int64_t row) {
+    return (float *)((char *)a->out + head * a->out_nb[1] + row * a->out_nb[2] + it->s * a->out_nb[3]);
+}
+
+static inline const uint16_t * k_row(const struct ck_attention * a, const struct item * it, int64_t cell) {
+    return (const uint16_t *)((const char *)a->k + cell * a->k_nb[1] + it->g * a->k_nb[2] + it->ks * a->k_nb[3]);
+}
+
+static inline const uint16_t * v_row(const struct ck_attention * a, const struct item * it, int64_t cell) {
+    return (const uint16_t *)((const char *)a->v + cell * a->v_nb[1] + it->g * a->v_nb[2] + it->ks * a->v_nb[3]);
+}
+
+#endif

@@ -1,0 +1,249 @@
+// The matrix kernels: 16 rows of a packed panel times up to 8 quantized
+// columns in registers (AVX-512 VNNI), or 8 rows times 4 (AVX2), for every
+// panel of a range (see kernels.h for the contract).
+
+#include <stdlib.h>
+
+#include "panels.h"
+
+#if CK_X86
+
+// 16 rows x C columns of a Q4_1 panel.
+CK_AVX512 CK_INLINE void q4_1_tile_avx512(const uint8_t * w, int64_t nb, const uint8_t * act, size_t astride,
+                                          float * dst, int64_t ldd, const int C) {
+    __m512 acc[8];
+    for (int c = 0; c < C; c++) {
+        acc[c] = _mm512_setzero_ps();
+    }
+    const __m512i low = _mm512_set1_epi8(0x0F);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t * blk = w + (size_t)b * Q4_1_PANEL_BLOCK;
+        __m512i g[8];
+        for (int h = 0; h < 4; h++) {
+            const __m512i p = _mm512_loadu_si512(blk + 64 * h);
+            g[2 * h] = _mm512_and_si512(p, low);
+            g[2 * h + 1] = _mm512_and_si512(_mm512_srli_epi16(p, 4), low);
+        }
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 256)));
+        const __m512 mw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 288)));
+        for (int c = 0; c < C; c++) {
+            const uint8_t * col = act + (size_t)c * astride;
+            const int32_t * q = (const int32_t *)(col + (size_t)b * CK_BLOCK);
+            __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), g[0], _mm512_set1_epi32(q[0]));
+            __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), g[1], _mm512_set1_epi32(q[4]));
+            s0 = _mm512_dpbusd_epi32(s0, g[2], _mm512_set1_epi32(q[1]));
+            s1 = _mm512_dpbusd_epi32(s1, g[3], _mm512_set1_epi32(q[5]));
+            s0 = _mm512_dpbusd_epi32(s0, g[4], _mm512_set1_epi32(q[2]));
+            s1 = _mm512_dpbusd_epi32(s1, g[5], _mm512_set1_epi32(q[6]));
+            s0 = _mm512_dpbusd_epi32(s0, g[6], _mm512_set1_epi32(q[3]));
+            s1 = _mm512_dpbusd_epi32(s1, g[7], _mm512_set1_epi32(q[7]));
+            const __m512 isum = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
+            const __m512 dx = _mm512_set1_ps(column_scales(col, nb)[b]);
+            acc[c] = _mm512_fmadd_ps(isum, _mm512_mul_ps(dw, dx), acc[c]);
+            acc[c] = _mm512_fmadd_ps(mw, _mm512_set1_ps(column_sums(col, nb)[b]), acc[c]);
+        }
+    }
+    for (int c = 0; c < C; c++) {
+        _mm512_storeu_ps(dst + c * ldd, acc[c]);
+    }
+}
+
+// 16 rows x C columns of a Q8_0 panel; the quants come offset by 128.
+CK_AVX512 CK_INLINE void q8_0_tile_avx512(const uint8_t * w, int64_t nb, const uint8_t * act, size_t astride,
+                                          float * dst, int64_t ldd, const int C) {
+    __m512 acc[8];
+    for (int c = 0; c < C; c++) {
+        acc[c] = _mm512_setzero_ps();
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t * blk = w + (size_t)b * Q8_0_PANEL_BLOCK;
+        __m512i g[8];
+        for (int i = 0; i < 8; i++) {
+            g[i] = _mm512_loadu_si512(blk + 64 * i);
+        }
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 512)));
+        // sum((x + 128) w) = sum(x w) + 128 sum(w)
+        const __m512i offset =
+            _mm512_slli_epi32(_mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)(blk + 544))), 7);
+        for (int c = 0; c < C; c++) {
+            const uint8_t * col = act + (size_t)c * astride;
+            const int32_t * q = (const int32_t *)(col + (size_t)b * CK_BLOCK);
+            __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi32(q[0]), g[0]);
+            __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi32(q[1]), g[1]);
+            s0 = _mm512_dpbusd_epi32(s0, _mm512_set1_epi32(q[2]), g[2]);
+            s1 = _mm512_dpbusd_epi32(s1, _mm512_set1_epi32(q[3]), g[3]);
+            s0 = _mm512_dpbusd_epi32(s0, _mm512_set1_epi32(q[4]), g[4]);
+            s1 = _mm512_dpbusd_epi32(s1, _mm512_set1_epi32(q[5]), g[5]);
+            s0 = _mm512_dpbusd_epi32(s0, _mm512_set1_epi32(q[6]), g[6]);
+            s1 = _mm512_dpbusd_epi32(s1, _mm512_set1_epi32(q[7]), g[7]);
+            const __m512i isum = _mm512_sub_epi32(_mm512_add_epi32(s0, s1), offset);
+            const __m512 dx = _mm512_set1_ps(column_scales(col, nb)[b]);
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, dx), acc[c]);
+        }
+    }
+    for (int c = 0; c < C; c++) {
+        _mm512_storeu_ps(dst + c * ldd, acc[c]);
+    }
+}
+
+#    define CK_TILE8(tile, w, nb, act, astride, dst, ldd, n)         \
+        switch (n) {                                                  \
+            case 1: tile(w, nb, act, astride, dst, ldd, 1); break;    \
+            case 2: tile(w, nb, act, astride, dst, ldd, 2); break;    \
+            case 3: tile(w, nb, act, astride, dst, ldd, 3); break;    \
+            case 4: tile(w, nb, act, astride, dst, ldd, 4); break;    \
+            case 5: tile(w, nb, act, astride, dst, ldd, 5); break;    \
+            case 6: tile(w, nb, act, astride, dst, ldd, 6); break;    \
+            case 7: tile(w, nb, act, astride, dst, ldd, 7); break;    \
+            default: tile(w, nb, act, astride, dst, ldd, 8); break;   \
+        }
+
+CK_AVX512 static void gemm_avx512(enum ck_format format, const uint8_t * packed, int64_t cols, int64_t p0,
+                                  int64_t p1, const uint8_t * act, int64_t n_cols, float * dst, int64_t ldd) {
+    const int64_t nb = cols / CK_BLOCK;
+    const size_t astride = ck_activation_bytes(cols);
+    const size_t panel_bytes = (size_t)nb * panel_block_bytes(format);
+    for (int64_t p = p0; p < p1; p++) {
+        const uint8_t * w = packed + (size_t)p * panel_bytes;
+        float * out = dst + p * CK_PANEL_ROWS;
+        for (int64_t c = 0; c < n_cols; c += 8) {
+            const int n = (int)(n_cols - c < 8 ? n_cols - c : 8);
+            const uint8_t * a = act + (size_t)c * astride;
+            if (format == CK_Q4_1) {
+                CK_TILE8(q4_1_tile_avx512, w, nb, a, astride, out + c * ldd, ldd, n)
+            } else {
+                CK_TILE8(q8_0_tile_avx512, w, nb, a, astride, out + c * ldd, ldd, n)
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- AVX2
+
+// 8 rows (half `half` of a panel) x C columns of Q4_1. A block's 16
+// products per lane pair fit in 16 bits (16 x 15 x 127 < 32768), so they
+// are summed there and widened once.
+CK_AVX2 CK_INLINE void q4_1_tile_avx2(const uint8_t * w, int64_t nb, const uint8_t * act, size_t astride,
+                                      float * dst, int64_t ldd, const int C, const int half) {
+    __m256 acc[4];
+    for (int c = 0; c < C; c++) {
+        acc[c] = _mm256_setzero_ps();
+    }
+    const __m256i low = _mm256_set1_epi8(0x0F);
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t * blk = w + (size_t)b * Q4_1_PANEL_BLOCK;
+        __m256i t[4];
+        for (int c = 0; c < C; c++) {
+            t[c] = _mm256_setzero_si256();
+        }
+        for (int h = 0; h < 4; h++) {
+            const __m256i p = _mm256_loadu_si256((const __m256i *)(blk + 64 * h + 32 * half));
+            const __m256i lo = _mm256_and_si256(p, low);
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(p, 4), low);
+            for (int c = 0; c < C; c++) {
+                const int32_t * q = (const int32_t *)(act + (size_t)c * astride + (size_t)b * CK_BLOCK);
+                const __m256i a = _mm256_maddubs_epi16(lo, _mm256_set1_epi32(q[h]));
+                const __m256i z = _mm256_maddubs_epi16(hi, _mm256_set1_epi32(q[4 + h]));
+                t[c] = _mm256_add_epi16(t[c], _mm256_add_epi16(a, z));
+            }
+        }
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 256 + 16 * half)));
+        const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 288 + 16 * half)));
+        for (int c = 0; c < C; c++) {
+            const uint8_t * col = act + (size_t)c * astride;
+            const __m256 isum = _mm256_cvtepi32_ps(_mm256_madd_epi16(t[c], ones));
+            const __m256 dx = _mm256_set1_ps(column_scales(col, nb)[b]);
+            acc[c] = _mm256_fmadd_ps(isum, _mm256_mul_ps(dw, dx), acc[c]);
+            acc[c] = _mm256_fmadd_ps(mw, _mm256_set1_ps(column_sums(col, nb)[b]), acc[c]);
+        }
+    }
+    for (int c = 0; c < C; c++) {
+        _mm256_storeu_ps(dst + c * ldd + 8 * half, acc[c]);
+    }
+}
+
+// 8 rows x C columns of Q8_0: |w| times x with w's sign (maddubs takes one
+// unsigned operand).
+CK_AVX2 CK_INLINE void q8_0_tile_avx2(const uint8_t * w, int64_t nb, const uint8_t * act, size_t astride,
+                                      float * dst, int64_t ldd, const int C, const int half) {
+    __m256 acc[4];
+    for (int c = 0; c < C; c++) {
+        acc[c] = _mm256_setzero_ps();
+    }
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t * blk = w + (size_t)b * Q8_0_PANEL_BLOCK;
+        __m256i s[4];
+        for (int c = 0; c < C; c++) {
+            s[c] = _mm256_setzero_si256();
+        }
+        for (int g = 0; g < 8; g++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(blk + 64 * g + 32 * half));
+            const __m256i magnitude = _mm256_sign_epi8(v, v);
+            for (int c = 0; c < C; c++) {
+                const int32_t * q = (const int32_t *)(act + (size_t)c * astride + (size_t)b * CK_BLOCK);
+                const __m256i x = _mm256_sign_epi8(_mm256_set1_epi32(q[g]), v);
+                s[c] = _mm256_add_epi32(s[c], _mm256_madd_epi16(_mm256_maddubs_epi16(magnitude, x), ones));
+            }
+        }
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 512 + 16 * half)));
+        for (int c = 0; c < C; c++) {
+            const __m256 dx = _mm256_set1_ps(column_scales(act + (size_t)c * astride, nb)[b]);
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[c]), _mm256_mul_ps(dw, dx), acc[c]);
+        }
+    }
+    for (int c = 0; c < C; c++) {
+        _mm256_storeu_ps(dst + c * ldd + 8 * half, acc[c]);
+    }
+}
+
+#    define CK_TILE2(tile, w, nb, act, astride, dst, ldd, n)                          \
+        for (int half = 0; half < 2; half++) {                                          \
+            switch (n) {                                                                \
+                case 1: tile(w, nb, act, astride, dst, ldd, 1, half); break;            \
+                case 2: tile(w, nb, act, astride, dst, ldd, 2, half); break;            \
+                case 3: tile(w, nb, act, astride, dst, ldd, 3, half); break;            \
+                default: tile(w, nb, act, astride, dst, ldd, 4, half); break;           \
+            }                                                                           \
+        }
+
+CK_AVX2 static void gemm_avx2(enum ck_format format, const uint8_t * packed, int64_t cols, int64_t p0,
+                              int64_t p1, const uint8_t * act, int64_t n_cols, float * dst, int64_t ldd) {
+    const int64_t nb = cols / CK_BLOCK;
+    const size_t astride = ck_activation_bytes(cols);
+    const size_t panel_bytes = (size_t)nb * panel_block_bytes(format);
+    for (int64_t p = p0; p < p1; p++) {
+        const uint8_t * w = packed + (size_t)p * panel_bytes;
+        float * out = dst + p * CK_PANEL_ROWS;
+        for (int64_t c = 0; c < n_cols; c += 4) {
+            const int n = (int)(n_cols - c < 4 ? n_cols - c : 4);
+            const uint8_t * a = act + (size_t)c * astride;
+            if (format == CK_Q4_1) {
+                CK_TILE2(q4_1_tile_avx2, w, nb, a, astride, out + c * ldd, ldd, n)
+            } else {
+                CK_TILE2(q8_0_tile_avx2, w, nb, a, astride, out + c * ldd, ldd, n)
+            }
+        }
+    }
+}
+
+#endif  // CK_X86
+
+void ck_gemm(enum ck_isa isa, enum ck_format format, const void * packed, int64_t cols, int64_t panel_begin,
+             int64_t panel_end, const uint8_t * activations, int64_t n_cols, float * dst, int64_t ldd) {
+#if CK_X86
+    if (isa == CK_ISA_AVX512) {
+        gemm_avx512(format, packed, cols, panel_begin, panel_end, activations, n_cols, dst, ldd);
+        return;
+    }
+    if (isa == CK_ISA_AVX2) {
+        gemm_avx2(format, packed, cols, panel_begin, panel_end, activations, n_cols, dst, ldd);
+        return;
+    }
+#endif
+    (void)isa, (void)format, (void)packed, (void)cols, (void)panel_begin, (void)panel_end;
+    (void)activations, (void)n_cols, (void)dst, (void)ldd;
+    abort();  // the backend is registered only where a kernel exists
+}
+

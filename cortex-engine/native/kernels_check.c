@@ -1,0 +1,181 @@
+// The matrix kernels' self-check (see kernels.h): a scalar reference doing
+// the same arithmetic one element at a time, and random matrices of both
+// formats at many batch sizes against it.
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fp16.h"
+#include "panels.h"
+
+// The same arithmetic as the vector kernels, one element at a time: a
+// block's integer sum (exact), then fmaf(sum, dw * dx, acc) (and for Q4_1
+// fmaf(m, dx * sum_x, acc)), blocks in order. The vector kernels must
+// agree with it bit for bit.
+static float reference_dot(enum ck_format format, const void * m, int64_t cols, int64_t row,
+                           const uint8_t * column, bool offset) {
+    const int64_t nb = cols / CK_BLOCK;
+    const int8_t * q = (const int8_t *)column;
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t * blk = ggml_block(format, m, cols, row, b);
+        uint16_t dh;
+        memcpy(&dh, blk, 2);
+        const float dw = ck_fp16_to_fp32(dh);
+        const float dx = column_scales(column, nb)[b];
+        int32_t isum = 0;
+        if (format == CK_Q4_1) {
+            for (int j = 0; j < 16; j++) {
+                isum += (blk[4 + j] & 0x0F) * q[b * CK_BLOCK + j];
+                isum += (blk[4 + j] >> 4) * q[b * CK_BLOCK + j + 16];
+            }
+            uint16_t mh;
+            memcpy(&mh, blk + 2, 2);
+            acc = fmaf((float)isum, dw * dx, acc);
+            acc = fmaf(ck_fp16_to_fp32(mh), column_sums(column, nb)[b], acc);
+        } else {
+            for (int j = 0; j < CK_BLOCK; j++) {
+                const int x = offset ? (int)((const uint8_t *)q)[b * CK_BLOCK + j] - 128 : q[b * CK_BLOCK + j];
+                isum += (int8_t)blk[2 + j] * x;
+            }
+            acc = fmaf((float)isum, dw * dx, acc);
+        }
+    }
+    return acc;
+}
+
+static uint32_t next_random(uint64_t * state) {
+    *state = *state * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(*state >> 33);
+}
+
+static float random_unit(uint64_t * state) { return (float)next_random(state) / 2147483648.0f - 1.0f; }
+
+// Random ggml blocks: scales of either sign and size, every nibble/byte.
+static void random_matrix(enum ck_format format, uint8_t * m, int64_t rows, int64_t cols, uint64_t * state) {
+    const size_t n = (size_t)rows * (size_t)(cols / CK_BLOCK);
+    for (size_t i = 0; i < n; i++) {
+        uint8_t * blk = m + i * block_bytes(format);
+        const uint16_t d = ck_fp32_to_fp16(random_unit(state) * 0.02f);
+        memcpy(blk, &d, 2);
+        if (format == CK_Q4_1) {
+            const uint16_t mn = ck_fp32_to_fp16(random_unit(state) * 0.1f);
+            memcpy(blk + 2, &mn, 2);
+            for (int j = 0; j < 16; j++) {
+                blk[4 + j] = (uint8_t)next_random(state);
+            }
+        } else {
+            for (int j = 0; j < CK_BLOCK; j++) {
+                blk[2 + j] = (uint8_t)next_random(state);
+            }
+        }
+    }
+}
+
+int ck_self_check(enum ck_isa isa, char * why, size_t why_len) {
+    static const int64_t shapes[][2] = {{16, 32}, {48, 96}, {192, 576}, {576, 576}, {576, 1536}, {1536, 576}};
+    static const int64_t batches[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 17, 33};
+    const enum ck_format formats[] = {CK_Q4_1, CK_Q8_0};
+    uint64_t state = 0x5eed;
+    int mismatches = 0;
+    if (why_len) {
+        why[0] = 0;
+    }
+    for (size_t f = 0; f < 2; f++) {
+        const enum ck_format format = formats[f];
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            const int64_t rows = shapes[s][0], cols = shapes[s][1];
+            const size_t raw_bytes = (size_t)rows * (size_t)(cols / CK_BLOCK) * block_bytes(format);
+            uint8_t * raw = malloc(raw_bytes);
+            uint8_t * back = malloc(raw_bytes);
+            uint8_t * packed = malloc(ck_packed_size(format, rows, cols));
+            random_matrix(format, raw, rows, cols, &state);
+            ck_pack(format, raw, packed, rows, cols);
+            ck_unpack(format, packed, back, rows, cols);
+            if (memcmp(raw, back, raw_bytes) != 0 && mismatches++ == 0) {
+                snprintf(why, why_len, "format %d %lldx%lld: unpack(pack(m)) != m", (int)format,
+                         (long long)rows, (long long)cols);
+            }
+            float * row = malloc(sizeof(float) * (size_t)cols);
+            ck_dequantize_row(format, packed, rows, cols, rows - 1, row);
+            for (int64_t k = 0; k < cols; k++) {
+                const uint8_t * blk = ggml_block(format, raw, cols, rows - 1, k / CK_BLOCK);
+                uint16_t dh;
+                memcpy(&dh, blk, 2);
+                const int j = (int)(k % CK_BLOCK);
+                float expected;
+                if (format == CK_Q4_1) {
+                    uint16_t mh;
+                    memcpy(&mh, blk + 2, 2);
+                    const int q = j < 16 ? blk[4 + j] & 0x0F : blk[4 + j - 16] >> 4;
+                    expected = (float)q * ck_fp16_to_fp32(dh) + ck_fp16_to_fp32(mh);
+                } else {
+                    expected = (float)(int8_t)blk[2 + j] * ck_fp16_to_fp32(dh);
+                }
+                if (row[k] != expected && mismatches++ == 0) {
+                    snprintf(why, why_len, "format %d: dequantized row differs at %lld", (int)format, (long long)k);
+                }
+            }
+            free(row);
+            for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++) {
+                const int64_t n = batches[bi];
+                const size_t astride = ck_activation_bytes(cols);
+                uint8_t * act = aligned_alloc(64, astride * (size_t)n);
+                float * x = malloc(sizeof(float) * (size_t)cols);
+                for (int64_t c = 0; c < n; c++) {
+                    for (int64_t k = 0; k < cols; k++) {
+                        x[k] = random_unit(&state) * (k % 7 == 0 ? 8.0f : 1.0f);
+                    }
+                    if (c == 1) {
+                        memset(x, 0, sizeof(float) * CK_BLOCK);  // an all-zero block
+                    }
+                    if (c == 2) {
+                        // A block whose scale is 1: 2.5, 3.5 and -2.5 are ties,
+                        // rounded to even.
+                        x[0] = 127.0f;
+                        x[1] = 2.5f;
+                        x[2] = 3.5f;
+                        x[3] = -2.5f;
+                    }
+                    ck_quantize_column(isa, format, x, cols, act + (size_t)c * astride);
+                    uint8_t * scalar = malloc(astride);
+                    ck_quantize_column_scalar(format, offset_quants(isa, format), x, cols, scalar);
+                    if (memcmp(scalar, act + (size_t)c * astride, (size_t)(cols / CK_BLOCK) * (CK_BLOCK + 8)) != 0 &&
+                        mismatches++ == 0) {
+                        snprintf(why, why_len, "%s format %d: vector quantization differs from the scalar one",
+                                 ck_isa_name(isa), (int)format);
+                    }
+                    free(scalar);
+                }
+                float * out = malloc(sizeof(float) * (size_t)(rows * n));
+                // Two calls over halves of the panels, as two threads would.
+                const int64_t panels = rows / CK_PANEL_ROWS;
+                ck_gemm(isa, format, packed, cols, 0, panels / 2, act, n, out, rows);
+                ck_gemm(isa, format, packed, cols, panels / 2, panels, act, n, out, rows);
+                const bool offset = offset_quants(isa, format);
+                for (int64_t c = 0; c < n; c++) {
+                    for (int64_t r = 0; r < rows; r++) {
+                        const float expected = reference_dot(format, raw, cols, r, act + (size_t)c * astride, offset);
+                        const float got = out[c * rows + r];
+                        if (memcmp(&expected, &got, sizeof got) != 0 && mismatches++ == 0) {
+                            snprintf(why, why_len,
+                                     "%s format %d %lldx%lld batch %lld: row %lld column %lld is %.9g, "
+                                     "the reference %.9g",
+                                     ck_isa_name(isa), (int)format, (long long)rows, (long long)cols, (long long)n,
+                                     (long long)r, (long long)c, got, expected);
+                        }
+                    }
+                }
+                free(out);
+                free(x);
+                free(act);
+            }
+            free(packed);
+            free(back);
+            free(raw);
+        }
+    }
+    return mismatches;
+}

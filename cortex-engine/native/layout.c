@@ -1,0 +1,138 @@
+// The panel layout: ggml's row-major blocks packed into panels of 16 rows
+// and back, a row read out as floats, and which instruction set runs the
+// kernels (see kernels.h).
+
+#include <string.h>
+
+#include "fp16.h"
+#include "panels.h"
+
+enum ck_isa ck_detect_isa(void) {
+#if CK_X86 && defined(__GNUC__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni")) {
+        return CK_ISA_AVX512;
+    }
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("f16c")) {
+        return CK_ISA_AVX2;
+    }
+#endif
+    return CK_ISA_NONE;
+}
+
+const char * ck_isa_name(enum ck_isa isa) {
+    switch (isa) {
+        case CK_ISA_AVX512: return "AVX-512 VNNI";
+        case CK_ISA_AVX2: return "AVX2";
+        default: return "none";
+    }
+}
+
+bool ck_packable(int type, int64_t rows, int64_t cols) {
+    return (type == CK_Q4_1 || type == CK_Q8_0) && rows > 0 && cols > 0 &&
+           rows % CK_PANEL_ROWS == 0 && cols % CK_BLOCK == 0;
+}
+
+size_t ck_packed_size(enum ck_format format, int64_t rows, int64_t cols) {
+    if (!ck_packable((int)format, rows, cols)) {
+        return 0;
+    }
+    return (size_t)(rows / CK_PANEL_ROWS) * (size_t)(cols / CK_BLOCK) * panel_block_bytes(format);
+}
+
+// Where row r's block b lives in ggml's layout, and in the panels.
+
+// Q4_1 panel block: chunk h (64 bytes) holds, in lane r, row r's nibble
+// bytes 4h..4h+3; their low nibbles are weights 4h..4h+3 and their high
+// nibbles weights 16+4h..16+4h+3. Then 16 fp16 d and 16 fp16 m.
+// Q8_0 panel block: chunk g holds, in lane r, row r's weights 4g..4g+3;
+// then 16 fp16 d and the 16 rows' sums of the block's weights (int16).
+static void pack_block(enum ck_format format, const void * src, int64_t cols, int64_t panel, int64_t b,
+                       uint8_t * out) {
+    for (int r = 0; r < CK_PANEL_ROWS; r++) {
+        const uint8_t * blk = ggml_block(format, src, cols, panel * CK_PANEL_ROWS + r, b);
+        if (format == CK_Q4_1) {
+            for (int h = 0; h < 4; h++) {
+                memcpy(out + 64 * h + 4 * r, blk + 4 + 4 * h, 4);
+            }
+            memcpy(out + 256 + 2 * r, blk, 2);      // d
+            memcpy(out + 288 + 2 * r, blk + 2, 2);  // m
+        } else {
+            int16_t sum = 0;
+            for (int g = 0; g < 8; g++) {
+                memcpy(out + 64 * g + 4 * r, blk + 2 + 4 * g, 4);
+            }
+            for (int k = 0; k < CK_BLOCK; k++) {
+                sum = (int16_t)(sum + (int8_t)blk[2 + k]);
+            }
+            memcpy(out + 512 + 2 * r, blk, 2);  // d
+            memcpy(out + 544 + 2 * r, &sum, 2);
+        }
+    }
+}
+
+static void unpack_block(enum ck_format format, const uint8_t * in, int r, uint8_t * blk) {
+    if (format == CK_Q4_1) {
+        for (int h = 0; h < 4; h++) {
+            memcpy(blk + 4 + 4 * h, in + 64 * h + 4 * r, 4);
+        }
+        memcpy(blk, in + 256 + 2 * r, 2);
+        memcpy(blk + 2, in + 288 + 2 * r, 2);
+    } else {
+        for (int g = 0; g < 8; g++) {
+            memcpy(blk + 2 + 4 * g, in + 64 * g + 4 * r, 4);
+        }
+        memcpy(blk, in + 512 + 2 * r, 2);
+    }
+}
+
+void ck_pack(enum ck_format format, const void * src, void * dst, int64_t rows, int64_t cols) {
+    const int64_t nb = cols / CK_BLOCK;
+    for (int64_t p = 0; p < rows / CK_PANEL_ROWS; p++) {
+        for (int64_t b = 0; b < nb; b++) {
+            pack_block(format, src, cols, p, b, (uint8_t *)dst + panel_block_offset(format, cols, p, b));
+        }
+    }
+}
+
+void ck_unpack(enum ck_format format, const void * src, void * dst, int64_t rows, int64_t cols) {
+    const int64_t nb = cols / CK_BLOCK;
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t * in =
+                (const uint8_t *)src + panel_block_offset(format, cols, r / CK_PANEL_ROWS, b);
+            unpack_block(format, in, (int)(r % CK_PANEL_ROWS), (uint8_t *)ggml_block(format, dst, cols, r, b));
+        }
+    }
+}
+
+void ck_dequantize_row(enum ck_format format, const void * packed, int64_t rows, int64_t cols, int64_t row,
+                       float * out) {
+    (void)rows;
+    uint8_t blk[Q8_0_BLOCK];
+    for (int64_t b = 0; b < cols / CK_BLOCK; b++) {
+        const uint8_t * in =
+            (const uint8_t *)packed + panel_block_offset(format, cols, row / CK_PANEL_ROWS, b);
+        unpack_block(format, in, (int)(row % CK_PANEL_ROWS), blk);
+        uint16_t dh;
+        memcpy(&dh, blk, 2);
+        const float d = ck_fp16_to_fp32(dh);
+        float * o = out + b * CK_BLOCK;
+        if (format == CK_Q4_1) {
+            uint16_t mh;
+            memcpy(&mh, blk + 2, 2);
+            const float m = ck_fp16_to_fp32(mh);
+            for (int j = 0; j < 16; j++) {
+                o[j] = (float)(blk[4 + j] & 0x0F) * d + m;
+                o[j + 16] = (float)(blk[4 + j] >> 4) * d + m;
+            }
+        } else {
+            for (int j = 0; j < CK_BLOCK; j++) {
+                o[j] = (float)(int8_t)blk[2 + j] * d;
+            }
+        }
+    }
+}
+

@@ -1,0 +1,55 @@
+// What the matrix kernels' files share: the panel layout of packed
+// weights and of quantized activations, and the instruction-set attributes.
+
+#ifndef CORTEX_PANELS_H
+#define CORTEX_PANELS_H
+
+#include "kernels.h"
+
+#if defined(__x86_64__) || defined(_M_X64)
+#    define CK_X86 1
+#    include <immintrin.h>
+#    define CK_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma,f16c")))
+#    define CK_AVX2 __attribute__((target("avx2,fma,f16c")))
+#    define CK_INLINE static inline __attribute__((always_inline))
+#endif
+
+// Bytes of one block of one panel: 16 rows of one quantization block.
+#define Q4_1_PANEL_BLOCK 320  // 4 x 64 nibble bytes, 16 fp16 d, 16 fp16 m
+#define Q8_0_PANEL_BLOCK 576  // 8 x 64 bytes, 16 fp16 d, 16 int16 row sums
+#define Q4_1_BLOCK 20         // ggml's block_q4_1: fp16 d, fp16 m, 16 bytes
+#define Q8_0_BLOCK 34         // ggml's block_q8_0: fp16 d, 32 bytes
+
+static inline size_t panel_block_bytes(enum ck_format format) {
+    return format == CK_Q4_1 ? Q4_1_PANEL_BLOCK : Q8_0_PANEL_BLOCK;
+}
+
+static inline size_t block_bytes(enum ck_format format) {
+    return format == CK_Q4_1 ? Q4_1_BLOCK : Q8_0_BLOCK;
+}
+
+static inline const uint8_t * ggml_block(enum ck_format format, const void * m, int64_t cols, int64_t r, int64_t b) {
+    return (const uint8_t *)m + ((size_t)r * (size_t)(cols / CK_BLOCK) + (size_t)b) * block_bytes(format);
+}
+
+static inline size_t panel_block_offset(enum ck_format format, int64_t cols, int64_t panel, int64_t b) {
+    return ((size_t)panel * (size_t)(cols / CK_BLOCK) + (size_t)b) * panel_block_bytes(format);
+}
+
+static inline const float * column_scales(const uint8_t * column, int64_t nb) {
+    return (const float *)(column + (size_t)nb * CK_BLOCK);
+}
+
+static inline const float * column_sums(const uint8_t * column, int64_t nb) {
+    return (const float *)(column + (size_t)nb * CK_BLOCK) + nb;
+}
+
+// Whether `isa`'s kernel for `format` takes its quants offset by 128.
+static inline bool offset_quants(enum ck_isa isa, enum ck_format format) {
+    return format == CK_Q8_0 && isa == CK_ISA_AVX512;
+}
+
+// Quantizes one column in plain C (the vector versions must match it).
+void ck_quantize_column_scalar(enum ck_format format, bool offset, const float * x, int64_t cols, uint8_t * out);
+
+#endif

@@ -1,0 +1,143 @@
+// Activations quantized to 8 bits as ggml's Q8_1 and Q8_0 blocks hold them,
+// into the column layout the kernels read (see kernels.h): in plain C, and
+// a block at a time in AVX-512 and AVX2 registers, all bit for bit alike.
+
+#include <math.h>
+#include <string.h>
+
+#include "fp16.h"
+#include "panels.h"
+
+// One column: nb x 32 quant bytes, nb float scales, nb float scaled sums,
+// padded to a cache line.
+size_t ck_activation_bytes(int64_t cols) {
+    const size_t nb = (size_t)(cols / CK_BLOCK);
+    return (nb * (CK_BLOCK + 8) + 63) & ~(size_t)63;
+}
+
+// As ggml's quantize_row_q8_1 / quantize_row_q8_0: scale = max|x| / 127,
+// quants rounded to nearest even, scale (and scale x sum) through fp16.
+// The AVX-512 Q8_0 kernel takes its quants offset by 128, as unsigned
+// bytes (VNNI multiplies unsigned by signed bytes).
+void ck_quantize_column_scalar(enum ck_format format, bool offset, const float * x, int64_t cols,
+                               uint8_t * out) {
+    const int64_t nb = cols / CK_BLOCK;
+    float * scales = (float *)(out + (size_t)nb * CK_BLOCK);
+    float * sums = scales + nb;
+    for (int64_t b = 0; b < nb; b++) {
+        const float * xb = x + b * CK_BLOCK;
+        float amax = 0.0f;
+        for (int j = 0; j < CK_BLOCK; j++) {
+            amax = fmaxf(amax, fabsf(xb[j]));
+        }
+        const float d = amax / 127.f;
+        const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+        int sum = 0;
+        int8_t * q = (int8_t *)out + b * CK_BLOCK;
+        for (int j = 0; j < CK_BLOCK; j++) {
+            const int v = (int)nearbyintf(xb[j] * id);
+            q[j] = (int8_t)v;
+            sum += v;
+        }
+        if (offset) {
+            for (int j = 0; j < CK_BLOCK; j++) {
+                ((uint8_t *)q)[j] = (uint8_t)(q[j] + 128);
+            }
+        }
+        scales[b] = ck_round_through_fp16(d);
+        sums[b] = format == CK_Q4_1 ? ck_round_through_fp16(d * (float)sum) : 0.0f;
+    }
+}
+
+static void quantize_column_avx512(enum ck_format format, bool offset, const float * x, int64_t cols,
+                                   uint8_t * out);
+static void quantize_column_avx2(enum ck_format format, bool offset, const float * x, int64_t cols,
+                                 uint8_t * out);
+
+void ck_quantize_column(enum ck_isa isa, enum ck_format format, const float * x, int64_t cols, uint8_t * out) {
+    const bool offset = offset_quants(isa, format);
+#if CK_X86
+    if (isa == CK_ISA_AVX512) {
+        quantize_column_avx512(format, offset, x, cols, out);
+        return;
+    }
+    if (isa == CK_ISA_AVX2) {
+        quantize_column_avx2(format, offset, x, cols, out);
+        return;
+    }
+#endif
+    ck_quantize_column_scalar(format, offset, x, cols, out);
+}
+
+#if CK_X86
+
+// The same quantization as ck_quantize_column_scalar, a block at a time in
+// registers: the product x * (127 / max) is rounded by the conversion
+// (round to nearest even, as nearbyintf), so the quants are identical.
+CK_AVX512 static void quantize_column_avx512(enum ck_format format, bool offset, const float * x, int64_t cols,
+                                            uint8_t * out) {
+    const int64_t nb = cols / CK_BLOCK;
+    float * scales = (float *)(out + (size_t)nb * CK_BLOCK);
+    float * sums = scales + nb;
+    const __m512i bias = _mm512_set1_epi32(offset ? 128 : 0);
+    for (int64_t b = 0; b < nb; b++) {
+        const __m512 v0 = _mm512_loadu_ps(x + b * CK_BLOCK);
+        const __m512 v1 = _mm512_loadu_ps(x + b * CK_BLOCK + 16);
+        const float amax =
+            _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+        const float d = amax / 127.f;
+        const __m512 id = _mm512_set1_ps(amax != 0.0f ? 127.f / amax : 0.0f);
+        const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, id));
+        const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, id));
+        const int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+        _mm_storeu_si128((__m128i *)(out + b * CK_BLOCK), _mm512_cvtepi32_epi8(_mm512_add_epi32(q0, bias)));
+        _mm_storeu_si128((__m128i *)(out + b * CK_BLOCK + 16), _mm512_cvtepi32_epi8(_mm512_add_epi32(q1, bias)));
+        scales[b] = _cvtsh_ss(_cvtss_sh(d, 0));
+        sums[b] = format == CK_Q4_1 ? _cvtsh_ss(_cvtss_sh(d * (float)sum, 0)) : 0.0f;
+    }
+}
+
+CK_AVX2 static void quantize_column_avx2(enum ck_format format, bool offset, const float * x, int64_t cols,
+                                        uint8_t * out) {
+    const int64_t nb = cols / CK_BLOCK;
+    float * scales = (float *)(out + (size_t)nb * CK_BLOCK);
+    float * sums = scales + nb;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t b = 0; b < nb; b++) {
+        __m256 v[4];
+        __m256 m = _mm256_setzero_ps();
+        for (int i = 0; i < 4; i++) {
+            v[i] = _mm256_loadu_ps(x + b * CK_BLOCK + 8 * i);
+            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[i]));
+        }
+        __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(m, 1), _mm256_castps256_ps128(m));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        const float amax = _mm_cvtss_f32(m4);
+        const float d = amax / 127.f;
+        const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.f / amax : 0.0f);
+        __m256i q[4];
+        __m256i total = _mm256_setzero_si256();
+        for (int i = 0; i < 4; i++) {
+            q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], id));
+            total = _mm256_add_epi32(total, q[i]);
+        }
+        __m128i t = _mm_add_epi32(_mm256_extracti128_si256(total, 1), _mm256_castsi256_si128(total));
+        t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4E));
+        t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1));
+        const int sum = _mm_cvtsi128_si32(t);
+        // Narrow to bytes: the packs interleave lanes; a permute restores order.
+        const __m256i lo = _mm256_packs_epi32(q[0], q[1]);
+        const __m256i hi = _mm256_packs_epi32(q[2], q[3]);
+        __m256i bytes = _mm256_packs_epi16(lo, hi);
+        bytes = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        if (offset) {
+            bytes = _mm256_add_epi8(bytes, _mm256_set1_epi8((char)128));
+        }
+        _mm256_storeu_si256((__m256i *)(out + b * CK_BLOCK), bytes);
+        scales[b] = _cvtsh_ss(_cvtss_sh(d, 0));
+        sums[b] = format == CK_Q4_1 ? _cvtsh_ss(_cvtss_sh(d * (float)sum, 0)) : 0.0f;
+    }
+}
+
+#endif  // CK_X86
