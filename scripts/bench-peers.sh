@@ -7,7 +7,8 @@
 # Usage: bash scripts/bench-peers.sh [options of scripts/bench_peers.py]
 #   e.g. --jobs distinct,prefix --batches 1,16,64 --json figures.json
 # The peers are built once into target/peers (scripts/build-peers.sh); they are
-# for measuring only and never committed. Takes 20-40 minutes on 2 cores.
+# for measuring only and never committed. Every job, 3 rounds: about 80 minutes on
+# 2 cores (--jobs picks some: distinct,prefix,chat,classify,short,extract,summarise).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 peers=$(bash scripts/build-peers.sh)

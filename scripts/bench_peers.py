@@ -511,7 +511,7 @@ def main():
     parser.add_argument("--model", required=True)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--batches", default="1,16,64")
-    parser.add_argument("--jobs", default="distinct,prefix,chat,extract,short")
+    parser.add_argument("--jobs", default=",".join(JOBS))
     parser.add_argument("--slots", default="16,64")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per measurement")
     parser.add_argument("--device", default="cpu", help="cpu, or a GPU both sides run on (e.g. cuda0)")

@@ -133,7 +133,8 @@ pub(crate) fn run_every_model(
 }
 
 /// Where an engine runs, for people: the GPU with its memory in use, or the
-/// CPU with the backend variant chosen for it.
+/// CPU with the kernels that run there (cortex's, and llama.cpp's backend
+/// variant chosen for the machine).
 pub(crate) fn describe_device(engine: &Engine) -> String {
     let device = engine.device();
     if device.kind.is_gpu() {
@@ -156,11 +157,13 @@ pub(crate) fn describe_device(engine: &Engine) -> String {
                 .trim_start_matches("libggml-cpu-")
                 .to_owned()
         });
-    match variant {
-        Some(variant) => format!(
-            "the CPU ({}; llama.cpp's {variant} kernels)",
-            device.description
-        ),
-        None => format!("the CPU ({})", device.description),
-    }
+    let kernels = match (engine.cortex_kernels(), variant) {
+        (Some(isa), Some(variant)) => {
+            format!("; cortex's {isa} kernels, llama.cpp's {variant} for the rest")
+        }
+        (Some(isa), None) => format!("; cortex's {isa} kernels"),
+        (None, Some(variant)) => format!("; llama.cpp's {variant} kernels"),
+        (None, None) => String::new(),
+    };
+    format!("the CPU ({}{kernels})", device.description)
 }

@@ -29,11 +29,13 @@ pub struct EngineConfig {
     pub kv_memory: usize,
     /// KV cells that the streams of one step span at most (streams times
     /// cells per stream), when streams are sized automatically: with long
-    /// requests fewer sequences decode at once. In llama.cpp every sequence of
-    /// a batch attends over as many cells as the longest one holds, so wide
-    /// batches of long, uneven sequences pay for padding; measured on the
-    /// default model, a mixed chat job ran 11% faster at 16 sequences of 1,024
-    /// cells than at 64, while short requests run fastest 64 at a time.
+    /// requests fewer sequences decode at once. In llama.cpp's attention every
+    /// sequence of a batch attends over as many cells as the longest one
+    /// holds, so wide batches of long, uneven sequences pay for padding;
+    /// cortex's attention skips it, yet measured on the default model a mixed
+    /// chat job still ran fastest at 16 sequences of 1,024 cells (49.4 s
+    /// against 60.8 s at 64 with cortex's kernels; 11% faster with llama.cpp's),
+    /// while short requests run fastest 64 at a time.
     pub step_cells: usize,
     /// Tokens per KV accounting block (the unit of prefix sharing).
     pub block_size: usize,

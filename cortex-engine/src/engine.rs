@@ -178,6 +178,14 @@ impl Engine {
             .device()
     }
 
+    /// The instruction set cortex's own CPU kernels run with in this engine
+    /// (`AVX-512 VNNI`, `AVX2`); `None` when llama.cpp's kernels do all the
+    /// work (`--cpu-kernels llama`, a model wholly on a GPU, a CPU without
+    /// AVX2).
+    pub fn cortex_kernels(&self) -> Option<&'static str> {
+        self.placement.get().and_then(Placement::cortex_kernels)
+    }
+
     /// Bytes of the GPU's memory this engine has taken (weights, KV cache,
     /// llama.cpp's buffers), read now; `None` when it runs on the CPU.
     pub fn gpu_memory_used(&self) -> Option<u64> {

@@ -23,6 +23,9 @@ pub struct Model {
     gpu_free_before: usize,
     /// The share of its layers on that GPU.
     gpu_share: f64,
+    /// The instruction set of cortex's CPU kernels where they run its
+    /// CPU layers; `None`: llama.cpp's kernels run them all.
+    cortex_kernels: Option<&'static str>,
 }
 
 /// The device a model is on, readable from any thread.
@@ -34,6 +37,9 @@ pub(crate) struct Placement {
     gpu_share: f64,
     /// Bytes of the model's weights.
     weights: u64,
+    /// The instruction set of cortex's CPU kernels when they multiply the
+    /// model's layers on the CPU.
+    cortex_kernels: Option<&'static str>,
 }
 
 impl Placement {
@@ -44,7 +50,14 @@ impl Placement {
             gpu_free_before: 0,
             gpu_share: 0.0,
             weights: 0,
+            cortex_kernels: None,
         }
+    }
+
+    /// The instruction set cortex's CPU kernels run with for this model
+    /// (`AVX-512 VNNI`, `AVX2`); `None` when llama.cpp's do all its work.
+    pub(crate) fn cortex_kernels(&self) -> Option<&'static str> {
+        self.cortex_kernels
     }
 
     pub(crate) fn device(&self) -> Device {
@@ -133,6 +146,9 @@ impl Model {
             gpu,
             gpu_free_before,
             gpu_share,
+            cortex_kernels: (cortex_kernels && gpu_share < 1.0)
+                .then(|| devices::load_backends(None).cortex_kernels)
+                .flatten(),
         })
     }
 
@@ -161,6 +177,7 @@ impl Model {
             gpu_free_before: self.gpu_free_before,
             gpu_share: self.gpu_share,
             weights: self.size_bytes(),
+            cortex_kernels: self.cortex_kernels,
         }
     }
 
