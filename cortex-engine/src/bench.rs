@@ -101,6 +101,27 @@ impl<'m> PlainLoop<'m> {
         })
     }
 
+    /// One sequence of up to `tokens` tokens (rounded up to whole 256-cell
+    /// granules), its prompt decoded in one batch.
+    fn single_sequence(
+        model: &'m Model,
+        tokens: usize,
+        threads: usize,
+    ) -> Result<Self, EngineError> {
+        let cells = tokens.next_multiple_of(256);
+        Self::new(
+            model,
+            &ContextParams {
+                cells,
+                sequences: 1,
+                batch: cells,
+                threads: cores(threads),
+                unified: true,
+                embeddings: None,
+            },
+        )
+    }
+
     fn push(&mut self, token: TokenId, pos: usize, seq: usize, logits: bool) {
         assert!(
             self.batch.push(token as i32, pos, seq as i32, logits),
@@ -184,19 +205,7 @@ pub fn greedy_reference(
     max_tokens: usize,
     threads: usize,
 ) -> Result<Vec<TokenId>, EngineError> {
-    let cells = (prompt.len() + max_tokens).next_multiple_of(256);
-    let threads = cores(threads);
-    let mut run = PlainLoop::new(
-        model,
-        &ContextParams {
-            cells,
-            sequences: 1,
-            batch: cells,
-            threads,
-            unified: true,
-            embeddings: None,
-        },
-    )?;
+    let mut run = PlainLoop::single_sequence(model, prompt.len() + max_tokens, threads)?;
     for (i, &t) in prompt.iter().enumerate() {
         run.push(t, i, 0, i + 1 == prompt.len());
     }
@@ -235,18 +244,7 @@ pub fn perplexity(
             "perplexity needs at least two tokens".into(),
         ));
     }
-    let cells = tokens.len().next_multiple_of(256);
-    let mut run = PlainLoop::new(
-        model,
-        &ContextParams {
-            cells,
-            sequences: 1,
-            batch: cells,
-            threads: cores(threads),
-            unified: true,
-            embeddings: None,
-        },
-    )?;
+    let mut run = PlainLoop::single_sequence(model, tokens.len(), threads)?;
     for (i, &t) in tokens.iter().enumerate() {
         run.push(t, i, 0, i + 1 < tokens.len());
     }

@@ -393,6 +393,22 @@ pub fn read_jsonl(path: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// A greedy plain-completion job of `prompts` (ids `p0`, `p1`, ...), each
+/// `max_tokens` long with its top 5 log-probabilities: what
+/// [`greedy_completions`] reads back and [`assert_greedy_agrees`] compares.
+pub fn greedy_job(prompts: &[&str], max_tokens: u32) -> String {
+    prompts
+        .iter()
+        .enumerate()
+        .map(|(i, prompt)| {
+            serde_json::json!({"custom_id": format!("p{i}"), "prompt": prompt,
+                "max_tokens": max_tokens, "temperature": 0, "logprobs": 5})
+            .to_string()
+                + "\n"
+        })
+        .collect()
+}
+
 /// The greedy completions of a batch output file with `logprobs`, by
 /// `custom_id`: each line's tokens and, per token, its top log-probabilities.
 pub fn greedy_completions(output: &Path) -> Vec<(String, Vec<String>, Vec<serde_json::Value>)> {

@@ -5,8 +5,8 @@
 //! float rounding. (That every kernel agrees bit for bit with its scalar
 //! reference at every batch size is a unit test of `cortex-engine`.)
 
-use cortex_tests::{Cortex, assert_greedy_agrees};
-use serde_json::{Value, json};
+use cortex_tests::{Cortex, assert_greedy_agrees, greedy_job};
+use serde_json::Value;
 
 /// Whether this CPU has what the kernels need at least (AVX2 and FMA).
 fn cpu_runs_the_kernels() -> bool {
@@ -89,18 +89,7 @@ fn a_batched_greedy_job_answers_alike_with_either_kernels() {
         "Once upon a time, a fox",
         "The chemical symbol for gold is",
     ];
-    let job: String = prompts
-        .iter()
-        .enumerate()
-        .map(|(i, p)| {
-            format!(
-                "{}\n",
-                json!({"custom_id": format!("p{i}"), "prompt": p, "max_tokens": 24,
-                    "temperature": 0, "logprobs": 5})
-            )
-        })
-        .collect();
-    cortex.write("job.jsonl", &job);
+    cortex.write("job.jsonl", &greedy_job(&prompts, 24));
     for kernels in ["cortex", "llama"] {
         cortex.ok(&[
             "--cpu-kernels",

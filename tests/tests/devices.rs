@@ -10,7 +10,7 @@
 
 use std::path::Path;
 
-use cortex_tests::{Cortex, Server, binary, http};
+use cortex_tests::{Cortex, Server, binary, greedy_job, http};
 use serde_json::{Value, json};
 
 fn devices_json(cortex: &Cortex) -> Value {
@@ -132,18 +132,7 @@ fn greedy_on_vulkan_agrees_with_the_cpu_and_a_job_runs_there() {
     let Some(cortex) = on_vulkan() else { return };
     let device = vulkan_device(&cortex);
     let prompts = ["The capital of France is", "Water boils at", "1, 2, 3, 4,"];
-    let job: String = prompts
-        .iter()
-        .enumerate()
-        .map(|(i, p)| {
-            format!(
-                "{}\n",
-                json!({"custom_id": format!("p{i}"), "prompt": p, "max_tokens": 10,
-                    "temperature": 0, "logprobs": 5})
-            )
-        })
-        .collect();
-    cortex.write("job.jsonl", &job);
+    cortex.write("job.jsonl", &greedy_job(&prompts, 10));
     cortex.ok(&[
         "run",
         "job.jsonl",
