@@ -2,8 +2,9 @@
 //! every step ([`StepRecord`]); this writes each as a JSON line and sums
 //! them into a summary: the share of time in `llama_decode`, tokens per
 //! step, prompt tokens computed against the least a job needs (each
-//! distinct prefix once, counted over a tree of every prompt's tokens), and
-//! the attention cells llama.cpp spans beyond those it must read (padding).
+//! distinct prefix once, counted over a tree of every prompt's tokens), the
+//! attention cells llama.cpp spans beyond those it must read (padding), and
+//! the micro-batches llama.cpp splits steps into (passes over the weights).
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -30,6 +31,7 @@ pub(crate) struct TraceSummary {
     decode_steps: u64,
     kv_cells_used: u64,
     kv_cells_attended: u64,
+    micro_batches: u64,
     prompt_tokens: u64,
     /// Every prompt's tokens as a tree: (parent node, token) → node.
     prefixes: HashMap<(u32, TokenId), u32>,
@@ -57,6 +59,7 @@ impl TraceSummary {
         self.decode_steps += u64::from(r.decode_sequences > 0);
         self.kv_cells_used += r.kv_cells_used as u64;
         self.kv_cells_attended += r.kv_cells_attended as u64;
+        self.micro_batches += r.micro_batches as u64;
     }
 
     /// The summary, for people.
@@ -78,7 +81,8 @@ impl TraceSummary {
             "trace: {} steps in {:.1} s: llama_decode {:.1} s ({:.0}%), host work in steps {:.1} s ({:.0}%), between steps {:.1} s ({:.0}%)\n\
              \u{20} tokens per step {:.1} (decoded {:.1}, prompt {:.1}); {:.1} generated per step, {:.1} sequences per decoding step\n\
              \u{20} prompt tokens computed {} of {} in the prompts; each distinct prefix once would be {}\n\
-             \u{20} attention read {} cells and spanned {}: {:.0}% padding",
+             \u{20} attention read {} cells and spanned {}: {:.0}% padding\n\
+             \u{20} llama.cpp micro-batches (passes over the weights) per step {:.2}",
             self.steps,
             self.span,
             self.decode_seconds,
@@ -98,6 +102,7 @@ impl TraceSummary {
             self.kv_cells_used,
             self.kv_cells_attended,
             padding,
+            per_step(self.micro_batches),
         )
     }
 }
@@ -137,7 +142,8 @@ impl StepObserver for TraceWriter {
             "generated_tokens": r.generated_tokens,
             "prefill_chunks": r.prefill_chunks, "prefill_tokens": r.prefill_tokens,
             "streams": r.streams, "kv_cells_used": r.kv_cells_used,
-            "kv_cells_attended": r.kv_cells_attended, "decode_seconds": r.decode_seconds,
+            "kv_cells_attended": r.kv_cells_attended, "micro_batches": r.micro_batches,
+            "decode_seconds": r.decode_seconds,
             "host_seconds": r.host_seconds, "gap_seconds": r.gap_seconds,
         });
         // A trace that cannot be written loses lines, not the job.

@@ -72,6 +72,10 @@ pub struct StepRecord {
     /// long as its longest, in 256-cell granules (the difference to
     /// `kv_cells_used` is padding).
     pub kv_cells_attended: usize,
+    /// Micro-batches llama.cpp computes the batch in, each a pass over the
+    /// weights: one per run of consecutive streams, more where prompt chunks
+    /// and decodes share a step.
+    pub micro_batches: usize,
     /// Seconds in `llama_decode`.
     pub decode_seconds: f64,
     /// Seconds of the step outside `llama_decode`: planning, binding KV,

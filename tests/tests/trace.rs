@@ -61,6 +61,13 @@ fn a_trace_accounts_for_every_token_of_the_job() {
             step["kv_cells_attended"].as_u64().unwrap(),
         );
         assert!(used <= attended && attended % 256 == 0, "{step}");
+        // Every step with tokens is at least one pass of llama.cpp's; never
+        // more passes than streams plus prompt chunks (each chunk past its
+        // first token goes in at most one more).
+        let passes = step["micro_batches"].as_u64().unwrap();
+        let streams = step["streams"].as_u64().unwrap();
+        let chunks = step["prefill_chunks"].as_u64().unwrap();
+        assert!(passes >= 1 && passes <= streams + chunks, "{step}");
     }
     assert_eq!(total("generated_tokens"), usage("completion_tokens"));
     // The shared prefix is computed once, the rest of each prompt once each.

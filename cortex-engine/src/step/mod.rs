@@ -255,6 +255,7 @@ impl<'b> StepLoop<'b> {
                     record.kv_cells_used,
                     record.kv_cells_attended,
                 ) = attention_span(&batch);
+                record.micro_batches = timeline::micro_batches(&batch);
             }
             let sampled = self.decode(&batch, &rows);
             self.tally

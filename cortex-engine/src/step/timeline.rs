@@ -7,7 +7,43 @@ use std::time::Instant;
 use cortex_request::TokenId;
 use cortex_sched::StepPlan;
 
+use crate::backend::{BatchToken, StreamId};
 use crate::events::{StepObserver, StepRecord};
+
+/// Tokens in one of llama.cpp's micro-batches at most, as cortex's contexts
+/// set it (`n_ubatch`, capped at 512 in `llama/sys/context.rs`).
+const MICRO_BATCH_TOKENS: usize = 512;
+
+/// How many micro-batches llama.cpp computes a batch in (each one pass over
+/// the weights). With one stream per sequence it splits a batch
+/// `split_equal`, sequentially: a micro-batch is a run of consecutive stream
+/// ids, each giving the same number of tokens. So a gap between running
+/// streams, or a prompt chunk beside decodes, costs another pass. `batch` is
+/// ordered by stream, as the step builds it.
+pub(super) fn micro_batches(batch: &[BatchToken]) -> usize {
+    let mut left: Vec<(StreamId, usize)> = Vec::new();
+    for token in batch {
+        match left.last_mut() {
+            Some((stream, n)) if *stream == token.stream => *n += 1,
+            _ => left.push((token.stream, 1)),
+        }
+    }
+    let mut passes = 0;
+    while let Some(first) = left.iter().position(|&(_, n)| n > 0) {
+        let mut end = first + 1;
+        while end < left.len() && left[end].1 > 0 && left[end].0 == left[end - 1].0 + 1 {
+            end += 1;
+        }
+        let run = &mut left[first..end];
+        let fewest = run.iter().map(|&(_, n)| n).min().unwrap_or(1);
+        let each = fewest.min((MICRO_BATCH_TOKENS / run.len()).max(1));
+        for (_, n) in run.iter_mut() {
+            *n -= each;
+        }
+        passes += 1;
+    }
+    passes
+}
 
 pub(super) struct Timeline {
     observer: Option<Box<dyn StepObserver>>,
@@ -66,5 +102,41 @@ impl Timeline {
             observer.step(&record);
         }
         self.last_step_end = Some(ended);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(streams: &[(StreamId, usize)]) -> Vec<BatchToken> {
+        streams
+            .iter()
+            .flat_map(|&(stream, n)| {
+                (0..n).map(move |pos| BatchToken {
+                    token: 1,
+                    pos,
+                    stream,
+                    logits: pos + 1 == n,
+                })
+            })
+            .collect()
+    }
+
+    #[test]
+    fn llama_cpp_splits_at_gaps_between_streams_and_at_uneven_chunks() {
+        assert_eq!(micro_batches(&[]), 0);
+        // Decodes in consecutive streams: one pass.
+        assert_eq!(micro_batches(&batch(&[(0, 1), (1, 1), (2, 1), (3, 1)])), 1);
+        // A gap (stream 2 idle): two.
+        assert_eq!(micro_batches(&batch(&[(0, 1), (1, 1), (3, 1), (4, 1)])), 2);
+        // A 20-token prompt chunk beside decodes: one token from each, then
+        // the chunk's other 19.
+        assert_eq!(micro_batches(&batch(&[(0, 1), (1, 20), (2, 1)])), 2);
+        // A 512-token chunk alone: one; 600 tokens: two.
+        assert_eq!(micro_batches(&batch(&[(5, 512)])), 1);
+        assert_eq!(micro_batches(&batch(&[(5, 600)])), 2);
+        // Two chunks side by side: 256 tokens of each per pass.
+        assert_eq!(micro_batches(&batch(&[(0, 300), (1, 300)])), 2);
     }
 }
