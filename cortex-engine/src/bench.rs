@@ -523,13 +523,7 @@ pub fn run_report(
     };
     // The plain loop's own copy of the model, only when it runs.
     let model = if plan.raw {
-        crate::llama::load_backends(base.backends_dir.as_deref());
-        Some(Model::load_on(
-            &base.model,
-            &base.device,
-            base.gpu_layers,
-            base.cpu_kernels,
-        )?)
+        Some(base.load_model()?)
     } else {
         None
     };

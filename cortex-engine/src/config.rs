@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::llama::{CpuKernels, DeviceChoice, GpuLayers};
+use crate::error::EngineError;
+use crate::llama::{CpuKernels, DeviceChoice, GpuLayers, Model};
 
 /// How an engine is set up.
 #[derive(Debug, Clone, PartialEq)]
@@ -113,6 +114,14 @@ impl EngineConfig {
             request_timeout: None,
             ..Self::new("fake")
         }
+    }
+
+    /// The model, loaded as these settings place it: the backend modules of
+    /// `backends_dir`, then its layers on `device` (`gpu_layers` of them),
+    /// the CPU's multiplied by `cpu_kernels`.
+    pub(crate) fn load_model(&self) -> Result<Model, EngineError> {
+        crate::llama::load_backends(self.backends_dir.as_deref());
+        Model::load_on(&self.model, &self.device, self.gpu_layers, self.cpu_kernels)
     }
 
     /// The most threads the step loop adapts llama.cpp's to, following the

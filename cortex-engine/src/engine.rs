@@ -12,7 +12,7 @@ use crate::config::EngineConfig;
 use crate::error::EngineError;
 use crate::events::{EngineStats, StepObserver};
 use crate::llama::Device;
-use crate::llama::{ContextConfig, LlamaEngineBackend, Model, Placement};
+use crate::llama::{ContextConfig, LlamaEngineBackend, Placement};
 use crate::protocol::{
     Command, EngineHealth, EngineInfo, EventReceiver, EventSender, Shared, Shutdown, event_channel,
     panic_message,
@@ -60,21 +60,18 @@ impl Engine {
             max_batch_tokens: config.max_batch_tokens.max(config.parallel),
             threads: config.effective_threads(),
         };
-        let path = config.model.clone();
         let chat_template = config
             .chat_template
             .as_deref()
             .map(crate::llama::resolve_chat_template)
             .transpose()?;
-        crate::llama::load_backends(config.backends_dir.as_deref());
-        let (device, gpu_layers, cpu_kernels) =
-            (config.device.clone(), config.gpu_layers, config.cpu_kernels);
         let placement = Arc::new(OnceLock::new());
         let placed = Arc::clone(&placement);
+        let load = config.clone();
         let mut engine = Self::spawn(config.clone(), observer, move |run| {
-            let model = Model::load_on(&path, &device, gpu_layers, cpu_kernels)?;
+            let model = load.load_model()?;
             let _ = placed.set(model.placement());
-            let mut backend = LlamaEngineBackend::new(&model, context, &path);
+            let mut backend = LlamaEngineBackend::new(&model, context, &load.model);
             if let Some(template) = chat_template {
                 backend = backend
                     .with_chat_template(&template)
