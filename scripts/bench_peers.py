@@ -516,6 +516,14 @@ def main():
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per measurement")
     parser.add_argument("--device", default="cpu", help="cpu, or a GPU both sides run on (e.g. cuda0)")
     parser.add_argument("--scale", type=int, default=1, help="repeat each job's items this many times")
+    parser.add_argument("--engine-rounds", type=int, help="rounds of the engine rows (default: --rounds)")
+    parser.add_argument("--job-slots", default="",
+                        help="llama-server slots for some jobs instead of --slots, e.g. distinct=256,chat=64")
+    parser.add_argument("--job-scale", default="",
+                        help="--scale for some jobs, e.g. chat=6,prefix=8")
+    parser.add_argument("--variant", action="append", default=[],
+                        help="one more cortex side with settings in its environment, "
+                             "NAME:VAR=VALUE[,VAR=VALUE] (e.g. b1024:CORTEX_BATCH_TOKENS=1024); repeatable")
     parser.add_argument("--compare", help="another cortex binary (e.g. an earlier build) "
                         "measured in the same rounds, as 'cortex before'")
     parser.add_argument("--json", help="also write the figures here")
@@ -523,6 +531,11 @@ def main():
                         help="after each job's rounds, one more (untimed) run of each side "
                              "saying where its time went: cortex's --trace summary, "
                              "llama-server's /metrics and response timings")
+    parser.add_argument("--variants-traced-only", action="store_true",
+                        help="run the --variant sides only in --timelines (one traced run each), "
+                             "not in the timed rounds")
+    parser.add_argument("--timelines-cortex-only", action="store_true",
+                        help="with --timelines, trace cortex's runs only (no llama-server runs)")
     args = parser.parse_args()
     DEVICE = args.device
     results = {"threads": args.threads, "device": args.device, "rounds": args.rounds,
@@ -543,11 +556,17 @@ def main():
         ]
         if args.compare:
             sides.append(("before", lambda b=b: cortex_bench(args.compare, args.model, args.threads, b)))
-        runs = interleaved(args.rounds, sides)
+        runs = interleaved(args.engine_rounds or args.rounds, sides)
         peer, ours = ok(runs["peer"]), ok(runs["cortex"])
-        results["engine"].append({"b": b, "peer": runs["peer"], "cortex": runs["cortex"]})
+        results["engine"].append({"b": b, **runs})
+        save(args.json, results)
         if not peer or not ours:
-            print(f"| {b:>4} | failed: see the log |", flush=True)
+            for side, side_runs in runs.items():
+                good = ok(side_runs)
+                figures = (f"S_TG {summary([r['s_tg'] for r in good])}, "
+                           f"S_PP {summary([r['s_pp'] for r in good])}") if good else \
+                    f"failed: {side_runs[0]['error'][:80]}"
+                print(f"| {b:>4} | {side}: {figures} |", flush=True)
             continue
         tg = lambda rs: [r["s_tg"] for r in rs]
         pp = lambda rs: [r["s_pp"] for r in rs]
@@ -565,33 +584,43 @@ def main():
                   flush=True)
 
     slots = [int(s) for s in args.slots.split(",") if s]
+    job_slots = {k: [int(v)] for k, v in (pair.split("=") for pair in args.job_slots.split(",") if pair)}
+    job_scale = {k: int(v) for k, v in (pair.split("=") for pair in args.job_scale.split(",") if pair)}
+    variants = []
+    for spec in args.variant:
+        name, _, settings = spec.partition(":")
+        variants.append((name, dict(pair.split("=", 1) for pair in settings.split(",") if pair)))
     jobs = [j for j in args.jobs.split(",") if j]
     if jobs:
         print("\nwhole jobs: `cortex run` (defaults) against llama-server driven by one client per slot; seconds")
-        print("| job      | items | side             | seconds median (min-max) | prompt tok | gen tok | RSS MiB | GPU % | cortex faster by |")
-        print("|----------|-------|------------------|--------------------------|------------|---------|---------|-------|------------------|")
+        print("| job      | items | side               | seconds median (min-max) | prompt tok | gen tok | RSS MiB | GPU % | cortex faster by |")
+        print("|----------|-------|--------------------|--------------------------|------------|---------|---------|-------|------------------|")
     for name in jobs:
-        items = scaled(JOBS[name](), args.scale)
+        items = scaled(JOBS[name](), job_scale.get(name, args.scale))
         # Slots long enough for the longest request (a token is 3+ characters
         # of this English text), in llama.cpp's 256-token granules.
         slot_tokens = min(8192, max(
             (prompt_chars(i) // 3 + 32 + i["max_tokens"] + 255) // 256 * 256 for i in items))
         sides = [("cortex run", lambda: cortex_run(args.cortex, args.model, args.threads, items))]
+        for variant, env in ([] if args.variants_traced_only else variants):
+            sides.append((f"cortex {variant}", lambda env=env: cortex_run(
+                args.cortex, args.model, args.threads, items, extra_env=env)))
         if args.compare:
             sides.append(("cortex before", lambda: cortex_run(args.compare, args.model, args.threads,
                                                               items)))
-        for n in slots:
+        for n in job_slots.get(name, slots):
             sides.append((f"llama-server -np{n}", lambda n=n: server_run(
                 args.peers, args.model, args.threads, items, n, slot_tokens)))
         log(f"job {name}: {len(items)} items")
         runs = interleaved(args.rounds, sides)
         results["jobs"].append({"job": name, "items": len(items), "runs": runs})
+        save(args.json, results)
         ours = ok(runs["cortex run"])
         ours_median = median([r["seconds"] for r in ours]) if ours else None
         for side, side_runs in runs.items():
             good = ok(side_runs)
             if not good:
-                print(f"| {name:<8} | {len(items):>5} | {side:<16} | failed: {side_runs[0]['error'][:60]}",
+                print(f"| {name:<8} | {len(items):>5} | {side:<18} | failed: {side_runs[0]['error'][:60]}",
                       flush=True)
                 continue
             seconds = [r["seconds"] for r in good]
@@ -599,7 +628,7 @@ def main():
             gpu_text = f"{median(gpu):5.0f}" if gpu else "    -"
             faster = "" if side == "cortex run" or ours_median is None else \
                 f"{median(seconds) / ours_median:>15.2f}x"
-            print(f"| {name:<8} | {len(items):>5} | {side:<16} | {summary(seconds):>24} "
+            print(f"| {name:<8} | {len(items):>5} | {side:<18} | {summary(seconds):>24} "
                   f"| {good[0]['prompt_tokens']:>10} | {good[0]['completion_tokens']:>7} "
                   f"| {mib(max(r['peak_rss_bytes'] or 0 for r in good))} | {gpu_text} | {faster:>16} |",
                   flush=True)
@@ -608,14 +637,26 @@ def main():
             ours = cortex_run(args.cortex, args.model, args.threads, items, trace=True)
             print(f"\nwhere the time goes, job {name} (one untimed run each):\n"
                   f"cortex run ({ours['seconds']:.1f} s with --trace)\n{ours['trace']}")
-            for n in slots:
-                peer = server_run(args.peers, args.model, args.threads, items, n, slot_tokens,
-                                  timeline=True)
-                print(f"-np {n} ({peer['seconds']:.1f} s): {peer['timeline']}")
+            for variant, env in variants:
+                theirs = cortex_run(args.cortex, args.model, args.threads, items, extra_env=env,
+                                    trace=True)
+                print(f"cortex {variant} ({theirs['seconds']:.1f} s with --trace)\n{theirs['trace']}")
+            if not args.timelines_cortex_only:
+                for n in job_slots.get(name, slots):
+                    peer = server_run(args.peers, args.model, args.threads, items, n, slot_tokens,
+                                      timeline=True)
+                    print(f"-np {n} ({peer['seconds']:.1f} s): {peer['timeline']}")
             print(flush=True)
             results["jobs"][-1]["timelines"] = {"cortex": ours}
-    if args.json:
-        with open(args.json, "w") as f:
+            save(args.json, results)
+    save(args.json, results)
+
+
+def save(path, results):
+    """The figures so far, rewritten after each measurement (a run cut off
+    keeps what it measured)."""
+    if path:
+        with open(path, "w") as f:
             json.dump(results, f, indent=2)
 
 

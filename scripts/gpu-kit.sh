@@ -1,81 +1,256 @@
 #!/usr/bin/env bash
-# cortex on an NVIDIA GPU, measured against llama.cpp's own tools built there
-# with CUDA, for a CUDA machine that may have no Rust toolchain and no
-# network. Three steps:
+# cortex on an NVIDIA GPU, measured against llama.cpp's own tools, for a CUDA
+# machine reached only by copying files: no Rust and no network there, at
+# most 64 MiB per transfer, minutes of GPU time in all. Everything is built
+# here, without a GPU; the GPU machine only unpacks and runs.
 #
-#   bash scripts/gpu-kit.sh pack [KIT]
-#       Here (Rust, network): builds cortex (release) and gathers in KIT
-#       (default target/gpu-kit) what the GPU machine needs: cortex with its
-#       llama.cpp libraries and CPU modules (bin/), the llama.cpp source it is
-#       built from (for its CUDA module), the llama-cpp-python sdist (for the
-#       peers), the default model, and these scripts. Copy KIT there.
-#   bash scripts/gpu-kit.sh build [KIT]
-#       There (nvcc, CMake): builds cortex's CUDA module from that source into
-#       KIT/bin (scripts/build-backend.sh cuda; cortex is not rebuilt: it
-#       loads the module at start), and llama-batched-bench and llama-server
-#       with CUDA from the sdist (scripts/build-peers.sh).
-#   bash scripts/gpu-kit.sh bench [KIT] [options of bench_peers.py]
-#       There: cortex against the peers on the GPU in interleaved rounds:
-#       engine decode at B = 1, 64, 256, and whole jobs (distinct, shared
-#       prefix, mixed chat, extraction, short) scaled to 2,000+ items, with
-#       the GPU's utilisation. KIT/bench.json keeps the figures.
+#   bash scripts/gpu-kit.sh module
+#       Here: llama.cpp's CUDA backend module (libggml-cuda.so) from the
+#       llama.cpp source cortex is built from, with pip's CUDA 13.0 toolkit
+#       (no GPU needed: a stub libcuda.so.1 satisfies the link and the
+#       module is marked to load the driver's at run time), for
+#       CUDA_ARCHITECTURES (default 90: H100, H200). About 80 minutes on 2
+#       cores the first time (ccache keeps the objects). Copied beside the
+#       cortex binaries in target/release and target/debug.
+#   bash scripts/gpu-kit.sh peers
+#       Here: llama-batched-bench and llama-server from the llama-cpp-python
+#       sdist's tools (its tools/, common/, vendor/ and scripts/ over the same
+#       llama.cpp source), built with backends as modules so that on the GPU
+#       machine they load the very libggml-cuda.so cortex loads.
+#   bash scripts/gpu-kit.sh pack [DIR] [--before CORTEX]
+#       Here: cortex (release) with its llama.cpp libraries and CPU modules,
+#       the CUDA module, the peers, the default model and the bench scripts,
+#       as one xz stream cut into parts of at most 60 MiB in DIR (default
+#       target/gpu-kit): three parts, one per transfer. `--before` adds
+#       another cortex binary (an earlier build) measured beside this one.
+#   bash scripts/gpu-kit.sh bench PARTS_DIR [options of bench_peers.py]
+#       There (KIT_DIR: where to unpack, default /root/cortex-kit; KIT_DEVICE:
+#       the device instead of the first GPU, `cpu` to try the run without
+#       one): joins and unpacks the parts, checks that greedy output sampled
+#       on the GPU equals output sampled on the host, then runs
+#       scripts/bench_peers.py on the GPU (engine decode against
+#       llama-batched-bench, whole jobs against llama-server) with the GPU's
+#       utilisation. KIT/bench.json keeps the figures.
 #
-# CUDA_ARCHITECTURES (e.g. 90 for an H100) builds for that GPU only (faster);
-# the default is the GPU in the machine.
+# With the `device` tool of this workplace, the parts travel in three calls
+# to one machine kept warm (each within 30 s of the last): copy part 1 and 2
+# somewhere outside the checkout in the first two, and run `bench` in the
+# third. Nothing here is a test: it only measures, and nothing it builds is
+# committed.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-step=${1:?usage: bash scripts/gpu-kit.sh pack|build|bench [KIT] [...]}
+root=$(cd "$here/.." && pwd)
+step=${1:?usage: bash scripts/gpu-kit.sh module|peers|pack|bench [...]}
 shift
-kit=${1:-}
-if [[ -n $kit && $kit != -* ]]; then shift; fi
 
-case $step in
-pack)
-    root=$(cd "$here/.." && pwd)
-    kit=${kit:-$root/target/gpu-kit}
-    cd "$root"
-    echo "==> cargo build --release" >&2
-    cargo build --release --locked -p cortex-cli >&2
-    mkdir -p "$kit/bin" "$kit/scripts"
-    cp -a target/release/cortex target/release/lib*.so* "$kit/bin/"
-    src=$(cargo metadata --format-version 1 --locked | python3 -c '
+# The llama.cpp source cortex is built from (llama-cpp-sys-2's).
+llama_src() {
+    local manifest
+    manifest=$(cd "$root" && cargo metadata --format-version 1 --locked | python3 -c '
 import json, sys
 for p in json.load(sys.stdin)["packages"]:
     if p["name"] == "llama-cpp-sys-2":
         print(p["manifest_path"])')
-    rm -rf "$kit/llama.cpp"
-    cp -a "$(dirname "$src")/llama.cpp" "$kit/llama.cpp"
-    NO_BUILD=1 bash scripts/build-peers.sh >/dev/null
-    cp "$(ls target/peers/llama_cpp_python-*.tar.gz | head -1)" "$kit/"
+    echo "$(dirname "$manifest")/llama.cpp"
+}
+
+# pip's CUDA 13.0 toolkit (compiler, runtime, cuBLAS headers and libraries),
+# laid out as CMake's FindCUDAToolkit expects, with a stub driver library.
+cuda_toolkit() {
+    local venv=$root/target/cuda-venv
+    local toolkit
+    if [[ ! -x $venv/bin/python ]]; then
+        python3 -m venv "$venv"
+    fi
+    toolkit=$("$venv/bin/python" -c 'import os, nvidia; print(os.path.join(nvidia.__path__[0], "cu13"))' 2>/dev/null || true)
+    if [[ -z $toolkit || ! -x $toolkit/bin/nvcc ]]; then
+        echo "==> pip: the CUDA 13.0 toolkit into $venv" >&2
+        "$venv/bin/pip" install -q nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88 \
+            nvidia-cuda-runtime==13.0.96 nvidia-cuda-crt==13.0.88 nvidia-cuda-cccl==13.0.85 \
+            nvidia-cublas==13.0.2.14 >&2
+        toolkit=$("$venv/bin/python" -c 'import os, nvidia; print(os.path.join(nvidia.__path__[0], "cu13"))')
+    fi
+    (
+        cd "$toolkit/lib"
+        for lib in cudart cublas cublasLt; do ln -sf "lib$lib.so.13" "lib$lib.so"; done
+        mkdir -p stubs
+        if [[ ! -f stubs/libcuda.so ]]; then
+            # No symbols: the module resolves the driver's at run time, from
+            # the real libcuda.so.1 it is marked to need.
+            echo 'void cortex_cuda_stub(void) {}' >stubs/stub.c
+            gcc -shared -fPIC -Wl,-soname,libcuda.so.1 -o stubs/libcuda.so stubs/stub.c
+        fi
+        cd "$toolkit"
+        ln -sfn lib lib64
+        mkdir -p nvvm/lib64
+        ln -sf ../../lib/libnvvm.so.4 nvvm/lib64/libnvvm.so
+    )
+    echo "$toolkit"
+}
+
+need() {
+    local missing=()
+    for tool in "$@"; do
+        command -v "$tool" >/dev/null || missing+=("$tool")
+    done
+    if ((${#missing[@]})); then
+        local packages=("${missing[@]/ninja/ninja-build}")
+        echo "==> installing ${packages[*]}" >&2
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${packages[@]}" >/dev/null
+    fi
+}
+
+case $step in
+module)
+    source "$root/scripts/install-build-tools.sh"
+    need ninja ccache patchelf
+    toolkit=$(cuda_toolkit)
+    src=$(llama_src)
+    build=$root/target/backend-build/cuda
+    echo "==> libggml-cuda.so for sm_${CUDA_ARCHITECTURES:-90} from $src in $build" >&2
+    PATH=$toolkit/bin:$PATH cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+        -DBUILD_SHARED_LIBS=ON -DGGML_BACKEND_DL=ON -DGGML_NATIVE=OFF -DGGML_CPU=OFF \
+        -DLLAMA_BUILD_COMMON=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+        -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_CURL=OFF \
+        -DGGML_CUDA=ON -DGGML_CUDA_GRAPHS=ON -DGGML_CUDA_NCCL=OFF \
+        -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHITECTURES:-90}" \
+        -DCUDAToolkit_ROOT="$toolkit" -DCMAKE_CUDA_COMPILER="$toolkit/bin/nvcc" \
+        -DCMAKE_LIBRARY_PATH="$toolkit/lib/stubs" \
+        -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
+        -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache >/dev/null
+    PATH=$toolkit/bin:$PATH cmake --build "$build" --target ggml-cuda -j "$(nproc)" >&2
+    module=$(find "$build" -name libggml-cuda.so -print -quit)
+    # The linker may drop a needed library that gave it no symbol (the stub
+    # gives none): ggml must load the driver with the module.
+    readelf -d "$module" | grep -q 'NEEDED.*libcuda\.so\.1' || patchelf --add-needed libcuda.so.1 "$module"
+    for profile in release debug; do
+        if [[ -d $root/target/$profile ]]; then
+            cp "$module" "$root/target/$profile/"
+            echo "$root/target/$profile/libggml-cuda.so"
+        fi
+    done
+    ;;
+peers)
+    source "$root/scripts/install-build-tools.sh"
+    need ninja ccache patchelf
+    sdist_dir=$(NO_INSTALL=1 NO_BUILD=1 bash "$root/scripts/build-peers.sh" "$root/target/peers")
+    sdist_src=$(ls -d "$sdist_dir"/llama_cpp_python-*/vendor/llama.cpp | head -1)
+    src=$root/target/peers/llama.cpp-with-tools
+    rm -rf "$src"
+    cp -a "$(llama_src)" "$src"
+    for part in tools common vendor scripts; do
+        rm -rf "${src:?}/$part"
+        cp -a "$sdist_src/$part" "$src/$part"
+    done
+    build=$root/target/peers/build-cuda-modules
+    echo "==> llama-batched-bench and llama-server over $src in $build" >&2
+    # No CPU backend of their own: they load cortex's CPU modules and the
+    # CUDA module from their directory, as cortex does.
+    cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
+        -DGGML_BACKEND_DL=ON -DGGML_CPU=OFF -DGGML_NATIVE=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+        -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
+        -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache >/dev/null
+    cmake --build "$build" --target llama-batched-bench llama-server -j "$(nproc)" >&2
+    # They find their libraries (and ggml its modules) beside themselves
+    # wherever the directory goes, as cortex does; the build's own path
+    # would not exist on the GPU machine.
+    for file in "$build"/bin/*; do
+        [[ -f $file && ! -L $file ]] && patchelf --set-rpath '$ORIGIN' "$file"
+    done
+    echo "$build/bin"
+    ;;
+pack)
+    kit=$root/target/gpu-kit
+    before=
+    while (($#)); do
+        case $1 in
+        --before) before=${2:?--before needs a cortex binary}; shift 2 ;;
+        *) kit=$1; shift ;;
+        esac
+    done
+    cd "$root"
+    echo "==> cargo build --release" >&2
+    cargo build --release --locked -p cortex-cli >&2
+    [[ -f target/release/libggml-cuda.so ]] || { echo "no CUDA module: run 'bash scripts/gpu-kit.sh module' first" >&2; exit 1; }
+    peers=$root/target/peers/build-cuda-modules/bin
+    [[ -x $peers/llama-server ]] || { echo "no peers: run 'bash scripts/gpu-kit.sh peers' first" >&2; exit 1; }
+    stage=$(mktemp -d)
+    trap 'rm -rf "$stage"' EXIT
+    mkdir -p "$stage/kit/bin" "$stage/kit/peers" "$stage/kit/scripts"
+    cp -a target/release/cortex "$stage/kit/bin/"
+    # llama.cpp's libraries, the CPU modules and the CUDA module (no other
+    # GPU module: it would only take room).
+    for lib in target/release/lib*.so*; do
+        case $lib in */libggml-vulkan.so) continue ;; esac
+        cp -a "$lib" "$stage/kit/bin/"
+    done
+    if [[ -n $before ]]; then
+        cp "$before" "$stage/kit/bin/cortex-before"
+    fi
+    cp -a "$peers"/llama-batched-bench "$peers"/llama-server "$peers"/lib*.so* "$stage/kit/peers/"
+    if readelf -d "$stage/kit/peers/llama-server" | grep -E 'R(UN)?PATH' | grep -qv ORIGIN; then
+        echo "the peers look for their libraries in the build directory: run 'bash scripts/gpu-kit.sh peers' again" >&2
+        exit 1
+    fi
+    strip --strip-unneeded "$stage/kit/bin/"* "$stage/kit/peers/"* 2>/dev/null || true
     model=$(target/release/cortex models pull 2>/dev/null | tail -1)
-    cp "$model" "$kit/model.gguf"
-    cp scripts/build-backend.sh scripts/build-peers.sh scripts/bench_peers.py scripts/gpu-kit.sh "$kit/scripts/"
-    du -sh "$kit" >&2
+    cp "$model" "$stage/kit/model.gguf"
+    cp scripts/bench_peers.py scripts/gpu-kit.sh scripts/gpu_check.py "$stage/kit/scripts/"
+    mkdir -p "$kit"
+    rm -f "$kit"/kit.tar.xz.part-*
+    echo "==> packing (xz) into parts of 60 MiB in $kit" >&2
+    # The programs first, the model last: the first two parts alone unpack
+    # to a cortex that can say whether it sees the GPU.
+    tar -C "$stage" -cf - kit/bin kit/peers kit/scripts kit/model.gguf | xz -T0 -6 |
+        split -b 60M -d - "$kit/kit.tar.xz.part-"
+    ls -l "$kit"/kit.tar.xz.part-* >&2
     echo "$kit"
     ;;
-build)
-    kit=$(cd "${kit:-$here/..}" && pwd)
-    LLAMA_SRC=$kit/llama.cpp BUILD_DIR=$kit/target/backend-build/cuda \
-        bash "$kit/scripts/build-backend.sh" cuda "$kit/bin" >&2
-    sdist=$(ls "$kit"/llama_cpp_python-*.tar.gz | head -1)
-    NO_INSTALL=1 PEER_GPU=cuda LLAMA_CPP_PYTHON_SDIST=$sdist \
-        bash "$kit/scripts/build-peers.sh" "$kit/target/peers"
-    "$kit/bin/cortex" devices >&2
-    ;;
 bench)
-    kit=$(cd "${kit:-$here/..}" && pwd)
-    peers=$(NO_INSTALL=1 PEER_GPU=cuda bash "$kit/scripts/build-peers.sh" "$kit/target/peers")
-    device=$("$kit/bin/cortex" devices --json | python3 -c '
+    parts=${1:?usage: bash scripts/gpu-kit.sh bench PARTS_DIR [options of bench_peers.py]}
+    shift
+    work=${KIT_DIR:-/root/cortex-kit}
+    if [[ ! -e $work/.unpacked ]]; then
+        mkdir -p "$work"
+        cat "$parts"/kit.tar.xz.part-* | xz -d | tar -C "$work" -xf -
+        touch "$work/.unpacked"
+    fi
+    kit=$work/kit
+    # The CUDA runtime and cuBLAS the module needs (13.x): where the machine
+    # keeps them. The peers load cortex's CPU modules and the same CUDA
+    # module from their own directory.
+    cuda_libs=${CUDA_LIBS:-}
+    if [[ -z $cuda_libs ]]; then
+        for dir in /usr/local/cuda/lib64 /usr/local/cuda-13*/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+            /opt/*/.venv/lib/python3*/site-packages/nvidia/cu13/lib /usr/lib/x86_64-linux-gnu; do
+            if [[ -e $dir/libcudart.so.13 && -e $dir/libcublas.so.13 ]]; then
+                cuda_libs=$dir
+                break
+            fi
+        done
+    fi
+    echo "CUDA libraries: ${cuda_libs:-not found}" >&2
+    export LD_LIBRARY_PATH=${cuda_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    for module in "$kit"/bin/libggml-cpu*.so "$kit"/bin/libggml-cuda.so "$kit"/bin/libggml-vulkan.so; do
+        [[ -e $module ]] && ln -sf "$module" "$kit/peers/"
+    done
+    "$kit/bin/cortex" devices >&2
+    # KIT_DEVICE=cpu tries the whole run on a machine without a GPU.
+    device=${KIT_DEVICE:-$("$kit/bin/cortex" devices --json | python3 -c '
 import json, sys
 gpus = [d["name"] for d in json.load(sys.stdin)["devices"] if d["kind"] == "gpu"]
-print(gpus[0].lower() if gpus else "")')
-    [[ -n $device ]] || { echo "cortex sees no GPU: run the build step first" >&2; exit 1; }
-    exec python3 "$kit/scripts/bench_peers.py" --cortex "$kit/bin/cortex" --peers "$peers" \
+print(gpus[0].lower() if gpus else "")')}
+    [[ -n $device ]] || { echo "cortex sees no GPU" >&2; exit 1; }
+    python3 "$here/gpu_check.py" --cortex "$kit/bin/cortex" --model "$kit/model.gguf" \
+        --device "$device" --repeat "${CHECK_REPEAT:-4}" || echo "the check found differences (above)"
+    compare=()
+    [[ -x $kit/bin/cortex-before ]] && compare=(--compare "$kit/bin/cortex-before")
+    exec python3 "$here/bench_peers.py" --cortex "$kit/bin/cortex" --peers "$kit/peers" \
         --model "$kit/model.gguf" --device "$device" --threads "$(nproc)" \
-        --batches 1,64,256 --scale 32 --rounds 3 --json "$kit/bench.json" "$@"
+        --json "$kit/bench.json" "${compare[@]}" "$@"
     ;;
 *)
-    echo "unknown step $step: pack, build or bench" >&2
+    echo "unknown step $step: module, peers, pack or bench" >&2
     exit 2
     ;;
 esac

@@ -35,4 +35,4 @@ export CORTEX_TEST_POSTGRES_DIR=$PG_DIR
 
 echo "==> cargo test"
 # The serde feature of cortex-request is switched on so its round-trip tests run.
-cargo test --workspace --locked --features cortex-request/serde
+cargo test --workspace --locked --no-fail-fast --features cortex-request/serde

@@ -6,18 +6,19 @@ use cortex_engine::{Backends, Device};
 use serde_json::{Value, json};
 
 use crate::config::Config;
+use crate::output::{out, outln};
 
 pub(crate) fn devices(config: &Config, json: bool) -> anyhow::Result<()> {
     let backends = cortex_engine::load_backends(config.backends_dir().as_deref());
     let devices = cortex_engine::devices();
     if json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&as_json(backends, &devices))?
-        );
+        )?;
         return Ok(());
     }
-    print!("{}", as_text(backends, &devices));
+    out!("{}", as_text(backends, &devices))?;
     Ok(())
 }
 

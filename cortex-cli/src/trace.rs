@@ -21,11 +21,16 @@ use serde_json::json;
 #[derive(Debug, Default)]
 pub(crate) struct TraceSummary {
     steps: u64,
+    /// Step loops seen (their times overlap).
+    loops: usize,
     span: f64,
     decode_seconds: f64,
+    wait_seconds: f64,
+    sample_seconds: f64,
     host_seconds: f64,
     gap_seconds: f64,
     generated_tokens: u64,
+    device_sampled_tokens: u64,
     decode_sequences: u64,
     prefill_tokens: u64,
     decode_steps: u64,
@@ -49,11 +54,16 @@ impl TraceSummary {
 
     fn add_step(&mut self, r: &StepRecord) {
         self.steps += 1;
-        self.span = r.at + r.host_seconds + r.decode_seconds;
+        self.loops = self.loops.max(r.step_loop + 1);
+        let end = r.at + r.host_seconds + r.decode_seconds + r.wait_seconds + r.sample_seconds;
+        self.span = self.span.max(end);
         self.decode_seconds += r.decode_seconds;
+        self.wait_seconds += r.wait_seconds;
+        self.sample_seconds += r.sample_seconds;
         self.host_seconds += r.host_seconds;
         self.gap_seconds += r.gap_seconds;
         self.generated_tokens += r.generated_tokens as u64;
+        self.device_sampled_tokens += r.device_sampled_tokens as u64;
         self.decode_sequences += r.decode_sequences as u64;
         self.prefill_tokens += r.prefill_tokens as u64;
         self.decode_steps += u64::from(r.decode_sequences > 0);
@@ -77,9 +87,30 @@ impl TraceSummary {
         } else {
             0.0
         };
+        let loops = if self.loops > 1 {
+            format!(
+                " ({} step loops at once: each share is of their added times)",
+                self.loops
+            )
+        } else {
+            String::new()
+        };
+        let share = |part: f64| {
+            let all = self.decode_seconds
+                + self.wait_seconds
+                + self.sample_seconds
+                + self.host_seconds
+                + self.gap_seconds;
+            if self.loops > 1 && all > 0.0 {
+                100.0 * part / all
+            } else {
+                share(part)
+            }
+        };
         format!(
-            "trace: {} steps in {:.1} s: llama_decode {:.1} s ({:.0}%), host work in steps {:.1} s ({:.0}%), between steps {:.1} s ({:.0}%)\n\
-             \u{20} tokens per step {:.1} (decoded {:.1}, prompt {:.1}); {:.1} generated per step, {:.1} sequences per decoding step\n\
+            "trace: {} steps in {:.1} s{loops}: llama_decode {:.1} s ({:.0}%), waiting for the device {:.1} s ({:.0}%), \
+             sampling {:.1} s ({:.0}%), other host work in steps {:.1} s ({:.0}%), between steps {:.1} s ({:.0}%)\n\
+             \u{20} tokens per step {:.1} (decoded {:.1}, prompt {:.1}); {:.1} generated per step, {:.1} sequences per decoding step; {} of {} sampled on the device\n\
              \u{20} prompt tokens computed {} of {} in the prompts; each distinct prefix once would be {}\n\
              \u{20} attention read {} cells and spanned {}: {:.0}% padding\n\
              \u{20} llama.cpp micro-batches (passes over the weights) per step {:.2}",
@@ -87,6 +118,10 @@ impl TraceSummary {
             self.span,
             self.decode_seconds,
             share(self.decode_seconds),
+            self.wait_seconds,
+            share(self.wait_seconds),
+            self.sample_seconds,
+            share(self.sample_seconds),
             self.host_seconds,
             share(self.host_seconds),
             self.gap_seconds,
@@ -96,6 +131,8 @@ impl TraceSummary {
             per_step(self.prefill_tokens),
             per_step(self.generated_tokens),
             self.decode_sequences as f64 / self.decode_steps.max(1) as f64,
+            self.device_sampled_tokens,
+            self.generated_tokens,
             self.prefill_tokens,
             self.prompt_tokens,
             self.prefixes.len(),
@@ -143,7 +180,9 @@ impl StepObserver for TraceWriter {
             "prefill_chunks": r.prefill_chunks, "prefill_tokens": r.prefill_tokens,
             "streams": r.streams, "kv_cells_used": r.kv_cells_used,
             "kv_cells_attended": r.kv_cells_attended, "micro_batches": r.micro_batches,
-            "decode_seconds": r.decode_seconds,
+            "step_loop": r.step_loop,
+            "decode_seconds": r.decode_seconds, "wait_seconds": r.wait_seconds,
+            "sample_seconds": r.sample_seconds, "device_sampled_tokens": r.device_sampled_tokens,
             "host_seconds": r.host_seconds, "gap_seconds": r.gap_seconds,
         });
         // A trace that cannot be written loses lines, not the job.

@@ -30,7 +30,25 @@ impl StopFlag {
     fn flag(&self) -> &AtomicBool {
         &self.0
     }
+
+    /// Whether a stop signal came.
+    pub(crate) fn raised(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }
+
+/// A command stopped by SIGINT or SIGTERM before it was done: the shell's
+/// status for it is 130.
+#[derive(Debug)]
+pub(crate) struct Interrupted(pub(crate) String);
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Interrupted {}
 
 /// The configured model, fetched and verified if it is a known one not
 /// fetched yet, else checked.
@@ -66,15 +84,15 @@ pub(crate) fn run_worker(
     stop: &StopFlag,
     tick: impl FnMut(&mut dyn Queue) -> Result<(), cortex_queue::QueueError>,
 ) -> anyhow::Result<WorkerReport> {
-    let parallel = config.parallel.value;
     let WorkerScope {
         jobs,
         follow,
         observer,
     } = scope;
-    let engine = Engine::start_observed(&config.engine(model, parallel), observer)?;
+    let engine = Engine::start_observed(&config.engine_config(model), observer)?;
     let device = describe_device(&engine);
-    eprintln!("generating on {device}");
+    let parallel = engine.info().parallel;
+    eprintln!("generating on {device}, {parallel} sequences at once");
     tracing::info!(model = %model.path.display(), sha256 = %model.sha256, parallel, %device, "worker started");
     let plan = WorkerPlan {
         model_sha256: Some(model.sha256.clone()),
@@ -105,7 +123,6 @@ pub(crate) fn run_every_model(
     scope: WorkerScope,
     stop: &StopFlag,
 ) -> anyhow::Result<WorkerReport> {
-    let parallel = config.parallel.value;
     let plan = worker_plan(config, scope.jobs, scope.follow);
     let switch_after = Duration::from_secs(config.model_switch_seconds.value);
     eprintln!(
@@ -113,7 +130,7 @@ pub(crate) fn run_every_model(
         switch_after.as_secs()
     );
     let mut start_engine = |model: &ModelIdentity| {
-        let engine = Engine::start(&config.engine(model, parallel))?;
+        let engine = Engine::start(&config.engine_config(model))?;
         eprintln!(
             "generating with {} on {}",
             model.name,

@@ -157,6 +157,79 @@ fn json_output_parses() {
     assert_eq!(status["job"]["counts"]["pending"], 2);
     assert_eq!(status["eta_seconds"], serde_json::Value::Null);
     assert_eq!(parse(&["list", "--json"])[0]["state"], "in_progress");
-    assert_eq!(parse(&["config", "--json"])["parallel"]["value"], "64");
+    // Left to the device (64 on the CPU, 256 a step loop on a GPU).
+    assert_eq!(parse(&["config", "--json"])["parallel"]["value"], "0");
     assert_eq!(parse(&["cancel", "1", "--json"])["state"], "cancelled");
+}
+
+#[test]
+fn every_setting_shows_in_the_help_the_file_the_environment_and_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = cortex(dir.path(), &["config", "--json"]);
+    let settings: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let help = String::from_utf8(cortex(dir.path(), &["config", "--help"]).stdout).unwrap();
+    let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut checked = 0;
+    for key in settings.as_object().unwrap().keys() {
+        // Shown, not settings: the backend the database URL names, where
+        // pulled models are, the [server.keys] table.
+        if ["db_backend", "model_cache", "server.keys"].contains(&key.as_str()) {
+            continue;
+        }
+        let name = key.trim_start_matches("server.");
+        let flag = if name == "api_keys" {
+            "api-key".to_owned()
+        } else {
+            name.replace('_', "-")
+        };
+        let env = format!("[env: CORTEX_{}]", name.to_uppercase());
+        assert!(
+            help.contains(&format!("--{flag} ")),
+            "--{flag} in `config --help`"
+        );
+        assert!(help.contains(&env), "{env}");
+        checked += 1;
+    }
+    assert!(checked >= 38, "only {checked} settings");
+    // The default shown is the library's: 0 sequences leaves them to the device.
+    assert!(help.contains("--parallel <N>"));
+    // Each command lists only what applies to it.
+    let status = String::from_utf8(cortex(dir.path(), &["status", "--help"]).stdout).unwrap();
+    assert!(
+        status.contains("--db ") && !status.contains("--threads") && !status.contains("--port")
+    );
+    let worker = String::from_utf8(cortex(dir.path(), &["worker", "--help"]).stdout).unwrap();
+    assert!(worker.contains("--parallel") && !worker.contains("--port"));
+    // Before the command's name a setting must apply to it.
+    let wrong = cortex(dir.path(), &["--port", "9000", "status"]);
+    assert_eq!(wrong.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&wrong.stderr).contains("--port does not apply to `cortex status`")
+    );
+}
+
+#[test]
+fn a_reader_that_stops_early_ends_the_command_quietly() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cortex"))
+        .arg("config")
+        .current_dir(dir.path())
+        .env("CORTEX_DATA_DIR", dir.path().join("data"))
+        .env("XDG_CONFIG_HOME", dir.path().join("config"))
+        .env("CORTEX_CACHE_DIR", dir.path().join("cache"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // `cortex config | head -1`: one line read, then the pipe closed.
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.starts_with("# config file"), "{first}");
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
 }

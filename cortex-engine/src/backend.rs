@@ -125,8 +125,28 @@ pub trait Backend {
     /// Computes a batch. On error the KV of the batch's positions is undefined
     /// and the caller truncates the streams involved.
     fn decode(&mut self, batch: &[BatchToken]) -> Result<(), BackendError>;
-    /// Logits of the `index`-th token of the last batch (which asked for them).
+    /// Logits of the `index`-th token of the last batch (which asked for them),
+    /// for a stream not sampled on the device.
     fn logits(&self, index: usize) -> &[f32];
+    /// Whether the device that computes the logits takes the argmax of
+    /// `stream`'s rows from the next decode on (`greedy`), so that one
+    /// token per row comes back instead of the vocabulary's logits, or
+    /// gives its logits whole (`!greedy`). Returns whether it does: a
+    /// backend that cannot returns false, and the loop samples on the host.
+    /// The loop calls it as a sequence is bound; a backend makes a change
+    /// only when the stream's answer changes.
+    fn sample_on_device(&mut self, _stream: StreamId, _greedy: bool) -> bool {
+        false
+    }
+    /// The token the device sampled for the `index`-th token of the last
+    /// batch, whose stream it samples.
+    fn device_sampled(&mut self, _index: usize) -> Option<TokenId> {
+        None
+    }
+    /// Waits until the last decode's results are on the host (a GPU
+    /// backend queues the work and returns): what the loop times as the
+    /// device's share of a step.
+    fn synchronize(&mut self) {}
     /// Replaces everything `dst` holds with a copy of what `src` holds (in
     /// llama.cpp a copy of the whole stream's buffer, done at the next decode,
     /// before that decode writes anything).

@@ -115,6 +115,7 @@ impl<'m> PlainLoop<'m> {
                 cells,
                 sequences: 1,
                 batch: cells,
+                micro_batch: EngineConfig::MICRO_BATCH_TOKENS,
                 threads: cores(threads),
                 unified: true,
                 embeddings: None,
@@ -155,6 +156,8 @@ pub fn raw_row(model: &Model, settings: &BenchSettings, b: usize) -> Result<Benc
             cells: b * stream_tokens_for(pp, tg),
             sequences: b,
             batch: (b * pp).max(512),
+            // llama-batched-bench's -ub 512, as bench_peers runs it.
+            micro_batch: 512,
             threads,
             unified: false,
             embeddings: None,
@@ -259,24 +262,32 @@ pub fn perplexity(
     Ok((total / (tokens.len() - 1) as f64).exp())
 }
 
-/// One short request through the engine before timing, as
-/// `llama-batched-bench` warms up its context (the first decode allocates).
+/// One short request through each of the engine's step loops before
+/// timing, as `llama-batched-bench` warms up its context (the first decode
+/// allocates).
 fn warm_up(engine: &Engine) -> Result<(), EngineError> {
-    let vocab = engine.info().n_vocab;
-    let mut r = Request::new(
-        RequestId(u64::MAX),
-        Prompt::Tokens(prompt_tokens(7, 16, vocab)),
-    );
-    r.sampling = SamplingParams::greedy();
-    r.stop.max_tokens = 1;
-    for event in &engine.submit(r)? {
-        match event {
-            EngineEvent::Failed { error, .. } => return Err(error),
-            event if event.is_terminal() => return Ok(()),
-            _ => {}
+    let info = engine.info();
+    let requests = (0..info.step_loops as u64)
+        .map(|i| {
+            let mut r = Request::new(
+                RequestId(u64::MAX - i),
+                Prompt::Tokens(prompt_tokens(7, 16, info.n_vocab)),
+            );
+            r.sampling = SamplingParams::greedy();
+            r.stop.max_tokens = 1;
+            r
+        })
+        .collect();
+    for events in engine.submit_many(requests)? {
+        for event in &events {
+            match event {
+                EngineEvent::Failed { error, .. } => return Err(error),
+                event if event.is_terminal() => break,
+                _ => {}
+            }
         }
     }
-    Err(EngineError::Stopped)
+    Ok(())
 }
 
 /// The same work through the engine: `b` greedy requests of `pp` prompt

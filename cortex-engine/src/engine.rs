@@ -19,15 +19,20 @@ use crate::protocol::{
 };
 use crate::step::StepLoop;
 
-/// A running engine: a step loop on its own thread, driven over channels.
+/// A running engine: step loops on threads of their own, driven over
+/// channels.
 ///
 /// Submit a [`Request`] and receive its [`EngineEvent`](crate::EngineEvent)s; cancel at any time;
 /// read [`EngineStats`]; ask [`Engine::available_slots`] to keep it full;
-/// [`Engine::health`] tells whether the loop is alive; [`Engine::shutdown`]
+/// [`Engine::health`] tells whether the loops are alive; [`Engine::shutdown`]
 /// draining or aborting. Dropping it aborts.
+///
+/// On a GPU several step loops share the device (see
+/// [`EngineConfig::step_loops`]), each with its own KV cache and sequences:
+/// while one waits for the device, another plans, samples and streams. The
+/// handle gives each request to the loop with the fewest in hand.
 pub struct Engine {
-    commands: flume::Sender<Command>,
-    shared: Arc<Shared>,
+    lanes: Vec<Lane>,
     info: EngineInfo,
     /// Where the model is (set once it loaded; unset over a fake backend:
     /// the CPU).
@@ -35,16 +40,26 @@ pub struct Engine {
     thread: Option<JoinHandle<()>>,
 }
 
+/// The handle's side of one step loop.
+struct Lane {
+    commands: flume::Sender<Command>,
+    shared: Arc<Shared>,
+}
+
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Engine")
             .field("info", &self.info)
+            .field("step_loops", &self.lanes.len())
             .finish_non_exhaustive()
     }
 }
 
+/// What the engine thread hands back once its loops are ready.
+type Ready = Result<(Vec<Lane>, EngineInfo), EngineError>;
+
 impl Engine {
-    /// Loads the model with llama.cpp and starts the loop. Returns once the
+    /// Loads the model with llama.cpp and starts the loops. Returns once the
     /// model is loaded, or with the reason it could not be.
     pub fn start(config: &EngineConfig) -> Result<Self, EngineError> {
         Self::start_observed(config, None)
@@ -56,10 +71,6 @@ impl Engine {
         config: &EngineConfig,
         observer: Option<Box<dyn StepObserver>>,
     ) -> Result<Self, EngineError> {
-        let context = ContextConfig {
-            max_batch_tokens: config.max_batch_tokens.max(config.parallel),
-            threads: config.effective_threads(),
-        };
         let chat_template = config
             .chat_template
             .as_deref()
@@ -68,83 +79,83 @@ impl Engine {
         let placement = Arc::new(OnceLock::new());
         let placed = Arc::clone(&placement);
         let load = config.clone();
-        let mut engine = Self::spawn(config.clone(), observer, move |run| {
+        let mut engine = Self::spawn(observer, move |run| {
             let model = load.load_model()?;
             let _ = placed.set(model.placement());
-            let mut backend = LlamaEngineBackend::new(&model, context, &load.model);
-            if let Some(template) = chat_template {
-                backend = backend
-                    .with_chat_template(&template)
-                    .map_err(|e| EngineError::Model(e.to_string()))?;
+            let on_gpu = model.on_discrete_gpu();
+            let each = load.for_device(on_gpu).per_loop();
+            let max_batch_tokens = each.max_batch_tokens.max(each.parallel);
+            let context = ContextConfig {
+                max_batch_tokens,
+                micro_batch_tokens: max_batch_tokens.min(EngineConfig::MICRO_BATCH_TOKENS),
+                threads: load.effective_threads(),
+                sample_on_device: load.sample_on_device,
+            };
+            let mut backends: Vec<Box<dyn Backend + Send + '_>> = Vec::new();
+            for _ in 0..each.step_loops {
+                let mut backend = LlamaEngineBackend::new(&model, context, &load.model);
+                if let Some(template) = &chat_template {
+                    backend = backend
+                        .with_chat_template(template)
+                        .map_err(|e| EngineError::Model(e.to_string()))?;
+                }
+                backends.push(Box::new(backend));
             }
-            run(Box::new(backend));
+            run(&each, backends);
             Ok(())
         })?;
         engine.placement = placement;
         Ok(engine)
     }
 
-    /// Starts the loop over a backend made by `make` on the engine thread.
+    /// Starts one loop over a backend made by `make` on the engine thread.
     // Hidden: for the engine's tests over a fake backend (failure injection,
     // scheduling); applications start an engine from an `EngineConfig`.
     #[doc(hidden)]
     pub fn start_with_backend<B, F>(config: EngineConfig, make: F) -> Result<Self, EngineError>
     where
-        B: Backend,
+        B: Backend + Send,
         F: FnOnce() -> Result<B, EngineError> + Send + 'static,
     {
-        Self::spawn(config, None, move |run| {
+        Self::spawn(None, move |run| {
             let backend = make()?;
-            run(Box::new(backend));
+            let mut config = config.for_device(false);
+            config.step_loops = 1;
+            run(&config, vec![Box::new(backend)]);
             Ok(())
         })
     }
 
-    /// Spawns the engine thread. `body` builds a backend (borrowing whatever it
-    /// loads on that thread) and hands it to the loop runner it is given.
-    fn spawn<F>(
-        config: EngineConfig,
-        observer: Option<Box<dyn StepObserver>>,
-        body: F,
-    ) -> Result<Self, EngineError>
+    /// Spawns the engine thread. `body` builds one backend per step loop
+    /// (borrowing whatever it loads on that thread) and hands them, with
+    /// the settings of each loop, to the runner it is given, which runs the
+    /// loops until they stop.
+    fn spawn<F>(observer: Option<Box<dyn StepObserver>>, body: F) -> Result<Self, EngineError>
     where
-        F: FnOnce(&mut dyn FnMut(Box<dyn Backend + '_>)) -> Result<(), EngineError>
+        F: FnOnce(
+                &mut dyn FnMut(&EngineConfig, Vec<Box<dyn Backend + Send + '_>>),
+            ) -> Result<(), EngineError>
             + Send
             + 'static,
     {
-        let (commands, receiver) = flume::unbounded();
-        let (ready_tx, ready_rx) = flume::bounded::<Result<EngineInfo, EngineError>>(1);
-        let shared = Arc::new(Shared::new());
-        let loop_shared = Arc::clone(&shared);
+        let (ready_tx, ready_rx) = flume::bounded::<Ready>(1);
         let thread = std::thread::Builder::new()
             .name("cortex-engine".into())
             .spawn(move || {
                 let ready_for_error = ready_tx.clone();
                 let mut observer = observer;
-                let mut runner = |backend: Box<dyn Backend + '_>| match StepLoop::new(
-                    backend,
-                    &config,
-                    receiver.clone(),
-                    Arc::clone(&loop_shared),
-                    observer.take(),
-                ) {
-                    Ok(mut step_loop) => {
-                        let _ = ready_tx.send(Ok(step_loop.info()));
-                        step_loop.run_guarded();
-                    }
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(e));
-                    }
-                };
+                let mut runner =
+                    |config: &EngineConfig, backends: Vec<Box<dyn Backend + Send + '_>>| {
+                        run_loops(config, backends, observer.take(), &ready_tx);
+                    };
                 if let Err(e) = body(&mut runner) {
                     let _ = ready_for_error.send(Err(e));
                 }
             })
             .map_err(|e| EngineError::Model(format!("cannot start the engine thread: {e}")))?;
         match ready_rx.recv() {
-            Ok(Ok(info)) => Ok(Self {
-                commands,
-                shared,
+            Ok(Ok((lanes, info))) => Ok(Self {
+                lanes,
                 info,
                 placement: Arc::new(OnceLock::new()),
                 thread: Some(thread),
@@ -252,19 +263,44 @@ impl Engine {
         self.send_many(requests.into_iter().map(|r| (r, events.clone())).collect())
     }
 
+    /// Gives each request to the accepting loop with the fewest in hand.
     fn send_many(&self, pairs: Vec<(Work, EventSender)>) -> Result<(), EngineError> {
-        if !self.shared.accepting.load(Ordering::SeqCst) {
+        let accepting: Vec<&Lane> = self
+            .lanes
+            .iter()
+            .filter(|lane| lane.shared.accepting.load(Ordering::SeqCst))
+            .collect();
+        if accepting.is_empty() {
             return Err(self.refusal());
         }
-        let count = pairs.len();
-        self.shared.in_flight.fetch_add(count, Ordering::SeqCst);
-        self.commands.send(Command::Submit(pairs)).map_err(|_| {
-            self.shared.in_flight.fetch_sub(count, Ordering::SeqCst);
-            self.refusal()
-        })
+        let mut load: Vec<usize> = accepting
+            .iter()
+            .map(|lane| lane.shared.in_flight.load(Ordering::SeqCst))
+            .collect();
+        let mut shares: Vec<Vec<(Work, EventSender)>> =
+            accepting.iter().map(|_| Vec::new()).collect();
+        for pair in pairs {
+            let least = (0..load.len())
+                .min_by_key(|&i| load[i])
+                .expect("a lane accepts");
+            load[least] += 1;
+            shares[least].push(pair);
+        }
+        for (lane, share) in accepting.into_iter().zip(shares) {
+            if share.is_empty() {
+                continue;
+            }
+            let count = share.len();
+            lane.shared.in_flight.fetch_add(count, Ordering::SeqCst);
+            if lane.commands.send(Command::Submit(share)).is_err() {
+                lane.shared.in_flight.fetch_sub(count, Ordering::SeqCst);
+                return Err(self.refusal());
+            }
+        }
+        Ok(())
     }
 
-    /// Why a request cannot be taken: the loop died, or it stopped.
+    /// Why a request cannot be taken: a loop died, or they stopped.
     fn refusal(&self) -> EngineError {
         match self.health() {
             EngineHealth::Died(message) => EngineError::Died(message),
@@ -275,30 +311,53 @@ impl Engine {
     /// Cancels a request wherever it is; it finishes with reason `cancelled`.
     /// Unknown ids are ignored (the request may have just finished).
     pub fn cancel(&self, id: RequestId) {
-        let _ = self.commands.send(Command::Cancel(id));
+        // The loop that holds it acts; the others know no such request.
+        for lane in &self.lanes {
+            let _ = lane.commands.send(Command::Cancel(id));
+        }
     }
 
-    /// A snapshot of the counters.
+    /// A snapshot of the counters, over every step loop.
     pub fn stats(&self) -> EngineStats {
-        *self
-            .shared
-            .stats
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        let each: Vec<EngineStats> = self
+            .lanes
+            .iter()
+            .map(|lane| {
+                *lane
+                    .shared
+                    .stats
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+            })
+            .collect();
+        EngineStats::combined(&each)
     }
 
-    /// Whether the step loop is alive, stopped, or died (and why).
+    /// Whether the step loops are alive, stopped, or one died (and why).
     pub fn health(&self) -> EngineHealth {
-        self.shared
-            .health
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        let mut health = EngineHealth::Stopped;
+        for lane in &self.lanes {
+            let lane_health = lane
+                .shared
+                .health
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone();
+            match lane_health {
+                died @ EngineHealth::Died(_) => return died,
+                EngineHealth::Running => health = EngineHealth::Running,
+                EngineHealth::Stopped => {}
+            }
+        }
+        health
     }
 
     /// Requests submitted and not yet ended.
     pub fn in_flight(&self) -> usize {
-        self.shared.in_flight.load(Ordering::SeqCst)
+        self.lanes
+            .iter()
+            .map(|lane| lane.shared.in_flight.load(Ordering::SeqCst))
+            .sum()
     }
 
     /// How many more requests to submit now to keep the engine busy: enough
@@ -309,25 +368,31 @@ impl Engine {
     }
 
     /// Stops the engine and waits for its thread. Returns how it ended: `Ok`
-    /// after a clean stop, [`EngineError::Died`] if the loop had died.
+    /// after a clean stop, [`EngineError::Died`] if a loop had died.
     pub fn shutdown(mut self, mode: Shutdown) -> Result<(), EngineError> {
         self.stop(mode)
     }
 
     fn stop(&mut self, mode: Shutdown) -> Result<(), EngineError> {
-        self.shared.accepting.store(false, Ordering::SeqCst);
-        let _ = self.commands.send(Command::Shutdown(mode));
+        for lane in &self.lanes {
+            lane.shared.accepting.store(false, Ordering::SeqCst);
+            let _ = lane.commands.send(Command::Shutdown(mode));
+        }
         if let Some(thread) = self.thread.take()
             && let Err(panic) = thread.join()
         {
-            // The loop catches its own panics; this is one outside it.
+            // The loops catch their own panics; this is one outside them.
             let message = panic_message(panic.as_ref());
-            self.shared.set_health(EngineHealth::Died(message.clone()));
+            for lane in &self.lanes {
+                lane.shared.set_health(EngineHealth::Died(message.clone()));
+            }
         }
         match self.health() {
             EngineHealth::Died(message) => Err(EngineError::Died(message)),
             _ => {
-                self.shared.set_health(EngineHealth::Stopped);
+                for lane in &self.lanes {
+                    lane.shared.set_health(EngineHealth::Stopped);
+                }
                 Ok(())
             }
         }
@@ -337,5 +402,80 @@ impl Engine {
 impl Drop for Engine {
     fn drop(&mut self) {
         let _ = self.stop(Shutdown::Abort);
+    }
+}
+
+/// Makes a step loop per backend, reports them ready (or the first error)
+/// and runs them to their end: one on this thread, several on scoped
+/// threads of their own. `observer`, if any, hears every loop's steps.
+fn run_loops(
+    config: &EngineConfig,
+    backends: Vec<Box<dyn Backend + Send + '_>>,
+    observer: Option<Box<dyn StepObserver>>,
+    ready: &flume::Sender<Ready>,
+) {
+    let count = backends.len();
+    let observer = observer.map(|o| Arc::new(std::sync::Mutex::new(o)));
+    let mut loops = Vec::with_capacity(count);
+    let mut lanes = Vec::with_capacity(count);
+    for (index, backend) in backends.into_iter().enumerate() {
+        let (commands, receiver) = flume::unbounded();
+        let shared = Arc::new(Shared::new());
+        let watcher = observer.as_ref().map(|o| {
+            Box::new(SharedObserver {
+                inner: Arc::clone(o),
+                step_loop: index,
+            }) as Box<dyn StepObserver>
+        });
+        match StepLoop::new(backend, config, receiver, Arc::clone(&shared), watcher) {
+            Ok(step_loop) => {
+                loops.push(step_loop);
+                lanes.push(Lane { commands, shared });
+            }
+            Err(e) => {
+                let _ = ready.send(Err(e));
+                return;
+            }
+        }
+    }
+    let infos: Vec<EngineInfo> = loops.iter().map(StepLoop::info).collect();
+    let _ = ready.send(Ok((lanes, EngineInfo::combined(&infos))));
+    if let [only] = loops.as_mut_slice() {
+        only.run_guarded();
+        return;
+    }
+    std::thread::scope(|scope| {
+        for (index, step_loop) in loops.iter_mut().enumerate() {
+            let spawned = std::thread::Builder::new()
+                .name(format!("cortex-loop-{index}"))
+                .spawn_scoped(scope, move || step_loop.run_guarded());
+            if let Err(e) = spawned {
+                tracing::error!("cannot start step loop {index}: {e}");
+            }
+        }
+    });
+}
+
+/// One observer heard by several loops, each step tagged with its loop.
+struct SharedObserver {
+    inner: Arc<std::sync::Mutex<Box<dyn StepObserver>>>,
+    step_loop: usize,
+}
+
+impl StepObserver for SharedObserver {
+    fn step(&mut self, record: &crate::StepRecord) {
+        let mut record = *record;
+        record.step_loop = self.step_loop;
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .step(&record);
+    }
+
+    fn prompt(&mut self, tokens: &[cortex_request::TokenId]) {
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .prompt(tokens);
     }
 }

@@ -76,14 +76,29 @@ pub struct StepRecord {
     /// weights: one per run of consecutive streams, more where prompt chunks
     /// and decodes share a step.
     pub micro_batches: usize,
-    /// Seconds in `llama_decode`.
+    /// Seconds in `llama_decode`: on the CPU the whole computation; on a GPU
+    /// building the graph, setting its inputs and queueing its work.
     pub decode_seconds: f64,
-    /// Seconds of the step outside `llama_decode`: planning, binding KV,
-    /// copying logits, sampling, detokenizing, stop checks, events.
+    /// Seconds waiting after `llama_decode` until its results were on the
+    /// host: on a GPU the rest of the device's work and the copy back (of
+    /// every sampled row's logits, or of one token per row sampled there).
+    pub wait_seconds: f64,
+    /// Seconds choosing tokens: reading what came back (tokens sampled on
+    /// the device, or logits) and sampling on the host.
+    pub sample_seconds: f64,
+    /// Tokens of the step the device sampled (greedy rows with
+    /// [`crate::EngineConfig::sample_on_device`]); the rest of
+    /// `generated_tokens` were sampled on the host.
+    pub device_sampled_tokens: usize,
+    /// Seconds of the step's other host work: planning, binding KV,
+    /// building the batch, detokenizing, stop checks, events.
     pub host_seconds: f64,
     /// Seconds between the end of the previous step and this one: taking
     /// commands, statistics, waiting for work.
     pub gap_seconds: f64,
+    /// Which of the engine's step loops ran it (from 0; see
+    /// [`crate::EngineConfig::step_loops`]).
+    pub step_loop: usize,
 }
 
 /// What watches the engine's steps ([`crate::Engine::start_observed`]). It
@@ -152,4 +167,59 @@ pub struct EngineStats {
     pub mean_time_to_first_token: f64,
     /// Mean latency of finished requests, seconds.
     pub mean_latency: f64,
+}
+
+impl EngineStats {
+    /// The figures of an engine whose step loops have `each` of these:
+    /// counts and gauges add up, times are the longest loop's (they ran at
+    /// once), rates add up, means are weighted by finished requests.
+    pub fn combined(each: &[EngineStats]) -> EngineStats {
+        let Some(first) = each.first() else {
+            return EngineStats::default();
+        };
+        if each.len() == 1 {
+            return *first;
+        }
+        let mut all = EngineStats::default();
+        let finished: u64 = each.iter().map(|s| s.requests_finished).sum();
+        let weighted = |mean: fn(&EngineStats) -> f64| {
+            if finished == 0 {
+                0.0
+            } else {
+                each.iter()
+                    .map(|s| mean(s) * s.requests_finished as f64)
+                    .sum::<f64>()
+                    / finished as f64
+            }
+        };
+        all.mean_time_to_first_token = weighted(|s| s.mean_time_to_first_token);
+        all.mean_latency = weighted(|s| s.mean_latency);
+        let blocks: f64 = each.iter().map(|s| s.kv_utilisation).sum();
+        all.kv_utilisation = blocks / each.len() as f64;
+        for s in each {
+            all.steps += s.steps;
+            all.prompt_tokens += s.prompt_tokens;
+            all.prefill_tokens += s.prefill_tokens;
+            all.prefill_tokens_saved += s.prefill_tokens_saved;
+            all.generated_tokens += s.generated_tokens;
+            all.requests_finished += s.requests_finished;
+            all.requests_failed += s.requests_failed;
+            all.preemptions += s.preemptions;
+            all.waiting += s.waiting;
+            all.running += s.running;
+            all.kv_streams += s.kv_streams;
+            all.kv_stream_tokens = all.kv_stream_tokens.max(s.kv_stream_tokens);
+            all.kv_bytes += s.kv_bytes;
+            all.kv_retired_streams += s.kv_retired_streams;
+            all.prefix_copies += s.prefix_copies;
+            all.prefix_takeovers += s.prefix_takeovers;
+            all.kv_resizes += s.kv_resizes;
+            all.kv_evicted_blocks += s.kv_evicted_blocks;
+            all.threads = all.threads.max(s.threads);
+            all.busy_seconds = all.busy_seconds.max(s.busy_seconds);
+            all.decode_seconds = all.decode_seconds.max(s.decode_seconds);
+            all.generated_tokens_per_second += s.generated_tokens_per_second;
+        }
+        all
+    }
 }

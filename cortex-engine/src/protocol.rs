@@ -37,8 +37,26 @@ pub struct EngineInfo {
     pub n_ctx_train: usize,
     /// Longest sequence (prompt plus generation) a request may have.
     pub max_sequence_tokens: usize,
-    /// Sequences running at once at most ([`EngineConfig::parallel`](crate::EngineConfig::parallel)).
+    /// Sequences running at once at most ([`EngineConfig::parallel`](crate::EngineConfig::parallel)),
+    /// over every step loop.
     pub parallel: usize,
+    /// Step loops sharing the device ([`EngineConfig::step_loops`](crate::EngineConfig::step_loops)).
+    pub step_loops: usize,
+}
+
+impl EngineInfo {
+    /// The facts of an engine whose step loops have `each` of these.
+    pub(crate) fn combined(each: &[EngineInfo]) -> EngineInfo {
+        let mut all = each[0];
+        all.parallel = each.iter().map(|i| i.parallel).sum();
+        all.step_loops = each.len();
+        all.max_sequence_tokens = each
+            .iter()
+            .map(|i| i.max_sequence_tokens)
+            .min()
+            .unwrap_or(0);
+        all
+    }
 }
 
 /// Whether the step loop is alive.

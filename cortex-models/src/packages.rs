@@ -34,6 +34,10 @@ pub struct ModelSpec {
     pub size: u64,
     /// Its SHA-256, lowercase hex.
     pub sha256: &'static str,
+    /// The chat template its family uses, for a GGUF that carries none (a
+    /// name llama.cpp knows, as Ollama's manifests name the template of a
+    /// model): registered with it, so that it chats once pulled.
+    pub chat_template: Option<&'static str>,
 }
 
 /// SmolLM2-135M-Instruct, Q4_1: the default model.
@@ -47,6 +51,8 @@ pub const DEFAULT_MODEL: ModelSpec = ModelSpec {
     file_name: "SmolLM2-135M-Instruct.Q4_1.gguf",
     size: 98_362_432,
     sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    // Its GGUF has its own (ChatML).
+    chat_template: None,
 };
 
 const fn gemma_part(package: &'static str, member: &'static str) -> PackagedFile {
@@ -57,8 +63,9 @@ const fn gemma_part(package: &'static str, member: &'static str) -> PackagedFile
     }
 }
 
-/// Gemma 3 270M (base), Q4_K_M: a second architecture, without a chat
-/// template of its own. It ships in four chunk packages.
+/// Gemma 3 270M (base), Q4_K_M: a second architecture, whose GGUF carries
+/// no chat template; it chats with Gemma's turn format. It ships in four
+/// chunk packages.
 pub const GEMMA3_270M: ModelSpec = ModelSpec {
     name: "gemma3-270m",
     parts: &[
@@ -82,6 +89,7 @@ pub const GEMMA3_270M: ModelSpec = ModelSpec {
     file_name: "gemma-3-270m-q4_k_m.gguf",
     size: 253_113_024,
     sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+    chat_template: Some("gemma"),
 };
 
 /// Every model the cache can fetch by name; the first is the default.
@@ -91,6 +99,11 @@ impl ModelSpec {
     /// The known model called `name`.
     pub fn by_name(name: &str) -> Option<&'static ModelSpec> {
         KNOWN_MODELS.iter().find(|spec| spec.name == name)
+    }
+
+    /// The known model whose GGUF has this SHA-256.
+    pub fn by_sha256(sha256: &str) -> Option<&'static ModelSpec> {
+        KNOWN_MODELS.iter().find(|spec| spec.sha256 == sha256)
     }
 }
 
@@ -604,6 +617,7 @@ mod tests {
             file_name: "m.gguf",
             size: 5,
             sha256: HELLO_SHA256,
+            chat_template: None,
         };
         let path = cache.path_of(&spec);
         fs::create_dir_all(path.parent().unwrap()).unwrap();

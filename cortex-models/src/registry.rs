@@ -160,6 +160,13 @@ pub struct Registry {
     model_dirs: Vec<PathBuf>,
 }
 
+/// The chat template a known model's registry entry names, by its GGUF's digest.
+fn known_template(sha256: &str) -> Option<String> {
+    ModelSpec::by_sha256(sha256)
+        .and_then(|spec| spec.chat_template)
+        .map(str::to_owned)
+}
+
 fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -286,6 +293,12 @@ impl Registry {
 
     fn entry_of(&self, name: ModelName, manifest: Manifest) -> ModelEntry {
         let sha256 = parse_digest(&manifest.model).unwrap_or_default();
+        let mut settings = manifest.settings;
+        // A known model pulled before its registry entry named its family's
+        // template chats as one pulled now.
+        if settings.template.is_none() {
+            settings.template = known_template(&sha256);
+        }
         ModelEntry {
             path: self.cache.blob_path(&sha256),
             name,
@@ -294,7 +307,7 @@ impl Registry {
             origin: Origin::Registered {
                 from: manifest.origin,
             },
-            settings: manifest.settings,
+            settings,
             modified_at_ms: manifest.created_at_ms,
         }
     }
@@ -526,7 +539,10 @@ impl Registry {
                 size: spec.size,
                 path: self.cache.path_of(spec),
                 origin: Origin::Known,
-                settings: ModelSettings::default(),
+                settings: ModelSettings {
+                    template: spec.chat_template.map(str::to_owned),
+                    ..ModelSettings::default()
+                },
                 modified_at_ms: 0,
             }),
             None => Err(self.unknown(setting)),
@@ -583,7 +599,10 @@ impl Registry {
             model: digest_of(spec.sha256),
             size: spec.size,
             origin: format!("package {}", parts.join(" + ")),
-            settings: ModelSettings::default(),
+            settings: ModelSettings {
+                template: spec.chat_template.map(str::to_owned),
+                ..ModelSettings::default()
+            },
             created_at_ms: now_ms(),
         };
         debug_assert_eq!(path, self.cache.blob_path(spec.sha256));

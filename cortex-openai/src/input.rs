@@ -96,6 +96,12 @@ fn token_id(value: &Value, field: &str) -> Result<TokenId, String> {
 fn apply_sampling(fields: &Fields, request: &mut Request) -> Result<(), String> {
     let s: &mut SamplingParams = &mut request.sampling;
     if let Some(v) = number(fields, "temperature")? {
+        // OpenAI's range; the engine takes any finite temperature >= 0.
+        if !(0.0..=2.0).contains(&v) {
+            return Err(format!(
+                "temperature = {v} is out of range: expected a number in [0, 2]"
+            ));
+        }
         s.temperature = v as f32;
     }
     if let Some(v) = number(fields, "top_p")? {
@@ -255,6 +261,17 @@ fn logprobs_of(fields: &Fields, endpoint: Endpoint) -> Result<Option<u32>, Strin
     }
 }
 
+/// An unknown field, and the known one it was probably meant to be.
+fn unknown_field(key: &str, prompt_field: &str) -> String {
+    let known = [prompt_field, "messages", "prompt"]
+        .into_iter()
+        .chain(SAMPLING_FIELDS.iter().copied());
+    match cortex_request::closest_name(key, known) {
+        Some(field) => format!("unknown field {key:?}: did you mean {field:?}?"),
+        None => format!("unknown field {key:?}"),
+    }
+}
+
 /// Builds the request from a body (OpenAI) or a whole plain line.
 fn request_from(
     fields: &Fields,
@@ -280,7 +297,7 @@ fn request_from(
         {
             continue;
         }
-        return Err(format!("unknown field {key:?}"));
+        return Err(unknown_field(key, prompt_field));
     }
     let prompt = match (endpoint, fields.get(prompt_field)) {
         (_, None | Some(Value::Null)) => return Err(format!("missing {prompt_field}")),
@@ -435,7 +452,15 @@ pub fn parse_line(line: u64, text: &str, defaults: &JobDefaults) -> Result<NewIt
             (true, true) => return Err(fail("has both prompt and messages; give one".into())),
             (true, false) => Endpoint::ChatCompletions,
             (false, true) => Endpoint::Completions,
-            (false, false) => return Err(fail("missing prompt (or messages)".into())),
+            // A misspelt field says so, rather than that the prompt is missing.
+            (false, false) => {
+                return Err(fail(
+                    request_from(&fields, Endpoint::Completions, &["custom_id"], defaults)
+                        .err()
+                        .filter(|e| e.starts_with("unknown field"))
+                        .unwrap_or_else(|| "missing prompt (or messages)".into()),
+                ));
+            }
         };
         let (request, model) =
             request_from(&fields, endpoint, &["custom_id"], defaults).map_err(fail)?;
@@ -560,6 +585,36 @@ mod tests {
         parse_line(1, line, &JobDefaults::default())
             .map(|item| item.request.as_generate().unwrap().grammar.clone())
             .map_err(|e| e.message)
+    }
+
+    #[test]
+    fn a_misspelt_field_is_named_and_temperature_keeps_openais_range() {
+        let error = |line: &str| {
+            parse_line(3, line, &JobDefaults::default())
+                .unwrap_err()
+                .message
+        };
+        assert_eq!(
+            error(r#"{"promt": "hi"}"#),
+            "unknown field \"promt\": did you mean \"prompt\"?"
+        );
+        assert_eq!(error(r#"{"zzz": 1}"#), "unknown field \"zzz\"");
+        assert_eq!(
+            error(r#"{"max_tokens": 3}"#),
+            "missing prompt (or messages)"
+        );
+        assert_eq!(
+            error(r#"{"prompt": "hi", "temperature": 5}"#),
+            "temperature = 5 is out of range: expected a number in [0, 2]"
+        );
+        assert!(
+            parse_line(
+                3,
+                r#"{"prompt": "hi", "temperature": 2}"#,
+                &JobDefaults::default()
+            )
+            .is_ok()
+        );
     }
 
     #[test]

@@ -7,8 +7,8 @@ use std::io::{BufReader, Read};
 use std::path::Path;
 
 use cortex_queue::{
-    ExportSummary, InputReport, ItemSource, JobId, JobStore, LineError, LineResult, QueueError,
-    SubmitOptions, Submitted,
+    ExportSummary, InputReport, ItemSource, JobId, JobStore, LineError, LineResult, NewItem,
+    QueueError, SubmitOptions, Submitted,
 };
 use sha2::{Digest, Sha256};
 
@@ -33,6 +33,8 @@ impl<R: Read> Read for HashingReader<R> {
 struct JsonlSource<'b, R: Read> {
     lines: InputReader<BufReader<HashingReader<R>>>,
     batch: Option<&'b BatchRequest>,
+    /// Why chat lines are refused (the model renders no chats).
+    chats_refused: Option<String>,
 }
 
 impl<'b, R: Read> JsonlSource<'b, R> {
@@ -47,7 +49,34 @@ impl<'b, R: Read> JsonlSource<'b, R> {
                 options.defaults.clone(),
             ),
             batch,
+            chats_refused: options.chats_refused.clone(),
         }
+    }
+
+    /// The line's item, unless its batch or its model cannot take it.
+    fn check(&self, item: NewItem) -> LineResult {
+        let refuse = |item: NewItem, message: String| {
+            Err(LineError {
+                line: item.line,
+                custom_id: Some(item.custom_id),
+                message,
+            })
+        };
+        if let Some(batch) = self.batch
+            && let Err(message) = batch.check_line_endpoint(&item.endpoint)
+        {
+            return refuse(item, message);
+        }
+        if let Some(reason) = &self.chats_refused
+            && item
+                .request
+                .as_generate()
+                .is_some_and(|r| matches!(r.prompt, cortex_request::Prompt::Chat(_)))
+        {
+            let message = format!("a chat (messages), but {reason}");
+            return refuse(item, message);
+        }
+        Ok(item)
     }
 }
 
@@ -56,19 +85,7 @@ impl<R: Read> Iterator for JsonlSource<'_, R> {
 
     fn next(&mut self) -> Option<Self::Item> {
         let next = self.lines.next()?;
-        let Some(batch) = self.batch else {
-            return Some(next);
-        };
-        Some(next.map(|line| {
-            line.and_then(|item| match batch.check_line_endpoint(&item.endpoint) {
-                Ok(()) => Ok(item),
-                Err(message) => Err(LineError {
-                    line: item.line,
-                    custom_id: Some(item.custom_id),
-                    message,
-                }),
-            })
-        }))
+        Some(next.map(|line| line.and_then(|item| self.check(item))))
     }
 }
 

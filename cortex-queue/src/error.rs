@@ -52,6 +52,14 @@ pub enum QueueError {
         /// SQLite's message.
         detail: String,
     },
+    /// An export's file could not be written where it was asked for.
+    #[error("cannot write {path}: {detail}; nothing was written")]
+    Export {
+        /// The file asked for.
+        path: PathBuf,
+        /// Why, in words.
+        detail: String,
+    },
     /// A file could not be read or written.
     #[error("{path}: {source}")]
     Io {
@@ -136,6 +144,7 @@ impl QueueError {
             QueueError::DiskFull { .. } => "disk_full",
             QueueError::Busy { .. } => "busy",
             QueueError::Database { .. } => "database",
+            QueueError::Export { .. } => "export_failed",
             QueueError::Io { .. } => "io",
             QueueError::NoSuchJob(_) => "no_such_job",
             QueueError::NoSuchItem { .. } => "no_such_item",

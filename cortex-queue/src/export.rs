@@ -73,44 +73,87 @@ pub trait ExportFormat {
     fn error_line(&self, job: &Job, error: &ExportedError) -> String;
 }
 
-/// Writes `path` through a temporary file beside it: written, flushed,
-/// fsynced, renamed over `path`, and the directory fsynced. On any error the
-/// temporary file is removed and `path` is untouched.
-fn write_atomically<E: From<QueueError>>(
-    path: &Path,
-    fill: impl FnOnce(&mut BufWriter<File>) -> Result<u64, E>,
-) -> Result<u64, E> {
-    let io_error = |source: std::io::Error| {
-        E::from(QueueError::Io {
+/// A file being written through a temporary file beside it, renamed over
+/// it once whole: a reader never sees half a file, and a failure leaves the
+/// file as it was.
+struct AtomicFile {
+    path: PathBuf,
+    temp: PathBuf,
+    writer: Option<BufWriter<File>>,
+}
+
+impl AtomicFile {
+    /// Creates the temporary file; a place where no file can be made is
+    /// refused here, before anything is written anywhere.
+    fn create(path: &Path) -> Result<Self> {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "output".into());
+        let temp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+        let refused = |source: std::io::Error| {
+            let dir = path
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+            QueueError::Export {
+                path: path.to_path_buf(),
+                detail: if path.is_dir() {
+                    "it is a directory".into()
+                } else {
+                    format!("no file can be created in {} ({source})", dir.display())
+                },
+            }
+        };
+        if path.is_dir() {
+            return Err(refused(std::io::Error::other("a directory")));
+        }
+        let file = File::create(&temp).map_err(refused)?;
+        Ok(Self {
             path: path.to_path_buf(),
-            source,
+            writer: Some(BufWriter::with_capacity(1 << 16, file)),
+            temp,
         })
-    };
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "output".into());
-    let temp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
-    let result = (|| {
-        let file = File::create(&temp).map_err(io_error)?;
-        let mut writer = BufWriter::with_capacity(1 << 16, file);
-        let lines = fill(&mut writer)?;
-        let file = writer.into_inner().map_err(|e| io_error(e.into_error()))?;
-        file.sync_all().map_err(io_error)?;
-        drop(file);
-        std::fs::rename(&temp, path).map_err(io_error)?;
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+    }
+
+    fn io_error(&self, source: std::io::Error) -> QueueError {
+        QueueError::Io {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    fn writer(&mut self) -> &mut BufWriter<File> {
+        self.writer.as_mut().expect("written before it is finished")
+    }
+
+    /// Flushes and fsyncs the temporary file.
+    fn flush(&mut self) -> Result<()> {
+        let writer = self.writer.take().expect("flushed once");
+        let file = writer
+            .into_inner()
+            .map_err(|e| self.io_error(e.into_error()))?;
+        file.sync_all().map_err(|e| self.io_error(e))
+    }
+
+    /// Renames it over the file asked for, durably.
+    fn commit(self) -> Result<()> {
+        std::fs::rename(&self.temp, &self.path).map_err(|e| self.io_error(e))?;
+        if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
             // Makes the rename itself durable; not every platform can open a directory.
             if let Ok(dir) = File::open(dir) {
                 let _ = dir.sync_all();
             }
         }
-        Ok(lines)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&temp);
+        Ok(())
     }
-    result
+}
+
+impl Drop for AtomicFile {
+    fn drop(&mut self) {
+        // Not committed: the temporary file goes (after a commit it is gone).
+        let _ = std::fs::remove_file(&self.temp);
+    }
 }
 
 /// Refuses to export a job that is still running, unless `partial`.
@@ -146,19 +189,31 @@ pub fn export_files<R, E: From<QueueError>>(
     results: impl FnOnce(&mut R, RowSink<'_, ExportedResult, E>) -> Result<(), E>,
     error_rows: impl FnOnce(&mut R, RowSink<'_, ExportedError, E>) -> Result<(), E>,
 ) -> Result<ExportSummary, E> {
+    // Both files or neither: each is made first, and both are renamed into
+    // place only once both are whole.
+    let mut output_file = AtomicFile::create(output)?;
+    let mut errors_file = errors.map(AtomicFile::create).transpose()?;
     let results = write_lines(
-        output,
+        &mut output_file,
         |sink| results(reader, sink),
         |result| format.result_line(job, result),
     )?;
-    let errors_written = match errors {
+    let errors_written = match &mut errors_file {
         None => 0,
-        Some(path) => write_lines(
-            path,
+        Some(file) => write_lines(
+            file,
             |sink| error_rows(reader, sink),
             |error| format.error_line(job, error),
         )?,
     };
+    output_file.flush()?;
+    if let Some(file) = &mut errors_file {
+        file.flush()?;
+    }
+    if let Some(file) = errors_file {
+        file.commit()?;
+    }
+    output_file.commit()?;
     Ok(ExportSummary {
         output: output.to_path_buf(),
         results,
@@ -168,25 +223,19 @@ pub fn export_files<R, E: From<QueueError>>(
     })
 }
 
-/// Writes `path` atomically, one line per row that `rows` hands over, as
-/// `line` renders it; returns how many.
+/// Writes one line per row that `rows` hands over into `file`, as `line`
+/// renders it; returns how many.
 fn write_lines<T, E: From<QueueError>>(
-    path: &Path,
+    file: &mut AtomicFile,
     rows: impl FnOnce(RowSink<'_, T, E>) -> Result<(), E>,
     line: impl Fn(&T) -> String,
 ) -> Result<u64, E> {
-    write_atomically(path, |w| {
-        let mut count = 0;
-        rows(&mut |row| {
-            writeln!(w, "{}", line(&row)).map_err(|source| {
-                E::from(QueueError::Io {
-                    path: path.to_path_buf(),
-                    source,
-                })
-            })?;
-            count += 1;
-            Ok(())
-        })?;
-        Ok(count)
-    })
+    let mut count = 0;
+    rows(&mut |row| {
+        let written = writeln!(file.writer(), "{}", line(&row));
+        written.map_err(|source| E::from(file.io_error(source)))?;
+        count += 1;
+        Ok(())
+    })?;
+    Ok(count)
 }

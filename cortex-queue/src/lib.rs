@@ -109,7 +109,10 @@ pub enum JobState {
     Validating,
     /// Items are waiting or running.
     InProgress,
-    /// No item is waiting any more; the last ones are running.
+    /// OpenAI's state between a batch's last item and its output file. A
+    /// job's results are written when asked for, so the state machine never
+    /// enters it; a job found in it (a database of an earlier cortex, which
+    /// used it while the last items ran) settles as one in progress.
     Finalizing,
     /// Every item ended, at least one with a result.
     Completed,
@@ -161,18 +164,20 @@ impl JobState {
 
     /// The job state machine, as every storage backend applies it after a
     /// write: where a job in this state goes given its items' `counts`.
-    /// A running job is `finalizing` once nothing is pending, `completed`
-    /// once nothing is pending or running and something completed (else
-    /// `failed`), and `in_progress` again when items became pending (a
-    /// retry); a cancelling job is `cancelled` once nothing runs. Other
-    /// states change only by an explicit act (submit, cancel, resume).
+    /// A running job is `in_progress` while any item is pending or running,
+    /// then `completed` if something completed (else `failed`), and
+    /// `in_progress` again when items became pending (a retry); a
+    /// cancelling job is `cancelled` once nothing runs. Other states change
+    /// only by an explicit act (submit, cancel, resume).
     ///
     /// ```
     /// use cortex_queue::{JobCounts, JobState};
     ///
     /// let counts = JobCounts { total: 2, running: 1, completed: 1, ..JobCounts::default() };
-    /// assert_eq!(JobState::InProgress.settled(&counts), JobState::Finalizing);
+    /// assert_eq!(JobState::InProgress.settled(&counts), JobState::InProgress);
     /// assert_eq!(JobState::Cancelling.settled(&counts), JobState::Cancelling);
+    /// let done = JobCounts { total: 2, completed: 1, failed: 1, ..JobCounts::default() };
+    /// assert_eq!(JobState::InProgress.settled(&done), JobState::Completed);
     /// ```
     pub fn settled(self, counts: &JobCounts) -> JobState {
         let (pending, running) = (counts.pending, counts.running);
@@ -184,7 +189,6 @@ impl JobState {
                     JobState::Failed
                 }
             }
-            JobState::InProgress | JobState::Finalizing if pending == 0 => JobState::Finalizing,
             JobState::InProgress | JobState::Finalizing => JobState::InProgress,
             JobState::Cancelling if running == 0 => JobState::Cancelled,
             other => other,
@@ -267,10 +271,12 @@ mod state_machine_tests {
         let cases = [
             // (from, pending, running, completed, to)
             (InProgress, 3, 1, 0, InProgress),
-            (InProgress, 0, 2, 0, Finalizing),
+            // Running items keep a job in progress to its last one.
+            (InProgress, 0, 2, 0, InProgress),
             (InProgress, 0, 0, 4, Completed),
             (InProgress, 0, 0, 0, Failed),
-            (Finalizing, 0, 1, 0, Finalizing),
+            // A job an earlier cortex left finalizing settles as in progress.
+            (Finalizing, 0, 1, 0, InProgress),
             (Finalizing, 1, 0, 0, InProgress),
             (Finalizing, 0, 0, 1, Completed),
             (Finalizing, 0, 0, 0, Failed),

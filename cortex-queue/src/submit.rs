@@ -59,6 +59,10 @@ pub struct SubmitOptions {
     pub skip_invalid: bool,
     /// Submit even if the same file with the same parameters was submitted before.
     pub force: bool,
+    /// Why chat lines cannot run, when the job's model cannot render a
+    /// chat (its GGUF has no template and none was chosen): such lines are
+    /// refused at submit with this reason, not failed later.
+    pub chats_refused: Option<String>,
 }
 
 impl SubmitOptions {
@@ -74,6 +78,7 @@ impl SubmitOptions {
             max_attempts: 3,
             skip_invalid: false,
             force: false,
+            chats_refused: None,
         }
     }
 }

@@ -66,6 +66,12 @@ impl SamplingParams {
         self.temperature == 0.0 || self.top_k == 1
     }
 
+    /// Whether the token is the argmax of the raw logits: greedy, with no
+    /// bias and no penalty to adjust them first.
+    pub fn is_plain_argmax(&self) -> bool {
+        self.is_greedy() && self.logit_bias.is_empty() && !self.has_penalties()
+    }
+
     /// Whether any penalty needs the token history.
     pub fn has_penalties(&self) -> bool {
         self.repetition_penalty != 1.0

@@ -100,6 +100,17 @@ impl BatchRow<'_> {
     }
 }
 
+/// The argmax of each row of logits (lowest id on ties, NaN ignored), in
+/// parallel on rayon's pool: greedy rows with nothing to adjust, read where
+/// the backend left them (a wide batch's logits are tens of megabytes, more
+/// than one core reads in a step's time).
+pub fn argmax_rows(rows: &[&[f32]]) -> Vec<TokenId> {
+    if rows.len() < 4 {
+        return rows.iter().map(|row| argmax(row)).collect();
+    }
+    rows.par_iter().map(|row| argmax(row)).collect()
+}
+
 /// Samples every row, in parallel on rayon's pool; results are in row order and
 /// identical to sampling the rows one by one.
 pub fn sample_batch(rows: &mut [BatchRow<'_>]) -> Vec<TokenId> {

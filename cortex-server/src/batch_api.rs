@@ -398,15 +398,21 @@ pub(crate) async fn create_batch(
     let request =
         BatchRequest::parse(&body).map_err(|(m, p)| ApiError::invalid(m, p.map(Into::into)))?;
     let (info, path) = upload_of(&state, &caller, &request.input_file_id)?;
-    let model = {
+    let (model, chats_refused) = {
         let (models, path) = (Arc::clone(&state.models), path.clone());
+        let chosen = state.config.chat_template.clone();
         off_async(move || {
             let named = batch_model(&path)?;
-            models.describe(named.as_deref())
+            let model = models.describe(named.as_deref())?;
+            // Chats for a model that cannot render them are refused now,
+            // line by line, not failed later.
+            let refused = model.chat_refusal(chosen.as_deref());
+            Ok::<_, ApiError>((model, refused))
         })
         .await??
     };
     let mut options = SubmitOptions::new(model.name.clone());
+    options.chats_refused = chats_refused;
     options.model_sha256 = Some(model.sha256.clone());
     options.defaults = cortex_worker::model_defaults(&model.settings);
     options.project = caller.project.to_string();

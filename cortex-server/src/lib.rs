@@ -123,6 +123,10 @@ pub struct ServerConfig {
     pub model: ModelIdentity,
     /// Where other models are found by name.
     pub registry: Registry,
+    /// The chat template engines render chats with instead of a model's
+    /// own (`--chat-template`), if one was chosen: batches of chats for a
+    /// model without a template of its own are taken only then.
+    pub chat_template: Option<String>,
     /// How a model a request names is loaded.
     pub engine_starter: EngineStarter,
     /// How many models stay loaded, and for how long.
@@ -201,6 +205,7 @@ impl ServerConfig {
     ) -> Self {
         Self {
             registry,
+            chat_template: None,
             engine_starter,
             models: PoolLimits::default(),
             max_blob_bytes: 64 << 30,

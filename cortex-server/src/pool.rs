@@ -178,6 +178,31 @@ struct Slots {
     device: Option<Device>,
 }
 
+impl std::str::FromStr for KeepAlive {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        Self::parse_text(text)
+    }
+}
+
+/// The shortest text [`KeepAlive::parse_text`] reads back as the same value.
+impl std::fmt::Display for KeepAlive {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let KeepAlive::For(duration) = self else {
+            return f.write_str("-1");
+        };
+        let (secs, millis) = (duration.as_secs(), duration.subsec_millis());
+        match (secs, millis) {
+            (0, 0) => f.write_str("0"),
+            (s, 0) if s % 3600 == 0 => write!(f, "{}h", s / 3600),
+            (s, 0) if s % 60 == 0 => write!(f, "{}m", s / 60),
+            (s, 0) => write!(f, "{s}s"),
+            _ => write!(f, "{}ms", duration.as_millis()),
+        }
+    }
+}
+
 /// A loaded model as `/api/ps` shows it.
 pub(crate) struct Running {
     pub(crate) model: ModelIdentity,
@@ -199,12 +224,17 @@ pub struct PoolLimits {
     pub load_wait: Duration,
 }
 
+impl PoolLimits {
+    /// [`PoolLimits::max_loaded`] by default.
+    pub const DEFAULT_MAX_LOADED: usize = 3;
+}
+
 impl Default for PoolLimits {
     fn default() -> Self {
         Self {
             keep_alive: KeepAlive::DEFAULT,
             memory_budget: 0,
-            max_loaded: 3,
+            max_loaded: Self::DEFAULT_MAX_LOADED,
             load_wait: Duration::from_secs(60),
         }
     }
@@ -825,6 +855,10 @@ mod tests {
             Ok(KeepAlive::For(Duration::from_secs(90)))
         );
         assert_eq!(parse(serde_json::json!("5m")), Ok(KeepAlive::DEFAULT));
+        for text in ["5m", "1h", "90s", "500ms", "0", "-1"] {
+            let value: KeepAlive = text.parse().unwrap();
+            assert_eq!(value.to_string(), text);
+        }
         assert_eq!(
             parse(serde_json::json!("1h30m")),
             Ok(KeepAlive::For(Duration::from_secs(5400)))

@@ -33,6 +33,27 @@ impl From<ModelEntry> for ModelIdentity {
     }
 }
 
+impl ModelIdentity {
+    /// Why it cannot render a chat, if it cannot: no template chosen for it
+    /// (`chosen`, the configured one), none in its registry entry, none in
+    /// its GGUF. A known model not fetched yet is taken to chat (every one
+    /// does once pulled).
+    pub fn chat_refusal(&self, chosen: Option<&str>) -> Option<String> {
+        if chosen.is_some() || self.settings.template.is_some() || !self.path.is_file() {
+            return None;
+        }
+        match cortex_models::read_gguf(&self.path) {
+            Ok(info) if info.has_chat_template() => None,
+            // An unreadable file is the engine's to report, at load.
+            Err(_) => None,
+            Ok(_) => Some(format!(
+                "the model {} has no chat template of its own: choose one with --chat-template (e.g. chatml, gemma, llama3, or a Jinja file), or send prompt lines",
+                self.name
+            )),
+        }
+    }
+}
+
 fn model_error(setting: &str) -> impl FnOnce(RegistryError) -> WorkerError + '_ {
     move |error| WorkerError::Model {
         model: setting.to_owned(),

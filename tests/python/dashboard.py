@@ -173,10 +173,14 @@ with sync_playwright() as playwright:
     state_is(page, "completed")
     assert api(f"/v1/jobs/{running}")["job"]["counts"]["completed"] == 80
 
-    # Retry failed items: Gemma 3 270M has no chat template of its own, so
-    # its chats fail until a worker is given one.
-    failing = job_id(cortex("--model", "gemma3-270m", "submit", str(gemma_chat)))
-    cortex("--model", "gemma3-270m", "worker")
+    # Retry failed items: Gemma 3 270M's GGUF has no chat template of its
+    # own (its registry entry names one), so named by its file its chats
+    # fail in a worker given none.
+    gemma_file = DIR / "gemma-plain.gguf"
+    gemma_file.symlink_to(cortex("models", "pull", "gemma3-270m").stdout.strip().splitlines()[-1])
+    gemma = ("--model", str(gemma_file))
+    failing = job_id(cortex(*gemma, "--chat-template", "gemma", "submit", str(gemma_chat)))
+    cortex(*gemma, "worker")
     page.goto(f"{URL}/#/jobs/{failing}")
     state_is(page, "failed")
     page.select_option("#items-state", "failed")
@@ -186,7 +190,7 @@ with sync_playwright() as playwright:
     shot(page, "job-failed")
     page.click("#action-retry")
     state_is(page, "in_progress")
-    cortex("--model", "gemma3-270m", "--chat-template", "gemma", "worker")
+    cortex(*gemma, "--chat-template", "gemma", "worker")
     state_is(page, "completed")
     page.select_option("#items-state", "completed")
     expect(page.locator("#items-table tbody tr")).to_have_count(3, timeout=LONG)
@@ -194,7 +198,7 @@ with sync_playwright() as playwright:
     # The job list: filters, and a phone-sized screen.
     page.goto(URL + "/")
     expect(page.locator("#jobs tbody tr")).to_have_count(3)
-    page.select_option("#filter-model", "gemma3-270m:latest")
+    page.select_option("#filter-model", "gemma-plain:latest")
     expect(page.locator("#jobs tbody tr")).to_have_count(1)
     page.select_option("#filter-model", "")
     page.select_option("#filter-state", "completed")

@@ -246,6 +246,14 @@ impl Cortex {
         self.store().job(JobId(id)).expect("the job")
     }
 
+    /// The job, once the queue and the job exist.
+    fn maybe_job(&self, id: i64) -> Option<Job> {
+        if self.postgres.is_none() && !self.db().exists() {
+            return None;
+        }
+        self.store().job(JobId(id)).ok()
+    }
+
     /// The job's items as stored.
     pub fn items(&self, id: i64) -> Vec<ItemRecord> {
         self.store().items(JobId(id)).expect("the items")
@@ -261,9 +269,13 @@ impl Cortex {
     ) -> Job {
         let started = Instant::now();
         loop {
-            let job = self.job(id);
-            if condition(&job) {
-                return job;
+            // A command just spawned may not have created the queue or the
+            // job yet: that is waited for too.
+            let job = self.maybe_job(id);
+            if let Some(job) = &job {
+                if condition(job) {
+                    return job.clone();
+                }
             }
             assert!(
                 started.elapsed() < limit,
@@ -272,6 +284,15 @@ impl Cortex {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
+}
+
+/// Sends `signal` (a `kill` name: `TERM`, `INT`, `KILL`) to the process `pid`.
+pub fn signal(pid: u32, signal: &str) {
+    let sent = Command::new("kill")
+        .args([format!("-{signal}"), pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(sent.success(), "kill -{signal} {pid} failed");
 }
 
 /// How many items a `cortex worker` said it completed (`worker done: N completed, ...`).

@@ -5,13 +5,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::process::ExitStatusExt;
-use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use cortex_queue::{ItemState, JobState};
 use cortex_tests::{
-    Cortex, capital_reference, completion_prompts, output_texts, prompts, read_jsonl,
+    Cortex, capital_reference, completion_prompts, output_texts, prompts, read_jsonl, signal,
     wait_for_workers,
 };
 
@@ -413,13 +412,7 @@ fn sigterm_stops_a_worker_within_seconds_and_its_items_are_pending_again() {
     });
     std::thread::sleep(Duration::from_millis(500));
     let signalled = Instant::now();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &worker.id().to_string()])
-            .status()
-            .unwrap()
-            .success()
-    );
+    signal(worker.id(), "TERM");
     let output = worker.wait_with_output().unwrap();
     let took = signalled.elapsed();
     assert!(
@@ -443,6 +436,41 @@ fn sigterm_stops_a_worker_within_seconds_and_its_items_are_pending_again() {
             .filter(|i| i.state == ItemState::Pending)
             .all(|i| i.attempts == 0)
     );
+}
+
+#[test]
+fn an_interrupted_run_exits_130_and_a_submit_beside_a_worker_says_it_will_run() {
+    let _turn = turn();
+    let cortex = Cortex::new();
+    cortex.write("p.jsonl", &prompts(40, 200));
+    let run = cortex.spawn(&["run", "p.jsonl", "--parallel", "8"]);
+    cortex.wait_for(1, Duration::from_secs(120), "items running", |j| {
+        j.counts.running > 0
+    });
+    signal(run.id(), "INT");
+    let output = run.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(130), "{stderr}");
+    assert!(
+        stderr.contains("run the same command again to continue"),
+        "{stderr}"
+    );
+
+    // A worker is working the queue: a new job is told it will run there,
+    // not to start one.
+    let worker = cortex.spawn(&["worker", "--follow", "--parallel", "8"]);
+    cortex.wait_for(1, Duration::from_secs(120), "the worker at work", |j| {
+        j.counts.running > 0
+    });
+    cortex.write("q.jsonl", &prompts(2, 4));
+    let submitted = cortex.run(&["submit", "q.jsonl"]);
+    let said = String::from_utf8_lossy(&submitted.stderr);
+    assert!(
+        said.contains("will generate them") && !said.contains("run `cortex worker`"),
+        "{said}"
+    );
+    signal(worker.id(), "TERM");
+    worker.wait_with_output().unwrap();
 }
 
 #[test]

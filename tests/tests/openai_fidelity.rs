@@ -134,8 +134,9 @@ fn every_kind_of_batch_line_gives_a_valid_output_or_a_clear_error() {
 #[test]
 fn a_model_without_a_chat_template_takes_chats_with_one_chosen_by_name_or_file() {
     let cortex = Cortex::new();
-    // Gemma 3 270M (base) ships no chat template.
-    cortex.ok(&["models", "pull", "gemma3-270m"]);
+    // Gemma 3 270M (base) ships no chat template in its GGUF; its registry
+    // entry names its family's, so pulled by name it chats out of the box.
+    let pulled = cortex.ok(&["models", "pull", "gemma3-270m"]);
     let chats: String = (0..2)
         .map(|i| {
             format!(
@@ -146,40 +147,57 @@ fn a_model_without_a_chat_template_takes_chats_with_one_chosen_by_name_or_file()
         })
         .collect();
     cortex.write("chat.jsonl", &chats);
-    let gemma = ["--model", "gemma3-270m"];
+    cortex.ok(&["--model", "gemma3-270m", "submit", "chat.jsonl"]);
+    cortex.ok(&["--model", "gemma3-270m", "worker"]);
+    assert_eq!(cortex.job(1).counts.completed, 2);
 
-    // Without one, each item fails at once with what to do.
-    cortex.ok(&[&gemma[..], &["submit", "chat.jsonl"]].concat());
-    cortex.ok(&[&gemma[..], &["worker"]].concat());
-    let job = cortex.job(1);
-    assert_eq!(job.counts.failed, 2);
-    let item = &cortex.items(1)[0];
-    assert_eq!(item.attempts, 1);
+    // Named by its file, it has none: chat lines are refused at submit,
+    // each with its line number and what to do, and nothing is stored.
+    let file = pulled.trim().lines().last().unwrap().to_owned();
+    let gemma = ["--model", file.as_str()];
+    let refused = cortex.run(&[&gemma[..], &["submit", "chat.jsonl"]].concat());
+    assert_eq!(refused.status.code(), Some(3));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(
-        item.error_message
-            .as_deref()
-            .unwrap()
-            .contains("the model has no chat template of its own; choose one with --chat-template"),
-        "{item:?}"
+        stderr.contains("line 1 (custom_id \"c0\"): a chat (messages), but the model")
+            && stderr.contains("has no chat template of its own: choose one with --chat-template"),
+        "{stderr}"
+    );
+    assert!(
+        cortex.run(&["status", "2"]).status.code() == Some(4),
+        "nothing was stored"
     );
 
-    // By name (rendered by llama.cpp), and from a Jinja file (rendered by minijinja).
-    cortex.ok(&[&gemma[..], &["retry", "1"]].concat());
+    // By name (rendered by llama.cpp), and from a Jinja file (rendered by
+    // minijinja): both render what the registry's entry renders.
+    cortex.ok(&[
+        &gemma[..],
+        &[
+            "--chat-template",
+            "gemma",
+            "submit",
+            "chat.jsonl",
+            "--force",
+        ],
+    ]
+    .concat());
     cortex.ok(&[&gemma[..], &["--chat-template", "gemma", "worker"]].concat());
-    assert_eq!(cortex.job(1).counts.completed, 2);
-    let file = cortex.write(
+    assert_eq!(cortex.job(2).counts.completed, 2);
+    let template = cortex.write(
         "gemma.jinja",
         // Jinja, as transformers renders it: the template's own trailing
         // newline is dropped, so the last one is written as an expression.
         "{% for m in messages %}<start_of_turn>{{ m.role }}\n{{ m.content }}<end_of_turn>\n{% endfor %}{{ '<start_of_turn>model\\n' }}",
     );
-    cortex.ok(&[&gemma[..], &["submit", "chat.jsonl", "--force"]].concat());
+    let by_file = ["--chat-template", template.to_str().unwrap()];
     cortex.ok(&[
         &gemma[..],
-        &["--chat-template", file.to_str().unwrap(), "worker"],
+        &by_file[..],
+        &["submit", "chat.jsonl", "--force"],
     ]
     .concat());
-    assert_eq!(cortex.job(2).counts.completed, 2);
+    cortex.ok(&[&gemma[..], &by_file[..], &["worker"]].concat());
+    assert_eq!(cortex.job(3).counts.completed, 2);
     // The same template renders the same prompt: the same greedy outputs.
     let texts = |job: &str| {
         cortex.ok(&["results", job, "-o", &format!("{job}.jsonl")]);
@@ -189,6 +207,7 @@ fn a_model_without_a_chat_template_takes_chats_with_one_chosen_by_name_or_file()
             .collect::<Vec<_>>()
     };
     assert_eq!(texts("1"), texts("2"));
+    assert_eq!(texts("2"), texts("3"));
 
     // A name llama.cpp does not know is refused before anything runs.
     let refused = cortex.run(&[

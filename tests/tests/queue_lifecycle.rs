@@ -56,8 +56,8 @@ fn a_job_runs_to_completion_and_exports_openai_batch_output_in_input_order(b: &B
     assert_eq!(rest.len(), 2);
     assert_eq!(
         store.job(job).unwrap().state,
-        JobState::Finalizing,
-        "nothing pending, items running"
+        JobState::InProgress,
+        "nothing pending, items running: in progress until they end"
     );
 
     // Complete out of order; the export is still in input order.
@@ -544,7 +544,7 @@ fn released_items_are_pending_again_without_using_an_attempt(b: &Backend) {
     let mut store = b.open();
     let job = submit_prompts(store.as_mut(), dir.path(), "p.jsonl", 2);
     let claimed = store.claim(2, &ClaimOptions::default()).unwrap();
-    assert_eq!(store.job(job).unwrap().state, JobState::Finalizing);
+    assert_eq!(store.job(job).unwrap().state, JobState::InProgress);
     let leases: Vec<_> = claimed.iter().map(|c| c.lease).collect();
     assert_eq!(store.release(&leases).unwrap(), 2);
     let job_now = store.job(job).unwrap();
@@ -579,7 +579,7 @@ fn higher_priority_jobs_are_claimed_first_and_claims_can_be_limited_to_jobs(b: &
     assert_eq!(claimed.iter().map(|c| c.job).collect::<Vec<_>>(), [low]);
 
     let filter = JobFilter {
-        state: Some(JobState::Finalizing),
+        state: Some(JobState::InProgress),
         ..JobFilter::default()
     };
     assert_eq!(store.jobs(&filter).unwrap().len(), 2);
@@ -663,10 +663,21 @@ fn export_refuses_a_running_job_unless_partial_and_never_leaves_half_a_file(b: &
     let nowhere = dir.path().join("missing-dir").join("out.jsonl");
     let error = store.export(job, &nowhere, None, true).unwrap_err();
     assert!(
-        error
-            .to_string()
-            .starts_with(&nowhere.display().to_string()),
+        error.to_string().starts_with(&format!(
+            "cannot write {}: no file can be created in ",
+            nowhere.display()
+        )) && error.to_string().ends_with("nothing was written"),
         "{error}"
+    );
+    // Both files or neither: an errors file that cannot be written leaves
+    // the output as it was.
+    let before = std::fs::read_to_string(&output).unwrap();
+    assert!(store.export(job, &output, Some(&nowhere), true).is_err());
+    assert_eq!(std::fs::read_to_string(&output).unwrap(), before);
+    assert!(
+        !output
+            .with_file_name(format!(".out.jsonl.{}.tmp", std::process::id()))
+            .exists()
     );
     assert!(matches!(
         store.export(cortex_queue::JobId(99), &output, None, true),

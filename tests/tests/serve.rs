@@ -125,6 +125,10 @@ fn sigterm_stops_the_server_and_releases_its_claimed_items() {
     }
     assert!(status.success(), "{status}: {stderr}");
     assert!(
+        stderr.contains(&format!("dashboard: {}/", server.url())),
+        "it says where its dashboard is: {stderr}"
+    );
+    assert!(
         took < Duration::from_secs(10),
         "the server took {took:?} to stop"
     );

@@ -2,7 +2,7 @@
 
 use cortex_engine::bench::{self, ReportPlan};
 
-use crate::BenchArgs;
+use crate::cli::BenchArgs;
 use crate::config::Config;
 use crate::output;
 use crate::worker::resolve_model;
@@ -11,7 +11,7 @@ pub(crate) fn bench(config: &Config, args: &BenchArgs) -> anyhow::Result<()> {
     let model = resolve_model(config)?;
     let plan = ReportPlan {
         // The batched rows and the prefix job set their own parallelism.
-        engine: config.engine(&model, cortex_engine::EngineConfig::DEFAULT_PARALLEL),
+        engine: config.engine_config(&model),
         batch_sizes: args.batch.clone(),
         repeats: args.repeat.max(1),
         raw: !args.engine_only,

@@ -8,8 +8,9 @@ use anyhow::Context as _;
 use cortex_engine::{Engine, EngineEvent, Shutdown};
 use cortex_request::{ChatMessage, Prompt, Request, RequestId};
 
-use crate::GenerateArgs;
+use crate::cli::GenerateArgs;
 use crate::config::Config;
+use crate::settings::Source;
 use crate::worker::resolve_model;
 
 /// The grammar `generate` constrains its output with, from `--json-schema`
@@ -35,7 +36,12 @@ fn generation_grammar(args: &GenerateArgs) -> anyhow::Result<Option<String>> {
 
 pub(crate) fn generate(config: &Config, args: &GenerateArgs) -> anyhow::Result<()> {
     let model = resolve_model(config)?;
-    let engine = Engine::start(&config.engine(&model, 1))?;
+    let mut settings = config.engine_config(&model);
+    // One prompt: one sequence, unless the user asked for more.
+    if config.parallel.source == Source::Default {
+        settings.parallel = 1;
+    }
+    let engine = Engine::start(&settings)?;
     // A registered model's SYSTEM and PARAMETERs, under the flags.
     let defaults = cortex_worker::model_defaults(&model.settings);
     let has = |name: &str| model.settings.parameters.iter().any(|p| p.name == name);

@@ -7,15 +7,15 @@ use cortex_openai::{ExportJsonl, SubmitJsonl};
 use cortex_queue::{JobFilter, JobId, JobState, Queue, QueueError, SubmitOptions, Submitted};
 
 use super::open_store;
-use crate::SubmitArgs;
+use crate::cli::SubmitArgs;
 use crate::config::Config;
 use crate::output;
 use crate::worker::identify_model;
 
 fn submit_options(config: &Config, args: &SubmitArgs) -> anyhow::Result<SubmitOptions> {
     let model = identify_model(config)?;
-    let mut options = SubmitOptions::new(model.name);
-    options.model_sha256 = Some(model.sha256);
+    let mut options = SubmitOptions::new(model.name.clone());
+    options.model_sha256 = Some(model.sha256.clone());
     // The model's own settings first; the flags below override them.
     options.defaults = cortex_worker::model_defaults(&model.settings);
     if let Some(v) = args.max_tokens {
@@ -29,10 +29,12 @@ fn submit_options(config: &Config, args: &SubmitArgs) -> anyhow::Result<SubmitOp
     }
     options.defaults.sampling.seed = args.seed;
     options.priority = args.priority;
-    options.max_attempts = args.max_attempts.unwrap_or(config.max_attempts.value);
+    options.max_attempts = config.max_attempts.value;
     options.metadata = args.metadata.iter().cloned().collect();
     options.skip_invalid = args.skip_invalid;
     options.force = args.force;
+    let chosen = &config.chat_template.value;
+    options.chats_refused = model.chat_refusal((!chosen.is_empty()).then_some(chosen.as_str()));
     Ok(options)
 }
 
@@ -45,9 +47,14 @@ pub(super) fn submit_job(
     store
         .submit_file(&args.file, &options)
         .map_err(|e| match e {
-            QueueError::InvalidInput(_) if !args.skip_invalid => anyhow::Error::new(e).context(
-                "the file was rejected (fix the lines, or --skip-invalid to keep the valid ones)",
-            ),
+            // Bad lines: fix them, or keep the rest (an empty file has none).
+            QueueError::InvalidInput(ref report)
+                if !args.skip_invalid && !report.errors.is_empty() =>
+            {
+                anyhow::Error::new(e).context(
+                    "the file was rejected (fix the lines, or --skip-invalid to keep the valid ones)",
+                )
+            }
             other => other.into(),
         })
 }
@@ -55,7 +62,28 @@ pub(super) fn submit_job(
 pub(crate) fn submit(config: &Config, args: &SubmitArgs) -> anyhow::Result<()> {
     let mut store = open_store(config)?;
     let submitted = submit_job(store.as_mut(), config, args)?;
-    output::submitted(&submitted, args.json)
+    let worker = live_worker(store.as_mut(), config, &submitted)?;
+    output::submitted(&submitted, worker.as_deref(), args.json)
+}
+
+/// A worker that is working the queue now (a `cortex worker` or `cortex
+/// serve` whose heartbeat is recent) and can take the job: where it runs.
+fn live_worker(
+    store: &mut dyn Queue,
+    config: &Config,
+    submitted: &Submitted,
+) -> anyhow::Result<Option<String>> {
+    let job = store.job(submitted.job)?;
+    let now = cortex_queue::now_ms();
+    let recent = 2 * 1000 * i64::try_from(config.lease_seconds.value).unwrap_or(i64::MAX / 4);
+    Ok(store
+        .workers()?
+        .into_iter()
+        .filter(|w| {
+            w.model_sha256.is_none() || w.model_sha256.as_deref() == job.model_sha256.as_deref()
+        })
+        .find(|w| now - w.heartbeat_at.unwrap_or(w.registered_at) < recent)
+        .map(|w| format!("{} (pid {})", w.host, w.pid)))
 }
 
 fn newest_job(store: &mut dyn Queue) -> anyhow::Result<JobId> {

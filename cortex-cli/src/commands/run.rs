@@ -10,10 +10,10 @@ use cortex_queue::{JobState, QueueError};
 
 use super::jobs::submit_job;
 use super::open_store;
-use crate::RunArgs;
+use crate::cli::RunArgs;
 use crate::config::Config;
 use crate::output;
-use crate::worker::{StopFlag, WorkerScope, resolve_model, run_worker};
+use crate::worker::{Interrupted, StopFlag, WorkerScope, resolve_model, run_worker};
 
 /// Submits the file (or finds it already submitted), works on that job until
 /// it ends, and writes its results next to the current directory.
@@ -86,11 +86,15 @@ pub(crate) fn run_file(config: &Config, args: &RunArgs) -> anyhow::Result<()> {
     }
     let status = store.status(job)?;
     if !status.job.state.is_terminal() {
-        bail!(
+        let message = format!(
             "stopped before job {job} finished ({} of {} done); run the same command again to continue",
             status.job.counts.finished(),
             status.job.counts.total
         );
+        if stop.raised() {
+            return Err(Interrupted(message).into());
+        }
+        bail!(message);
     }
     let stem = args
         .submit

@@ -4,8 +4,9 @@ use anyhow::Context as _;
 use cortex_queue::JobId;
 
 use super::open_store;
-use crate::WorkerArgs;
+use crate::cli::WorkerArgs;
 use crate::config::Config;
+use crate::output::outln;
 use crate::worker::{StopFlag, WorkerScope, resolve_model, run_every_model, run_worker};
 
 pub(crate) fn worker(config: &Config, args: &WorkerArgs) -> anyhow::Result<()> {
@@ -63,7 +64,7 @@ pub(crate) fn detach_worker(config: &Config) -> anyhow::Result<()> {
         .process_group(0)
         .spawn()
         .context("cannot start the worker")?;
-    println!("{}", child.id());
+    outln!("{}", child.id())?;
     eprintln!(
         "worker started in the background (pid {}); log: {}",
         child.id(),

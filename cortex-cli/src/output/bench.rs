@@ -12,7 +12,7 @@ pub(crate) fn bench_report(
     json: bool,
 ) -> anyhow::Result<()> {
     if !json {
-        println!("{report}");
+        outln!("{report}")?;
         return Ok(());
     }
     let row = |r: &BenchRow| {

@@ -16,14 +16,14 @@ pub(crate) fn settings(config: &Config, json: bool) -> anyhow::Result<()> {
         return print_json(&map);
     }
     match &config.file {
-        Some(file) => println!("# config file: {}", file.display()),
-        None => println!(
+        Some(file) => outln!("# config file: {}", file.display())?,
+        None => outln!(
             "# config file: none (looked for ./cortex.toml and $XDG_CONFIG_HOME/cortex/cortex.toml)"
-        ),
+        )?,
     }
     let width = entries.iter().map(|(k, _, _)| k.len()).max().unwrap_or(0);
     for (key, value, source) in entries {
-        println!("{key:<width$} = {value:<50} # {source}");
+        outln!("{key:<width$} = {value:<50} # {source}")?;
     }
     Ok(())
 }

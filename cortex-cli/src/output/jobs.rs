@@ -112,23 +112,32 @@ pub(crate) fn update_bar(bar: &ProgressBar, status: &JobStatus) {
     ));
 }
 
-/// What `cortex submit` says about a stored job.
-pub(crate) fn submitted(submitted: &Submitted, json: bool) -> anyhow::Result<()> {
+/// What `cortex submit` says about a stored job, and who will run it: the
+/// worker already working the queue (`worker`), or the command to start one.
+pub(crate) fn submitted(
+    submitted: &Submitted,
+    worker: Option<&str>,
+    json: bool,
+) -> anyhow::Result<()> {
     if json {
         return print_json(&json!({
             "job": submitted.job, "items": submitted.items, "invalid": submitted.invalid,
             "invalid_lines": submitted.first_errors.iter().map(ToString::to_string).collect::<Vec<_>>(),
         }));
     }
-    println!("{}", submitted.job);
+    outln!("{}", submitted.job)?;
     if submitted.invalid > 0 {
         eprintln!(
             "{} invalid lines recorded as failed, e.g. {}",
             submitted.invalid, submitted.first_errors[0]
         );
     }
+    let next = match worker {
+        Some(worker) => format!("the worker on {worker} will generate them"),
+        None => "run `cortex worker` to generate them".to_owned(),
+    };
     eprintln!(
-        "job {} submitted with {}; run `cortex worker` to generate them",
+        "job {} submitted with {}; {next}",
         submitted.job,
         requests(submitted.items)
     );
@@ -149,7 +158,7 @@ pub(crate) fn status(status: &JobStatus, json: bool) -> anyhow::Result<()> {
     if json {
         print_json(status)
     } else {
-        println!("{}", status_text(status));
+        outln!("{}", status_text(status))?;
         Ok(())
     }
 }
@@ -157,9 +166,9 @@ pub(crate) fn status(status: &JobStatus, json: bool) -> anyhow::Result<()> {
 /// A job's status when `--watch` saw it end (JSON on one line).
 pub(crate) fn final_status(status: &JobStatus, json: bool) -> anyhow::Result<()> {
     if json {
-        println!("{}", serde_json::to_string(status)?);
+        outln!("{}", serde_json::to_string(status)?)?;
     } else {
-        println!("{}", status_text(status));
+        outln!("{}", status_text(status))?;
     }
     Ok(())
 }
@@ -169,7 +178,7 @@ pub(crate) fn jobs(jobs: &[Job], json: bool) -> anyhow::Result<()> {
     if json {
         print_json(&jobs)
     } else {
-        println!("{}", jobs_table(jobs));
+        outln!("{}", jobs_table(jobs))?;
         Ok(())
     }
 }
@@ -187,12 +196,12 @@ pub(crate) fn exported(
             "errors": summary.errors, "errors_file": summary.errors_file,
         }));
     }
-    println!(
+    outln!(
         "{} results -> {}",
         summary.results,
         summary.output.display()
-    );
-    println!("{} errors  -> {}", summary.errors, errors.display());
+    )?;
+    outln!("{} errors  -> {}", summary.errors, errors.display())?;
     Ok(())
 }
 
@@ -202,13 +211,13 @@ pub(crate) fn job_changed(job: &Job, json: bool, what: &str) -> anyhow::Result<(
         return print_json(job);
     }
     let c = &job.counts;
-    println!(
+    outln!(
         "job {} {what}: now {} ({} of {} requests done)",
         job.id,
         job.state,
         c.finished(),
         c.total
-    );
+    )?;
     Ok(())
 }
 
@@ -222,7 +231,7 @@ pub(crate) fn run_summary(
     took: Duration,
     generated: u64,
 ) -> anyhow::Result<()> {
-    println!(
+    outln!(
         "job {} {}: {} of {} requests completed in {} ({generated} tokens generated here, {:.0} tokens/s)",
         job.id,
         job.state,
@@ -230,9 +239,9 @@ pub(crate) fn run_summary(
         job.counts.total,
         duration(took),
         generated as f64 / took.as_secs_f64().max(1e-3)
-    );
-    println!("results: {} ({results} lines)", output_path.display());
-    println!("errors:  {} ({errors} lines)", errors_path.display());
+    )?;
+    outln!("results: {} ({results} lines)", output_path.display())?;
+    outln!("errors:  {} ({errors} lines)", errors_path.display())?;
     // A taste of the output.
     let text = std::fs::read_to_string(output_path)?;
     for line in text.lines().take(3) {
@@ -251,10 +260,10 @@ pub(crate) fn run_summary(
         if answer.trim().chars().count() > 70 {
             short.push('…');
         }
-        println!(
+        outln!(
             "  {:<12} {short}",
             value["custom_id"].as_str().unwrap_or_default()
-        );
+        )?;
     }
     Ok(())
 }

@@ -3,6 +3,47 @@
 
 use std::time::Duration;
 
+/// `println!` that returns the write's error instead of panicking: when the
+/// reader went away (`cortex status | head -1`), the command ends quietly
+/// (see `main`), as Unix tools do.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout(), $($arg)*).map_err($crate::output::stdout_error)
+    }};
+}
+
+/// `print!` likewise (see [`outln`]).
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        write!(std::io::stdout(), $($arg)*).map_err($crate::output::stdout_error)
+    }};
+}
+
+pub(crate) use {out, outln};
+
+/// Stdout's reader went away (a pipe closed early): not a failure.
+#[derive(Debug)]
+pub(crate) struct ReaderLeft;
+
+impl std::fmt::Display for ReaderLeft {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the reader of the output went away")
+    }
+}
+
+impl std::error::Error for ReaderLeft {}
+
+/// An error writing to stdout: [`ReaderLeft`] for a closed pipe.
+pub(crate) fn stdout_error(error: std::io::Error) -> anyhow::Error {
+    if error.kind() == std::io::ErrorKind::BrokenPipe {
+        anyhow::Error::new(ReaderLeft)
+    } else {
+        anyhow::Error::new(error).context("cannot write to stdout")
+    }
+}
+
 mod bench;
 mod config;
 mod jobs;
@@ -51,7 +92,7 @@ pub(crate) fn duration(d: Duration) -> String {
 
 /// `value` as pretty JSON on stdout.
 pub(crate) fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(value)?);
+    outln!("{}", serde_json::to_string_pretty(value)?)?;
     Ok(())
 }
 

@@ -22,10 +22,10 @@ pub(crate) fn model_list(root: &Path, models: &[ModelEntry], json: bool) -> anyh
         return print_json(&models);
     }
     if models.is_empty() {
-        println!(
+        outln!(
             "no models in {} (fetch the default one with `cortex models pull`)",
             root.display()
-        );
+        )?;
         return Ok(());
     }
     let width = models
@@ -34,19 +34,22 @@ pub(crate) fn model_list(root: &Path, models: &[ModelEntry], json: bool) -> anyh
         .max()
         .unwrap_or(4)
         .max(4);
-    println!(
+    outln!(
         "{:<width$}  {:<12}  {:>9}  {:<19}  FROM",
-        "NAME", "ID", "SIZE", "MODIFIED"
-    );
+        "NAME",
+        "ID",
+        "SIZE",
+        "MODIFIED"
+    )?;
     for m in models {
-        println!(
+        outln!(
             "{:<width$}  {:<12}  {:>6.1} MB  {:<19}  {}",
             m.name.to_string(),
             &m.sha256[..12],
             m.size as f64 / 1e6,
             timestamp(m.modified_at_ms as i64),
             origin(m)
-        );
+        )?;
     }
     Ok(())
 }
@@ -56,13 +59,13 @@ pub(crate) fn model_entry(entry: &ModelEntry, json: bool) -> anyhow::Result<()> 
     if json {
         return print_json(entry);
     }
-    println!(
+    outln!(
         "{} (sha256 {}…, {:.1} MB): {}",
         entry.name,
         &entry.sha256[..12],
         entry.size as f64 / 1e6,
         entry.path.display()
-    );
+    )?;
     Ok(())
 }
 
@@ -77,7 +80,7 @@ pub(crate) fn model_pulled(entry: &ModelEntry, json: bool) -> anyhow::Result<()>
         &entry.sha256[..12],
         entry.size as f64 / 1e6
     );
-    println!("{}", entry.path.display());
+    outln!("{}", entry.path.display())?;
     Ok(())
 }
 
@@ -87,12 +90,12 @@ pub(crate) fn model_removed(removed: &Removed, json: bool) -> anyhow::Result<()>
         return print_json(removed);
     }
     if removed.blob_removed {
-        println!("removed {} and its model file", removed.name);
+        outln!("removed {} and its model file", removed.name)?;
     } else {
-        println!(
+        outln!(
             "removed {} (its model file stays: another name uses it, or a damaged entry might)",
             removed.name
-        );
+        )?;
     }
     Ok(())
 }
@@ -129,7 +132,7 @@ pub(crate) fn model_facts(entry: &ModelEntry, info: &GgufInfo, json: bool) -> an
         let shown = value
             .as_str()
             .map_or_else(|| value.to_string(), str::to_owned);
-        println!("{key:<17} {shown}");
+        outln!("{key:<17} {shown}")?;
     }
     Ok(())
 }

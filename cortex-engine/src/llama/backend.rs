@@ -18,8 +18,13 @@ pub const MAX_STREAMS: usize = 256;
 pub struct ContextConfig {
     /// Most tokens in one decode call.
     pub max_batch_tokens: usize,
+    /// Tokens in one of llama.cpp's micro-batches (its `n_ubatch`).
+    pub micro_batch_tokens: usize,
     /// CPU threads.
     pub threads: usize,
+    /// Take the argmax of greedy rows on the device that computes the
+    /// logits (see [`Backend::sample_on_device`]), where it can.
+    pub sample_on_device: bool,
 }
 
 /// A model plus a context whose KV cache has one stream per sequence
@@ -36,6 +41,9 @@ pub struct LlamaEngineBackend<'m> {
     /// The embedding context, made on the first embedding request and
     /// grown to the largest batch; its batch holds as many tokens.
     embedder: Option<(RawContext<'m>, RawBatch)>,
+    /// Whether greedy rows may be sampled on the device: asked for, and the
+    /// device that computes the logits can.
+    device_sampling: bool,
 }
 
 impl<'m> LlamaEngineBackend<'m> {
@@ -54,6 +62,7 @@ impl<'m> LlamaEngineBackend<'m> {
             },
             batch: RawBatch::new(config.max_batch_tokens.max(1)),
             embedder: None,
+            device_sampling: config.sample_on_device && model.samples_on_device(),
         }
     }
 
@@ -81,6 +90,8 @@ impl<'m> LlamaEngineBackend<'m> {
                 cells: capacity,
                 sequences: EMBED_SEQUENCES,
                 batch: capacity,
+                // Pooling needs each sequence whole in one micro-batch.
+                micro_batch: capacity,
                 threads: self.config.threads,
                 // One batch at a time, emptied before each: a unified cache
                 // holds just that batch.
@@ -163,6 +174,7 @@ impl Backend for LlamaEngineBackend<'_> {
             cells: streams * capacity,
             sequences: streams,
             batch: self.batch.capacity(),
+            micro_batch: self.config.micro_batch_tokens,
             threads: self.config.threads,
             unified: false,
             embeddings: None,
@@ -268,6 +280,21 @@ impl Backend for LlamaEngineBackend<'_> {
                 "llama_decode failed with code {code}"
             ))),
         }
+    }
+
+    fn sample_on_device(&mut self, stream: StreamId, greedy: bool) -> bool {
+        let on = greedy && self.device_sampling;
+        self.ctx_mut().set_device_greedy(stream, on)
+    }
+
+    fn device_sampled(&mut self, index: usize) -> Option<TokenId> {
+        self.ctx_mut()
+            .device_sampled(index)
+            .map(|token| token as TokenId)
+    }
+
+    fn synchronize(&mut self) {
+        self.ctx_mut().synchronize();
     }
 
     fn logits(&self, index: usize) -> &[f32] {

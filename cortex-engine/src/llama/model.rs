@@ -7,7 +7,7 @@ use cortex_request::{ChatMessage, TokenId};
 
 use super::chat::ChatRenderer;
 use super::devices::{self, CpuKernels, Device, DeviceChoice, GpuLayers};
-use super::sys::{self, RawDevice, RawModel, RawPlacement};
+use super::sys::{self, RawDevice, RawDeviceKind, RawModel, RawPlacement};
 use crate::backend::BackendError;
 use crate::error::EngineError;
 use cortex_models::read_gguf;
@@ -163,6 +163,25 @@ impl Model {
     /// CPU.
     pub fn gpu_memory_used(&self) -> Option<u64> {
         self.placement().gpu_memory_used(0)
+    }
+
+    /// Whether the device that computes the logits takes their argmax
+    /// itself (greedy sampling in the decode graph): a GPU whose backend has
+    /// the operation. On the CPU the logits are already in host memory, and
+    /// the sampler's own vectorised argmax reads them where they are.
+    pub(crate) fn samples_on_device(&self) -> bool {
+        self.gpu_share >= 1.0
+            && self
+                .gpu
+                .is_some_and(|gpu| gpu.supports_argmax(self.n_vocab()))
+    }
+
+    /// Whether its layers run on a GPU with memory of its own (not the CPU,
+    /// nor an integrated GPU that shares the CPU's memory, nor a GPU drawn
+    /// in software, which computes at the CPU's speed).
+    pub(crate) fn on_discrete_gpu(&self) -> bool {
+        self.gpu
+            .is_some_and(|gpu| gpu.kind() == RawDeviceKind::Gpu && !gpu.is_software())
     }
 
     /// The GPU's free and total memory now, bytes; `None` on the CPU.

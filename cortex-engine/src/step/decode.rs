@@ -8,7 +8,7 @@ use cortex_request::{RequestId, TokenId, TokenLogprob, TopLogprob};
 use cortex_sample::{BatchRow, Constraint, TokenFilter, sample_batch};
 use cortex_sched::StepPlan;
 
-use super::{Seq, StepLoop};
+use super::{SampledAt, Seq, StepLoop};
 use crate::backend::{BackendError, BatchToken, StreamId};
 use crate::error::EngineError;
 
@@ -78,19 +78,32 @@ impl StepLoop<'_> {
         batch: &[BatchToken],
         rows: &[SampleRow],
     ) -> Vec<(RequestId, TokenId)> {
-        let started = Instant::now();
-        let decoded = self.backend.decode(batch);
-        self.tally.decoded_for(started.elapsed().as_secs_f64());
-        match decoded {
-            Ok(()) => {
-                self.copy_logits(rows, |row| row.batch_index);
-                self.sample(rows)
-            }
+        match self.decode_and_wait(batch) {
+            Ok(()) => self.sample_rows(rows),
             Err(error) => {
                 self.forget_batch_kv(batch);
                 self.decode_one_by_one(batch, rows, &error)
             }
         }
+    }
+
+    /// One decode, and the wait for its results on the host, each timed.
+    fn decode_and_wait(&mut self, batch: &[BatchToken]) -> Result<(), BackendError> {
+        let started = Instant::now();
+        let decoded = self.backend.decode(batch);
+        let submitted = Instant::now();
+        if decoded.is_ok() {
+            self.backend.synchronize();
+        }
+        let done = Instant::now();
+        let (decode, wait) = (
+            submitted.duration_since(started).as_secs_f64(),
+            done.duration_since(submitted).as_secs_f64(),
+        );
+        self.tally.decoded_for(decode + wait);
+        self.step_times.decode += decode;
+        self.step_times.wait += wait;
+        decoded
     }
 
     fn decode_one_by_one(
@@ -121,7 +134,7 @@ impl StepLoop<'_> {
             let result = if alone {
                 Err(first_error.clone())
             } else {
-                self.backend.decode(&part)
+                self.decode_and_wait(&part)
             };
             match result {
                 Ok(()) => {
@@ -137,8 +150,7 @@ impl StepLoop<'_> {
                                 .unwrap_or(0),
                         })
                         .collect();
-                    self.copy_logits(&local, |row| row.batch_index);
-                    sampled.extend(self.sample(&local));
+                    sampled.extend(self.sample_rows(&local));
                 }
                 Err(BackendError::NoKvSlot) => {
                     self.forget_batch_kv(&part);
@@ -168,19 +180,74 @@ impl StepLoop<'_> {
         }
     }
 
-    fn copy_logits(&mut self, rows: &[SampleRow], index: impl Fn(&SampleRow) -> usize) {
+    /// The token of each row, in order: taken from the device where it
+    /// sampled the row, the argmax of the backend's logits read in place
+    /// for a plain greedy row, else drawn by the row's sampler from a copy.
+    /// A row the device should have sampled and did not fails its request.
+    fn sample_rows(&mut self, rows: &[SampleRow]) -> Vec<(RequestId, TokenId)> {
+        let started = Instant::now();
+        let mut tokens: Vec<Option<TokenId>> = vec![None; rows.len()];
+        let mut on_host = Vec::new();
+        let mut argmax = Vec::new();
+        let mut lost = Vec::new();
+        for (i, row) in rows.iter().enumerate() {
+            let Some(seq) = self.seqs.get(&row.seq) else {
+                continue;
+            };
+            match seq.sampled_at {
+                SampledAt::Device => match self.backend.device_sampled(row.batch_index) {
+                    Some(token) => {
+                        tokens[i] = Some(token);
+                        self.step_times.device_sampled += 1;
+                    }
+                    None => lost.push(seq.owner),
+                },
+                SampledAt::HostArgmax => argmax.push(i),
+                SampledAt::HostSampler => on_host.push(i),
+            }
+        }
+        if !argmax.is_empty() {
+            let logits: Vec<&[f32]> = argmax
+                .iter()
+                .map(|&i| self.backend.logits(rows[i].batch_index))
+                .collect();
+            for (&i, token) in argmax.iter().zip(cortex_sample::argmax_rows(&logits)) {
+                tokens[i] = Some(token);
+            }
+        }
+        if !on_host.is_empty() {
+            let host_rows: Vec<&SampleRow> = on_host.iter().map(|&i| &rows[i]).collect();
+            self.copy_logits(&host_rows);
+            for (&i, token) in on_host.iter().zip(self.sample(&host_rows)) {
+                tokens[i] = Some(token);
+            }
+        }
+        for owner in lost {
+            let error = BackendError::Failed("the device returned no sampled token".into());
+            self.fail_request(owner, EngineError::backend(owner, &error));
+        }
+        self.step_times.sample += started.elapsed().as_secs_f64();
+        rows.iter()
+            .zip(tokens)
+            .filter_map(|(row, token)| Some((row.seq, token?)))
+            .filter(|(id, _)| self.seqs.contains_key(id))
+            .collect()
+    }
+
+    fn copy_logits(&mut self, rows: &[&SampleRow]) {
         while self.logits.len() < rows.len() {
             self.logits.push(Vec::new());
         }
         for (buffer, row) in self.logits.iter_mut().zip(rows) {
-            let logits = self.backend.logits(index(row));
+            let logits = self.backend.logits(row.batch_index);
             buffer.clear();
             buffer.extend_from_slice(logits);
         }
     }
 
-    /// Samples each row from the logits copied for it, in parallel.
-    fn sample(&mut self, rows: &[SampleRow]) -> Vec<(RequestId, TokenId)> {
+    /// Samples each row from the logits copied for it, in parallel; the
+    /// tokens in the rows' order.
+    fn sample(&mut self, rows: &[&SampleRow]) -> Vec<TokenId> {
         let order: HashMap<RequestId, usize> =
             rows.iter().enumerate().map(|(i, r)| (r.seq, i)).collect();
         let mut samplers: Vec<(usize, &mut Seq)> = self
@@ -212,7 +279,7 @@ impl StepLoop<'_> {
             }
             self.record_logprob(row.seq, token, i);
         }
-        rows.iter().map(|r| r.seq).zip(tokens).collect()
+        tokens
     }
 
     /// For a sequence that reports log probabilities: those of `token` and

@@ -7,7 +7,7 @@ use cortex_request::{Limits, Prompt, Request, RequestId, TokenId, Work};
 use cortex_sample::Sampler;
 use cortex_sched::{SchedError, SchedRequest};
 
-use super::{Live, Seq, StepLoop};
+use super::{Live, SampledAt, Seq, StepLoop};
 use crate::backend::TokenGrammar;
 use crate::error::EngineError;
 use crate::events::EngineEvent;
@@ -289,10 +289,19 @@ fn new_seq(
         .0
         .wrapping_mul(0x9E37_79B9_7F4A_7C15)
         .wrapping_add(u64::from(index));
+    // A row that needs only the argmax of the raw logits may be sampled
+    // where they are computed; the rest go through the sampler.
+    let sampled_at =
+        if sampling.is_plain_argmax() && grammar.is_none() && request.logprobs.is_none() {
+            SampledAt::HostArgmax
+        } else {
+            SampledAt::HostSampler
+        };
     Seq {
         owner: request.id,
         index,
         sampler: Sampler::new(sampling, fallback),
+        sampled_at,
         utf8: Utf8Stream::default(),
         stops: StopMatcher::new(request.stop.stop.clone()),
         stop_token_ids: request.stop.stop_token_ids.clone(),

@@ -64,11 +64,41 @@ struct Live {
     first_token: Option<Instant>,
 }
 
+/// Where a sequence's tokens are chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SampledAt {
+    /// The argmax, taken by the device that computes the logits: one token
+    /// per row comes back instead of the vocabulary's logits.
+    Device,
+    /// The argmax of the logits, read where the backend left them.
+    HostArgmax,
+    /// The sequence's sampler, from a copy of the logits (randomness, bias,
+    /// penalties, a grammar or log probabilities).
+    HostSampler,
+}
+
+/// Seconds of one step by where they went (see [`crate::StepRecord`]).
+#[derive(Debug, Clone, Copy, Default)]
+struct StepTimes {
+    /// In the backend's decode call.
+    decode: f64,
+    /// Waiting for the device's results after it.
+    wait: f64,
+    /// Reading tokens or logits back and sampling.
+    sample: f64,
+    /// Tokens the device sampled (the rest were sampled on the host).
+    device_sampled: usize,
+}
+
 /// One completion (one scheduler sequence).
 struct Seq {
     owner: RequestId,
     index: u32,
     sampler: Sampler,
+    /// Where its tokens are chosen: decided as it is taken in (whether it
+    /// needs more than the argmax) and as it is bound (whether the device
+    /// takes the argmax).
+    sampled_at: SampledAt,
     utf8: Utf8Stream,
     stops: StopMatcher,
     stop_token_ids: Vec<TokenId>,
@@ -96,7 +126,7 @@ struct Seq {
 pub(crate) struct StepLoop<'b> {
     // The model and its KV: the backend, the scheduler's plan and block
     // accounting, the streams sequences run in, and how they are sized.
-    backend: Box<dyn Backend + 'b>,
+    backend: Box<dyn Backend + Send + 'b>,
     sched: Scheduler,
     streams: Streams,
     sizing: Sizing,
@@ -121,18 +151,21 @@ pub(crate) struct StepLoop<'b> {
     // What is measured and watched.
     tally: Tally,
     timeline: Timeline,
+    /// Where the current step's time went.
+    step_times: StepTimes,
     /// Scratch: each sampled row's logits, reused between steps.
     logits: Vec<Vec<f32>>,
 }
 
 impl<'b> StepLoop<'b> {
     pub(crate) fn new(
-        mut backend: Box<dyn Backend + 'b>,
+        mut backend: Box<dyn Backend + Send + 'b>,
         config: &EngineConfig,
         commands: flume::Receiver<Command>,
         shared: Arc<Shared>,
         observer: Option<Box<dyn StepObserver>>,
     ) -> Result<Self, EngineError> {
+        // `config` is one loop's, sized for the device (`EngineConfig::per_loop`).
         let sizing = Sizing::new(config, backend.as_ref())?;
         let layout = sizing.layout(sizing.initial_capacity());
         // The backend's first context: an error here (memory) stops the start.
@@ -147,6 +180,7 @@ impl<'b> StepLoop<'b> {
             n_ctx_train: backend.n_ctx_train(),
             max_sequence_tokens: sizing.max_sequence_tokens(),
             parallel: config.parallel.max(1),
+            step_loops: 1,
         };
         Ok(Self {
             streams: Streams::new(layout.streams, layout.capacity, sizing.block_size()),
@@ -165,7 +199,14 @@ impl<'b> StepLoop<'b> {
             next_seq: 0,
             draining: false,
             tally: Tally::new(config.adaptive_threads().unwrap_or(0)),
-            timeline: Timeline::new(observer),
+            timeline: Timeline::new(
+                observer,
+                config
+                    .max_batch_tokens
+                    .max(config.parallel)
+                    .min(EngineConfig::MICRO_BATCH_TOKENS),
+            ),
+            step_times: StepTimes::default(),
             logits: Vec::new(),
         })
     }
@@ -234,7 +275,7 @@ impl<'b> StepLoop<'b> {
     /// One step: plan, bind KV, decode, sample, emit.
     fn step(&mut self) {
         let started = Instant::now();
-        let decoded_before = self.tally.decode_seconds();
+        self.step_times = StepTimes::default();
         if !self.oversize.is_empty() {
             self.grow_streams();
         }
@@ -255,7 +296,7 @@ impl<'b> StepLoop<'b> {
                     record.kv_cells_used,
                     record.kv_cells_attended,
                 ) = attention_span(&batch);
-                record.micro_batches = timeline::micro_batches(&batch);
+                record.micro_batches = self.timeline.micro_batches(&batch);
             }
             let sampled = self.decode(&batch, &rows);
             self.tally
@@ -269,8 +310,7 @@ impl<'b> StepLoop<'b> {
         }
         #[cfg(debug_assertions)]
         self.verify_kv();
-        let decoded = self.tally.decode_seconds() - decoded_before;
-        self.timeline.end(record, started, decoded);
+        self.timeline.end(record, started, self.step_times);
     }
 
     /// Binds the plan's admissions to streams, copying in reused prefixes.
@@ -310,6 +350,12 @@ impl<'b> StepLoop<'b> {
             self.tally.bound(binding, cached);
             let seq = self.seqs.get_mut(&id).expect("admitted sequences exist");
             seq.stream = Some(stream);
+            let argmax_only = seq.sampled_at != SampledAt::HostSampler;
+            seq.sampled_at = match self.backend.sample_on_device(stream, argmax_only) {
+                true => SampledAt::Device,
+                false if argmax_only => SampledAt::HostArgmax,
+                false => SampledAt::HostSampler,
+            };
             if seq.progressed_since_bind {
                 seq.last_progress = now;
             }

@@ -63,7 +63,8 @@ impl Sizing {
             }
             config.kv_memory
         } else {
-            backend.default_kv_memory().unwrap_or(1 << 30)
+            // The device's share for each of the loops that run on it.
+            backend.default_kv_memory().unwrap_or(1 << 30) / config.step_loops.max(1)
         };
         match (fixed, available) {
             (Some(cells), Some(available)) if parallel * cells * per_token > available => {

@@ -73,11 +73,6 @@ impl Tally {
         self.stats.decode_seconds += seconds;
     }
 
-    /// Seconds of decode so far (a step's share is the difference).
-    pub(super) fn decode_seconds(&self) -> f64 {
-        self.stats.decode_seconds
-    }
-
     /// Seconds the loop worked (a pass with work in it).
     pub(super) fn busy_for(&mut self, seconds: f64) {
         self.stats.busy_seconds += seconds;

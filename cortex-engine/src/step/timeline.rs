@@ -7,20 +7,17 @@ use std::time::Instant;
 use cortex_request::TokenId;
 use cortex_sched::StepPlan;
 
+use super::StepTimes;
 use crate::backend::{BatchToken, StreamId};
 use crate::events::{StepObserver, StepRecord};
 
-/// Tokens in one of llama.cpp's micro-batches at most, as cortex's contexts
-/// set it (`n_ubatch`, capped at 512 in `llama/sys/context.rs`).
-const MICRO_BATCH_TOKENS: usize = 512;
-
-/// How many micro-batches llama.cpp computes a batch in (each one pass over
-/// the weights). With one stream per sequence it splits a batch
-/// `split_equal`, sequentially: a micro-batch is a run of consecutive stream
-/// ids, each giving the same number of tokens. So a gap between running
-/// streams, or a prompt chunk beside decodes, costs another pass. `batch` is
-/// ordered by stream, as the step builds it.
-pub(super) fn micro_batches(batch: &[BatchToken]) -> usize {
+/// How many micro-batches of at most `micro_batch_tokens` llama.cpp computes
+/// a batch in (each one pass over the weights). With one stream per sequence
+/// it splits a batch `split_equal`, sequentially: a micro-batch is a run of
+/// consecutive stream ids, each giving the same number of tokens. So a gap
+/// between running streams, or a prompt chunk beside decodes, costs another
+/// pass. `batch` is ordered by stream, as the step builds it.
+fn micro_batches(batch: &[BatchToken], micro_batch_tokens: usize) -> usize {
     let mut left: Vec<(StreamId, usize)> = Vec::new();
     for token in batch {
         match left.last_mut() {
@@ -36,7 +33,7 @@ pub(super) fn micro_batches(batch: &[BatchToken]) -> usize {
         }
         let run = &mut left[first..end];
         let fewest = run.iter().map(|&(_, n)| n).min().unwrap_or(1);
-        let each = fewest.min((MICRO_BATCH_TOKENS / run.len()).max(1));
+        let each = fewest.min((micro_batch_tokens / run.len()).max(1));
         for (_, n) in run.iter_mut() {
             *n -= each;
         }
@@ -47,18 +44,26 @@ pub(super) fn micro_batches(batch: &[BatchToken]) -> usize {
 
 pub(super) struct Timeline {
     observer: Option<Box<dyn StepObserver>>,
+    /// llama.cpp's micro-batch size in this engine's context.
+    micro_batch_tokens: usize,
     /// When the loop started, and when its last step ended.
     started_at: Instant,
     last_step_end: Option<Instant>,
 }
 
 impl Timeline {
-    pub(super) fn new(observer: Option<Box<dyn StepObserver>>) -> Self {
+    pub(super) fn new(observer: Option<Box<dyn StepObserver>>, micro_batch_tokens: usize) -> Self {
         Self {
             observer,
+            micro_batch_tokens,
             started_at: Instant::now(),
             last_step_end: None,
         }
+    }
+
+    /// The micro-batches llama.cpp computes `batch` in (see [`micro_batches`]).
+    pub(super) fn micro_batches(&self, batch: &[BatchToken]) -> usize {
+        micro_batches(batch, self.micro_batch_tokens)
     }
 
     /// A request's prompt was taken in.
@@ -86,19 +91,20 @@ impl Timeline {
         })
     }
 
-    /// The step begun at `started` ended now, after `decode_seconds` in the
-    /// backend's decode: its record goes to the observer.
-    pub(super) fn end(
-        &mut self,
-        record: Option<StepRecord>,
-        started: Instant,
-        decode_seconds: f64,
-    ) {
+    /// The step begun at `started` ended now, its time spent as `times`
+    /// says: its record goes to the observer.
+    pub(super) fn end(&mut self, record: Option<StepRecord>, started: Instant, times: StepTimes) {
         let ended = Instant::now();
         if let (Some(observer), Some(mut record)) = (&mut self.observer, record) {
-            record.decode_seconds = decode_seconds;
-            record.host_seconds =
-                (ended.duration_since(started).as_secs_f64() - decode_seconds).max(0.0);
+            record.decode_seconds = times.decode;
+            record.wait_seconds = times.wait;
+            record.sample_seconds = times.sample;
+            record.device_sampled_tokens = times.device_sampled;
+            record.host_seconds = (ended.duration_since(started).as_secs_f64()
+                - times.decode
+                - times.wait
+                - times.sample)
+                .max(0.0);
             observer.step(&record);
         }
         self.last_step_end = Some(ended);
@@ -125,18 +131,27 @@ mod tests {
 
     #[test]
     fn llama_cpp_splits_at_gaps_between_streams_and_at_uneven_chunks() {
-        assert_eq!(micro_batches(&[]), 0);
+        assert_eq!(micro_batches(&[], 512), 0);
         // Decodes in consecutive streams: one pass.
-        assert_eq!(micro_batches(&batch(&[(0, 1), (1, 1), (2, 1), (3, 1)])), 1);
+        assert_eq!(
+            micro_batches(&batch(&[(0, 1), (1, 1), (2, 1), (3, 1)]), 512),
+            1
+        );
         // A gap (stream 2 idle): two.
-        assert_eq!(micro_batches(&batch(&[(0, 1), (1, 1), (3, 1), (4, 1)])), 2);
+        assert_eq!(
+            micro_batches(&batch(&[(0, 1), (1, 1), (3, 1), (4, 1)]), 512),
+            2
+        );
         // A 20-token prompt chunk beside decodes: one token from each, then
         // the chunk's other 19.
-        assert_eq!(micro_batches(&batch(&[(0, 1), (1, 20), (2, 1)])), 2);
+        assert_eq!(micro_batches(&batch(&[(0, 1), (1, 20), (2, 1)]), 512), 2);
         // A 512-token chunk alone: one; 600 tokens: two.
-        assert_eq!(micro_batches(&batch(&[(5, 512)])), 1);
-        assert_eq!(micro_batches(&batch(&[(5, 600)])), 2);
+        assert_eq!(micro_batches(&batch(&[(5, 512)]), 512), 1);
+        assert_eq!(micro_batches(&batch(&[(5, 600)]), 512), 2);
         // Two chunks side by side: 256 tokens of each per pass.
-        assert_eq!(micro_batches(&batch(&[(0, 300), (1, 300)])), 2);
+        assert_eq!(micro_batches(&batch(&[(0, 300), (1, 300)]), 512), 2);
+        // Larger micro-batches hold a long chunk whole.
+        assert_eq!(micro_batches(&batch(&[(5, 600)]), 2048), 1);
+        assert_eq!(micro_batches(&batch(&[(0, 1), (1, 600), (2, 1)]), 2048), 2);
     }
 }

@@ -203,7 +203,7 @@ const jobsFilter = { state: "", model: "", offset: 0 };
 function showJobs() {
   document.title = "Jobs · cortex";
   const stateSelect = h("select", { id: "filter-state" },
-    ["", "in_progress", "finalizing", "completed", "failed", "cancelling", "cancelled"].map((v) =>
+    ["", "in_progress", "completed", "failed", "cancelling", "cancelled"].map((v) =>
       h("option", { value: v, selected: v === jobsFilter.state }, v ? v.replace("_", " ") : "any state")));
   const modelSelect = h("select", { id: "filter-model" }, h("option", { value: "" }, "any model"));
   const table = h("div", { className: "table-wrap", id: "jobs" });

@@ -19,6 +19,8 @@ pub(crate) struct ContextParams {
     pub(crate) sequences: usize,
     /// Tokens per decode call at most.
     pub(crate) batch: usize,
+    /// Tokens per micro-batch (llama.cpp's `n_ubatch`), at most `batch`.
+    pub(crate) micro_batch: usize,
     /// CPU threads.
     pub(crate) threads: usize,
     /// One KV stream for all sequences (true) or one per sequence.
@@ -41,6 +43,10 @@ pub(crate) enum Pooling {
 pub(crate) struct RawContext<'m> {
     ptr: NonNull<ffi::llama_context>,
     threadpool: Option<(NonNull<ffi::ggml_threadpool>, ThreadpoolFns)>,
+    /// The greedy sampler llama.cpp runs inside the decode graph for each
+    /// sequence that has one (see [`RawContext::set_device_greedy`]); the
+    /// context only borrows them, so they are freed after it.
+    device_samplers: Vec<Option<NonNull<ffi::llama_sampler>>>,
     n_vocab: usize,
     threads: usize,
     _model: PhantomData<&'m RawModel>,
@@ -59,8 +65,8 @@ impl<'m> RawContext<'m> {
         let mut cparams = unsafe { ffi::llama_context_default_params() };
         cparams.n_ctx = cells;
         cparams.n_batch = batch;
-        // Larger micro-batches only grow llama.cpp's compute buffers.
-        cparams.n_ubatch = batch.min(512);
+        cparams.n_ubatch =
+            u32::try_from(params.micro_batch.clamp(1, params.batch.max(1))).unwrap_or(batch);
         cparams.n_seq_max = u32::try_from(params.sequences.max(1)).unwrap_or(1);
         cparams.n_threads = threads;
         cparams.n_threads_batch = threads;
@@ -79,8 +85,6 @@ impl<'m> RawContext<'m> {
                 Pooling::Model => ffi::LLAMA_POOLING_TYPE_UNSPECIFIED,
                 Pooling::Mean => ffi::LLAMA_POOLING_TYPE_MEAN,
             };
-            // Pooling needs each sequence whole in one micro-batch.
-            cparams.n_ubatch = batch;
         }
         // SAFETY: the model is alive for 'm, which outlives the context; null
         // means failure (logged by llama.cpp).
@@ -90,6 +94,7 @@ impl<'m> RawContext<'m> {
         let mut context = Self {
             ptr,
             threadpool: None,
+            device_samplers: vec![None; params.sequences.max(1)],
             n_vocab: model.n_vocab(),
             threads: params.threads.max(1),
             _model: PhantomData,
@@ -139,6 +144,75 @@ impl<'m> RawContext<'m> {
         // SAFETY: the batch's arrays hold `n_tokens` initialised entries and
         // stay alive for the call; the context is live and used by one thread.
         unsafe { ffi::llama_decode(self.ptr.as_ptr(), batch.raw) }
+    }
+
+    /// Whether the next decodes take the argmax of sequence `seq`'s logits on
+    /// the device that computes them (llama.cpp's backend sampling: the
+    /// reduction runs in the decode graph and one token per row comes back
+    /// instead of the vocabulary's logits), or give its logits whole. Returns
+    /// whether the device now samples for `seq`: false when `on` is, or when
+    /// the device cannot. A change costs llama.cpp a new reservation of its
+    /// compute buffers at the next decode, so callers change it rarely.
+    pub(crate) fn set_device_greedy(&mut self, seq: i32, on: bool) -> bool {
+        let Some(slot) = usize::try_from(seq)
+            .ok()
+            .filter(|&s| s < self.device_samplers.len())
+        else {
+            return false;
+        };
+        if self.device_samplers[slot].is_some() == on {
+            return on;
+        }
+        if !on {
+            // SAFETY: a live context and a sequence id below n_seq_max;
+            // detaching (null) always succeeds.
+            unsafe { ffi::llama_set_sampler(self.ptr.as_ptr(), seq, std::ptr::null_mut()) };
+            if let Some(old) = self.device_samplers[slot].take() {
+                // SAFETY: the chain was made here and the context no longer
+                // refers to it.
+                unsafe { ffi::llama_sampler_free(old.as_ptr()) };
+            }
+            return false;
+        }
+        // SAFETY: a chain owns the greedy sampler added to it; both are
+        // plain allocations freed through the chain.
+        let chain = unsafe {
+            let chain = ffi::llama_sampler_chain_init(ffi::llama_sampler_chain_default_params());
+            if chain.is_null() {
+                return false;
+            }
+            ffi::llama_sampler_chain_add(chain, ffi::llama_sampler_init_greedy());
+            chain
+        };
+        // SAFETY: a live context, a sequence id below n_seq_max and a live
+        // chain, which outlives the context's use of it (freed on detach or
+        // after the context).
+        let offloaded = unsafe { ffi::llama_set_sampler(self.ptr.as_ptr(), seq, chain) };
+        if offloaded {
+            self.device_samplers[slot] = NonNull::new(chain);
+        } else {
+            // SAFETY: llama.cpp kept no reference to a chain it refused.
+            unsafe { ffi::llama_sampler_free(chain) };
+        }
+        offloaded
+    }
+
+    /// The token the device sampled for the `index`-th token of the last
+    /// batch, when that token's sequence is sampled there.
+    pub(crate) fn device_sampled(&mut self, index: usize) -> Option<i32> {
+        let index = i32::try_from(index).ok()?;
+        // SAFETY: a live context; llama.cpp checks the index and returns
+        // LLAMA_TOKEN_NULL (-1) for a row it did not sample.
+        let token = unsafe { ffi::llama_get_sampled_token_ith(self.ptr.as_ptr(), index) };
+        (token >= 0).then_some(token)
+    }
+
+    /// Waits until the device has finished the last decode and its outputs
+    /// are back on the host (llama.cpp's decode returns once the work is
+    /// queued on a GPU).
+    pub(crate) fn synchronize(&mut self) {
+        // SAFETY: a live context used by one thread.
+        unsafe { ffi::llama_synchronize(self.ptr.as_ptr()) }
     }
 
     /// Logits of the `index`-th token of the last batch, which asked for them.
@@ -193,8 +267,12 @@ impl<'m> RawContext<'m> {
 impl Drop for RawContext<'_> {
     fn drop(&mut self) {
         // SAFETY: the context is live and freed once, before the threadpool
-        // it may use.
+        // and the samplers it may use.
         unsafe { ffi::llama_free(self.ptr.as_ptr()) };
+        for sampler in self.device_samplers.drain(..).flatten() {
+            // SAFETY: made by `set_device_greedy`; the context that used it is gone.
+            unsafe { ffi::llama_sampler_free(sampler.as_ptr()) };
+        }
         if let Some((pool, fns)) = self.threadpool.take() {
             // SAFETY: no context uses the pool any more.
             unsafe { (fns.free)(pool.as_ptr()) };

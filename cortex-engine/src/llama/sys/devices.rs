@@ -132,6 +132,44 @@ impl RawDevice {
         }
     }
 
+    /// Whether the device computes the argmax of a row of `n` floats (what
+    /// sampling greedily on the device needs): asked of the backend with
+    /// the operation itself, as llama.cpp asks before it places one.
+    pub(crate) fn supports_argmax(self, n: usize) -> bool {
+        let Ok(n) = i64::try_from(n) else {
+            return false;
+        };
+        let params = ffi::ggml_init_params {
+            mem_size: 4096,
+            mem_buffer: std::ptr::null_mut(),
+            no_alloc: true,
+        };
+        // SAFETY: a small metadata-only context (no_alloc: no tensor data),
+        // freed before returning; the device is live and only inspects the
+        // operation's type and shape.
+        unsafe {
+            let ctx = ffi::ggml_init(params);
+            if ctx.is_null() {
+                return false;
+            }
+            let row = ffi::ggml_new_tensor_1d(ctx, ffi::GGML_TYPE_F32, n);
+            let op = ffi::ggml_argmax(ctx, row);
+            let supported = !op.is_null() && ffi::ggml_backend_dev_supports_op(self.as_ptr(), op);
+            ffi::ggml_free(ctx);
+            supported
+        }
+    }
+
+    /// Whether it is a GPU drawn in software on the CPU (Mesa's lavapipe
+    /// and llvmpipe, SwiftShader): a device for testing the GPU code path,
+    /// with the CPU's speed.
+    pub(crate) fn is_software(self) -> bool {
+        let description = self.description().to_lowercase();
+        ["llvmpipe", "lavapipe", "swiftshader"]
+            .iter()
+            .any(|name| description.contains(name))
+    }
+
     /// Free and total memory, in bytes, as the backend reads them now.
     pub(crate) fn memory(self) -> (usize, usize) {
         let (mut free, mut total) = (0usize, 0usize);
