@@ -272,10 +272,8 @@ impl Cortex {
             // A command just spawned may not have created the queue or the
             // job yet: that is waited for too.
             let job = self.maybe_job(id);
-            if let Some(job) = &job {
-                if condition(job) {
-                    return job.clone();
-                }
+            if let Some(job) = job.as_ref().filter(|job| condition(job)) {
+                return job.clone();
             }
             assert!(
                 started.elapsed() < limit,
