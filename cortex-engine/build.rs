@@ -10,7 +10,7 @@
 //!    `target/<profile>/` and in `target/<profile>/deps/` (where tests and
 //!    benchmarks run from). Programs find the libraries there through their
 //!    `$ORIGIN` run path and the modules beside themselves (see
-//!    `src/devices.rs`), so the directory is whole: copy it anywhere and it
+//!    `src/llama/devices.rs`), so the directory is whole: copy it anywhere and it
 //!    runs. (llama-cpp-sys-2 links only the unversioned names, which point at
 //!    files it does not copy.)
 

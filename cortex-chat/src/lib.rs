@@ -33,6 +33,21 @@
 //! assert_eq!(calls[0].arguments, r#"{"city":"Oslo"}"#);
 //! # Ok::<(), cortex_chat::TemplateError>(())
 //! ```
+//!
+//! # Design notes
+//!
+//! Chat templates. `ChatTemplate` compiles a GGUF's Jinja `tokenizer.chat_template`
+//! with minijinja, set up as `transformers` renders it (trim_blocks and
+//! lstrip_blocks, Python string methods through minijinja-contrib's pycompat,
+//! loop controls, `raise_exception`, `strftime_now`, `tojson` keeping key order),
+//! and renders messages (as Hugging Face's shape: `tool_calls` with arguments as
+//! objects, `tool_call_id`, present only when set, since templates test
+//! `is defined`), `tools`, `add_generation_prompt`, `bos_token` and
+//! `eos_token`. `takes_tools` is whether the template reads `tools` at all;
+//! offering tools to one that does not is an error, never a silent drop.
+//! `parse_tool_calls` reads calls out of generated text (Hermes `<tool_call>`
+//! blocks, Mistral `[TOOL_CALLS]`, a bare JSON call or array, `arguments` or
+//! `parameters`); text that holds none is an ordinary answer. No I/O.
 
 #![forbid(unsafe_code)]
 

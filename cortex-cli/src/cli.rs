@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::settings::{
-    BeforeCommand, ForConfig, ForDevices, ForEngine, ForModels, ForQueue, ForRun, ForServe,
-    ForSubmit, ForWorker, Group, Scope, SettingFlags,
+    BeforeCommand, ForConfig, ForDevices, ForEngine, ForList, ForModels, ForQueue, ForRun,
+    ForServe, ForSubmit, ForWorker, Group, Scope, SettingFlags,
 };
 
 /// Offline batch LLM generation on llama.cpp: submit a JSONL file of prompts,
@@ -51,7 +51,7 @@ pub(crate) enum Command {
         #[command(flatten)]
         settings: SettingFlags<ForQueue>,
     },
-    /// List jobs, newest first.
+    /// List jobs, newest first (only the model's when --model is given).
     List {
         /// Only jobs in this state (in_progress, completed, ...).
         #[arg(long)]
@@ -63,7 +63,7 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
         #[command(flatten)]
-        settings: SettingFlags<ForQueue>,
+        settings: SettingFlags<ForList>,
     },
     /// Write a job's results (OpenAI batch output JSONL) and its errors.
     Results {
@@ -387,8 +387,8 @@ impl Command {
         match self {
             Command::Submit(args) => of(&args.settings),
             Command::Worker(args) => of(&args.settings),
+            Command::List { settings, .. } => of(settings),
             Command::Status { settings, .. }
-            | Command::List { settings, .. }
             | Command::Results { settings, .. }
             | Command::Cancel { settings, .. }
             | Command::Resume { settings, .. }

@@ -159,6 +159,10 @@ impl Config {
         engine.parallel = self.parallel.value;
         engine.max_batch_tokens = self.batch_tokens.value;
         engine.step_loops = self.step_loops.value;
+        engine.gap_fill = match self.gap_fill.value {
+            OrAuto::Auto => None,
+            OrAuto::Value(n) => Some(n),
+        };
         engine.threads = self.threads.value;
         engine.stream_tokens = (self.context.value > 0).then_some(self.context.value);
         engine.kv_memory = self.kv_memory_mib.value << 20;

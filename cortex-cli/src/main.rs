@@ -1,5 +1,30 @@
 //! `cortex`: offline batch LLM generation. Submit a JSONL file of prompts, run
 //! workers, poll progress, collect a JSONL of outputs.
+//!
+//! # Design notes
+//!
+//! The `cortex` binary (clap; `anyhow` only here). `config.rs` layers defaults,
+//! `cortex.toml` (working directory, else `$XDG_CONFIG_HOME/cortex/`), `CORTEX_*`
+//! environment variables and flags, remembering each value's source for
+//! `cortex config`. `commands/` has one module per command family (`jobs`:
+//! submit, status, list, results, cancel, resume, retry; `run`; `worker`;
+//! `generate`; `models`; `bench`), each function one subcommand that does the
+//! work and hands what it found to `output/`, the one place that prints, by the
+//! same families: text for people, or JSON with `--json` (`print_json`), plus the
+//! shared pieces (one-line errors, times, durations, progress bars); exit codes
+//! map from `QueueError` (3 invalid input, 4 no such job, 5 wrong state).
+//!
+//! `worker.rs` turns settings into the library's engine config and worker plan
+//! and resolves the model; the loop itself is `cortex-worker`. It exits when no
+//! job in scope can produce work (or waits, with `--follow`). SIGINT/SIGTERM
+//! (signal-hook) set the stop flag: stop claiming, let in-flight items finish for
+//! up to 3 s, release the rest, exit 0; a second signal exits at once with 130
+//! (its leases are reclaimed at once by the next claim on this host). `--detach` re-runs the same command in its own
+//! process group with output to `$XDG_DATA_HOME/cortex/logs/worker-*.log`.
+//! `cortex run FILE` = submit (or pick up the earlier job for the same file and
+//! parameters) + worker for that job + export, with a progress bar.
+//! `serve.rs` turns the `[server]` settings into a `cortex_server::ServerConfig`
+//! and runs it (loopback without keys unless told otherwise, and it says so).
 
 #![forbid(unsafe_code)]
 

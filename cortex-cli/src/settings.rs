@@ -457,6 +457,11 @@ settings! {
     /// on the CPU and 2 on a GPU).
     step_loops: usize = EngineConfig::FOR_DEVICE;
     Engine, "N";
+    /// Idle KV streams at most that a step fills with a throwaway token to
+    /// join the running streams around them into one llama.cpp micro-batch
+    /// (auto: every gap on a GPU, gaps of up to 4 on the CPU).
+    gap_fill: OrAuto<usize> = OrAuto::Auto;
+    Engine, "N|auto";
     /// Tokens per decode call at most, prompt chunks and decode tokens
     /// together (there is always room for every sequence's decode token).
     batch_tokens: usize = EngineConfig::DEFAULT_BATCH_TOKENS;
@@ -481,9 +486,7 @@ settings! {
     cpu_kernels: CpuKernels = CpuKernels::Cortex;
     Engine, "cortex|llama";
     /// On a GPU, take the argmax of greedy requests on the device itself
-    /// (one token per sequence comes back instead of all the logits): faster
-    /// when every step is one micro-batch of decodes, slower when prompt
-    /// chunks split steps.
+    /// (one token per sequence comes back instead of all the logits).
     sample_on_device: bool = EngineConfig::new("").sample_on_device;
     Engine, "BOOL";
     /// A directory of llama.cpp backend modules (libggml-*.so) searched
@@ -625,6 +628,8 @@ scopes! {
     ForEngine: [Model, Engine];
     /// `cortex models`: the registry, and the jobs that need a model.
     ForModels: [Queue, Model];
+    /// `cortex list`: jobs, only one model's when a model is given.
+    ForList: [Queue, Model];
     /// `cortex devices`.
     ForDevices: [Engine];
     /// `cortex serve`.

@@ -76,6 +76,10 @@ pub struct StepRecord {
     /// weights: one per run of consecutive streams, more where prompt chunks
     /// and decodes share a step.
     pub micro_batches: usize,
+    /// Throwaway tokens that filled idle streams between running ones so
+    /// that their runs went in one micro-batch (see
+    /// [`crate::EngineConfig::gap_fill`]); removed after the decode.
+    pub gap_fillers: usize,
     /// Seconds in `llama_decode`: on the CPU the whole computation; on a GPU
     /// building the graph, setting its inputs and queueing its work.
     pub decode_seconds: f64,

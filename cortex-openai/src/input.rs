@@ -393,6 +393,24 @@ fn custom_id_of(fields: &Fields) -> Result<Option<String>, String> {
 /// assert_eq!(error.to_string(), "line 7: top_p = 2 is out of range: expected a number in (0, 1]");
 /// ```
 pub fn parse_line(line: u64, text: &str, defaults: &JobDefaults) -> Result<NewItem, LineError> {
+    parse_line_form(line, text, defaults).map(|(item, _)| item)
+}
+
+/// How a line is written: an OpenAI batch line (`custom_id`, `method`,
+/// `url`, `body`), naming its endpoint, or a plain one (`prompt` or
+/// `messages` and the request's fields), whose endpoint follows from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LineForm {
+    Batch,
+    Plain,
+}
+
+/// [`parse_line`], and the line's form.
+fn parse_line_form(
+    line: u64,
+    text: &str,
+    defaults: &JobDefaults,
+) -> Result<(NewItem, LineForm), LineError> {
     let error = |custom_id: Option<String>, message: String| LineError {
         line,
         custom_id,
@@ -469,13 +487,19 @@ pub fn parse_line(line: u64, text: &str, defaults: &JobDefaults) -> Result<NewIt
             (Work::Generate(request), model),
         )
     };
-    Ok(NewItem {
+    let form = if fields.contains_key("body") || fields.contains_key("url") {
+        LineForm::Batch
+    } else {
+        LineForm::Plain
+    };
+    let item = NewItem {
         line,
         custom_id: custom_id.unwrap_or_else(|| line.to_string()),
         endpoint: tag,
         model,
         request,
-    })
+    };
+    Ok((item, form))
 }
 
 /// Reads a JSONL stream line by line, never holding more than one line:
@@ -487,6 +511,8 @@ pub struct InputReader<R> {
     line: u64,
     buffer: Vec<u8>,
     defaults: JobDefaults,
+    /// The form of the last line read, when it parsed.
+    last_form: Option<LineForm>,
 }
 
 impl<R: BufRead> InputReader<R> {
@@ -497,7 +523,13 @@ impl<R: BufRead> InputReader<R> {
             line: 0,
             buffer: Vec::new(),
             defaults,
+            last_form: None,
         }
+    }
+
+    /// The form of the line the last item came from.
+    pub(crate) fn last_form(&self) -> Option<LineForm> {
+        self.last_form
     }
 
     /// The reader, to collect what it saw (e.g. a hash).
@@ -540,6 +572,7 @@ impl<R: BufRead> Iterator for InputReader<R> {
             if line == 1 && bytes.starts_with(b"\xEF\xBB\xBF") {
                 bytes = &bytes[3..];
             }
+            self.last_form = None;
             let text = match std::str::from_utf8(bytes) {
                 Ok(text) => text,
                 Err(e) => {
@@ -557,7 +590,10 @@ impl<R: BufRead> Iterator for InputReader<R> {
             if text.trim().is_empty() {
                 continue;
             }
-            let mut parsed = parse_line(line, text, &self.defaults);
+            let mut parsed = parse_line_form(line, text, &self.defaults).map(|(item, form)| {
+                self.last_form = Some(form);
+                item
+            });
             if let Err(e) = &mut parsed
                 && let Some(detail) = e.message.strip_prefix("invalid JSON: ").filter(|_| !ended)
             {

@@ -12,6 +12,7 @@ use cortex_queue::{
 };
 use sha2::{Digest, Sha256};
 
+use crate::input::LineForm;
 use crate::{BatchOutput, BatchRequest, InputReader};
 
 /// Hashes everything read through it, so the file is read once.
@@ -29,7 +30,8 @@ impl<R: Read> Read for HashingReader<R> {
 }
 
 /// A JSONL stream as an [`ItemSource`]: parsed lines, then the stream's hash.
-/// With `batch`, a line naming another endpoint than the batch's is an error.
+/// With `batch`, a batch line naming another endpoint than the batch's is an
+/// error (a plain line names none).
 struct JsonlSource<'b, R: Read> {
     lines: InputReader<BufReader<HashingReader<R>>>,
     batch: Option<&'b BatchRequest>,
@@ -62,7 +64,10 @@ impl<'b, R: Read> JsonlSource<'b, R> {
                 message,
             })
         };
+        // A plain line names no endpoint: its format follows from it, as in
+        // `cortex submit`, whatever the batch's.
         if let Some(batch) = self.batch
+            && self.lines.last_form() == Some(LineForm::Batch)
             && let Err(message) = batch.check_line_endpoint(&item.endpoint)
         {
             return refuse(item, message);
@@ -248,5 +253,52 @@ impl<S: JobStore + ?Sized> ExportJsonl for S {
         partial: bool,
     ) -> Result<ExportSummary, QueueError> {
         self.export_with(job, output, errors, partial, &BatchOutput)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use cortex_queue::{QueueError, SubmitOptions};
+
+    use super::check_batch;
+    use crate::BatchRequest;
+
+    #[test]
+    fn a_batch_takes_plain_lines_and_refuses_batch_lines_for_another_endpoint() {
+        let batch = BatchRequest::parse(
+            br#"{"input_file_id": "file-1", "endpoint": "/v1/chat/completions", "completion_window": "24h"}"#,
+        )
+        .unwrap();
+        let options = SubmitOptions::new("m");
+        let plain = concat!(
+            r#"{"custom_id": "a", "prompt": "Once upon a time"}"#,
+            "\n",
+            r#"{"custom_id": "b", "messages": [{"role": "user", "content": "Hi"}]}"#,
+            "\n",
+            r#"{"custom_id": "c", "method": "POST", "url": "/v1/chat/completions", "body": {"messages": [{"role": "user", "content": "Hi"}]}}"#,
+            "\n",
+        );
+        assert_eq!(
+            check_batch(plain.as_bytes(), "in.jsonl", &options, &batch).unwrap(),
+            3
+        );
+        let other = concat!(
+            r#"{"custom_id": "a", "prompt": "Once upon a time"}"#,
+            "\n",
+            r#"{"custom_id": "d", "method": "POST", "url": "/v1/completions", "body": {"prompt": "Hi"}}"#,
+            "\n",
+        );
+        let Err(QueueError::InvalidInput(report)) =
+            check_batch(other.as_bytes(), "in.jsonl", &options, &batch)
+        else {
+            panic!("a batch line for another endpoint is refused");
+        };
+        assert_eq!(report.errors.len(), 1);
+        assert_eq!(report.errors[0].line, 2);
+        assert!(
+            report.errors[0]
+                .message
+                .contains("differs from the batch's endpoint")
+        );
     }
 }

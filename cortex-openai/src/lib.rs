@@ -40,6 +40,39 @@
 //! # let _ = job;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! # Design notes
+//!
+//! The wire format. `input.rs`: `parse_line` and `InputReader` read OpenAI
+//! batch lines (`/v1/chat/completions`, `/v1/completions`, `/v1/responses`,
+//! `/v1/embeddings` — `input/embedding.rs`) and plain lines into
+//! `cortex_queue::NewItem`s (typed `Work`, and the output format as an opaque
+//! tag: the endpoint path, plus `?encoding_format=base64` for base64 embeddings) or `LineError`s naming line and field; `input/prompt.rs`
+//! turns `messages`, `prompt` and responses' `input` + `instructions` into a
+//! `Prompt`, `input/format.rs` the output constraints into a grammar;
+//! log probabilities (chat's `logprobs`/`top_logprobs`, completions'
+//! `logprobs: N`) become `Request::logprobs`; the engine fills
+//! `Completion::logprobs` from the logits the sampler chose from (after bias
+//! and penalties, before temperature; `cortex_sample::logprobs`), and
+//! `output.rs` renders them in each endpoint's shape. `response_format`
+//! (`json_object`, `json_schema`) and the `grammar` extension are compiled and
+//! checked with `cortex-grammar` into `Request::grammar` at parse time; the
+//! engine makes one llama.cpp grammar sampler per completion from it
+//! (`Backend::grammar`) and advances it past every token taken.
+//! `input/tools.rs`: chat `tools` become `Request::tools` (the definitions as
+//! JSON for the template, the choice); `tool_choice` `required` or a named
+//! function also compiles a grammar of one `{"name", "arguments"}` call whose
+//! arguments match the function's `parameters`, so a forced call is always
+//! valid; `output.rs` renders `Completion::tool_calls` as `message.tool_calls`
+//! (`finish_reason: "tool_calls"`). `fields.rs` classifies
+//! OpenAI's documented fields cortex does not implement:
+//! accepted when they change nothing (`user`, `store`, `metadata`,
+//! `stream: false`, ...), refused with the reason otherwise. `output.rs`:
+//! `response_body` (`chat.completion` / `text_completion` / `response`) and `BatchOutput`,
+//! the `ExportFormat` that writes OpenAI's output and error lines. `jsonl.rs`:
+//! `SubmitJsonl` (hash the file while parsing it, `Store::submit_items`) and
+//! `ExportJsonl` (`Store::export_with(.., &BatchOutput)`) as extension traits of
+//! `Store`.
 
 #![forbid(unsafe_code)]
 

@@ -38,6 +38,61 @@
 //! queue.release(&claimed.iter().map(|c| c.lease).collect::<Vec<_>>())?;
 //! # Ok::<(), cortex_queue::QueueError>(())
 //! ```
+//!
+//! # Design notes
+//!
+//! The queue on PostgreSQL (the synchronous `postgres` client: the queue API,
+//! the worker and the CLI are blocking; its tokio runtime stays inside this
+//! crate). `PgStore` implements `WorkerStore` and `JobStore`; the CLI builds it
+//! from `--db postgres://…` (feature `postgres` of `cortex-cli`, on by default).
+//!
+//! - TLS (`tls`): libpq's `sslmode` (`disable`, `prefer`, `require`,
+//!   `verify-ca`, `verify-full`) and `sslrootcert` are taken off the URL (the
+//!   client parses only three modes) and turned into a `native-tls` connector
+//!   (the system's OpenSSL) that checks what the mode says.
+//!
+//! - Schema (`migrations/`, version in `cortex_schema`, applied under a
+//!   transaction-scoped advisory lock; a newer schema is refused): the SQLite
+//!   schema's concepts at its latest version, plus `workers.heartbeat_at` and
+//!   `job_counts`. Time is `cortex_now()`, the server's clock in ms, so every
+//!   host reads leases against one clock.
+//! - Claim: `UPDATE items … WHERE id IN (SELECT id … ORDER BY priority DESC, id
+//!   LIMIT n FOR UPDATE SKIP LOCKED)` over partial indexes (`items_ready`,
+//!   `items_suspects`); the expired-lease sweep before it is one statement too
+//!   (`record_deaths`: the SQLite rule plus the death streak's update in one
+//!   CTE, rows another claimer sweeps skipped). Statements that need not commit
+//!   together run without `BEGIN`/`COMMIT` (autocommit), so a claim is about four
+//!   round trips and a `complete_many` two.
+//! - Counters: statement-level triggers with transition tables add each
+//!   statement's net change per job to `job_counts(job_id, shard)`, the shard
+//!   being the writing connection's (`pg_backend_pid() % 16`), job ids in order.
+//!   Many workers finishing one job's items update different rows instead of
+//!   queueing on one. A job's counts are the sum of its shards.
+//! - The state machine under concurrency: a transaction sees only committed
+//!   counts, so two workers finishing the last two items could each see the
+//!   other's as running. So `settle` runs after each write commits, reads the
+//!   summed counts, and only when `JobState::settled` says the state moves
+//!   takes the job's row lock (`FOR UPDATE`) and checks again: whoever commits
+//!   last sees everything. Reads settle too, so a writer killed between commit
+//!   and settle leaves nothing stale. Cancel, resume and retry take the row lock.
+//! - Dead workers: on another host, by lease expiry alone; on this host (same
+//!   host identity), by pid and start time as in SQLite, every 2 s. Workers
+//!   refresh `heartbeat_at` at claims; long-silent registrations are removed.
+//! - Idle workers `LISTEN cortex_work` (`WorkerStore::wait_for_work`); submit,
+//!   release, retryable failures, resume and retry `NOTIFY` it.
+//! - Connection loss: every call runs in `run`/`run_autocommit`, which on a lost
+//!   connection (I/O error, `57P01` admin shutdown, …) reconnects and runs the
+//!   whole body again with backoff (100 ms doubling to 5 s) for
+//!   `reconnect_patience` (5 min); deadlocks and serialization failures are
+//!   retried at once. A body that committed but whose reply was lost is safe to
+//!   repeat: its lease tokens no longer match. Submit is not retried (its input
+//!   is read once); it is all or nothing either way.
+//! - Submit streams items with `COPY … FROM STDIN` inside one transaction;
+//!   duplicate `custom_id`s are found in memory (with the line that first used
+//!   it) so the copy never fails half-way. Export runs in one `REPEATABLE READ`
+//!   snapshot through a cursor (portal, 5,000 rows a fetch).
+//! - `check_counts` compares every job's counters with its items and results
+//!   (the conformance tests' consistency check, as `integrity_check` is for SQLite).
 
 #![forbid(unsafe_code)]
 

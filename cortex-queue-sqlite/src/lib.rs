@@ -147,6 +147,70 @@
 //! assert_eq!(std::fs::read_to_string(&output)?, "a\tHello, a!\nb\tHello, b!\n");
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! # Design notes
+//!
+//! The queue in one SQLite file (bundled SQLite), the only crate with
+//! `rusqlite`; it speaks SQL and nothing else. A `Store` is one connection
+//! (`Store::opener` makes a `QueueOpener`); any number of processes open the
+//! same file (WAL). `store` (opening, pragmas, migrations, busy retries,
+//! transactions), `schema`, and one module per part of the traits: `jobs`,
+//! `lease`, `submit`, `export`.
+//!
+//! - Schema (`migrations/*.sql`, versioned by `PRAGMA user_version`, each
+//!   migration applied in one `BEGIN IMMEDIATE` with its version bump; a newer
+//!   database is refused): `jobs` (source name and SHA-256, parameter hash, model,
+//!   defaults, metadata, priority, max attempts, per-state counters and
+//!   timestamps), `items` (line, custom_id unique per job, endpoint, the request as
+//!   JSON without its default fields — `compact.rs`, about the prompt's size
+//!   plus a few bytes; an embedding request as `{"embed": {"inputs": [...]}}` — state, attempts, deaths, whether the current claim runs
+//!   it alone, lease token and expiry, backoff time, last error, owning worker),
+//!   `results` (primary key = item: one output per item), `input_errors`,
+//!   `workers` (host + boot id, pid, process start time, model), `grammars`
+//!   (an output grammar once per SHA-256; items refer to it, so a 50,000-item
+//!   structured job stores its schema's grammar once) and `death_streak`.
+//!   Triggers keep each job's counters and token sums, so status reads one row
+//!   plus one index range (the last minute of results): O(1) in the job's size.
+//! - Submit (`submit_items`) takes an `ItemSource` — parsed lines from
+//!   `cortex-openai`'s `InputReader` (BOM, CRLF, blank lines, non-UTF-8, cut-off
+//!   last line; both formats, unknown fields, sampling validation through
+//!   `cortex-request`) and the input's hash — inside one transaction;
+//!   duplicate `custom_id`s are caught by the unique index, not a set in
+//!   memory. Any bad line rolls everything back and the `InputReport` lists every
+//!   one; `skip_invalid` stores them in `input_errors` instead. The same file and
+//!   parameters twice is `DuplicateJob` unless `force`.
+//! - Claim is one `UPDATE … WHERE id IN (pending, of jobs for the worker's
+//!   model, by job priority and input order) RETURNING`, raising `attempts` and
+//!   `lease_token`. Before it, in the same transaction: leases of workers on
+//!   this host whose process is gone (pid + start time from `/proc`) end as
+//!   one death per worker, then the leases that ran out as one more
+//!   (`record_deaths`): pending again as a suspect with the attempt given back,
+//!   or — when it ran alone and the previous death was its own lone run too —
+//!   charged, and failed `worker_lost` once out of attempts; items of
+//!   cancelling jobs end cancelled. With `suspects` allowed (the worker is idle)
+//!   and suspects ready, the claim takes only suspects, the most suspected
+//!   first, `n >> deaths` of them (alone when that is 1; lone suspects longest
+//!   waiting first, and only when `alone` allows, else normal items if there
+//!   are any). `abandon` applies the
+//!   same rule to the leases of a worker whose engine died, with the engine's
+//!   message as the error. Heartbeat, complete, fail and release all match on
+//!   `lease_token`; a lost lease is `LeaseLost`. Retryable failures back off
+//!   exponentially until `max_attempts`. Every write settles the job's state with `JobState::settled`, the state
+//!   machine as one pure function of the item counts, tested on its own (the
+//!   PostgreSQL backend calls it too): in_progress → finalizing when
+//!   nothing is pending → completed / failed; cancelling → cancelled when
+//!   nothing runs.
+//! - Every write is `BEGIN IMMEDIATE`, retried whole with jitter while another
+//!   process holds the lock (up to `busy_patience`); `SQLITE_FULL` is `DiskFull`
+//!   and leaves the database intact. Results are stored as typed responses
+//!   (schema v4; older rows keep their rendered body). Export (`export_with`)
+//!   reads one snapshot, hands every result and error to the caller's
+//!   `ExportFormat` for its line, and writes a temp file, fsync, rename,
+//!   directory fsync.
+//! - Failpoints for the crash tests, compiled only with the `failpoints`
+//!   feature (the test build): `CORTEX_FAILPOINT=claim|complete:written|
+//!   complete:committed|generated:CUSTOM_ID[@N]` makes the process SIGKILL
+//!   itself there (`failpoint::hit` is public so the worker adds its own).
 
 #![forbid(unsafe_code)]
 

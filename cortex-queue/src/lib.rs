@@ -30,6 +30,58 @@
 //!
 //! The shared conformance suite (`tests/tests/queue_*.rs`) runs every rule
 //! on both backends.
+//!
+//! # Design notes
+//!
+//! The queue's core: no database client, only what every backend shares.
+//! `backend.rs` holds the traits every backend implements — `WorkerStore`
+//! (claim, heartbeat, complete, fail, release, abandon, unregister,
+//! `wait_for_work`) and `JobStore` (submit, job, jobs, status, items, cancel,
+//! resume, retry, export, and what a dashboard reads: `job_page`, `item_page`,
+//! `item`, `completions`, `workers`) — typed data in and out; `Database` (a `--db` value:
+//! path, `sqlite://` or `postgres://` URL, shown without its password) and
+//! `QueueOpener` (opens a connection on any backend, for a server's threads;
+//! each backend makes its own). The rest are the typed data (`jobs`, `lease`,
+//! `submit`, `export`, `error`: `LineError` and `InputReport` name every bad
+//! line), the job state machine (`JobState::settled`, in `lib.rs`) and the
+//! pieces backends share, `#[doc(hidden)]` under `backend`: stored request and
+//! response forms (`compact`), `claim_by_rule` — which group of suspects or
+//! normal items a claim takes — and `FailOutcome::of` (retry backoff), host and
+//! process identity (`process`), `SubmitTally` (the submit loop's counting and
+//! its all-or-nothing verdict), `JobStatus::span`/`over` for rates and ETA, and
+//! `inspect` (`ItemQuery`/`ItemPage`, `ItemDetail`, `JobActivity` and
+//! `Distribution` computed from a job's `CompletionSample`s, `WorkerInfo`; each
+//! item records the host and pid it last ran on, each result its time to first
+//! token and duration), and
+//! `export_files` (the export loop: each backend hands it the rows of one
+//! snapshot; it renders them in the caller's format, writes each file
+//! atomically and returns the summary). The conformance suite lives in the `tests` crate, where
+//! both backends and the wire format are below it
+//! (`tests/tests/queue_{lifecycle,input,processes,storage}.rs`, helpers in
+//! `queue_common`): every test runs on a `Store` and on a `PgStore` (a fresh
+//! database on `CORTEX_TEST_POSTGRES`), with the same snapshots; the queue's
+//! benchmarks are `cargo bench -p cortex-tests --bench queue` (SQLite at scale)
+//! and `--bench queue_backends` (both side by side).
+//!
+//! ## Crashes and poison items
+//!
+//! A crash costs the user nothing but time: an item in flight when its worker
+//! (or engine) died keeps its attempt, unless it was running alone. Such items
+//! are suspects (`items.deaths`): claimed only into an idle worker, only with
+//! other suspects, `parallel >> deaths` at a time, and the worker claims
+//! nothing beside them. A poison item is therefore alone after about
+//! log2(parallel) deaths. Only a death while an item runs alone *right after
+//! a death that was also its own, alone* is charged (`death_streak` holds the
+//! item of the last lone death; a group's death, or a worker found dead with
+//! nothing in flight, clears it); after `max_attempts` charges the item fails
+//! with `worker_lost`. A poison item kills every worker that runs it, one
+//! after another, so it builds the streak; kills from outside land on
+//! whatever runs, and between two of them other items die. To keep it that
+//! way a worker runs at most one lone suspect per life and not as its first
+//! claim (unless nothing else is claimable), lone suspects take turns,
+//! longest waiting first, and one whose lone run died waits `lone_retry`
+//! (1 s, doubled per charge) before the next: some worker must live through
+//! that, and an outside kill of an idle worker ends the streak too.
 
 #![forbid(unsafe_code)]
 

@@ -32,6 +32,17 @@
 //! assert!(state.transition(RequestState::Pending).is_ok()); // preempted, recomputed later
 //! assert!(RequestState::Finished.transition(RequestState::Decoding).is_err());
 //! ```
+//!
+//! # Design notes
+//!
+//! Plain data: `Request` (id, `Prompt` as text / tokens / chat messages,
+//! `SamplingParams`, `StopConditions`, priority, `n`), `EmbeddingRequest` (inputs
+//! as text or tokens), `Work` (what a queued item asks for: one of the two), `RequestState` with only
+//! the legal transitions (Pending → Prefilling → Decoding → Finished, Failed or
+//! Cancelled from any live state, back to Pending on preemption), `FinishReason`,
+//! `Usage`, `Timings`, `Completion`, `Response` (completions, or for an
+//! embedding request one vector per input). `Request::validate` returns a
+//! `ValidationError` naming the field and the bad value. serde is behind a feature.
 
 #![forbid(unsafe_code)]
 

@@ -40,6 +40,22 @@
 //! ];
 //! assert_eq!(sample_batch(&mut rows), vec![1, 0]);
 //! ```
+//!
+//! # Design notes
+//!
+//! `Sampler` holds one request's parameters, its own RNG (xoshiro256** written
+//! out in the crate, so a seed means the same stream everywhere) and scratch
+//! buffers. Order: logit bias → penalties over the last `penalty_last_n` tokens →
+//! greedy shortcut → temperature → top-k → top-p → min-p → draw. Whole-vocabulary
+//! passes are written as fixed-lane, branch-free loops so they vectorise, with an
+//! `exp` in plain IEEE arithmetic (bit-identical everywhere); filtering finds a
+//! logit floor that contains every survivor and sorts only the tokens above it.
+//! `sample_batch` samples rows in parallel with rayon. A row may carry a
+//! `Constraint` (a `TokenFilter`, e.g. llama.cpp's grammar sampler): the draw is
+//! made unconstrained and kept if the filter allows it, else the whole
+//! vocabulary is masked and the draw made again (llama.cpp's order; greedy gives
+//! the best allowed token either way); rows that report log probabilities mask
+//! first, so those are after the constraint.
 
 #![forbid(unsafe_code)]
 

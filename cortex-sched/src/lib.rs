@@ -45,6 +45,25 @@
 //! assert!(!sched.has_work());
 //! # Ok::<(), cortex_sched::SchedError>(())
 //! ```
+//!
+//! # Design notes
+//!
+//! `Scheduler` is continuous batching as a state machine: `add` requests,
+//! `schedule()` returns a `StepPlan`, the engine runs it and calls `commit` with
+//! the sampled tokens. A step decodes first (one token per running request, most
+//! important first, preempting the lowest-priority newest request by recompute
+//! when KV runs out), then continues chunked prefills, then admits waiting
+//! requests: preempted ones first, then by priority with aging (a static queue
+//! key `step - priority * aging_steps`, FIFO within a priority, no starvation),
+//! preferring cached prefixes within the head's priority and deferring requests
+//! whose prefix is being computed. Admission stops at the first request the KV
+//! pool cannot hold. With `priority_preemption_gap`, a waiting request that
+//! outranks the lowest running one (that ran before this step) by the gap takes
+//! its slot when none is free; the victim waits again by its own priority and
+//! its planned tokens go back to the budget. The engine does not turn this on
+//! yet: its stream binding can run out of streams when preemption and
+//! admissions of shared prefixes meet in one step (seen under load). Each plan says why admission stopped. Time is counted in
+//! steps; there are no clocks, threads or I/O.
 
 #![forbid(unsafe_code)]
 

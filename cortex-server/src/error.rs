@@ -1,10 +1,12 @@
 //! Errors as OpenAI's error object with the right status: every refusal
 //! names what was wrong; nothing a client sends makes the server panic.
+//! And [`ServerError`]: why the server could not run.
 
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use cortex_engine::EngineError;
+use std::net::SocketAddr;
 
 /// An HTTP error in OpenAI's shape (`{"error": {"message", "type", "param", "code"}}`).
 #[derive(Debug, Clone)]
@@ -163,4 +165,29 @@ impl IntoResponse for ApiError {
         }
         (self.status, Json(self.body_json())).into_response()
     }
+}
+
+/// Why the server could not run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServerError {
+    /// The address could not be bound.
+    #[error("cannot listen on {address}: {source}")]
+    Bind {
+        /// The address.
+        address: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The queue could not be opened.
+    #[error(transparent)]
+    Queue(#[from] cortex_queue::QueueError),
+    /// Another I/O failure (the runtime, the files directory).
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// Why it failed.
+        source: std::io::Error,
+    },
 }

@@ -39,12 +39,139 @@
 //! serve(config, engine)?; // until SIGINT or SIGTERM
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! # Design notes
+//!
+//! `cortex serve` as a library (`serve(ServerConfig, Engine)`): the only crate
+//! with tokio and axum. `pool`: the loaded models (`ModelPool`), the default
+//! one from start, others loaded on demand by the `EngineStarter` the CLI
+//! gives (one load at a time, off the async threads). A request holds its
+//! model (`ModelUse`: never unloaded while held); when the last use ends the
+//! model's keep-alive starts (the request's, else the server's); a thread
+//! unloads expired idle models every second; a load that does not fit
+//! (`max_loaded`, `memory_budget`: weights plus KV bytes now) unloads idle
+//! models, least recently used first, else waits up to `load_wait` (503), and
+//! a model larger than the budget is a 507. Counters of unloaded engines are
+//! kept (`/metrics` never goes back). Each model's engine serves:
+//!
+//! - `online`/`stream`: OpenAI's online routes. A body is read by
+//!   `cortex_openai::parse_request` (the batch line checks, plus `stream` and
+//!   `stream_options`), the `model` checked against the served one, then a
+//!   `Call` submits it with `ONLINE_PRIORITY` added to its priority (admitted
+//!   before any waiting queue item) and cancels it in the engine when dropped
+//!   unfinished, so a client that goes away (the SSE body is dropped) stops
+//!   its generation. Streams wait for the first event before answering, so an
+//!   early failure (prompt too long) is a proper 400; then chat/completion
+//!   chunks ending in `[DONE]`, or `/v1/responses` events. With tools the text
+//!   is held back and sent as text or as `tool_calls` at the end.
+//! - `batch_api` + `files`: Files and Batches. Uploads are files in
+//!   `<db>.files/` (content and a JSON record, each written to a temporary
+//!   name, synced, renamed). An upload is streamed chunk by chunk to its
+//!   temporary file and counted against its project's quota
+//!   (`max_project_file_bytes`) as it arrives; downloads are streamed from
+//!   disk: no file is ever whole in memory. The records are read once at start
+//!   into an index (one server owns a files directory): listings page through
+//!   it and a project's stored bytes are known at once. At start the temporary
+//!   files of writers that are gone and content whose record is gone are
+//!   swept; failed batches and exports older than `file_retention` are pruned
+//!   hourly. A batch is a job submitted with
+//!   `SubmitJsonl::submit_batch` (every line must name the batch's endpoint;
+//!   the batch's own fields ride in job metadata), so CLI jobs are batches
+//!   too. The file is first read and checked with `check_batch` without the
+//!   store (the same report `submit_batch` would give), so a bad file never
+//!   holds the store's lock. A file with bad lines gives a `failed` batch kept as a JSON record.
+//!   Output and error files are the job's export, written when first asked
+//!   for and named by when the job ended (a resumed job ends again; the
+//!   export of the earlier end is removed).
+//! - `openapi`: `/openapi.json`, OpenAI's routes from `cortex_openai::openapi_document()`
+//!   (the wire-format crate owns those shapes) merged with the server's own
+//!   (`openapi.json` beside it: Ollama's routes, `/health`, `/metrics`), the
+//!   served model's name filled in, made once at start. Schemathesis checks
+//!   the server against it (`tests/tests/schemathesis.rs`): a route or a
+//!   status added without its description fails there.
+//! - `worker`: a thread choosing a model as `work_every_model` does
+//!   (`ModelDemand`), holding it from the pool, and running
+//!   `cortex_worker::work_queue` on its engine until it hands over, with
+//!   `WorkerPlan::parallel` at `batch_parallel`, or an eighth of it while
+//!   any online request is in flight (`AppState::online_id` sets it: every
+//!   step decodes every running sequence, so online tokens come as fast as
+//!   steps do), the rest of the slots left to online requests; it co-operates with `cortex worker` processes through
+//!   the queue's leases as any worker does.
+//! - `ollama`: Ollama's routes (its JSON is the server's own: only this crate
+//!   speaks it): `generate` (generate, chat) and `embed` on the same `Call`s,
+//!   the model's `SYSTEM` and `PARAMETER`s under the body's; `manage` (tags,
+//!   ps, show, pull with progress, create, blobs streamed into the registry's
+//!   `BlobWriter`, copy, delete refused while an unfinished job or the server's
+//!   default model needs the weights); `shape` (errors, options, details).
+//!   Batches take the model their lines name (one per file).
+//! - `metrics`: `prometheus-client` registry; gauges and engine counters are
+//!   brought up to date at each scrape. One `Snapshot` (read by `routes::gather`:
+//!   the pool's stats, the queue's counts and workers, `system`'s gauges) feeds
+//!   both `/metrics` and `/v1/metrics` (JSON), so the two never disagree.
+//!   `system`: the process's and the machine's CPU and memory from `/proc`
+//!   (CPU as use since the previous scrape); absent where there is no `/proc`.
+//! - `jobs_api`: cortex's own JSON view of the queue (`/v1/jobs`...): a page
+//!   of jobs (`JobStore::job_page`: filtered, counted and paged in SQL) with
+//!   each one's `JobStatus` (rates, ETA), a job's `JobActivity` (completions per
+//!   span, latency `Distribution`s from the results' `first_token_ms` and
+//!   `duration_ms`), pages of items (`JobStore::item_page`, paged and
+//!   filtered in SQL, so a job of 100,000 items costs one page), one item
+//!   (`JobStore::item`), cancel/resume/retry. Each handler checks the caller's
+//!   project first (`batch_api::caller_job`).
+//! - `dashboard`: `/`, `/dashboard.js`, `/dashboard.css`, embedded with
+//!   `include_str!` from `src/dashboard/`. The page holds no data and needs no
+//!   key; its script reads the JSON API with the key the user gives (kept in
+//!   the tab's `sessionStorage`), renders with DOM calls (text is never parsed
+//!   as HTML) and polls while a view is shown. A Content-Security-Policy of
+//!   `default-src 'self'` holds it to this server. `auth`: API keys (constant-time
+//!   compare), every route but `/health`; each key acts for a project and
+//!   puts a `Caller` (project, admin, cache scope) in the request for the
+//!   handlers. `batch_api` answers another project's file, batch or export as
+//!   not found and lists only the caller's (an admin's: all); `/metrics` needs
+//!   an admin key. `routes`: body limits (a
+//!   Content-Length over the limit is refused before the body is read),
+//!   request metrics, OpenAI-shaped 404/405. `shutdown`: first signal stops
+//!   accepting, stops the worker (claimed items released), cancels online
+//!   requests after the grace period; a second exits at once.
+//! - `listen`: the accept loop under axum (hyper's HTTP/1 connections): at
+//!   most `max_connections` open (TCP and the Unix socket together), a header
+//!   deadline that also closes idle connections, a 64 KiB head, a graceful
+//!   stop. The Unix-domain socket is bound in a private directory, given mode
+//!   0600 and renamed into place, so it is never reachable with wider rights;
+//!   its requests skip the `Host` check (no web page can reach a socket).
+//! - `admission`: `max_online_requests` (and per key) on the generation and
+//!   embedding routes, a 429 with `Retry-After` beyond it; a request's place
+//!   is held by its answer's body, so a stream keeps it until it ends or the
+//!   client goes; every request body has `body_timeout` to arrive.
+//! - `guard`: the browser's threats to a local server: `Host` must be an IP,
+//!   `localhost`, this machine's name or an allowed name (DNS rebinding);
+//!   `Origin` a loopback page, the server itself or an allowed origin (which
+//!   get CORS answers); a POST body `application/json` (uploads multipart).
+//!
+//! Layers, outermost first: body limit, request metrics, guard, oversized
+//! Content-Length, body deadline, keys, then admission on the online routes:
+//! every refusal is counted, and nothing is read from a body before the
+//! checks that need no body have passed.
+//!
+//! Invariant: a project's objects are reachable only by its keys and admin
+//! keys; every handler that takes an id checks the `Caller` before it answers,
+//! and answers "not found" alike for another's and for none.
+//!
+//! Invariant: the dashboard loads nothing from another host (no CDN, no
+//! remote font): the machines cortex runs on are often offline, and a page
+//! that pulls code from elsewhere runs whatever that host serves. Tidy checks
+//! its files for absolute URLs.
+//!
+//! Invariant: the server never panics on a request: every extractor's
+//! rejection is taken as a `Result` and answered in OpenAI's error shape
+//! (Ollama's on `/api/` routes, `ApiError::for_path`).
 
 #![forbid(unsafe_code)]
 
 mod admission;
 mod auth;
 mod batch_api;
+mod config;
 mod dashboard;
 mod error;
 mod files;
@@ -63,204 +190,19 @@ mod stream;
 mod system;
 mod worker;
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use cortex_engine::Engine;
-use cortex_models::Registry;
-use cortex_queue::QueueOpener;
-use cortex_worker::ModelIdentity;
 
 pub use auth::{ApiKey, ApiKeys};
+pub use config::{
+    DEFAULT_BODY_TIMEOUT, DEFAULT_FILE_RETENTION, DEFAULT_HEADER_TIMEOUT,
+    DEFAULT_MAX_CLIENT_PRIORITY, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_ONLINE_REQUESTS,
+    DEFAULT_MAX_PROJECT_FILE_BYTES, DEFAULT_MAX_REQUEST_TOKENS, ServerConfig,
+};
+pub use error::ServerError;
 pub use pool::{EngineStarter, KeepAlive, PoolLimits};
 pub use stream::ONLINE_PRIORITY;
-
-/// [`ServerConfig::max_request_tokens`] by default: 16 completions of a
-/// whole 8,192-token context.
-pub const DEFAULT_MAX_REQUEST_TOKENS: u64 = 1 << 17;
-
-/// [`ServerConfig::max_online_requests`] by default: four times the
-/// engine's default sequences, so a burst queues briefly in the engine
-/// while a flood is refused.
-pub const DEFAULT_MAX_ONLINE_REQUESTS: usize = 256;
-
-/// [`ServerConfig::max_connections`] by default.
-pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
-
-/// [`ServerConfig::header_timeout`] by default.
-pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// [`ServerConfig::body_timeout`] by default.
-pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// [`ServerConfig::max_client_priority`] by default.
-pub const DEFAULT_MAX_CLIENT_PRIORITY: i32 = 1000;
-
-/// [`ServerConfig::max_project_file_bytes`] by default: 10 GiB.
-pub const DEFAULT_MAX_PROJECT_FILE_BYTES: u64 = 10 << 30;
-
-/// [`ServerConfig::file_retention`] by default: 30 days.
-pub const DEFAULT_FILE_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
-
-/// How a server runs.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct ServerConfig {
-    /// Where to listen (TCP).
-    pub listen: SocketAddr,
-    /// A Unix-domain socket to serve the same routes on, created with mode
-    /// 0600 so that only its owner can connect (and no web page can).
-    pub unix_socket: Option<PathBuf>,
-    /// Serve only on [`ServerConfig::unix_socket`], with no TCP port.
-    pub unix_socket_only: bool,
-    /// Keys a client must present (`Authorization: Bearer KEY`), each of a
-    /// project; none: open, every request the `default` project's.
-    pub api_keys: ApiKeys,
-    /// The default model: what a request without a `model` (or with
-    /// `default`) gets, loaded at start.
-    pub model: ModelIdentity,
-    /// Where other models are found by name.
-    pub registry: Registry,
-    /// The chat template engines render chats with instead of a model's
-    /// own (`--chat-template`), if one was chosen: batches of chats for a
-    /// model without a template of its own are taken only then.
-    pub chat_template: Option<String>,
-    /// How a model a request names is loaded.
-    pub engine_starter: EngineStarter,
-    /// How many models stay loaded, and for how long.
-    pub models: PoolLimits,
-    /// Largest GGUF a client may upload to `/api/blobs`, bytes.
-    pub max_blob_bytes: usize,
-    /// The server's queue worker hands its engine to another model's jobs
-    /// once they have waited this long (and its model has had a turn as long).
-    pub model_switch: Duration,
-    /// The queue (SQLite or PostgreSQL).
-    pub queue: QueueOpener,
-    /// Where uploaded files and batch exports live.
-    pub files_dir: PathBuf,
-    /// Lease of the items the server's worker claims.
-    pub lease: Duration,
-    /// Queue items in the engine at most (an eighth of it while online
-    /// requests are in flight); the engine's other slots are kept for
-    /// online requests. 0: the server works no queue items.
-    pub batch_parallel: usize,
-    /// Most tokens one online request may ask for: `n` × `max_tokens`, each
-    /// cut to the context (a longer answer cannot be). More is a 400.
-    pub max_request_tokens: u64,
-    /// Largest request body (JSON), bytes.
-    pub max_body_bytes: usize,
-    /// Largest uploaded file, bytes.
-    pub max_file_bytes: usize,
-    /// Most bytes of uploaded files one project may keep (0: no limit);
-    /// an upload that would go over is refused (413).
-    pub max_project_file_bytes: u64,
-    /// How long failed batches and batch exports are kept (an export is
-    /// made again when asked for); pruned at start and every hour.
-    pub file_retention: Duration,
-    /// How long in-flight online requests may run on after a stop signal
-    /// before they are cancelled.
-    pub shutdown_grace: Duration,
-    /// Online requests (generation and embeddings) answered at once at
-    /// most; beyond it a 429 with `Retry-After`.
-    pub max_online_requests: usize,
-    /// The same, for the requests of one API key (0: only the total).
-    pub max_online_requests_per_key: usize,
-    /// Open connections at most; more wait to be accepted.
-    pub max_connections: usize,
-    /// How long a client may take to send a request's headers, and how
-    /// long an idle connection stays open (slow clients are cut off).
-    pub header_timeout: Duration,
-    /// How long a client may take to send a request's body.
-    pub body_timeout: Duration,
-    /// A client's `priority` is clamped to ± this, so no request outranks
-    /// the server's own online priority ([`ONLINE_PRIORITY`]) or another
-    /// online request by more than it.
-    pub max_client_priority: i32,
-    /// Names a client may use in `Host` besides IP addresses and
-    /// `localhost` when the server listens on loopback (`*`: any name).
-    /// Anything else is refused, which stops DNS rebinding.
-    pub allowed_hosts: Vec<String>,
-    /// Browser origins (`Origin`) allowed to call the server besides
-    /// loopback pages and its own (`*`: any origin).
-    pub allowed_origins: Vec<String>,
-}
-
-impl ServerConfig {
-    /// Listens on 127.0.0.1:8080 without keys; the queue `queue` opens,
-    /// files in `files_dir`; 60 s leases; 48 queue items at most (of the
-    /// engine's default 64 slots); 131,072 tokens a request; 32 MiB bodies,
-    /// 512 MiB files, 10 GiB of files a project, kept 30 days; 5 s grace; 256 online requests at once (no cap per
-    /// key); 1,024 connections; 10 s for headers, 60 s for a body;
-    /// priorities within ±1,000; no other hosts or origins; models kept 5
-    /// minutes after their last request, at most 3 loaded, no memory budget;
-    /// blobs of 64 GiB at most.
-    pub fn new(
-        model: ModelIdentity,
-        queue: QueueOpener,
-        files_dir: impl Into<PathBuf>,
-        registry: Registry,
-        engine_starter: EngineStarter,
-    ) -> Self {
-        Self {
-            registry,
-            chat_template: None,
-            engine_starter,
-            models: PoolLimits::default(),
-            max_blob_bytes: 64 << 30,
-            model_switch: Duration::from_secs(600),
-            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
-            unix_socket: None,
-            unix_socket_only: false,
-            api_keys: ApiKeys::default(),
-            model,
-            queue,
-            files_dir: files_dir.into(),
-            lease: Duration::from_secs(60),
-            batch_parallel: 48,
-            max_request_tokens: DEFAULT_MAX_REQUEST_TOKENS,
-            max_body_bytes: 32 << 20,
-            max_file_bytes: 512 << 20,
-            max_project_file_bytes: DEFAULT_MAX_PROJECT_FILE_BYTES,
-            file_retention: DEFAULT_FILE_RETENTION,
-            shutdown_grace: Duration::from_secs(5),
-            max_online_requests: DEFAULT_MAX_ONLINE_REQUESTS,
-            max_online_requests_per_key: 0,
-            max_connections: DEFAULT_MAX_CONNECTIONS,
-            header_timeout: DEFAULT_HEADER_TIMEOUT,
-            body_timeout: DEFAULT_BODY_TIMEOUT,
-            max_client_priority: DEFAULT_MAX_CLIENT_PRIORITY,
-            allowed_hosts: Vec::new(),
-            allowed_origins: Vec::new(),
-        }
-    }
-}
-
-/// Why the server could not run.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ServerError {
-    /// The address could not be bound.
-    #[error("cannot listen on {address}: {source}")]
-    Bind {
-        /// The address.
-        address: SocketAddr,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// The queue could not be opened.
-    #[error(transparent)]
-    Queue(#[from] cortex_queue::QueueError),
-    /// Another I/O failure (the runtime, the files directory).
-    #[error("{context}: {source}")]
-    Io {
-        /// What was being done.
-        context: String,
-        /// Why it failed.
-        source: std::io::Error,
-    },
-}
 
 /// Serves `engine` until SIGINT or SIGTERM: stops accepting, gives online
 /// requests [`ServerConfig::shutdown_grace`] and then cancels them, releases

@@ -79,10 +79,8 @@ fn turn(
         return Ok(false);
     };
     let model = match state.models.find_loaded(&sha).map(Ok).unwrap_or_else(|| {
-        state
-            .models
-            .registry()
-            .by_sha256(&sha)
+        demand
+            .entry(&sha, state.models.registry())
             .map_err(|e| e.to_string())
             .and_then(|found| found.ok_or_else(|| "no model here has this SHA-256".into()))
             .map(cortex_worker::ModelIdentity::from)

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use cortex_engine::{Engine, Shutdown};
-use cortex_models::Registry;
+use cortex_models::{ModelEntry, Registry, RegistryError};
 use cortex_queue::{JobFilter, JobId, Queue, QueueError, now_ms};
 
 use crate::{ModelIdentity, WorkerError, WorkerPlan, WorkerReport, work_queue};
@@ -33,6 +33,9 @@ pub struct ModelDemand {
     /// elsewhere, leases of dead workers to reclaim, retries to come): the
     /// submission time of the oldest.
     unfinished: BTreeMap<String, i64>,
+    /// The model name the oldest unfinished job of each model was submitted
+    /// for (several names can share one GGUF: `cortex models add`, `cp`).
+    names: BTreeMap<String, (i64, String)>,
 }
 
 impl ModelDemand {
@@ -62,6 +65,26 @@ impl ModelDemand {
     pub fn unfinished(&self) -> bool {
         !self.unfinished.is_empty()
     }
+
+    /// The registry's entry to load for the model with this SHA-256: the
+    /// one its oldest job was submitted for (so logs and the engine's
+    /// settings name that model, not another name of the same weights),
+    /// else any entry of those weights.
+    pub fn entry(
+        &self,
+        sha256: &str,
+        registry: &Registry,
+    ) -> Result<Option<ModelEntry>, RegistryError> {
+        let named = self
+            .names
+            .get(sha256)
+            .and_then(|(_, name)| registry.find(name).ok().flatten())
+            .filter(|entry| entry.sha256 == sha256);
+        match named {
+            Some(entry) => Ok(Some(entry)),
+            None => registry.by_sha256(sha256),
+        }
+    }
 }
 
 type Demand = ModelDemand;
@@ -83,6 +106,13 @@ fn demand(
             continue;
         }
         let created = job.times.created_at;
+        let name = demand
+            .names
+            .entry(sha.clone())
+            .or_insert_with(|| (created, job.model.clone()));
+        if created < name.0 {
+            *name = (created, job.model.clone());
+        }
         let oldest = demand.unfinished.entry(sha.clone()).or_insert(created);
         *oldest = (*oldest).min(created);
         if job.counts.pending > 0 {
@@ -163,10 +193,12 @@ pub fn work_every_model(
                 tracing::info!(model = %model.name, "unloading");
                 let _ = engine.shutdown(Shutdown::Abort);
             }
-            let Some(entry) = registry.by_sha256(&sha).map_err(|e| WorkerError::Model {
-                model: format!("sha256:{sha}"),
-                detail: e.to_string(),
-            })?
+            let Some(entry) = wanted
+                .entry(&sha, registry)
+                .map_err(|e| WorkerError::Model {
+                    model: format!("sha256:{sha}"),
+                    detail: e.to_string(),
+                })?
             else {
                 tracing::warn!(sha256 = %sha, "no model here has this SHA-256: its jobs are left for other workers");
                 unavailable.insert(sha);
@@ -236,6 +268,7 @@ mod tests {
         Demand {
             unfinished: pending.clone(),
             pending,
+            names: BTreeMap::new(),
         }
     }
 
@@ -251,6 +284,7 @@ mod tests {
         let waiting = Demand {
             pending: BTreeMap::new(),
             unfinished: [("a".to_owned(), 3), ("b".to_owned(), 1)].into(),
+            names: BTreeMap::new(),
         };
         assert_eq!(choose(&waiting, Some("a")).as_deref(), Some("a"));
         assert_eq!(choose(&waiting, None).as_deref(), Some("b"));

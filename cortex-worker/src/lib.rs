@@ -36,6 +36,38 @@
 //! println!("{} completed", report.completed);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! # Design notes
+//!
+//! The worker as a library (the CLI's `worker` and `run`, and the server,
+//! call it). `model.rs`: a model setting becomes a `ModelIdentity` (path,
+//! name, SHA-256, settings) through the registry; `identify` gives it without
+//! fetching, for submit; `model_defaults` turns a model's settings into a
+//! job's `JobDefaults` (its `SYSTEM` for chats without one, its parameters);
+//! `jobs_needing` lists the unfinished jobs bound to a digest (what `models rm`
+//! refuses to break). `every_model.rs`: `work_every_model`, a worker without
+//! a model of its own, loads the model of the oldest job with pending items
+//! (by digest, from the registry; with nothing pending, a model whose jobs
+//! are unfinished, since items under a dead worker's leases come back only
+//! through a claim for their model), works its jobs with `work_queue` while
+//! looking at the others every 2 s, and hands over (`WorkerPlan::hand_over`:
+//! claim nothing more, return when the items in flight end) when its model's
+//! pending items run out or another model's job has waited `switch_after`
+//! and its own turn has lasted as long. `worker.rs`: `run_worker(store,
+//! engine, plan, stop, tick)` claims as many items as the engine has free
+//! slots (`available_slots`; suspects only into an idle engine, and then
+//! nothing more until they finish), submits them on one event channel, writes
+//! every result that finished in a round with one `complete_many` (one
+//! commit), failures with the engine error's code and retryability, heartbeats
+//! every third of the lease (a lost lease or a cancelled job cancels the
+//! request in the engine). If the engine dies (a `Died` event or
+//! `Engine::health`), its in-flight items are `abandon`ed with the panic
+//! message and the run returns `WorkerError::EngineDied`. It returns when no
+//! job in scope (and for its model) can produce work, or on `stop`: in-flight
+//! items get 3 s, the rest are released (pending again, attempt not used).
+//! `work_queue` is the same loop on an engine others use too (the server's):
+//! it borrows the engine and leaves it running; `WorkerPlan::parallel` (read before every claim, so another thread may change it)
+//! caps the items it keeps in the engine.
 
 #![forbid(unsafe_code)]
 

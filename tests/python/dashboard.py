@@ -73,7 +73,12 @@ def state_is(page, state):
     expect(page.locator(f"#job-title .state-{state}")).to_be_visible(timeout=LONG)
 
 
-good = write("good.jsonl", [chat_line(f"fact-{i}", f"Give one fact about the number {i}.", 16) for i in range(1, 13)])
+# Batch lines and, as `cortex submit` takes them, plain lines (no url): the
+# dashboard's upload takes both.
+good = write("good.jsonl", [chat_line(f"fact-{i}", f"Give one fact about the number {i}.", 16) for i in range(1, 13)] + [
+    {"custom_id": "plain-prompt", "prompt": "The capital of France is", "max_tokens": 8, "temperature": 0},
+    {"custom_id": "plain-chat", "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8, "temperature": 0},
+])
 bad = write("bad.jsonl", [
     json.dumps(chat_line("ok-1", "Hello", 8)),
     "{not json",
@@ -123,12 +128,14 @@ with sync_playwright() as playwright:
     state_is(page, "completed")
     assert worker.wait(timeout=120) == 0, worker.stderr.read()
     assert page.evaluate("window.__same_page") is True, "the page reloaded"
-    expect(page.locator("#job-header [role=progressbar]")).to_have_attribute("aria-valuenow", "12")
+    expect(page.locator("#job-header [role=progressbar]")).to_have_attribute("aria-valuenow", "14")
 
     # One item whole, and the output file, each as `cortex results` has it.
     cortex("results", "1", "-o", "results-1.jsonl", "--errors", "errors-1.jsonl")
     results = [json.loads(l) for l in (DIR / "results-1.jsonl").read_text().splitlines()]
-    contents = {r["custom_id"]: r["response"]["body"]["choices"][0]["message"]["content"] for r in results}
+    choice = lambda r: r["response"]["body"]["choices"][0]
+    contents = {r["custom_id"]: choice(r).get("message", {}).get("content", choice(r).get("text")) for r in results}
+    assert contents["plain-prompt"] and contents["plain-chat"], contents
     page.click("#items-table tr[data-line='3']")
     expect(page.locator("#item-output")).to_be_visible()
     assert page.locator("#item-output").text_content() == contents["fact-3"]

@@ -113,6 +113,9 @@ fn a_worker_without_a_model_drains_every_models_jobs() {
     cortex.ok(&["submit", "smol.jsonl"]);
     cortex.ok(&["--model", "gemma3-270m", "submit", "gemma.jsonl"]);
     cortex.ok(&["submit", "gemma.jsonl", "--force"]);
+    // Another name for the default model's weights (sorted before it): the
+    // worker still names the model the jobs were submitted for.
+    cortex.ok(&["models", "cp", "smollm2-135m", "a-copy"]);
 
     let worker = cortex.run(&["worker"]);
     let stderr = String::from_utf8_lossy(&worker.stderr);
@@ -131,9 +134,16 @@ fn a_worker_without_a_model_drains_every_models_jobs() {
         1,
         "{stderr}"
     );
+    assert!(!stderr.contains("a-copy"), "{stderr}");
     for job in 1..=3 {
         assert_eq!(cortex.job(job).state, JobState::Completed, "job {job}");
     }
+    // `list --model` lists that model's jobs only.
+    let listed = cortex.ok(&["list", "--model", "gemma3-270m"]);
+    assert_eq!(listed.matches("gemma3-270m:latest").count(), 1, "{listed}");
+    assert!(!listed.contains("smollm2-135m"), "{listed}");
+    let listed = cortex.ok(&["list"]);
+    assert_eq!(listed.matches("smollm2-135m:latest").count(), 2, "{listed}");
 
     let (smol, gemma) = (
         capital_reference(&cortex, "default"),

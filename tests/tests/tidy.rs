@@ -637,40 +637,127 @@ fn reexports(lib: &str, modules: &BTreeSet<String>) -> BTreeMap<String, String> 
     found
 }
 
-/// A library's top-level modules and which of them each one uses.
+/// The node of a crate's root file (`lib.rs` or `main.rs`) in its module graph.
+const ROOT: &str = "(crate root)";
+
+/// The names of the items a file defines at its top level (functions,
+/// types, constants, statics, macros).
+fn defined_items(code: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for line in code.lines() {
+        let mut words = line.split_whitespace().peekable();
+        while let Some(word) = words.next() {
+            let keyword = matches!(
+                word,
+                "fn" | "struct" | "enum" | "trait" | "type" | "const" | "static" | "union"
+            ) || word == "macro_rules!";
+            if keyword && let Some(next) = words.peek() {
+                let name = leading_identifier(next);
+                if !name.is_empty() {
+                    names.insert(name);
+                }
+                break;
+            }
+        }
+    }
+    names
+}
+
+/// The top-level modules the root file's own code uses: paths through them,
+/// not the `mod` lines that declare them nor the `pub use` lines that only
+/// re-export.
+fn root_uses(root: &str, modules: &BTreeSet<String>) -> BTreeSet<String> {
+    let mut uses = BTreeSet::new();
+    for line in root.lines() {
+        let trimmed = line.trim_start();
+        let declares = trimmed.starts_with("mod ")
+            || trimmed.starts_with("pub mod ")
+            || trimmed.starts_with("pub(crate) mod ")
+            || trimmed.starts_with("pub use ")
+            || trimmed.starts_with("pub(crate) use ");
+        if declares {
+            continue;
+        }
+        for (at, _) in line.match_indices("::") {
+            let before = &line[..at];
+            let name: String = before
+                .chars()
+                .rev()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
+            let qualified = before[..before.len() - name.len()].ends_with("::");
+            if modules.contains(&name)
+                && (!qualified
+                    || before.ends_with(&format!("crate::{name}"))
+                    || before.ends_with(&format!("self::{name}")))
+            {
+                uses.insert(name);
+            }
+        }
+    }
+    uses
+}
+
+/// A crate's top-level modules and its root file, and which of them each
+/// one uses (a module uses the root when it names an item the root defines,
+/// through `crate::` or, from a top-level module, `super::`).
 fn module_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
     let mut files_of: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
     let mut files = Vec::new();
     rust_sources(src, &mut files);
+    let mut root = String::new();
     for file in files {
         let relative = file.strip_prefix(src).unwrap();
         let first = relative.components().next().unwrap().as_os_str();
         let module = first.to_string_lossy().trim_end_matches(".rs").to_owned();
-        if module != "lib" && module != "main" {
+        if module == "lib" || module == "main" {
+            root.push_str(&code_of(&std::fs::read_to_string(&file).unwrap()));
+            root.push('\n');
+        } else {
             files_of.entry(module).or_default().push(file);
         }
     }
     let modules: BTreeSet<String> = files_of.keys().cloned().collect();
-    let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap_or_default();
-    let reexported = reexports(&code_of(&lib), &modules);
-    files_of
+    let reexported = reexports(&root, &modules);
+    let root_items = defined_items(&root);
+    let mut graph: BTreeMap<String, BTreeSet<String>> = files_of
         .iter()
         .map(|(module, files)| {
             let mut uses = BTreeSet::new();
             for file in files {
                 let code = code_of(&std::fs::read_to_string(file).unwrap());
-                for name in crate_references(&code) {
+                let depth = file.strip_prefix(src).unwrap().components().count();
+                let top_level = depth == 1 || (depth == 2 && file.ends_with("mod.rs"));
+                let mut names = crate_references(&code);
+                if top_level {
+                    names.extend(super_references(&code));
+                }
+                for name in names {
                     let target = if modules.contains(&name) {
                         Some(name)
+                    } else if let Some(module) = reexported.get(&name) {
+                        Some(module.clone())
+                    } else if root_items.contains(&name) {
+                        Some(ROOT.to_owned())
                     } else {
-                        reexported.get(&name).cloned()
+                        None
                     };
                     uses.extend(target.filter(|t| t != module));
                 }
             }
             (module.clone(), uses)
         })
-        .collect()
+        .collect();
+    graph.insert(ROOT.to_owned(), root_uses(&root, &modules));
+    graph
+}
+
+/// Every name a file reaches through `super::` (the first segment after it).
+fn super_references(code: &str) -> Vec<String> {
+    crate_references(&code.replace("super::", "crate::"))
 }
 
 #[test]
@@ -698,13 +785,199 @@ fn modules_do_not_import_each_other_in_a_circle() {
         let name = package["name"].as_str().unwrap();
         let manifest = Path::new(package["manifest_path"].as_str().unwrap());
         let src = manifest.parent().unwrap().join("src");
-        if !src.join("lib.rs").is_file() {
+        if !src.join("lib.rs").is_file() && !src.join("main.rs").is_file() {
             continue;
         }
         if let Some(cycle) = find_cycle(&module_graph(&src)) {
             problems.push(format!(
                 "{name}: modules import each other in a circle: {}",
                 cycle.join(" -> ")
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn a_module_that_uses_what_its_crate_root_defines_makes_an_edge_to_the_root() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path();
+    std::fs::write(
+        src.join("lib.rs"),
+        "mod a;\nmod b;\npub use b::Thing;\npub struct Config;\nfn run() { a::go(); }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        src.join("a.rs"),
+        "//! A.\nuse crate::Config;\npub fn go() {}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        src.join("b.rs"),
+        "//! B.\nuse super::Thing;\npub struct Thing;\n",
+    )
+    .unwrap();
+    let graph = module_graph(src);
+    assert_eq!(graph[ROOT], BTreeSet::from(["a".to_owned()]));
+    assert_eq!(graph["a"], BTreeSet::from([ROOT.to_owned()]));
+    assert!(graph["b"].is_empty(), "a re-export is no use of the root");
+    assert!(find_cycle(&graph).is_some());
+}
+
+/// Each package's root files: `src/lib.rs` and `src/main.rs`, where present.
+fn crate_roots(metadata: &serde_json::Value) -> Vec<(String, PathBuf)> {
+    let mut roots = Vec::new();
+    for package in packages(metadata) {
+        let name = package["name"].as_str().unwrap().to_owned();
+        let manifest = Path::new(package["manifest_path"].as_str().unwrap());
+        for root in ["src/lib.rs", "src/main.rs"] {
+            let path = manifest.parent().unwrap().join(root);
+            if path.is_file() {
+                roots.push((name.clone(), path));
+            }
+        }
+    }
+    roots
+}
+
+#[test]
+fn every_crate_root_forbids_unsafe_code_but_the_binding() {
+    let metadata = metadata();
+    let mut problems = Vec::new();
+    for (name, root) in crate_roots(&metadata) {
+        let text = std::fs::read_to_string(&root).unwrap();
+        // The engine holds the llama.cpp binding: it denies unsafe code and
+        // allows it in `llama::sys` alone.
+        let wanted = if name == "cortex-engine" {
+            "#![deny(unsafe_code)]"
+        } else {
+            "#![forbid(unsafe_code)]"
+        };
+        if !text.lines().any(|line| line.trim() == wanted) {
+            problems.push(format!("{}: no {wanted}", root.display()));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn only_the_binding_names_llama_cpp_sys() {
+    let mut files = Vec::new();
+    rust_sources(&workspace_root(), &mut files);
+    let binding = workspace_root().join("cortex-engine/src/llama/sys");
+    // Spelled in pieces so that this file does not match itself.
+    let needle = ["llama", "_cpp_sys_2"].concat();
+    let offenders: Vec<String> = files
+        .iter()
+        .filter(|f| !f.components().any(|c| c.as_os_str() == "target"))
+        .filter(|f| !f.starts_with(&binding))
+        .filter(|f| {
+            let text = std::fs::read_to_string(f).unwrap();
+            text.lines()
+                .any(|line| line.split("//").next().unwrap_or("").contains(&needle))
+        })
+        .map(|f| f.display().to_string())
+        .collect();
+    assert!(
+        offenders.is_empty(),
+        "llama.cpp's bindings named outside cortex-engine/src/llama/sys/:\n{}",
+        offenders.join("\n")
+    );
+}
+
+#[test]
+fn failpoints_are_switched_on_for_tests_only() {
+    let metadata = metadata();
+    let mut problems = Vec::new();
+    for package in packages(&metadata) {
+        let name = package["name"].as_str().unwrap();
+        for dependency in package["dependencies"].as_array().unwrap() {
+            let features = dependency["features"].as_array().unwrap();
+            let failpoints = features.iter().any(|f| f.as_str() == Some("failpoints"));
+            let dev = dependency["kind"].as_str() == Some("dev");
+            if failpoints && !dev && name != "cortex-tests" {
+                problems.push(format!(
+                    "{name} switches on {}'s failpoints outside its dev-dependencies",
+                    dependency["name"].as_str().unwrap()
+                ));
+            }
+        }
+    }
+    // The tests crate switches them on for the binary it drives: it must not
+    // be built by a plain `cargo build` at the root, or they would ship.
+    let tests_id = packages(&metadata)
+        .iter()
+        .find(|p| p["name"] == "cortex-tests")
+        .map(|p| p["id"].clone())
+        .unwrap();
+    let defaults = metadata["workspace_default_members"]
+        .as_array()
+        .expect("cargo metadata lists the default members");
+    if defaults.contains(&tests_id) {
+        problems.push(
+            "cortex-tests is a default member: `cargo build` would ship the failpoints".into(),
+        );
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// ARCHITECTURE.md's layers table: each crate and the crates it may depend
+/// on, in the table's order (lowest first).
+fn layers_table() -> Vec<(String, BTreeSet<String>)> {
+    let text = std::fs::read_to_string(workspace_root().join("ARCHITECTURE.md")).unwrap();
+    let start = text
+        .find("<!-- tidy:layers -->")
+        .expect("ARCHITECTURE.md has the layers table");
+    let end = text[start..].find("<!-- /tidy:layers -->").unwrap() + start;
+    text[start..end]
+        .lines()
+        .filter(|line| line.starts_with("| cortex-"))
+        .map(|line| {
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            let allowed = cells[3]
+                .split(',')
+                .map(str::trim)
+                .filter(|name| !name.is_empty())
+                .map(String::from)
+                .collect();
+            (cells[1].to_owned(), allowed)
+        })
+        .collect()
+}
+
+#[test]
+fn the_layers_table_is_the_crate_graph() {
+    let table = layers_table();
+    let metadata = metadata();
+    let graph = workspace_graph(&metadata);
+    let mut problems = Vec::new();
+    let mut below: BTreeSet<String> = BTreeSet::new();
+    for (name, allowed) in &table {
+        for dependency in allowed.difference(&below) {
+            problems.push(format!(
+                "ARCHITECTURE.md: {name} may depend on {dependency}, which is not in a row above it"
+            ));
+        }
+        below.insert(name.clone());
+    }
+    let rows: BTreeMap<&String, &BTreeSet<String>> = table.iter().map(|(n, a)| (n, a)).collect();
+    for (name, dependencies) in &graph {
+        let Some(allowed) = rows.get(name) else {
+            problems.push(format!(
+                "ARCHITECTURE.md's layers table has no row for {name}"
+            ));
+            continue;
+        };
+        for dependency in dependencies.difference(allowed) {
+            problems.push(format!(
+                "{name} depends on {dependency}, which its row in ARCHITECTURE.md does not allow"
+            ));
+        }
+    }
+    for name in rows.keys() {
+        if !graph.contains_key(*name) {
+            problems.push(format!(
+                "ARCHITECTURE.md names {name}, which is not in the workspace"
             ));
         }
     }

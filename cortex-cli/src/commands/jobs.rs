@@ -10,6 +10,7 @@ use super::open_store;
 use crate::cli::SubmitArgs;
 use crate::config::Config;
 use crate::output;
+use crate::settings::Source;
 use crate::worker::identify_model;
 
 fn submit_options(config: &Config, args: &SubmitArgs) -> anyhow::Result<SubmitOptions> {
@@ -128,8 +129,15 @@ pub(crate) fn list(
     limit: usize,
     json: bool,
 ) -> anyhow::Result<()> {
+    // A model given (flag, variable or file) lists its jobs only, by the
+    // name they were submitted for.
+    let model = (config.model.source != Source::Default).then(|| {
+        cortex_worker::identify(&config.model.value, &config.registry())
+            .map_or_else(|_| config.model.value.clone(), |model| model.name)
+    });
     let jobs = open_store(config)?.jobs(&JobFilter {
         state,
+        model,
         limit: Some(limit),
         ..JobFilter::default()
     })?;

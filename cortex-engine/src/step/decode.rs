@@ -21,8 +21,15 @@ pub(super) struct SampleRow {
 impl StepLoop<'_> {
     /// The plan's tokens, ordered by stream: llama.cpp splits a non-unified
     /// batch into micro-batches of consecutive stream ids, so this order lets
-    /// the decode tokens of all running streams go in one.
-    pub(super) fn build_batch(&self, plan: &StepPlan) -> (Vec<BatchToken>, Vec<SampleRow>) {
+    /// the decode tokens of all running streams go in one. A gap of idle
+    /// streams between two running ones, up to `gap_fill` of them, gets one
+    /// throwaway token per idle stream (no logits) so the runs join; the
+    /// fillers' streams and positions are returned to be removed after the
+    /// decode.
+    pub(super) fn build_batch(
+        &self,
+        plan: &StepPlan,
+    ) -> (Vec<BatchToken>, Vec<SampleRow>, Vec<(StreamId, usize)>) {
         let mut parts: Vec<(StreamId, RequestId, usize, usize, bool)> = plan
             .decode
             .iter()
@@ -43,7 +50,13 @@ impl StepLoop<'_> {
         parts.sort_unstable_by_key(|p| p.0);
         let mut batch = Vec::with_capacity(plan.num_tokens());
         let mut rows = Vec::with_capacity(plan.num_samples());
+        let mut fillers = Vec::new();
+        let mut previous: Option<StreamId> = None;
         for (stream, id, start, len, samples) in parts {
+            if let Some(previous) = previous {
+                self.fill_gap(previous, stream, &mut batch, &mut fillers);
+            }
+            previous = Some(stream);
             let tokens = self.sched.tokens(id).expect("planned sequences exist");
             let end = start + len;
             for (pos, &token) in tokens.iter().enumerate().take(end).skip(start) {
@@ -62,7 +75,37 @@ impl StepLoop<'_> {
                 });
             }
         }
-        (batch, rows)
+        (batch, rows, fillers)
+    }
+
+    /// Fills the idle streams strictly between `before` and `after` with a
+    /// throwaway token each, when there are at most `gap_fill` of them and
+    /// every one has room for it (else the gap stays: one full stream keeps
+    /// the runs apart anyway).
+    fn fill_gap(
+        &self,
+        before: StreamId,
+        after: StreamId,
+        batch: &mut Vec<BatchToken>,
+        fillers: &mut Vec<(StreamId, usize)>,
+    ) {
+        let gap = (before + 1)..after;
+        if gap.is_empty() || gap.len() > self.gap_fill {
+            return;
+        }
+        let positions: Option<Vec<(StreamId, usize)>> = gap
+            .map(|stream| Some((stream, self.streams.filler_position(stream)?)))
+            .collect();
+        for (stream, pos) in positions.into_iter().flatten() {
+            batch.push(BatchToken {
+                // Any token: its cell is removed and nothing reads its logits.
+                token: 0,
+                pos,
+                stream,
+                logits: false,
+            });
+            fillers.push((stream, pos));
+        }
     }
 
     fn stream_of(&self, id: RequestId) -> StreamId {

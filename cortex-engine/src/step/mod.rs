@@ -148,6 +148,9 @@ pub(crate) struct StepLoop<'b> {
     oversize: Vec<SchedRequest>,
     next_seq: u64,
     timeout: Option<Duration>,
+    /// Idle streams a step fills at most per gap between running ones
+    /// ([`EngineConfig::gap_fill`]).
+    gap_fill: usize,
     // What is measured and watched.
     tally: Tally,
     timeline: Timeline,
@@ -190,6 +193,7 @@ impl<'b> StepLoop<'b> {
             threads: config.adaptive_threads().map(ThreadGovernor::new),
             info,
             timeout: config.request_timeout,
+            gap_fill: config.gap_fill.unwrap_or(EngineConfig::CPU_GAP_FILL),
             commands,
             shared,
             live: HashMap::new(),
@@ -289,7 +293,7 @@ impl<'b> StepLoop<'b> {
         self.drop_evicted();
         self.bind_admitted(&plan);
         if !plan.is_empty() {
-            let (batch, rows) = self.build_batch(&plan);
+            let (batch, rows, fillers) = self.build_batch(&plan);
             if let Some(record) = &mut record {
                 (
                     record.streams,
@@ -297,8 +301,12 @@ impl<'b> StepLoop<'b> {
                     record.kv_cells_attended,
                 ) = attention_span(&batch);
                 record.micro_batches = self.timeline.micro_batches(&batch);
+                record.gap_fillers = fillers.len();
             }
             let sampled = self.decode(&batch, &rows);
+            for &(stream, pos) in &fillers {
+                self.streams.truncate(stream, pos, self.backend.as_mut());
+            }
             self.tally
                 .prefilled(plan.prefill.iter().map(|c| c.len as u64).sum::<u64>());
             self.record_computed(&plan);
