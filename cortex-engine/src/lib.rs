@@ -290,9 +290,8 @@ pub use engine::Engine;
 pub use error::EngineError;
 pub use events::{EngineEvent, EngineStats, StepObserver, StepRecord};
 pub use llama::{
-    Backends, ContextConfig, CpuKernels, Device, DeviceChoice, DeviceKind, GpuLayers,
-    LlamaEngineBackend, LoadedModule, MAX_STREAMS, Model, chat_template_names, devices,
-    load_backends,
+    Backends, CpuKernels, Device, DeviceChoice, DeviceKind, GpuLayers, LoadedModule, Model,
+    devices, load_backends,
 };
 pub use protocol::{
     EngineHealth, EngineInfo, EventReceiver, EventSender, Events, Shutdown, event_channel,

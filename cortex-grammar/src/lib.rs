@@ -79,8 +79,9 @@
 mod gbnf;
 pub mod limits;
 mod schema;
-// Hostile inputs for the tests here and in `tests/` (hidden: not API).
-#[doc(hidden)]
+// Hostile inputs for the tests here and in `tests/`: behind the
+// `test-support` feature, not part of the API.
+#[cfg(any(test, feature = "test-support"))]
 pub mod testing;
 
 pub use gbnf::{GrammarError, check};

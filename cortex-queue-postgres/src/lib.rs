@@ -102,9 +102,9 @@ mod jobs;
 mod lease;
 mod session;
 mod submit;
-// Hidden: for the conformance suite in the tests crate (a fresh database
-// per test on the test server); not part of the backend's API.
-#[doc(hidden)]
+// For the conformance suite in the tests crate (a fresh database per test on
+// the test server): behind the `test-support` feature, not the backend's API.
+#[cfg(feature = "test-support")]
 pub mod testing;
 mod tls;
 

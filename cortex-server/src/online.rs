@@ -15,6 +15,7 @@ use cortex_openai::{
 
 use crate::auth::Caller;
 use crate::error::ApiError;
+use crate::pool::ModelPool;
 use crate::state::{AppState, off_async};
 use crate::stream::{Call, sse};
 
@@ -118,7 +119,8 @@ pub(crate) async fn models(
     let started = state.started;
     let list = off_async(move || {
         let default = models.default_model().clone();
-        let mut objects = vec![model_object(&default.name, started)];
+        let created = created_of(&models, &default.name, started);
+        let mut objects = vec![model_object(&default.name, created)];
         for entry in models.registry().list().models {
             let name = entry.name.to_string();
             if name != default.name {
@@ -139,14 +141,21 @@ pub(crate) async fn model(
     let started = state.started;
     let found = off_async(move || {
         let model = models.describe(Some(&id))?;
-        let created = models
-            .registry()
-            .find(&model.name)
-            .ok()
-            .flatten()
-            .map_or(started, |e| (e.modified_at_ms / 1000) as i64);
+        let created = created_of(&models, &model.name, started);
         Ok::<_, ApiError>(model_object(&model.name, created))
     })
     .await??;
     Ok(Json(found))
+}
+
+/// When a model was created, as `/v1/models` and `/v1/models/{id}` both
+/// say: when its name was registered, else (a GGUF file) when the server
+/// started.
+fn created_of(models: &ModelPool, name: &str, started: i64) -> i64 {
+    models
+        .registry()
+        .find(name)
+        .ok()
+        .flatten()
+        .map_or(started, |e| (e.modified_at_ms / 1000) as i64)
 }

@@ -70,6 +70,9 @@ model = models.data[0].id
 # The default model first, then the registry's others.
 assert [m.id for m in models.data].count(model) == 1, models.data
 assert client.models.retrieve(model).id == model
+# One model, one creation time, listed or retrieved.
+for listed in models.data:
+    assert client.models.retrieve(listed.id).created == listed.created, listed
 say("model", model)
 
 # ---- Chat: whole and streamed, greedy, the same text ----

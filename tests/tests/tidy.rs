@@ -983,3 +983,36 @@ fn the_layers_table_is_the_crate_graph() {
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
+
+#[test]
+fn test_helpers_are_behind_a_test_support_feature() {
+    let mut files = Vec::new();
+    rust_sources(&workspace_root(), &mut files);
+    let mut problems = Vec::new();
+    for file in files
+        .iter()
+        .filter(|f| !f.components().any(|c| c.as_os_str() == "target"))
+        .filter(|f| f.ends_with("lib.rs"))
+    {
+        let text = std::fs::read_to_string(file).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            if line.trim() == "pub mod testing;"
+                && !lines[..i]
+                    .iter()
+                    .rev()
+                    .take_while(|l| {
+                        l.trim_start().starts_with("#[") || l.trim_start().starts_with("//")
+                    })
+                    .any(|l| l.contains("feature = \"test-support\""))
+            {
+                problems.push(format!(
+                    "{}:{}: a testing module outside the `test-support` feature",
+                    file.display(),
+                    i + 1
+                ));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}

@@ -11,11 +11,11 @@ use crate::backend::EMBED_SEQUENCES;
 use crate::backend::{Backend, BackendError, BatchToken, KvLayout, StreamId, TokenGrammar};
 
 /// llama.cpp's limit on sequences (`LLAMA_MAX_SEQ`).
-pub const MAX_STREAMS: usize = 256;
+pub(crate) const MAX_STREAMS: usize = 256;
 
 /// Settings of a llama.cpp context besides the KV layout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ContextConfig {
+pub(crate) struct ContextConfig {
     /// Most tokens in one decode call.
     pub max_batch_tokens: usize,
     /// Tokens in one of llama.cpp's micro-batches (its `n_ubatch`).
@@ -29,7 +29,7 @@ pub struct ContextConfig {
 
 /// A model plus a context whose KV cache has one stream per sequence
 /// (llama.cpp's non-unified mode: a token attends only to its own stream).
-pub struct LlamaEngineBackend<'m> {
+pub(crate) struct LlamaEngineBackend<'m> {
     model: &'m Model,
     /// What renders chats: the model's own template or the one chosen.
     chat: ChatRenderer,
@@ -49,7 +49,7 @@ pub struct LlamaEngineBackend<'m> {
 impl<'m> LlamaEngineBackend<'m> {
     /// A backend over `model`; its context is made by the first
     /// [`Backend::set_kv_layout`] (the engine's, once it has sized the KV).
-    pub fn new(model: &'m Model, config: ContextConfig, path: &Path) -> Self {
+    pub(crate) fn new(model: &'m Model, config: ContextConfig, path: &Path) -> Self {
         Self {
             model,
             chat: ChatRenderer::new(model, None).unwrap_or(ChatRenderer::Missing),
@@ -69,7 +69,7 @@ impl<'m> LlamaEngineBackend<'m> {
     /// Renders chats with `template` (a Jinja template's text, or a name
     /// llama.cpp knows) instead of the model's own; a template that does
     /// not compile, or renders no chat, is refused here.
-    pub fn with_chat_template(mut self, template: &str) -> Result<Self, BackendError> {
+    pub(crate) fn with_chat_template(mut self, template: &str) -> Result<Self, BackendError> {
         let chat = ChatRenderer::new(self.model, Some(template))?;
         chat.render(&[ChatMessage::user("hi")], None)?;
         self.chat = chat;

@@ -8,10 +8,11 @@ pub(crate) mod devices;
 mod model;
 pub(crate) mod sys;
 
-pub use backend::{ContextConfig, LlamaEngineBackend, MAX_STREAMS};
+pub(crate) use backend::{ContextConfig, LlamaEngineBackend};
 pub use devices::{
     Backends, CpuKernels, Device, DeviceChoice, DeviceKind, GpuLayers, LoadedModule, devices,
     load_backends,
 };
-pub use model::{Model, chat_template_names};
+pub use model::Model;
+pub(crate) use model::chat_template_names;
 pub(crate) use model::{Placement, resolve_chat_template};

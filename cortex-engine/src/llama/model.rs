@@ -275,7 +275,7 @@ impl Model {
 
 /// The names of the chat templates llama.cpp renders itself, for
 /// `EngineConfig::chat_template`.
-pub fn chat_template_names() -> Vec<String> {
+pub(crate) fn chat_template_names() -> Vec<String> {
     sys::builtin_chat_templates()
 }
 
