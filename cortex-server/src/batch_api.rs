@@ -172,20 +172,80 @@ async fn receive(
     Ok((pending, out.into_std().await))
 }
 
+/// `GET /v1/files`: the caller's uploads and the output and error files of
+/// its ended batches (purpose `batch_output`), newest first unless `order`
+/// is `asc`, only those of `purpose` when given, paged by `after` and
+/// `limit`. A batch's files are written when first listed or read.
 pub(crate) async fn list_files(
     State(state): State<Arc<AppState>>,
     Extension(caller): Extension<Caller>,
     params: Params,
 ) -> Result<Json<Value>, ApiError> {
+    let query = params
+        .as_ref()
+        .map(|Query(q)| q.clone())
+        .unwrap_or_default();
     let (after, limit) = page(params)?;
+    let ascending = match query.get("order").map(String::as_str) {
+        None | Some("desc") => false,
+        Some("asc") => true,
+        Some(other) => {
+            return Err(ApiError::invalid(
+                format!("order = {other}: expected asc or desc"),
+                Some("order".into()),
+            ));
+        }
+    };
+    let purpose = query.get("purpose").cloned();
     let project = caller.listing();
-    let (files, more) = state
-        .files
-        .list(project.as_deref(), after.as_deref(), limit);
-    Ok(Json(list_object(
-        files.iter().map(file_object).collect(),
-        more,
-    )))
+    // Every file the caller may see, as (created_at, id, upload): the
+    // uploads from the index, the batches' files from their jobs.
+    let (uploads, _) = state.files.list(project.as_deref(), None, usize::MAX - 1);
+    let filter = JobFilter {
+        project: project.clone(),
+        ..JobFilter::default()
+    };
+    let jobs = state
+        .with_store(move |store| Ok(store.jobs(&filter)?))
+        .await?;
+    let mut all: Vec<(i64, String, Option<FileInfo>)> = uploads
+        .into_iter()
+        .filter(|info| purpose.as_deref().is_none_or(|p| p == info.purpose))
+        .map(|info| (info.created_at, info.id.clone(), Some(info)))
+        .collect();
+    if purpose.as_deref().is_none_or(|p| p == "batch_output") {
+        for job in jobs.iter().filter(|job| job.state.is_terminal()) {
+            let files = files_of(job);
+            for id in [files.output_file_id, files.error_file_id]
+                .into_iter()
+                .flatten()
+            {
+                all.push((ended_at(job) / 1000, id, None));
+            }
+        }
+    }
+    all.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+    if !ascending {
+        all.reverse();
+    }
+    let start = after
+        .as_deref()
+        .and_then(|id| {
+            all.iter()
+                .position(|(_, other, _)| other == id)
+                .map(|i| i + 1)
+        })
+        .unwrap_or(0);
+    let more = all.len() > start + limit;
+    let mut data = Vec::new();
+    for (_, id, upload) in all.into_iter().skip(start).take(limit) {
+        let info = match upload {
+            Some(info) => info,
+            None => find_file(&state, &caller, &id).await?.0,
+        };
+        data.push(file_object(&info));
+    }
+    Ok(Json(list_object(data, more)))
 }
 
 /// A batch's export, by its file id: (job, `output` or `errors`).

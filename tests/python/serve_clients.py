@@ -193,6 +193,20 @@ for line in output:
     openai.types.chat.ChatCompletion.model_validate(line["response"]["body"])
 say("batch", f"{batch.id} completed, {len(output)} output lines")
 
+# Files: uploads and batch outputs, by purpose, in either order, paged.
+everything = list(client.files.list(limit=100))
+assert batch.output_file_id in [f.id for f in everything] and uploaded.id in [f.id for f in everything], everything
+outputs = client.files.list(purpose="batch_output", limit=100).data
+assert outputs and all(f.purpose == "batch_output" for f in outputs), outputs
+assert batch.output_file_id in [f.id for f in outputs], outputs
+assert [f.purpose for f in client.files.list(purpose="batch", limit=100).data] == ["batch"] * sum(f.purpose == "batch" for f in everything)
+newest_first = [(f.created_at, f.id) for f in client.files.list(limit=100).data]
+oldest_first = [(f.created_at, f.id) for f in client.files.list(order="asc", limit=100).data]
+assert oldest_first == sorted(oldest_first) and newest_first == oldest_first[::-1], (newest_first, oldest_first)
+first = client.files.list(limit=1)
+second = client.files.list(limit=1, after=first.data[0].id)
+assert first.has_more and second.data[0].id == newest_first[1][1], (first, second)
+
 # The job the CLI submitted before the server started is a batch too.
 listed = [b.id for b in client.batches.list(limit=100)]
 assert "batch_1" in listed and batch.id in listed, listed
