@@ -52,6 +52,43 @@ const ITEM_COLUMNS: &str =
     i.error_message, r.completed_at, i.deaths, i.ran_by, r.completion_tokens, r.duration_ms";
 const ITEM_COLUMN_COUNT: usize = 13;
 
+/// Every item of every job as the API lists them (alias `i`, with
+/// [`ITEM_COLUMNS`] and `job_id`, `endpoint`, `request`, `response`): the
+/// stored items, and each line `--skip-invalid` refused, as a failed item
+/// with its line and its error (`invalid_input`; no id, no request).
+const LISTED_ITEMS: &str = "(SELECT i.id, i.line, i.custom_id, i.state, i.attempts, i.lease_token,
+        i.error_code, i.error_message, r.completed_at, i.deaths, i.ran_by, r.completion_tokens,
+        r.duration_ms, i.job_id, i.endpoint, i.request, r.response
+    FROM items i LEFT JOIN results r ON r.item_id = i.id
+    UNION ALL
+    SELECT 0::bigint, e.line, coalesce(e.custom_id, e.line::text), 'failed', 0, 0::bigint,
+        'invalid_input', e.message, NULL::bigint, 0, NULL::text, NULL::bigint, NULL::bigint,
+        e.job_id, '', 'null', NULL::text
+    FROM input_errors e)";
+
+/// The stored items alone, as [`LISTED_ITEMS`] gives them: what a job
+/// without refused lines lists (its pages then come straight from the
+/// items' index).
+const STORED_ITEMS: &str = "(SELECT i.id, i.line, i.custom_id, i.state, i.attempts, i.lease_token,
+        i.error_code, i.error_message, r.completed_at, i.deaths, i.ran_by, r.completion_tokens,
+        r.duration_ms, i.job_id, i.endpoint, i.request, r.response
+    FROM items i LEFT JOIN results r ON r.item_id = i.id)";
+
+/// What a job's items are listed from: with refused lines among them only
+/// when it has some.
+fn listed_items(job: &Job) -> &'static str {
+    if job.counts.invalid > 0 {
+        LISTED_ITEMS
+    } else {
+        STORED_ITEMS
+    }
+}
+
+/// [`ITEM_COLUMNS`] of [`LISTED_ITEMS`].
+const LISTED_COLUMNS: &str = "i.id, i.line, i.custom_id, i.state, i.attempts, i.lease_token,
+    i.error_code, i.error_message, i.completed_at, i.deaths, i.ran_by, i.completion_tokens,
+    i.duration_ms";
+
 /// A nullable count or duration column (negative read as 0).
 fn optional_count(row: &Row, i: usize) -> Option<u64> {
     row.get::<_, Option<i64>>(i).map(|v| v.max(0) as u64)
@@ -317,19 +354,19 @@ impl JobStore for PgStore {
         let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
         let offset = i64::try_from(query.offset).unwrap_or(i64::MAX);
         self.run(|tx| {
-            load_job(tx, id)?;
+            let source = listed_items(&load_job(tx, id)?);
             let matches = "i.job_id = $1 AND ($2::text IS NULL OR i.state = $2::text)
                            AND ($3::text IS NULL OR strpos(i.custom_id, $3::text) > 0)";
             let matching: i64 = tx
                 .query_opt(
-                    &format!("SELECT count(*) FROM items i WHERE {matches}"),
+                    &format!("SELECT count(*) FROM {source} i WHERE {matches}"),
                     &[&id.0, &state, &text],
                 )?
                 .map_or(0, |row| row.get(0));
             let items = tx
                 .query(
                     &format!(
-                        "SELECT {ITEM_COLUMNS} FROM items i LEFT JOIN results r ON r.item_id = i.id
+                        "SELECT {LISTED_COLUMNS} FROM {source} i
                          WHERE {matches} ORDER BY i.line LIMIT $4 OFFSET $5"
                     ),
                     &[&id.0, &state, &text, &limit, &offset],
@@ -347,12 +384,12 @@ impl JobStore for PgStore {
     fn item(&mut self, id: JobId, line: u64) -> Result<ItemDetail> {
         let line_number = i64::try_from(line).unwrap_or(i64::MAX);
         self.run(|tx| {
-            load_job(tx, id)?;
+            let source = listed_items(&load_job(tx, id)?);
             let row = tx
                 .query_opt(
                     &format!(
-                        "SELECT {ITEM_COLUMNS}, i.endpoint, i.request, r.response FROM items i
-                         LEFT JOIN results r ON r.item_id = i.id WHERE i.job_id = $1 AND i.line = $2"
+                        "SELECT {LISTED_COLUMNS}, i.endpoint, i.request, i.response FROM {source} i
+                         WHERE i.job_id = $1 AND i.line = $2"
                     ),
                     &[&id.0, &line_number],
                 )?

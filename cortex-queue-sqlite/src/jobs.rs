@@ -25,6 +25,42 @@ const ITEM_COLUMNS: &str =
     i.error_message, r.completed_at, i.deaths, i.ran_by, r.completion_tokens, r.duration_ms";
 const ITEM_COLUMN_COUNT: usize = 13;
 
+/// Every item of every job as the API lists them (alias `i`, with
+/// [`ITEM_COLUMNS`] and `job_id`, `endpoint`, `request`, `response`): the
+/// stored items, and each line `--skip-invalid` refused, as a failed item
+/// with its line and its error (`invalid_input`; no id, no request).
+const LISTED_ITEMS: &str = "(SELECT i.id, i.line, i.custom_id, i.state, i.attempts, i.lease_token,
+        i.error_code, i.error_message, r.completed_at, i.deaths, i.ran_by, r.completion_tokens,
+        r.duration_ms, i.job_id, i.endpoint, i.request, r.response
+    FROM items i LEFT JOIN results r ON r.item_id = i.id
+    UNION ALL
+    SELECT 0, e.line, coalesce(e.custom_id, CAST(e.line AS TEXT)), 'failed', 0, 0, 'invalid_input',
+        e.message, NULL, 0, NULL, NULL, NULL, e.job_id, '', 'null', NULL
+    FROM input_errors e)";
+
+/// The stored items alone, as [`LISTED_ITEMS`] gives them: what a job
+/// without refused lines lists (its pages then come straight from the
+/// items' index).
+const STORED_ITEMS: &str = "(SELECT i.id, i.line, i.custom_id, i.state, i.attempts, i.lease_token,
+        i.error_code, i.error_message, r.completed_at, i.deaths, i.ran_by, r.completion_tokens,
+        r.duration_ms, i.job_id, i.endpoint, i.request, r.response
+    FROM items i LEFT JOIN results r ON r.item_id = i.id)";
+
+/// What a job's items are listed from: with refused lines among them only
+/// when it has some.
+fn listed_items(job: &Job) -> &'static str {
+    if job.counts.invalid > 0 {
+        LISTED_ITEMS
+    } else {
+        STORED_ITEMS
+    }
+}
+
+/// [`ITEM_COLUMNS`] of [`LISTED_ITEMS`].
+const LISTED_COLUMNS: &str = "i.id, i.line, i.custom_id, i.state, i.attempts, i.lease_token,
+    i.error_code, i.error_message, i.completed_at, i.deaths, i.ran_by, i.completion_tokens,
+    i.duration_ms";
+
 /// A nullable count or duration column (negative read as 0).
 fn optional_count(row: &Row<'_>, i: usize) -> rusqlite::Result<Option<u64>> {
     row.get::<_, Option<i64>>(i)
@@ -263,14 +299,14 @@ impl JobStore for Store {
         let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
         let offset = i64::try_from(query.offset).unwrap_or(i64::MAX);
         self.read(|tx| {
-            load_job(tx, id)?;
+            let source = listed_items(&load_job(tx, id)?);
             let matches = "i.job_id = ?1 AND (?2 IS NULL OR i.state = ?2) AND (?3 IS NULL OR instr(i.custom_id, ?3) > 0)";
             let matching: i64 = tx
-                .prepare_cached(&format!("SELECT count(*) FROM items i WHERE {matches}"))?
+                .prepare_cached(&format!("SELECT count(*) FROM {source} i WHERE {matches}"))?
                 .query_row(params![id.0, state, text], |row| row.get(0))?;
             let items = tx
                 .prepare_cached(&format!(
-                    "SELECT {ITEM_COLUMNS} FROM items i LEFT JOIN results r ON r.item_id = i.id
+                    "SELECT {LISTED_COLUMNS} FROM {source} i
                      WHERE {matches} ORDER BY i.line LIMIT ?4 OFFSET ?5"
                 ))?
                 .query_map(params![id.0, state, text, limit, offset], item_from_row)?
@@ -285,10 +321,10 @@ impl JobStore for Store {
     fn item(&mut self, id: JobId, line: u64) -> Result<ItemDetail> {
         let line_number = i64::try_from(line).unwrap_or(i64::MAX);
         self.read(|tx| {
-            load_job(tx, id)?;
+            let source = listed_items(&load_job(tx, id)?);
             tx.prepare_cached(&format!(
-                "SELECT {ITEM_COLUMNS}, i.endpoint, i.request, r.response FROM items i
-                 LEFT JOIN results r ON r.item_id = i.id WHERE i.job_id = ?1 AND i.line = ?2"
+                "SELECT {LISTED_COLUMNS}, i.endpoint, i.request, i.response FROM {source} i
+                 WHERE i.job_id = ?1 AND i.line = ?2"
             ))?
             .query_row(params![id.0, line_number], |row| {
                 Ok(item_detail(

@@ -149,6 +149,17 @@ with sync_playwright() as playwright:
     page.fill("#items-search", "fact-1")
     expect(page.locator("#items-table tbody tr")).to_have_count(4)  # fact-1, fact-10, 11, 12
 
+    # Lines `--skip-invalid` refused are failed items, with their line and error.
+    skipped = job_id(cortex("submit", str(bad), "--skip-invalid"))
+    failed_items = api(f"/v1/jobs/{skipped}/items?state=failed")["data"]
+    assert [i["line"] for i in failed_items] == [2, 3], failed_items
+    assert all(i["error_code"] == "invalid_input" and i["error_message"] for i in failed_items), failed_items
+    assert api(f"/v1/jobs/{skipped}/items/3")["line"] == 3
+    page.goto(f"{URL}/#/jobs/{skipped}")
+    expect(page.locator("#items-table tbody tr")).to_have_count(3)
+    page.click("#items-table tr[data-line='2']")
+    expect(page.locator("#item")).to_contain_text("invalid_input")
+
     # The server: the loaded model, live gauges, the workers on the queue.
     running = job_id(cortex("submit", str(long)))
     server_page = context.new_page()
@@ -204,12 +215,12 @@ with sync_playwright() as playwright:
 
     # The job list: filters, and a phone-sized screen.
     page.goto(URL + "/")
-    expect(page.locator("#jobs tbody tr")).to_have_count(3)
+    expect(page.locator("#jobs tbody tr")).to_have_count(4)
     page.select_option("#filter-model", "gemma-plain:latest")
     expect(page.locator("#jobs tbody tr")).to_have_count(1)
     page.select_option("#filter-model", "")
     page.select_option("#filter-state", "completed")
-    expect(page.locator("#jobs tbody tr")).to_have_count(3)
+    expect(page.locator("#jobs tbody tr")).to_have_count(4, timeout=LONG)
     page.select_option("#filter-state", "")
     shot(page, "jobs")
     unlabelled = page.evaluate(
@@ -242,7 +253,7 @@ with sync_playwright() as playwright:
     expect(page.locator("#key-dialog")).to_be_visible()
     page.fill("#key-input", settings["key"])
     page.click("#key-submit")
-    expect(page.locator("#jobs tbody tr")).to_have_count(3, timeout=30_000)
+    expect(page.locator("#jobs tbody tr")).to_have_count(4, timeout=30_000)
     page.goto(settings["keyed_url"] + "/#/jobs/1")
     state_is(page, "completed")
     assert not page.locator("#key-dialog").is_visible(), "the key was asked for twice"

@@ -5,7 +5,9 @@
 mod queue_common;
 
 use cortex_openai::{Endpoint, ExportJsonl, SubmitJsonl, parse_line};
-use cortex_queue::{JobDefaults, JobFilter, JobState, QueueError, SubmitOptions};
+use cortex_queue::{
+    ItemQuery, ItemState, JobDefaults, JobFilter, JobState, QueueError, SubmitOptions,
+};
 use cortex_request::{ChatMessage, Prompt};
 use queue_common::Backend;
 
@@ -99,6 +101,39 @@ fn skip_invalid_keeps_good_lines_and_records_bad_ones_as_failed(b: &Backend) {
         .map(|i| (i.line, i.custom_id.as_str()))
         .collect();
     assert_eq!(ids, [(1, "a1"), (2, "2")]);
+
+    // Where items are shown, the refused lines are failed items with their
+    // line and error, in line order among the others.
+    let all = ItemQuery {
+        limit: 100,
+        ..ItemQuery::default()
+    };
+    let page = store.item_page(submitted.job, &all).unwrap();
+    assert_eq!(page.matching, 16);
+    let lines: Vec<u64> = page.items.iter().map(|i| i.line).collect();
+    // Line 3 is blank: no item.
+    let expected: Vec<u64> = (1..=17).filter(|&l| l != 3).collect();
+    assert_eq!(lines, expected);
+    let failed = ItemQuery {
+        state: Some(ItemState::Failed),
+        limit: 5,
+        offset: 2,
+        ..ItemQuery::default()
+    };
+    let page = store.item_page(submitted.job, &failed).unwrap();
+    assert_eq!(page.matching, 14);
+    assert_eq!(page.items.len(), 5);
+    assert!(
+        page.items.iter().all(|i| i.state == ItemState::Failed
+            && i.error_code.as_deref() == Some("invalid_input")
+            && i.error_message.as_deref().is_some_and(|m| !m.is_empty())),
+        "{page:?}"
+    );
+    let refused = page.items[0].line;
+    let detail = store.item(submitted.job, refused).unwrap();
+    assert_eq!(detail.record.line, refused);
+    assert_eq!(detail.record.state, ItemState::Failed);
+    assert!(detail.response.is_none());
 
     // The error file lists the bad lines by number, in order, even before the job ends.
     let errors = dir.path().join("errors.jsonl");
