@@ -133,6 +133,9 @@ try:
     raise AssertionError("a batch naming two models was accepted")
 except openai.BadRequestError as error:
     assert "one model" in error.body["message"], error.body
+# A pulled known model chats out of the box, as `cortex generate --chat` does.
+own = client.chat("gemma3-270m", messages=[{"role": "user", "content": QUESTION}], options={"num_predict": 8, "temperature": 0})
+assert own.message.content.strip() == refs["gemma-own"], (own.message.content, refs["gemma-own"])
 # Names sharing the default model's weights may go; its last name stays
 # while the server serves it.
 assert client.delete("uploaded").status == "success"

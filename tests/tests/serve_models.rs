@@ -42,6 +42,8 @@ fn one_server_serves_and_manages_many_models() {
     let references = serde_json::json!({
         "default": generate("default", &["--max-tokens", "8", "--temperature", "0"]),
         "gemma": generate("gemma-chat", &["--max-tokens", "8"]),
+        // Its own name chats with the template its registry entry names.
+        "gemma-own": generate("gemma3-270m", &["--max-tokens", "8", "--temperature", "0"]),
         "mine": generate("mine", &[]),
     });
     assert_ne!(references["default"], references["gemma"]);
