@@ -1,6 +1,6 @@
 //! What the engine tells its callers: per-request events and engine-wide statistics.
 
-use cortex_request::{RequestId, Response, TokenId};
+use cortex_request::{RequestId, Response, TokenId, TokenLogprob};
 
 use crate::EngineError;
 
@@ -19,6 +19,10 @@ pub enum EngineEvent {
         token: TokenId,
         /// New text, never splitting a character and never part of a stop string.
         text: String,
+        /// The token's log probability and the most likely alternatives,
+        /// when the request asked for them (not for the token that ended
+        /// the completion, EOS or a stop id, which is not part of it).
+        logprob: Option<TokenLogprob>,
     },
     /// The request ended (normally, by cancellation, or with every completion done).
     Finished(Response),

@@ -4,13 +4,15 @@
 //! events, and OpenAI's error object.
 
 use cortex_queue::JobDefaults;
-use cortex_request::{Completion, RequestId, Response, Timings, Usage, Work};
+use cortex_request::{Completion, RequestId, Response, Timings, TokenLogprob, Usage, Work};
 use serde_json::{Value, json};
 
 use crate::Endpoint;
 use crate::endpoint::parse_output_tag;
 use crate::input::{Fields, body_work};
-use crate::output::{body_of, chat_logprobs, response_object, tool_calls};
+use crate::output::{
+    body_of, chat_logprobs_of, completion_logprobs_of, response_object, tool_calls,
+};
 
 /// An online request as read from its body.
 #[derive(Debug, Clone, PartialEq)]
@@ -91,14 +93,6 @@ pub fn parse_request_with(
             param: param_of(&message, &fields),
             message,
         })?;
-    if let (Some(_), Work::Generate(request)) = (stream, &work)
-        && request.logprobs.is_some()
-    {
-        return Err(BodyError {
-            message: "logprobs with stream: true is not implemented; ask without streaming".into(),
-            param: Some("logprobs".into()),
-        });
-    }
     let base64 = parse_output_tag(&tag).1;
     Ok(OnlineRequest {
         endpoint,
@@ -240,26 +234,51 @@ impl ChunkHead {
         )
     }
 
-    /// New text of choice `index` (chat or completions).
-    pub fn text(&self, endpoint: Endpoint, index: u32, text: &str) -> Value {
+    /// New text of choice `index` (chat or completions), with the log
+    /// probabilities of the tokens it came from when the request asked for
+    /// them (`offset`: the characters of the tokens sent before, where
+    /// completions' `text_offset` counts from).
+    pub fn text(
+        &self,
+        endpoint: Endpoint,
+        index: u32,
+        text: &str,
+        logprobs: Option<&[TokenLogprob]>,
+        offset: usize,
+    ) -> Value {
         let choice = match endpoint {
             Endpoint::Completions => {
-                json!({ "index": index, "text": text, "logprobs": null, "finish_reason": null })
+                let logprobs = logprobs.map_or(Value::Null, |l| completion_logprobs_of(l, offset));
+                json!({ "index": index, "text": text, "logprobs": logprobs, "finish_reason": null })
             }
             _ => {
-                json!({ "index": index, "delta": { "content": text }, "logprobs": null, "finish_reason": null })
+                let logprobs = logprobs.map_or(Value::Null, chat_logprobs_of);
+                json!({ "index": index, "delta": { "content": text }, "logprobs": logprobs, "finish_reason": null })
             }
         };
         self.chunk(endpoint, json!([choice]))
     }
 
-    /// The last chunk of a choice: its finish reason, and for chat the tool
-    /// calls the completion made (found only once it ended).
-    pub fn finish(&self, endpoint: Endpoint, completion: &Completion) -> Value {
+    /// The last chunk of a choice: its finish reason, the log probabilities
+    /// not sent with its text (the first `logprobs_sent` were, their tokens
+    /// `offset` characters long), and for chat the tool calls the
+    /// completion made (found only once it ended).
+    pub fn finish(
+        &self,
+        endpoint: Endpoint,
+        completion: &Completion,
+        logprobs_sent: usize,
+        offset: usize,
+    ) -> Value {
         let mut finish_reason = completion.finish_reason.as_openai();
+        let rest = completion
+            .logprobs
+            .as_deref()
+            .map(|l| &l[logprobs_sent.min(l.len())..]);
         let choice = match endpoint {
             Endpoint::Completions => {
-                json!({ "index": completion.index, "text": "", "logprobs": null, "finish_reason": finish_reason })
+                let logprobs = rest.map_or(Value::Null, |l| completion_logprobs_of(l, offset));
+                json!({ "index": completion.index, "text": "", "logprobs": logprobs, "finish_reason": finish_reason })
             }
             _ => {
                 let mut delta = json!({});
@@ -269,7 +288,8 @@ impl ChunkHead {
                         finish_reason = "tool_calls";
                     }
                 }
-                json!({ "index": completion.index, "delta": delta, "logprobs": chat_logprobs(completion), "finish_reason": finish_reason })
+                let logprobs = rest.map_or(Value::Null, chat_logprobs_of);
+                json!({ "index": completion.index, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason })
             }
         };
         self.chunk(endpoint, json!([choice]))
@@ -450,7 +470,7 @@ mod tests {
             model: "m".into(),
             created: 1,
         };
-        let chunk = head.text(Endpoint::ChatCompletions, 0, "Hel");
+        let chunk = head.text(Endpoint::ChatCompletions, 0, "Hel", None, 0);
         assert_eq!(chunk["object"], "chat.completion.chunk");
         assert_eq!(chunk["choices"][0]["delta"]["content"], "Hel");
         let usage = head.usage(

@@ -213,37 +213,46 @@ fn chat_entry(entry: &TopLogprob) -> Value {
 /// Chat's `choices[].logprobs`: `{"content": [{token, logprob, bytes,
 /// top_logprobs}], "refusal": null}`, or null when not asked for.
 pub(crate) fn chat_logprobs(completion: &Completion) -> Value {
-    match logprob_entries(completion) {
-        Some(content) => json!({ "content": content, "refusal": null }),
-        None => Value::Null,
-    }
+    completion
+        .logprobs
+        .as_deref()
+        .map_or(Value::Null, chat_logprobs_of)
+}
+
+/// Chat's `logprobs` object for these tokens (a whole choice's, or a
+/// streamed chunk's).
+pub(crate) fn chat_logprobs_of(logprobs: &[TokenLogprob]) -> Value {
+    json!({ "content": logprobs.iter().map(chat_logprob_entry).collect::<Vec<_>>(), "refusal": null })
+}
+
+fn chat_logprob_entry(TokenLogprob { chosen, top }: &TokenLogprob) -> Value {
+    let mut entry = chat_entry(chosen);
+    entry["top_logprobs"] = top.iter().map(chat_entry).collect();
+    entry
 }
 
 /// Per generated token `{token, logprob, bytes, top_logprobs}` (chat's
 /// `logprobs.content` and responses' `output_text.logprobs`).
 fn logprob_entries(completion: &Completion) -> Option<Vec<Value>> {
     let logprobs = completion.logprobs.as_ref()?;
-    Some(
-        logprobs
-            .iter()
-            .map(|TokenLogprob { chosen, top }| {
-                let mut entry = chat_entry(chosen);
-                entry["top_logprobs"] = top.iter().map(chat_entry).collect();
-                entry
-            })
-            .collect(),
-    )
+    Some(logprobs.iter().map(chat_logprob_entry).collect())
 }
 
 /// Completions' `choices[].logprobs`: parallel arrays of tokens, their log
 /// probabilities, the alternatives (token text to log probability) and each
 /// token's character offset in the completion's text.
 fn completion_logprobs(completion: &Completion) -> Value {
-    let Some(logprobs) = &completion.logprobs else {
-        return Value::Null;
-    };
+    completion
+        .logprobs
+        .as_deref()
+        .map_or(Value::Null, |logprobs| completion_logprobs_of(logprobs, 0))
+}
+
+/// Completions' `logprobs` object for these tokens, the first at character
+/// `offset` of the choice's text (a whole choice's, or a streamed chunk's).
+pub(crate) fn completion_logprobs_of(logprobs: &[TokenLogprob], offset: usize) -> Value {
     let tokens: Vec<String> = logprobs.iter().map(|l| token_text(&l.chosen)).collect();
-    let mut offset = 0;
+    let mut offset = offset;
     let text_offset: Vec<usize> = tokens
         .iter()
         .map(|t| {

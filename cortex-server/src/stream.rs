@@ -12,7 +12,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use cortex_engine::{EngineEvent, EventReceiver};
 use cortex_openai::{ChunkHead, Endpoint, OnlineRequest, ResponseEvents, StreamOptions};
-use cortex_request::{RequestId, Work};
+use cortex_request::{RequestId, TokenLogprob, Work};
 use serde_json::Value;
 
 use crate::auth::Caller;
@@ -183,8 +183,35 @@ struct SseState {
     /// back and send either the text or the calls at the end.
     hold_text: bool,
     sent: HashMap<u32, String>,
+    /// Per choice, the log probabilities of tokens whose text is not sent
+    /// yet (held back in a character or a possible stop string); `None`
+    /// when the request asked for none.
+    logprobs: Option<HashMap<u32, StreamedLogprobs>>,
     responses: Option<ResponseEvents>,
     done: bool,
+}
+
+/// A streamed choice's log probabilities: those waiting for their text,
+/// and how many tokens (and characters of their text) went out before.
+#[derive(Default)]
+struct StreamedLogprobs {
+    pending: Vec<TokenLogprob>,
+    sent: usize,
+    sent_chars: usize,
+}
+
+impl StreamedLogprobs {
+    /// The pending ones, now sent, and the character offset of the first.
+    fn take(&mut self) -> (Vec<TokenLogprob>, usize) {
+        let offset = self.sent_chars;
+        self.sent += self.pending.len();
+        self.sent_chars += self
+            .pending
+            .iter()
+            .map(|l| String::from_utf8_lossy(&l.chosen.bytes).chars().count())
+            .sum::<usize>();
+        (std::mem::take(&mut self.pending), offset)
+    }
 }
 
 impl SseState {
@@ -203,6 +230,10 @@ impl SseState {
         if text.is_empty() {
             return;
         }
+        let logprobs = self
+            .logprobs
+            .as_mut()
+            .map(|all| all.entry(index).or_default().take());
         if let Some(events) = &mut self.responses {
             let event = events.delta(text);
             self.push_named(vec![event]);
@@ -213,14 +244,28 @@ impl SseState {
             let role = self.head.chat_role(index);
             self.push(&role);
         }
-        let chunk = self.head.text(self.endpoint, index, text);
+        let (logprobs, offset) = match &logprobs {
+            Some((logprobs, offset)) => (Some(logprobs.as_slice()), *offset),
+            None => (None, 0),
+        };
+        let chunk = self.head.text(self.endpoint, index, text, logprobs, offset);
         self.push(&chunk);
         self.sent.entry(index).or_default().push_str(text);
     }
 
     fn on_event(&mut self, event: EngineEvent) {
         match event {
-            EngineEvent::Token { index, text, .. } if !self.hold_text => self.text(index, &text),
+            EngineEvent::Token {
+                index,
+                text,
+                logprob,
+                ..
+            } if !self.hold_text => {
+                if let (Some(all), Some(logprob)) = (&mut self.logprobs, logprob) {
+                    all.entry(index).or_default().pending.push(logprob);
+                }
+                self.text(index, &text);
+            }
             EngineEvent::Token { .. } => {}
             EngineEvent::Finished(response) => {
                 for completion in &response.completions {
@@ -241,7 +286,15 @@ impl SseState {
                     self.push_named(last);
                 } else {
                     for completion in &response.completions {
-                        let chunk = self.head.finish(self.endpoint, completion);
+                        let index = completion.index;
+                        let (logprobs_sent, offset) = self
+                            .logprobs
+                            .as_ref()
+                            .and_then(|all| all.get(&index))
+                            .map_or((0, 0), |l| (l.sent, l.sent_chars));
+                        let chunk =
+                            self.head
+                                .finish(self.endpoint, completion, logprobs_sent, offset);
                         self.push(&chunk);
                     }
                     if self.options.include_usage {
@@ -280,6 +333,8 @@ pub(crate) fn sse(
         options,
         hold_text,
         sent: HashMap::new(),
+        logprobs: matches!(&request.work, Work::Generate(r) if r.logprobs.is_some())
+            .then(HashMap::new),
         responses,
         done: false,
     };

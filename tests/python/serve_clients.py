@@ -108,6 +108,33 @@ streamed = "".join(
     if c.choices
 )
 assert streamed == completion.choices[0].text, (streamed, completion)
+
+# ---- Streamed log probabilities: in the chunks with their tokens, as the whole answer has them ----
+whole = client.chat.completions.create(model=model, messages=messages, max_tokens=12, temperature=0, logprobs=True, top_logprobs=2)
+entries, texts = [], []
+for chunk in client.chat.completions.create(model=model, messages=messages, max_tokens=12, temperature=0,
+                                            logprobs=True, top_logprobs=2, stream=True):
+    for choice in chunk.choices:
+        if choice.delta.content:
+            texts.append(choice.delta.content)
+            assert choice.logprobs and choice.logprobs.content, chunk  # a text chunk carries its tokens
+        if choice.logprobs and choice.logprobs.content:
+            entries.extend(choice.logprobs.content)
+wanted = whole.choices[0].logprobs.content
+assert [e.token for e in entries] == [e.token for e in wanted], (entries, wanted)
+assert all(abs(a.logprob - b.logprob) < 1e-3 and len(a.top_logprobs) == 2 for a, b in zip(entries, wanted)), (entries, wanted)
+assert "".join(texts) == whole.choices[0].message.content
+whole = client.completions.create(model=model, prompt="The capital of France is", max_tokens=8, temperature=0, logprobs=2)
+tokens, offsets = [], []
+for chunk in client.completions.create(model=model, prompt="The capital of France is", max_tokens=8, temperature=0,
+                                       logprobs=2, stream=True):
+    for choice in chunk.choices:
+        if choice.logprobs and choice.logprobs.tokens:
+            tokens.extend(choice.logprobs.tokens)
+            offsets.extend(choice.logprobs.text_offset)
+assert tokens == whole.choices[0].logprobs.tokens, (tokens, whole.choices[0].logprobs)
+assert offsets == whole.choices[0].logprobs.text_offset, (offsets, whole.choices[0].logprobs)
+say("streamed logprobs", len(entries))
 response = client.responses.create(model=model, input="Say hello.", max_output_tokens=16, temperature=0)
 assert response.status in ("completed", "incomplete") and response.output_text, response
 events = [e.type for e in client.responses.create(model=model, input="Say hello.", max_output_tokens=16, temperature=0, stream=True)]

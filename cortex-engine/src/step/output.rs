@@ -49,6 +49,10 @@ impl StepLoop<'_> {
         }
         seq.text.push_str(&delta);
         let index = seq.index;
+        // Sampling recorded this token's log probabilities last.
+        let logprob = (seq.top_logprobs.is_some() && !is_end && !is_stop_token)
+            .then(|| seq.logprobs.last().cloned())
+            .flatten();
         if let Some(live) = self.live.get_mut(&owner) {
             live.first_token.get_or_insert_with(Instant::now);
             let _ = live.events.send(EngineEvent::Token {
@@ -56,6 +60,7 @@ impl StepLoop<'_> {
                 index,
                 token,
                 text: delta,
+                logprob,
             });
         }
         if let Some(reason) = finish {
