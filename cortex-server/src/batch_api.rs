@@ -201,13 +201,7 @@ pub(crate) async fn list_files(
     // Every file the caller may see, as (created_at, id, upload): the
     // uploads from the index, the batches' files from their jobs.
     let (uploads, _) = state.files.list(project.as_deref(), None, usize::MAX - 1);
-    let filter = JobFilter {
-        project: project.clone(),
-        ..JobFilter::default()
-    };
-    let jobs = state
-        .with_store(move |store| Ok(store.jobs(&filter)?))
-        .await?;
+    let jobs = jobs_of(&state, project).await?;
     let mut all: Vec<(i64, String, Option<FileInfo>)> = uploads
         .into_iter()
         .filter(|info| purpose.as_deref().is_none_or(|p| p == info.purpose))
@@ -580,6 +574,17 @@ pub(crate) async fn retrieve_batch(
     Ok(Json(batch))
 }
 
+/// Every job of `project` (of every project for `None`: an admin's view).
+async fn jobs_of(state: &Arc<AppState>, project: Option<String>) -> Result<Vec<Job>, ApiError> {
+    let filter = JobFilter {
+        project,
+        ..JobFilter::default()
+    };
+    state
+        .with_store(move |store| Ok(store.jobs(&filter)?))
+        .await
+}
+
 pub(crate) async fn list_batches(
     State(state): State<Arc<AppState>>,
     Extension(caller): Extension<Caller>,
@@ -587,13 +592,7 @@ pub(crate) async fn list_batches(
 ) -> Result<Json<Value>, ApiError> {
     let (after, limit) = page(params)?;
     let project = caller.listing();
-    let filter = JobFilter {
-        project: project.clone(),
-        ..JobFilter::default()
-    };
-    let jobs = state
-        .with_store(move |store| Ok(store.jobs(&filter)?))
-        .await?;
+    let jobs = jobs_of(&state, project.clone()).await?;
     let mut all: Vec<Value> = jobs.iter().map(job_batch).collect();
     all.extend(state.files.failed_batches(project.as_deref()));
     // Newest first; ids break ties so pages are stable.
