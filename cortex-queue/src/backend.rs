@@ -150,20 +150,27 @@ pub trait Queue: WorkerStore + JobStore + Send + std::fmt::Debug {}
 
 impl<T: WorkerStore + JobStore + Send + std::fmt::Debug + ?Sized> Queue for T {}
 
-// The pieces every backend shares: stored forms, the death rules, retry
-// timing, host identity, the submit loop's accounting, export writing.
-// Hidden: they are for the sibling backends (`cortex-queue-sqlite`,
-// `cortex-queue-postgres`), not for applications, which see a queue only
-// through the traits above.
-#[doc(hidden)]
+// What a backend is written with. A third backend (a crate of its own,
+// like `cortex-queue-sqlite` and `cortex-queue-postgres`) implements
+// `WorkerStore` and `JobStore` over its storage and uses these, so that the
+// rules are the same everywhere; it then runs the shared suite in the tests
+// crate (`tests/tests/queue_common`: a constructor beside `Backend::sqlite`
+// and a module in `on_both_backends!`).
+// Applications see a queue only through the traits above.
+
+/// Stored forms: a request kept apart from what its job shares (a grammar
+/// once per job), and a response without what can be rebuilt.
 pub use crate::compact::{compact_response, compact_work_apart, expand_work_with};
-#[doc(hidden)]
+/// Export: the loop that renders one snapshot's rows in the caller's format
+/// and writes each file atomically; a backend feeds it through a `RowSink`.
 pub use crate::export::{RowSink, check_exportable, export_files};
-#[doc(hidden)]
+/// Claims and deaths: which group of suspects or normal items a claim takes,
+/// how alone a suspect must run, and the worker-stopped error code.
 pub use crate::lease::{WORKER_STOPPED, alone_level, claim_by_rule, duration_ms, suspect_group};
-#[doc(hidden)]
+/// Who holds a lease: this host and process, and whether another is gone.
 pub use crate::process::{host_identity, is_gone, this_process};
-#[doc(hidden)]
+/// Submitting: the loop's counting and its all-or-nothing verdict, the
+/// errors kept per job, and the hash that finds a resubmission.
 pub use crate::submit::{KEEP_ERRORS, SubmitTally, params_hash};
 
 /// Where a queue lives, as a user names it: a path or `sqlite://PATH`

@@ -44,7 +44,7 @@
 //! each backend makes its own). The rest are the typed data (`jobs`, `lease`,
 //! `submit`, `export`, `error`: `LineError` and `InputReport` name every bad
 //! line), the job state machine (`JobState::settled`, in `lib.rs`) and the
-//! pieces backends share, `#[doc(hidden)]` under `backend`: stored request and
+//! pieces backends share, documented under `backend` for a backend's author: stored request and
 //! response forms (`compact`), `claim_by_rule` — which group of suspects or
 //! normal items a claim takes — and `FailOutcome::of` (retry backoff), host and
 //! process identity (`process`), `SubmitTally` (the submit loop's counting and
