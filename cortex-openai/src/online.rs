@@ -27,6 +27,9 @@ pub struct OnlineRequest {
     pub stream: Option<StreamOptions>,
     /// Embeddings wanted as base64.
     pub base64: bool,
+    /// A `/v1/responses` answer to keep for `GET /v1/responses/{id}`
+    /// (OpenAI's `store`, true unless the body says false).
+    pub store: bool,
 }
 
 /// How a streamed response ends.
@@ -94,12 +97,14 @@ pub fn parse_request_with(
             message,
         })?;
     let base64 = parse_output_tag(&tag).1;
+    let store = endpoint == Endpoint::Responses && fields.get("store") != Some(&Value::Bool(false));
     Ok(OnlineRequest {
         endpoint,
         work,
         model,
         stream,
         base64,
+        store,
     })
 }
 

@@ -155,7 +155,7 @@ impl FileStore {
                 source,
             }
         };
-        for sub in ["", "batches", "exports"] {
+        for sub in ["", "batches", "exports", "responses"] {
             std::fs::create_dir_all(dir.join(sub)).map_err(io(&dir.join(sub)))?;
         }
         let store = Self {
@@ -268,6 +268,49 @@ impl FileStore {
         self.dir
             .join("exports")
             .join(format!("{batch}-{part}.jsonl"))
+    }
+
+    fn response_path(&self, id: &str) -> PathBuf {
+        self.dir.join("responses").join(format!("{id}.json"))
+    }
+
+    /// Keeps a `/v1/responses` answer of `project` (`resp_...`) for
+    /// `GET /v1/responses/{id}`, until deleted or past the retention.
+    pub(crate) fn save_response(
+        &self,
+        id: &str,
+        response: &Value,
+        project: &str,
+    ) -> std::io::Result<()> {
+        if !safe(id) {
+            return Ok(());
+        }
+        let record = json!({ "project": project, "response": response });
+        let json = serde_json::to_vec(&record).map_err(std::io::Error::other)?;
+        write_atomically(&self.response_path(id), &json)
+    }
+
+    /// A kept response and its project.
+    pub(crate) fn response(&self, id: &str) -> Option<(String, Value)> {
+        if !safe(id) {
+            return None;
+        }
+        let bytes = std::fs::read(self.response_path(id)).ok()?;
+        let mut record: Value = serde_json::from_slice(&bytes).ok()?;
+        let project = record["project"].as_str()?.to_owned();
+        Some((project, record["response"].take()))
+    }
+
+    /// Deletes a kept response; false when there was none.
+    pub(crate) fn delete_response(&self, id: &str) -> std::io::Result<bool> {
+        if !safe(id) {
+            return Ok(false);
+        }
+        match std::fs::remove_file(self.response_path(id)) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     /// Keeps a failed batch of `project` (it never became a job).

@@ -13,6 +13,8 @@ use cortex_openai::{
     ChunkHead, Endpoint, list_object, model_object, online_body, parse_request_with,
 };
 
+use serde_json::Value;
+
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::pool::ModelPool;
@@ -69,13 +71,80 @@ async fn answer(
         created: cortex_queue::now_ms() / 1000,
     };
     let mut call = Call::submit(&state, &caller, model, request.work.clone(), endpoint.url())?;
+    // A `/v1/responses` answer is kept for `GET /v1/responses/{id}` (`store`).
+    let keep = request.store.then(|| caller.project.to_string());
     if let Some(options) = request.stream {
         call.first().await?;
-        return Ok(sse(call, &request, head, options));
+        return Ok(sse(call, &request, head, options, keep));
     }
     let response = call.finish().await?;
     let body = online_body(&head.key, &request, &head.model, head.created, &response);
+    if let Some(project) = keep {
+        keep_response(&state, body.clone(), project).await;
+    }
     Ok(Json(body).into_response())
+}
+
+/// Keeps a `/v1/responses` answer of `project` (a failure to write it is
+/// logged: the answer itself went out).
+pub(crate) async fn keep_response(state: &Arc<AppState>, response: Value, project: String) {
+    let Some(id) = response["id"].as_str().map(str::to_owned) else {
+        return;
+    };
+    let files = Arc::clone(state);
+    match off_async(move || files.files.save_response(&id, &response, &project)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => tracing::warn!("cannot keep a response: {error}"),
+        Err(error) => tracing::warn!("cannot keep a response: {}", error.message),
+    }
+}
+
+/// `GET /v1/responses/{id}`: a response made online and kept.
+pub(crate) async fn stored_response(
+    State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let files = Arc::clone(&state);
+    let lookup = id.clone();
+    let found = off_async(move || files.files.response(&lookup)).await?;
+    match found {
+        Some((project, response)) if caller.sees(&project) => Ok(Json(response)),
+        _ => Err(no_response(&id)),
+    }
+}
+
+/// `DELETE /v1/responses/{id}`: forgets a kept response.
+pub(crate) async fn delete_response(
+    State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let files = Arc::clone(&state);
+    let target = id.clone();
+    let deleted = off_async(move || {
+        let visible = files
+            .files
+            .response(&target)
+            .is_some_and(|(project, _)| caller.sees(&project));
+        if !visible {
+            return Ok(false);
+        }
+        files.files.delete_response(&target)
+    })
+    .await?
+    .map_err(|e| ApiError::internal(format!("the files directory: {e}")))?;
+    if deleted {
+        Ok(Json(
+            serde_json::json!({ "id": id, "object": "response", "deleted": true }),
+        ))
+    } else {
+        Err(no_response(&id))
+    }
+}
+
+fn no_response(id: &str) -> ApiError {
+    ApiError::not_found(format!("No such Response object: {id}"))
 }
 
 pub(crate) async fn chat(
@@ -112,9 +181,7 @@ pub(crate) async fn embeddings(
 
 /// Every model the server can answer with: the default one first, then
 /// the registry's, each created when its name was.
-pub(crate) async fn models(
-    State(state): State<Arc<AppState>>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+pub(crate) async fn models(State(state): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
     let models = Arc::clone(&state.models);
     let started = state.started;
     let list = off_async(move || {
@@ -136,7 +203,7 @@ pub(crate) async fn models(
 pub(crate) async fn model(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<Value>, ApiError> {
     let models = Arc::clone(&state.models);
     let started = state.started;
     let found = off_async(move || {

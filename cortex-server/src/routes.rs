@@ -28,6 +28,10 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/v1/chat/completions", post(online::chat))
         .route("/v1/completions", post(online::completions))
         .route("/v1/responses", post(online::responses))
+        .route(
+            "/v1/responses/{id}",
+            get(online::stored_response).delete(online::delete_response),
+        )
         .route("/v1/embeddings", post(online::embeddings))
         .route("/api/generate", post(ollama::generate))
         .route("/api/chat", post(ollama::chat))

@@ -48,6 +48,7 @@ async fn prune_files(state: Arc<AppState>) {
             Ok(Ok(pruned)) if pruned != Pruned::default() => tracing::info!(
                 failed_batches = pruned.failed_batches,
                 exports = pruned.exports,
+                responses = pruned.responses,
                 "pruned files past the retention"
             ),
             Ok(Ok(_)) => {}

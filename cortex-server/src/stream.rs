@@ -188,6 +188,11 @@ struct SseState {
     /// when the request asked for none.
     logprobs: Option<HashMap<u32, StreamedLogprobs>>,
     responses: Option<ResponseEvents>,
+    /// The project a streamed `/v1/responses` answer is kept for, if it is;
+    /// then the answer, kept before its last events go out (so a client
+    /// that reads it back right after finds it).
+    keep: Option<String>,
+    to_keep: Option<(Value, String)>,
     done: bool,
 }
 
@@ -283,6 +288,9 @@ impl SseState {
                 }
                 if let Some(mut events) = self.responses.take() {
                     let last = events.finish(&response);
+                    if let (Some(project), Some((_, event))) = (self.keep.take(), last.last()) {
+                        self.to_keep = Some((event["response"].clone(), project));
+                    }
                     self.push_named(last);
                 } else {
                     for completion in &response.completions {
@@ -321,6 +329,7 @@ pub(crate) fn sse(
     request: &OnlineRequest,
     head: ChunkHead,
     options: StreamOptions,
+    keep: Option<String>,
 ) -> Response {
     let hold_text = matches!(&request.work, Work::Generate(r) if r.tools.is_some());
     let responses =
@@ -336,6 +345,8 @@ pub(crate) fn sse(
         logprobs: matches!(&request.work, Work::Generate(r) if r.logprobs.is_some())
             .then(HashMap::new),
         responses,
+        keep,
+        to_keep: None,
         done: false,
     };
     if let Some(events) = &mut state.responses {
@@ -344,6 +355,9 @@ pub(crate) fn sse(
     }
     let stream = futures_util::stream::unfold(state, |mut state| async move {
         loop {
+            if let Some((response, project)) = state.to_keep.take() {
+                crate::online::keep_response(&state.call.state, response, project).await;
+            }
             if let Some(event) = state.out.pop_front() {
                 return Some((Ok::<Event, Infallible>(event), state));
             }

@@ -140,6 +140,19 @@ assert response.status in ("completed", "incomplete") and response.output_text, 
 events = [e.type for e in client.responses.create(model=model, input="Say hello.", max_output_tokens=16, temperature=0, stream=True)]
 assert events[0] == "response.created" and events[-1] in ("response.completed", "response.incomplete"), events
 assert "response.output_text.delta" in events, events
+# Responses are kept (store, the default): read back, then deleted; store: false keeps nothing.
+kept = client.responses.retrieve(response.id)
+assert kept.id == response.id and kept.output_text == response.output_text, kept
+streamed_events = list(client.responses.create(model=model, input="Say hello.", max_output_tokens=16, temperature=0, stream=True))
+streamed_id = streamed_events[-1].response.id
+assert client.responses.retrieve(streamed_id).output_text == streamed_events[-1].response.output_text
+client.responses.delete(response.id)
+for gone in [response.id, client.responses.create(model=model, input="Hi", max_output_tokens=4, store=False).id]:
+    try:
+        client.responses.retrieve(gone)
+        raise AssertionError(f"{gone} was kept")
+    except openai.NotFoundError as error:
+        assert "No such Response object" in str(error), error
 embeddings = client.embeddings.create(model=model, input=["a cat", "a dog"])
 assert len(embeddings.data) == 2 and len(embeddings.data[0].embedding) > 0
 say("completions, responses, embeddings", f"{len(events)} response events")

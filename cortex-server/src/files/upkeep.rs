@@ -49,6 +49,7 @@ fn may_be_writing(pid: u32, modified: Option<SystemTime>) -> bool {
 pub(crate) struct Pruned {
     pub(crate) failed_batches: usize,
     pub(crate) exports: usize,
+    pub(crate) responses: usize,
 }
 
 impl FileStore {
@@ -60,6 +61,7 @@ impl FileStore {
             self.dir.clone(),
             self.dir.join("batches"),
             self.dir.join("exports"),
+            self.dir.join("responses"),
         ] {
             for entry in std::fs::read_dir(&dir)? {
                 let entry = entry?;
@@ -82,7 +84,7 @@ impl FileStore {
         Ok(swept)
     }
 
-    /// Removes failed batches created, and exports written, more than
+    /// Removes failed batches created, and exports and kept responses written, more than
     /// `retention` ago.
     pub(crate) fn prune(&self, retention: Duration) -> std::io::Result<Pruned> {
         let mut pruned = Pruned::default();
@@ -111,18 +113,23 @@ impl FileStore {
             lock(&self.index).failed.remove(&id);
             pruned.failed_batches += 1;
         }
-        for entry in std::fs::read_dir(self.dir.join("exports"))? {
-            let entry = entry?;
-            let name = entry.file_name();
-            if temp_writer(&name.to_string_lossy()).is_some() {
-                continue;
-            }
-            let old = entry
-                .metadata()
-                .and_then(|m| m.modified())
-                .is_ok_and(|modified| modified < cutoff);
-            if old && std::fs::remove_file(entry.path()).is_ok() {
-                pruned.exports += 1;
+        for (sub, count) in [
+            ("exports", &mut pruned.exports),
+            ("responses", &mut pruned.responses),
+        ] {
+            for entry in std::fs::read_dir(self.dir.join(sub))? {
+                let entry = entry?;
+                let name = entry.file_name();
+                if temp_writer(&name.to_string_lossy()).is_some() {
+                    continue;
+                }
+                let old = entry
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .is_ok_and(|modified| modified < cutoff);
+                if old && std::fs::remove_file(entry.path()).is_ok() {
+                    *count += 1;
+                }
             }
         }
         Ok(pruned)
