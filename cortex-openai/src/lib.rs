@@ -93,7 +93,7 @@ pub use input::{InputReader, parse_line};
 pub use jsonl::{ExportJsonl, SubmitJsonl, check_batch};
 pub use online::{
     BodyError, ChunkHead, OnlineRequest, ResponseEvents, StreamOptions, error_body, model_object,
-    online_body, parse_request, parse_request_with,
+    online_body, parse_request, parse_request_with, response_deleted_object,
 };
 pub use output::{BatchOutput, response_body};
 

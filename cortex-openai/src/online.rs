@@ -190,6 +190,11 @@ pub fn online_body(
     )
 }
 
+/// The answer to a kept response's deletion (`DELETE /v1/responses/{id}`).
+pub fn response_deleted_object(id: &str) -> Value {
+    json!({ "id": id, "object": "response", "deleted": true })
+}
+
 /// A `model` object (`GET /v1/models`), owned by `cortex`.
 pub fn model_object(id: &str, created: i64) -> Value {
     json!({ "id": id, "object": "model", "created": created, "owned_by": "cortex" })

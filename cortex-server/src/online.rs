@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use cortex_openai::{
     ChunkHead, Endpoint, list_object, model_object, online_body, parse_request_with,
+    response_deleted_object,
 };
 
 use serde_json::Value;
@@ -80,23 +81,9 @@ async fn answer(
     let response = call.finish().await?;
     let body = online_body(&head.key, &request, &head.model, head.created, &response);
     if let Some(project) = keep {
-        keep_response(&state, body.clone(), project).await;
+        state.keep_response(body.clone(), project).await;
     }
     Ok(Json(body).into_response())
-}
-
-/// Keeps a `/v1/responses` answer of `project` (a failure to write it is
-/// logged: the answer itself went out).
-pub(crate) async fn keep_response(state: &Arc<AppState>, response: Value, project: String) {
-    let Some(id) = response["id"].as_str().map(str::to_owned) else {
-        return;
-    };
-    let files = Arc::clone(state);
-    match off_async(move || files.files.save_response(&id, &response, &project)).await {
-        Ok(Ok(())) => {}
-        Ok(Err(error)) => tracing::warn!("cannot keep a response: {error}"),
-        Err(error) => tracing::warn!("cannot keep a response: {}", error.message),
-    }
 }
 
 /// `GET /v1/responses/{id}`: a response made online and kept.
@@ -135,9 +122,7 @@ pub(crate) async fn delete_response(
     .await?
     .map_err(|e| ApiError::internal(format!("the files directory: {e}")))?;
     if deleted {
-        Ok(Json(
-            serde_json::json!({ "id": id, "object": "response", "deleted": true }),
-        ))
+        Ok(Json(response_deleted_object(&id)))
     } else {
         Err(no_response(&id))
     }

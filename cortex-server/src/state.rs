@@ -148,6 +148,25 @@ impl AppState {
         ids.len()
     }
 
+    /// Keeps a `/v1/responses` answer of `project` for `GET
+    /// /v1/responses/{id}` (a failure to write it is logged: the answer
+    /// itself went out).
+    pub(crate) async fn keep_response(
+        self: &Arc<Self>,
+        response: serde_json::Value,
+        project: String,
+    ) {
+        let Some(id) = response["id"].as_str().map(str::to_owned) else {
+            return;
+        };
+        let state = Arc::clone(self);
+        match off_async(move || state.files.save_response(&id, &response, &project)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::warn!("cannot keep a response: {error}"),
+            Err(error) => tracing::warn!("cannot keep a response: {}", error.message),
+        }
+    }
+
     /// Runs `f` on the queue off the async threads.
     pub(crate) async fn with_store<T: Send + 'static>(
         self: &Arc<Self>,

@@ -356,7 +356,7 @@ pub(crate) fn sse(
     let stream = futures_util::stream::unfold(state, |mut state| async move {
         loop {
             if let Some((response, project)) = state.to_keep.take() {
-                crate::online::keep_response(&state.call.state, response, project).await;
+                state.call.state.keep_response(response, project).await;
             }
             if let Some(event) = state.out.pop_front() {
                 return Some((Ok::<Event, Infallible>(event), state));
