@@ -200,7 +200,7 @@ pub(crate) async fn list_files(
     let project = caller.listing();
     // Every file the caller may see, as (created_at, id, upload): the
     // uploads from the index, the batches' files from their jobs.
-    let (uploads, _) = state.files.list(project.as_deref(), None, usize::MAX - 1);
+    let uploads = state.files.uploads(project.as_deref());
     let jobs = jobs_of(&state, project).await?;
     let mut all: Vec<(i64, String, Option<FileInfo>)> = uploads
         .into_iter()

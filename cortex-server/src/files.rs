@@ -16,7 +16,6 @@ mod upload;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, HashMap};
-use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -220,31 +219,16 @@ impl FileStore {
         lock(&self.index).uploads.get(id).cloned()
     }
 
-    /// A page of the uploads of `project` (every project's with `None`),
-    /// newest first: at most `limit` after the one with id `after` (from the
-    /// start if there is none such), and whether more follow.
-    pub(crate) fn list(
-        &self,
-        project: Option<&str>,
-        after: Option<&str>,
-        limit: usize,
-    ) -> (Vec<FileInfo>, bool) {
+    /// The uploads of `project` (every project's with `None`), newest first.
+    pub(crate) fn uploads(&self, project: Option<&str>) -> Vec<FileInfo> {
         let index = lock(&self.index);
-        let start = after
-            .and_then(|id| index.uploads.get(id))
-            .map_or(Bound::Unbounded, |stored| {
-                Bound::Excluded(rank(&stored.info))
-            });
-        let ranks = index.newest_first.range((start, Bound::Unbounded));
-        let mut page: Vec<FileInfo> = ranks
+        index
+            .newest_first
+            .iter()
             .filter_map(|(_, Reverse(id))| index.uploads.get(id))
             .filter(|stored| listed(project, &stored.project))
-            .take(limit + 1)
             .map(|stored| stored.info.clone())
-            .collect();
-        let more = page.len() > limit;
-        page.truncate(limit);
-        (page, more)
+            .collect()
     }
 
     /// Deletes an upload; false when there was none.
