@@ -24,7 +24,7 @@ const HARMLESS: &[(&str, &str)] = &[
     ),
     (
         "store",
-        "whether OpenAI keeps the output; cortex keeps every result in its queue",
+        "whether OpenAI keeps the output; cortex keeps every batch result in its queue, and an online /v1/responses answer for GET /v1/responses/{id} unless false",
     ),
     (
         "metadata",
@@ -42,6 +42,10 @@ const HARMLESS: &[(&str, &str)] = &[
 /// [`HARMLESS`] and the value checks below), `Err` refused with the reason,
 /// `Ok(false)` not such a field.
 pub(crate) fn check(endpoint: Endpoint, key: &str, value: &Value) -> Result<bool, String> {
+    // `store` decides whether an online response is kept: a boolean.
+    if key == "store" && !matches!(value, Value::Bool(_) | Value::Null) {
+        return Err(format!("store = {value}: expected a boolean"));
+    }
     if HARMLESS.iter().any(|(name, _)| *name == key) {
         return Ok(true);
     }
@@ -129,6 +133,12 @@ mod tests {
     fn harmless_fields_are_accepted_and_unsupported_ones_say_why() {
         let chat = Endpoint::ChatCompletions;
         assert_eq!(check(chat, "user", &json!("u-1")), Ok(true));
+        assert_eq!(check(chat, "store", &json!(false)), Ok(true));
+        assert!(
+            check(chat, "store", &json!("yes"))
+                .unwrap_err()
+                .contains("expected a boolean")
+        );
         assert_eq!(check(chat, "stream", &json!(false)), Ok(true));
         assert_eq!(check(chat, "tool_choice", &json!("none")), Ok(false));
         assert_eq!(check(chat, "temperature", &json!(1)), Ok(false));
