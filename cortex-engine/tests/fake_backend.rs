@@ -355,6 +355,37 @@ fn n_completions_copy_the_first_ones_prompt() {
 }
 
 #[test]
+fn a_prompt_list_gives_n_completions_of_each_prompt_in_order() {
+    let engine = start();
+    let prompts: Vec<Vec<TokenId>> = vec![(1..=5).collect(), vec![7, 3], (2..=12).collect()];
+    let mut r = request(60, Vec::new());
+    r.prompt = Prompt::Several(prompts.iter().cloned().map(Prompt::Tokens).collect());
+    r.n = 2;
+    match last_event(&engine.submit(r).unwrap()) {
+        EngineEvent::Finished(response) => {
+            assert_eq!(response.completions.len(), 6);
+            for (k, c) in response.completions.iter().enumerate() {
+                assert_eq!(c.index as usize, k);
+                assert_eq!(c.tokens, expected(&prompts[k / 2], 6), "completion {k}");
+            }
+            assert_eq!(response.usage.prompt_tokens, 5 + 2 + 11);
+            assert_eq!(response.usage.completion_tokens, 6 * 6);
+        }
+        other => panic!("{other:?}"),
+    }
+    // An entry that cannot be a prompt fails the request, naming it.
+    let mut r = request(61, Vec::new());
+    r.prompt = Prompt::Several(vec![Prompt::Tokens(vec![1]), Prompt::Tokens(vec![99])]);
+    match last_event(&engine.submit(r).unwrap()) {
+        EngineEvent::Failed {
+            error: EngineError::Invalid { field, .. },
+            ..
+        } => assert_eq!(field, "prompt[1]"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
 fn a_longer_request_grows_the_streams_and_running_ones_are_recomputed_exactly() {
     let engine = start();
     let short: Vec<(Request, Vec<TokenId>)> = (0..6)

@@ -654,6 +654,55 @@ mod tests {
     }
 
     #[test]
+    fn a_completions_prompt_may_be_a_list_of_texts_or_token_lists() {
+        let prompt = |line: &str| {
+            parse_line(1, line, &JobDefaults::default())
+                .map(|item| item.request.as_generate().unwrap().prompt.clone())
+                .map_err(|e| e.message)
+        };
+        let text = |t: &str| Prompt::Text(t.into());
+        assert_eq!(prompt(r#"{"prompt": ["a"]}"#), Ok(text("a")));
+        assert_eq!(
+            prompt(r#"{"prompt": [1, 2]}"#),
+            Ok(Prompt::Tokens(vec![1, 2]))
+        );
+        assert_eq!(
+            prompt(r#"{"prompt": [[1, 2]]}"#),
+            Ok(Prompt::Tokens(vec![1, 2]))
+        );
+        assert_eq!(
+            prompt(r#"{"prompt": ["a", "b"], "n": 2}"#),
+            Ok(Prompt::Several(vec![text("a"), text("b")]))
+        );
+        assert_eq!(
+            prompt(r#"{"prompt": [[1], "b"]}"#),
+            Ok(Prompt::Several(vec![Prompt::Tokens(vec![1]), text("b")]))
+        );
+        assert_eq!(
+            prompt(r#"{"prompt": []}"#),
+            Err("prompt is an empty array".into())
+        );
+        assert_eq!(
+            prompt(r#"{"prompt": ["a", [1, -2]]}"#),
+            Err("prompt[1][1] must be a token id (a non-negative integer), not -2".into())
+        );
+        assert_eq!(
+            prompt(r#"{"prompt": ["a", {"x": 1}]}"#),
+            Err(r#"prompt[1] must be a string or an array of token ids, not {"x":1}"#.into())
+        );
+        assert_eq!(
+            prompt(r#"{"prompt": ["a", ""]}"#),
+            Err("prompt is empty".into())
+        );
+        // n completions of each prompt stay within the request's bound.
+        let many = vec!["\"x\""; 17].join(", ");
+        assert_eq!(
+            prompt(&format!(r#"{{"prompt": [{many}], "n": 64}}"#)),
+            Err("prompt has 17 entries; at most 16 are allowed".into())
+        );
+    }
+
+    #[test]
     fn a_default_system_prompt_goes_before_chats_without_one() {
         let defaults = JobDefaults {
             system: Some("Be brief.".into()),

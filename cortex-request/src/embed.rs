@@ -37,9 +37,9 @@ impl EmbeddingRequest {
             ));
         }
         for (i, input) in self.inputs.iter().enumerate() {
-            if matches!(input, Prompt::Chat(_)) {
+            if matches!(input, Prompt::Chat(_) | Prompt::Several(_)) {
                 return Err(format!(
-                    "input[{i}] is a chat; embeddings take text or token ids"
+                    "input[{i}] is not a text or token ids; embeddings take one of those per input"
                 ));
             }
             if input.is_empty() {

@@ -97,7 +97,7 @@ pub struct Request {
     pub stop: StopConditions,
     /// Higher runs first; equal priorities run in arrival order.
     pub priority: i32,
-    /// Number of completions of the prompt (they share its KV).
+    /// Number of completions of each prompt (they share its KV).
     pub n: u32,
     /// Report the log probability of each generated token, with this many
     /// most likely alternatives (0 to [`Request::MAX_TOP_LOGPROBS`]) at each
@@ -176,6 +176,11 @@ impl Request {
 
     /// Most alternatives per position a request may ask log probabilities of.
     pub const MAX_TOP_LOGPROBS: u32 = 20;
+
+    /// How many completions it asks for: `n` for each of its prompts.
+    pub fn choices(&self) -> u32 {
+        (self.prompt.parts().len() as u32).saturating_mul(self.n)
+    }
 }
 
 /// A token and its log probability.

@@ -13,6 +13,10 @@ pub enum Prompt {
     Tokens(Vec<TokenId>),
     /// A conversation, rendered by the engine with the model's chat template.
     Chat(Vec<ChatMessage>),
+    /// Several text or token prompts answered by one request (a
+    /// `/v1/completions` prompt array): each gets the request's `n`
+    /// completions, completion `p × n + k` continuing prompt `p`.
+    Several(Vec<Prompt>),
 }
 
 impl Prompt {
@@ -22,6 +26,15 @@ impl Prompt {
             Prompt::Text(text) => text.is_empty(),
             Prompt::Tokens(tokens) => tokens.is_empty(),
             Prompt::Chat(messages) => messages.iter().all(|m| m.content.is_empty()),
+            Prompt::Several(prompts) => prompts.is_empty() || prompts.iter().any(Prompt::is_empty),
+        }
+    }
+
+    /// The prompts it holds: those of [`Prompt::Several`], else itself.
+    pub fn parts(&self) -> &[Prompt] {
+        match self {
+            Prompt::Several(prompts) => prompts,
+            one => std::slice::from_ref(one),
         }
     }
 }

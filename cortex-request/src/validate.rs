@@ -9,8 +9,10 @@ pub struct Limits {
     pub max_stop_strings: usize,
     /// Longest stop string, in bytes.
     pub max_stop_string_bytes: usize,
-    /// Most completions per request (`n`).
+    /// Most completions per prompt (`n`).
     pub max_n: u32,
+    /// Most completions per request: `n` times the number of prompts.
+    pub max_choices: u32,
     /// Most `logit_bias` entries per request.
     pub max_logit_bias: usize,
 }
@@ -21,6 +23,7 @@ impl Default for Limits {
             max_stop_strings: 16,
             max_stop_string_bytes: 256,
             max_n: 64,
+            max_choices: 1024,
             max_logit_bias: 1024,
         }
     }
@@ -68,6 +71,12 @@ pub enum ValidationError {
         /// What is wrong with it.
         reason: &'static str,
     },
+    /// An entry of a prompt list that is not text or token ids.
+    #[error("prompt[{index}] is not a text or a list of token ids")]
+    NotTextOrTokens {
+        /// Its position in the list.
+        index: usize,
+    },
     /// A chat message with a role no template knows.
     #[error("messages[{index}].role = {role:?} is not one of system, user, assistant, tool")]
     InvalidRole {
@@ -88,6 +97,7 @@ impl ValidationError {
             }
             ValidationError::BadStopString { index, .. } => format!("stop[{index}]"),
             ValidationError::InvalidRole { index, .. } => format!("messages[{index}].role"),
+            ValidationError::NotTextOrTokens { index } => format!("prompt[{index}]"),
         }
     }
 }
@@ -118,6 +128,14 @@ fn check_count(field: &'static str, count: usize, max: usize) -> Result<(), Vali
 }
 
 fn validate_prompt(prompt: &Prompt) -> Result<(), ValidationError> {
+    if let Prompt::Several(prompts) = prompt {
+        if let Some(index) = prompts
+            .iter()
+            .position(|p| matches!(p, Prompt::Chat(_) | Prompt::Several(_)))
+        {
+            return Err(ValidationError::NotTextOrTokens { index });
+        }
+    }
     if let Prompt::Chat(messages) = prompt {
         if messages.is_empty() {
             return Err(ValidationError::EmptyPrompt { field: "messages" });
@@ -164,6 +182,11 @@ impl Request {
             "n",
             &self.n,
             "an integer >= 1 within the server's limit",
+        )?;
+        check_count(
+            "prompt",
+            self.prompt.parts().len(),
+            (limits.max_choices / self.n) as usize,
         )?;
 
         if let Some(top) = self.logprobs {
@@ -263,10 +286,17 @@ mod tests {
         Request::new(RequestId(1), "Hello")
     }
 
-    fn error_of(edit: impl FnOnce(&mut Request)) -> String {
+    fn request_with(edit: impl FnOnce(&mut Request)) -> Request {
         let mut r = request();
         edit(&mut r);
-        r.validate(&Limits::default()).unwrap_err().to_string()
+        r
+    }
+
+    fn error_of(edit: impl FnOnce(&mut Request)) -> String {
+        request_with(edit)
+            .validate(&Limits::default())
+            .unwrap_err()
+            .to_string()
     }
 
     #[test]
@@ -359,6 +389,37 @@ mod tests {
             ])),
             "messages[1].role = \"robot\" is not one of system, user, assistant, tool"
         );
+    }
+
+    #[test]
+    fn a_prompt_list_holds_texts_and_token_lists_within_the_choice_limit() {
+        let texts = |count: usize| Prompt::Several(vec![Prompt::Text("hi".into()); count]);
+        assert!(
+            request_with(|r| r.prompt = texts(3))
+                .validate(&Limits::default())
+                .is_ok()
+        );
+        assert_eq!(
+            error_of(|r| r.prompt =
+                Prompt::Several(vec![Prompt::Text("a".into()), Prompt::Tokens(vec![])])),
+            "prompt is empty"
+        );
+        assert_eq!(
+            error_of(|r| r.prompt = Prompt::Several(vec![
+                Prompt::Tokens(vec![1]),
+                Prompt::Chat(vec![ChatMessage::user("hi")])
+            ])),
+            "prompt[1] is not a text or a list of token ids"
+        );
+        // n completions of each prompt count against the request's bound.
+        assert_eq!(
+            error_of(|r| {
+                r.prompt = texts(17);
+                r.n = 64;
+            }),
+            "prompt has 17 entries; at most 16 are allowed"
+        );
+        assert_eq!(request_with(|r| r.prompt = texts(3)).choices(), 3);
     }
 
     #[test]

@@ -83,7 +83,7 @@ impl AppState {
     }
 
     /// Refuses a generation that asks for more tokens than one request may:
-    /// `n` completions of `max_tokens` each (cut to the context of `model`,
+    /// `n` completions of each prompt, `max_tokens` each (cut to the context of `model`,
     /// beyond which none can go).
     pub(crate) fn check_request_tokens(
         &self,
@@ -92,13 +92,13 @@ impl AppState {
     ) -> Result<(), ApiError> {
         let context = model.engine.info().max_sequence_tokens as u64;
         let each = u64::from(request.stop.max_tokens).min(context);
-        let total = each * u64::from(request.n);
+        let total = each * u64::from(request.choices());
         let limit = self.config.max_request_tokens;
         if total > limit {
             return Err(ApiError::invalid(
                 format!(
-                    "the request asks for up to {} × {each} = {total} tokens (n × max_tokens, each at most the context of {context}); this server allows {limit} per request: lower n or max_tokens",
-                    request.n
+                    "the request asks for up to {} × {each} = {total} tokens (n × prompts × max_tokens, each at most the context of {context}); this server allows {limit} per request: lower n, the number of prompts or max_tokens",
+                    request.choices()
                 ),
                 Some("max_tokens".into()),
             ));

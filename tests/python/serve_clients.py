@@ -109,6 +109,20 @@ streamed = "".join(
 )
 assert streamed == completion.choices[0].text, (streamed, completion)
 
+# A list of prompts: n choices for each, choice p * n + k continuing prompt p.
+prompts = ["The capital of France is", "One, two, three,"]
+counting = client.completions.create(model=model, prompt=prompts[1], max_tokens=8, temperature=0)
+several = client.completions.create(model=model, prompt=prompts, n=2, max_tokens=8, temperature=0)
+assert [c.index for c in several.choices] == [0, 1, 2, 3], several
+assert [c.text for c in several.choices] == [completion.choices[0].text] * 2 + [counting.choices[0].text] * 2, several
+assert several.usage.prompt_tokens == completion.usage.prompt_tokens + counting.usage.prompt_tokens, several.usage
+streamed = {}
+for chunk in client.completions.create(model=model, prompt=prompts, n=2, max_tokens=8, temperature=0, stream=True):
+    for choice in chunk.choices:
+        streamed[choice.index] = streamed.get(choice.index, "") + choice.text
+assert streamed == {c.index: c.text for c in several.choices}, (streamed, several)
+say("prompt list", [c.text for c in several.choices])
+
 # ---- Streamed log probabilities: in the chunks with their tokens, as the whole answer has them ----
 whole = client.chat.completions.create(model=model, messages=messages, max_tokens=12, temperature=0, logprobs=True, top_logprobs=2)
 entries, texts = [], []
@@ -232,6 +246,21 @@ assert [o["custom_id"] for o in output] == [f"b-{i}" for i in range(6)], output
 for line in output:
     openai.types.chat.ChatCompletion.model_validate(line["response"]["body"])
 say("batch", f"{batch.id} completed, {len(output)} output lines")
+
+# A batch line may hold a completions prompt list, as online.
+path = WORK / "listed.jsonl"
+path.write_text(json.dumps({"custom_id": "listed", "method": "POST", "url": "/v1/completions",
+                            "body": {"model": model, "prompt": prompts, "max_tokens": 8, "temperature": 0}}) + "\n")
+listed = client.batches.create(input_file_id=client.files.create(file=path.open("rb"), purpose="batch").id,
+                               endpoint="/v1/completions", completion_window="24h")
+deadline = time.time() + 120
+while listed.status != "completed":
+    assert time.time() < deadline and listed.status not in ("failed", "cancelled"), listed
+    time.sleep(0.3)
+    listed = client.batches.retrieve(listed.id)
+body = json.loads(client.files.content(listed.output_file_id).text)["response"]["body"]
+listed = openai.types.Completion.model_validate(body)
+assert [c.text for c in listed.choices] == [several.choices[0].text, several.choices[2].text], listed
 
 # Files: uploads and batch outputs, by purpose, in either order, paged.
 everything = list(client.files.list(limit=100))

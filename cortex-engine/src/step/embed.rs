@@ -78,7 +78,7 @@ impl StepLoop<'_> {
                             .map_err(|e| invalid(format!("input[{i}]: {e}")))?;
                         tokens.clone()
                     }
-                    Prompt::Chat(_) => unreachable!("refused by validate"),
+                    Prompt::Chat(_) | Prompt::Several(_) => unreachable!("refused by validate"),
                 };
                 if tokens.is_empty() {
                     return Err(invalid(format!("input[{i}] has no tokens")));

@@ -91,14 +91,17 @@ impl StepLoop<'_> {
         let id = request.id;
         match self.queue_completions(request) {
             Ok((seqs, prompt_tokens)) => {
-                self.tally.prompt((prompt_tokens * seqs.len()) as u64);
+                let n = request.n as usize;
+                self.tally
+                    .prompt((prompt_tokens.iter().sum::<usize>() * n) as u64);
                 self.live.insert(
                     id,
                     Live {
                         events,
+                        n: request.n,
+                        cached_prompt_tokens: vec![0; prompt_tokens.len()],
                         prompt_tokens,
-                        cached_prompt_tokens: 0,
-                        completions: vec![None; request.n as usize],
+                        completions: vec![None; seqs.len()],
                         seqs,
                         submitted: Instant::now(),
                         started: None,
@@ -111,11 +114,11 @@ impl StepLoop<'_> {
     }
 
     /// Adds one scheduler sequence per completion (or parks them until the
-    /// streams grow); all or nothing. Returns them and the prompt's length.
+    /// streams grow); all or nothing. Returns them and each prompt's length.
     fn queue_completions(
         &mut self,
         request: &Request,
-    ) -> Result<(Vec<RequestId>, usize), EngineError> {
+    ) -> Result<(Vec<RequestId>, Vec<usize>), EngineError> {
         let id = request.id;
         if self.live.contains_key(&id) {
             return Err(EngineError::DuplicateId(id));
@@ -133,18 +136,18 @@ impl StepLoop<'_> {
                 message: e.to_string(),
             })?;
         }
-        let prompt = self.tokenize_prompt(request)?;
-        self.timeline.prompt(&prompt);
+        let prompts = self.tokenize_prompts(request)?;
         let limit = self.info.max_sequence_tokens;
-        if prompt.len() >= limit {
+        if let Some(long) = prompts.iter().find(|p| p.len() >= limit) {
             return Err(EngineError::PromptTooLong {
                 id,
-                prompt_tokens: prompt.len(),
+                prompt_tokens: long.len(),
                 limit,
             });
         }
-        // Generation stops at the context's end: `length`, like max_tokens.
-        let max_new = (request.stop.max_tokens as usize).min(limit - prompt.len());
+        for prompt in &prompts {
+            self.timeline.prompt(prompt);
+        }
         let grammar = |backend: &dyn crate::backend::Backend| {
             request
                 .grammar
@@ -160,13 +163,20 @@ impl StepLoop<'_> {
         // One grammar per completion, all made before anything is queued.
         // (Parsed again for each: llama.cpp's copy of a grammar costs more
         // than a parse, its stacks rebound by a scan of every rule.)
-        let grammars = (0..request.n)
+        let mut grammars = (0..request.choices())
             .map(|_| grammar(self.backend.as_ref()))
-            .collect::<Result<Vec<_>, _>>()?;
-        let fits_now = prompt.len() + max_new <= self.streams.capacity();
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter();
         let now = Instant::now();
-        let mut seqs = Vec::with_capacity(request.n as usize);
-        for (index, grammar) in (0..request.n).zip(grammars) {
+        let mut seqs = Vec::with_capacity(request.choices() as usize);
+        // Completion p × n + k continues prompt p.
+        let completions = prompts
+            .iter()
+            .flat_map(|prompt| (0..request.n).map(move |_| prompt))
+            .zip(0..);
+        for (prompt, index) in completions {
+            // Generation stops at the context's end: `length`, like max_tokens.
+            let max_new = (request.stop.max_tokens as usize).min(limit - prompt.len());
             let seq_id = RequestId(self.next_seq);
             self.next_seq += 1;
             let sched_request = SchedRequest {
@@ -176,12 +186,13 @@ impl StepLoop<'_> {
                 priority: request.priority,
                 cache_scope: request.cache_scope,
             };
-            if fits_now {
+            if prompt.len() + max_new <= self.streams.capacity() {
                 if let Err(e) = self.sched.add(sched_request) {
                     for s in &seqs {
                         let _ = self.sched.abort(*s);
                         self.seqs.remove(s);
                     }
+                    self.oversize.retain(|r| !seqs.contains(&r.id));
                     return Err(match e {
                         SchedError::TooLong { .. } => EngineError::PromptTooLong {
                             id,
@@ -194,14 +205,17 @@ impl StepLoop<'_> {
             } else {
                 self.oversize.push(sched_request);
             }
+            let grammar = grammars.next().expect("one grammar per completion");
             self.seqs
                 .insert(seq_id, new_seq(request, index, grammar, now));
             seqs.push(seq_id);
         }
-        Ok((seqs, prompt.len()))
+        Ok((seqs, prompts.iter().map(Vec::len).collect()))
     }
 
-    fn tokenize_prompt(&self, request: &Request) -> Result<Vec<TokenId>, EngineError> {
+    /// Each prompt's tokens: one for a text, tokens or chat prompt, one per
+    /// entry of a prompt list.
+    fn tokenize_prompts(&self, request: &Request) -> Result<Vec<Vec<TokenId>>, EngineError> {
         if request.tools.is_some() && !matches!(request.prompt, Prompt::Chat(_)) {
             return Err(EngineError::Invalid {
                 id: request.id,
@@ -210,13 +224,35 @@ impl StepLoop<'_> {
                     .into(),
             });
         }
-        let tokens = match &request.prompt {
+        let several = matches!(request.prompt, Prompt::Several(_));
+        let parts = request.prompt.parts();
+        parts
+            .iter()
+            .enumerate()
+            .map(|(i, part)| {
+                let field = if several {
+                    format!("prompt[{i}]")
+                } else {
+                    "prompt".to_owned()
+                };
+                self.tokenize_prompt(request, part, &field)
+            })
+            .collect()
+    }
+
+    fn tokenize_prompt(
+        &self,
+        request: &Request,
+        prompt: &Prompt,
+        field: &str,
+    ) -> Result<Vec<TokenId>, EngineError> {
+        let tokens = match prompt {
             Prompt::Text(text) => self.backend.tokenize(text, true, true),
             Prompt::Tokens(tokens) => {
                 self.check_vocabulary(tokens)
                     .map_err(|message| EngineError::Invalid {
                         id: request.id,
-                        field: "prompt".into(),
+                        field: field.into(),
                         message,
                     })?;
                 tokens.clone()
@@ -233,11 +269,12 @@ impl StepLoop<'_> {
                     })?;
                 self.backend.tokenize(&text, true, true)
             }
+            Prompt::Several(_) => unreachable!("lists do not nest: refused by validate"),
         };
         if tokens.is_empty() {
             return Err(EngineError::Invalid {
                 id: request.id,
-                field: "prompt".into(),
+                field: field.into(),
                 message: "the prompt has no tokens".into(),
             });
         }

@@ -93,9 +93,9 @@ impl StepLoop<'_> {
             id,
             completions,
             usage: Usage {
-                prompt_tokens: live.prompt_tokens as u32,
+                prompt_tokens: live.prompt_tokens.iter().sum::<usize>() as u32,
                 completion_tokens: completion_tokens as u32,
-                cached_prompt_tokens: live.cached_prompt_tokens as u32,
+                cached_prompt_tokens: live.cached_prompt_tokens.iter().sum::<usize>() as u32,
             },
             timings,
             embeddings: Vec::new(),

@@ -55,8 +55,11 @@ use self::timeline::Timeline;
 /// One request as the loop tracks it.
 struct Live {
     events: EventSender,
-    prompt_tokens: usize,
-    cached_prompt_tokens: usize,
+    /// Completions of each prompt: completion `p × n + k` continues prompt `p`.
+    n: u32,
+    /// Each prompt's length, and how much of it was found cached.
+    prompt_tokens: Vec<usize>,
+    cached_prompt_tokens: Vec<usize>,
     completions: Vec<Option<Completion>>,
     seqs: Vec<RequestId>,
     submitted: Instant,
@@ -370,8 +373,9 @@ impl<'b> StepLoop<'b> {
             seq.progressed_since_bind = false;
             let live = self.live.get_mut(&seq.owner).expect("owners exist");
             live.started.get_or_insert(now);
-            if seq.index == 0 && seq.tokens.is_empty() {
-                live.cached_prompt_tokens = cached.min(live.prompt_tokens);
+            if seq.index % live.n == 0 && seq.tokens.is_empty() {
+                let prompt = (seq.index / live.n) as usize;
+                live.cached_prompt_tokens[prompt] = cached.min(live.prompt_tokens[prompt]);
             }
         }
     }

@@ -263,31 +263,37 @@ fn text_parts(parts: &[Value], message: usize) -> Result<String, String> {
     Ok(text)
 }
 
+/// A `/v1/completions` `prompt`: a text, token ids, or a list of either
+/// (each answered with `n` completions, in order).
 pub(super) fn completion_prompt(value: &Value) -> Result<Prompt, String> {
-    match value {
+    const EXPECTED: &str =
+        "a string, an array of token ids, or an array of strings or of token-id arrays";
+    let one = |value: &Value, field: &str| match value {
         Value::String(s) => Ok(Prompt::Text(s.clone())),
-        Value::Array(items) if items.iter().all(Value::is_u64) && !items.is_empty() => {
-            Ok(Prompt::Tokens(
-                items
-                    .iter()
-                    .enumerate()
-                    .map(|(i, v)| token_id(v, &format!("prompt[{i}]")))
-                    .collect::<Result<_, _>>()?,
-            ))
-        }
-        Value::Array(items) if items.len() == 1 && items[0].is_string() => Ok(Prompt::Text(
-            items[0].as_str().unwrap_or_default().to_owned(),
+        Value::Array(ids) if ids.iter().all(Value::is_number) => Ok(Prompt::Tokens(
+            ids.iter()
+                .enumerate()
+                .map(|(i, v)| token_id(v, &format!("{field}[{i}]")))
+                .collect::<Result<_, _>>()?,
         )),
-        Value::Array(items) if items.len() > 1 && items.iter().all(Value::is_string) => {
-            Err(format!(
-                "prompt holds {} prompts; put one prompt per line",
-                items.len()
-            ))
-        }
         other => Err(type_error(
-            "prompt",
+            field,
             "a string or an array of token ids",
             other,
         )),
+    };
+    match value {
+        Value::Array(items) if items.is_empty() => Err("prompt is an empty array".into()),
+        Value::Array(items) if items.iter().all(Value::is_number) => one(value, "prompt"),
+        Value::Array(items) if items.len() == 1 => one(&items[0], "prompt[0]"),
+        Value::Array(items) => Ok(Prompt::Several(
+            items
+                .iter()
+                .enumerate()
+                .map(|(i, item)| one(item, &format!("prompt[{i}]")))
+                .collect::<Result<_, _>>()?,
+        )),
+        Value::String(_) => one(value, "prompt"),
+        other => Err(type_error("prompt", EXPECTED, other)),
     }
 }
