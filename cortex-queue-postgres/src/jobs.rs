@@ -8,8 +8,8 @@ use std::time::Duration;
 use cortex_queue::{
     CompletionSample, ExportFormat, ExportSummary, ItemDetail, ItemId, ItemPage, ItemQuery,
     ItemRecord, ItemSource, ItemState, Job, JobCounts, JobFilter, JobId, JobPage, JobState,
-    JobStatus, JobStore, JobTimes, QueueError, Result, SubmitOptions, Submitted, WorkerInfo,
-    host_name, item_detail,
+    JobStatus, JobStore, JobTimes, QueueError, Result, RunningTokens, SubmitOptions, Submitted,
+    WorkerInfo, host_name, item_detail,
 };
 use postgres::Row;
 
@@ -322,11 +322,25 @@ impl JobStore for PgStore {
                  WHERE job_id = $1 AND completed_at > $2 AND completed_at <= $3",
                 &[&id.0, &start, &end],
             )?;
+            // A running item's tokens, spread evenly over its run (from its
+            // claim, `updated_at`), count in the span for the part run in it.
+            let running = tx.query_one(
+                "SELECT coalesce(sum(generated_tokens), 0)::bigint,
+                        coalesce(sum(generated_tokens
+                                     * GREATEST($3::bigint - GREATEST(updated_at, $2::bigint), 0)::float8
+                                     / GREATEST($3::bigint - updated_at, 1)), 0)::bigint
+                 FROM items WHERE job_id = $1 AND state = 'running' AND generated_tokens > 0",
+                &[&id.0, &start, &end],
+            )?;
             Ok(JobStatus::over(
                 job,
                 (start, end),
                 count(&row, 0),
                 count(&row, 1),
+                RunningTokens {
+                    so_far: count(&running, 0),
+                    in_span: count(&running, 1),
+                },
             ))
         })
     }

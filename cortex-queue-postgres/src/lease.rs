@@ -182,6 +182,26 @@ impl WorkerStore for PgStore {
         self.complete_leases(done)
     }
 
+    fn progress(&mut self, generated: &[(Lease, u64)]) -> Result<()> {
+        if generated.is_empty() {
+            return Ok(());
+        }
+        let (leases, tokens): (Vec<Lease>, Vec<i64>) = generated
+            .iter()
+            .map(|(l, t)| (*l, i64::try_from(*t).unwrap_or(i64::MAX)))
+            .unzip();
+        let (ids, lease_tokens) = lease_arrays(&leases);
+        self.run_autocommit(|tx| {
+            tx.execute(
+                "UPDATE items i SET generated_tokens = l.generated
+                 FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS l(id, token, generated)
+                 WHERE i.id = l.id AND i.lease_token = l.token AND i.state = 'running'",
+                &[&ids, &lease_tokens, &tokens],
+            )?;
+            Ok(())
+        })
+    }
+
     fn fail(&mut self, lease: &Lease, failure: &ItemFailure) -> Result<FailOutcome> {
         self.fail_lease(lease, failure)
     }
@@ -265,7 +285,7 @@ impl PgStore {
             format!(
                 "UPDATE items SET state = 'running', attempts = attempts + 1, lease_token = lease_token + 1,
                                   lease_expires_at = cortex_now() + $2, worker_id = $3, updated_at = cortex_now(),
-                                  alone = $5,
+                                  alone = $5, generated_tokens = 0,
                                   ran_by = (SELECT split_part(host, '/', 1) || ' pid ' || pid FROM workers WHERE id = $3)
                  WHERE id IN ({candidates})
                  RETURNING id, job_id, line, custom_id, endpoint, request, attempts, lease_token, lease_expires_at"

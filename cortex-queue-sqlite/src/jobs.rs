@@ -7,8 +7,8 @@ use std::time::Duration;
 use cortex_queue::{
     CompletionSample, ExportFormat, ExportSummary, ItemDetail, ItemId, ItemPage, ItemQuery,
     ItemRecord, ItemSource, ItemState, Job, JobCounts, JobFilter, JobId, JobPage, JobState,
-    JobStatus, JobStore, JobTimes, QueueError, Result, SubmitOptions, Submitted, WorkerInfo,
-    host_name, item_detail, now_ms,
+    JobStatus, JobStore, JobTimes, QueueError, Result, RunningTokens, SubmitOptions, Submitted,
+    WorkerInfo, host_name, item_detail, now_ms,
 };
 use rusqlite::{OptionalExtension, Row, ToSql, Transaction, named_params, params};
 
@@ -269,11 +269,27 @@ impl JobStore for Store {
                 .query_row(params![id.0, start, end], |row| {
                     Ok((row.get(0)?, row.get(1)?))
                 })?;
+            // A running item's tokens, spread evenly over its run (from its
+            // claim, `updated_at`), count in the span for the part run in it.
+            let (so_far, in_span): (i64, f64) = tx
+                .prepare_cached(
+                    "SELECT coalesce(sum(generated_tokens), 0),
+                            coalesce(sum(generated_tokens * max(?3 - max(updated_at, ?2), 0)
+                                         / max(?3 - updated_at, 1.0)), 0.0)
+                     FROM items WHERE job_id = ?1 AND state = 'running' AND generated_tokens > 0",
+                )?
+                .query_row(params![id.0, start, end], |row| {
+                    Ok((row.get(0)?, row.get(1)?))
+                })?;
             Ok(JobStatus::over(
                 job,
                 (start, end),
                 items.max(0) as u64,
                 tokens.max(0) as u64,
+                RunningTokens {
+                    so_far: so_far.max(0) as u64,
+                    in_span: in_span.max(0.0).round() as u64,
+                },
             ))
         })
     }

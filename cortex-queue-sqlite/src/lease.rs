@@ -251,7 +251,7 @@ impl WorkerStore for Store {
         let claim_sql = |candidates: &str| {
             format!(
                 "UPDATE items SET state = 'running', attempts = attempts + 1, lease_token = lease_token + 1,
-                                  lease_expires_at = ?3, worker_id = ?4, updated_at = ?1, alone = ?6,
+                                  lease_expires_at = ?3, worker_id = ?4, updated_at = ?1, alone = ?6, generated_tokens = 0,
                                   ran_by = (SELECT substr(host, 1, instr(host || '/', '/') - 1) || ' pid ' || pid
                                             FROM workers WHERE id = ?4)
                  WHERE id IN ({candidates})
@@ -414,6 +414,23 @@ impl WorkerStore for Store {
             }
             settle_all(tx, &touched, now)?;
             Ok(statuses)
+        })
+    }
+
+    fn progress(&mut self, generated: &[(Lease, u64)]) -> Result<()> {
+        if generated.is_empty() {
+            return Ok(());
+        }
+        self.write(|tx| {
+            let mut record = tx.prepare_cached(
+                "UPDATE items SET generated_tokens = ?3
+                 WHERE id = ?1 AND lease_token = ?2 AND state = 'running'",
+            )?;
+            for (held, tokens) in generated {
+                let tokens = i64::try_from(*tokens).unwrap_or(i64::MAX);
+                record.execute(params![held.item.0, held.token, tokens])?;
+            }
+            Ok(())
         })
     }
 

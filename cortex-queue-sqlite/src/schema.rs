@@ -33,8 +33,11 @@ const V7: &str = include_str!("../migrations/0007_projects.sql");
 /// each worker's last heartbeat.
 const V8: &str = include_str!("../migrations/0008_item_runs.sql");
 
+/// Version 9: the tokens a running item has generated so far.
+const V9: &str = include_str!("../migrations/0009_generated_tokens.sql");
+
 /// Migrations in order; `MIGRATIONS[i]` takes the schema from version `i` to `i + 1`.
-pub(crate) const MIGRATIONS: [&str; 8] = [V1, V2, V3, V4, V5, V6, V7, V8];
+pub(crate) const MIGRATIONS: [&str; 9] = [V1, V2, V3, V4, V5, V6, V7, V8, V9];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -30,6 +30,11 @@ pub trait WorkerStore {
     /// to another worker and items whose job was cancelled (which end now).
     fn heartbeat(&mut self, leases: &[Lease], lease: Duration) -> Result<Vec<LeaseStatus>>;
 
+    /// Records how many tokens each item has generated so far in its current
+    /// attempt, which a job's status counts while the item runs; leases no
+    /// longer held are skipped. Extends no lease.
+    fn progress(&mut self, generated: &[(Lease, u64)]) -> Result<()>;
+
     /// Records several results at once; each entry is `Err(LeaseLost)` on its
     /// own when its lease is no longer held.
     fn complete_many(&mut self, done: &[(Lease, &Response)]) -> Result<Vec<Result<()>>>;

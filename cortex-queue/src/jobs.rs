@@ -100,9 +100,15 @@ pub struct JobStatus {
     pub window: Duration,
     /// Items completed per second over the window.
     pub items_per_second: f64,
-    /// Generated tokens per second over the window.
+    /// Generated tokens per second over the window, counting the tokens of
+    /// running items as they are generated.
     pub tokens_per_second: f64,
-    /// Time left at the recent rate (`None` when finished or nothing completed lately).
+    /// Tokens the running items have generated so far (as their workers last
+    /// reported, every few seconds); `job.completion_tokens` counts finished ones.
+    #[serde(default)]
+    pub running_tokens: u64,
+    /// Time left at the recent rate (`None` when finished, or while nothing
+    /// is being generated or no item has finished to tell how long one is).
     #[serde(rename = "eta_seconds", with = "optional_seconds")]
     pub eta: Option<Duration>,
 }
@@ -126,22 +132,54 @@ impl JobStatus {
         (start, end)
     }
 
-    /// The status of `job` with `items` completed and `tokens` generated
-    /// during `span` (from [`JobStatus::span`]), and the ETA that rate gives.
-    pub fn over(job: Job, (start, end): (i64, i64), items: u64, tokens: u64) -> Self {
+    /// The status of `job` with `items` completed during `span` (from
+    /// [`JobStatus::span`]) and `tokens` generated in it, of which
+    /// `running.in_span` by items still running (`running.so_far` in all).
+    ///
+    /// The ETA divides the tokens still to come (an item as long as the
+    /// finished ones average, less what running items have made) by the
+    /// token rate; before any item has finished, by the rate of finishing.
+    pub fn over(
+        job: Job,
+        (start, end): (i64, i64),
+        items: u64,
+        tokens: u64,
+        running: RunningTokens,
+    ) -> Self {
         let span = ((end - start).max(1000) as f64) / 1000.0;
         let items_per_second = items as f64 / span;
+        let tokens_per_second = (tokens + running.in_span) as f64 / span;
         let remaining = job.counts.pending + job.counts.running;
-        let eta = (!job.state.is_terminal() && items_per_second > 0.0)
-            .then(|| Duration::from_secs_f64(remaining as f64 / items_per_second));
+        let eta = if job.state.is_terminal() {
+            None
+        } else if job.counts.completed > 0 && tokens_per_second > 0.0 {
+            let mean = job.completion_tokens as f64 / job.counts.completed as f64;
+            let to_come = (remaining as f64 * mean - running.so_far as f64).max(0.0);
+            Some(Duration::from_secs_f64(to_come / tokens_per_second))
+        } else if items_per_second > 0.0 {
+            Some(Duration::from_secs_f64(remaining as f64 / items_per_second))
+        } else {
+            None
+        };
         JobStatus {
             window: Duration::from_millis((end - start).max(0) as u64),
             items_per_second,
-            tokens_per_second: tokens as f64 / span,
+            tokens_per_second,
+            running_tokens: running.so_far,
             eta,
             job,
         }
     }
+}
+
+/// The tokens a job's running items have generated: in all, and within the
+/// span a status measures (each item's count spread evenly over its run so far).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RunningTokens {
+    /// In all, as last reported.
+    pub so_far: u64,
+    /// The part generated within the span.
+    pub in_span: u64,
 }
 
 /// Durations as seconds (a number) in JSON.

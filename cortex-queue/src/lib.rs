@@ -108,7 +108,9 @@ pub use inspect::{
     ActivityBucket, CompletionSample, Distribution, ItemDetail, ItemPage, ItemQuery, JobActivity,
     WorkerInfo, host_name, item_detail,
 };
-pub use jobs::{ItemRecord, Job, JobCounts, JobDefaults, JobFilter, JobPage, JobStatus, JobTimes};
+pub use jobs::{
+    ItemRecord, Job, JobCounts, JobDefaults, JobFilter, JobPage, JobStatus, JobTimes, RunningTokens,
+};
 pub use lease::{ClaimOptions, ClaimedItem, FailOutcome, ItemFailure, Lease, LeaseStatus};
 pub use submit::{ItemSource, LineResult, NewItem, SubmitOptions, Submitted};
 

@@ -37,10 +37,18 @@ impl EmbeddingRequest {
             ));
         }
         for (i, input) in self.inputs.iter().enumerate() {
-            if matches!(input, Prompt::Chat(_) | Prompt::Several(_)) {
-                return Err(format!(
-                    "input[{i}] is not a text or token ids; embeddings take one of those per input"
-                ));
+            match input {
+                Prompt::Chat(_) => {
+                    return Err(format!(
+                        "input[{i}] is a chat; embeddings take text or token ids"
+                    ));
+                }
+                Prompt::Several(_) => {
+                    return Err(format!(
+                        "input[{i}] is a list of prompts; embeddings take one text or token list per input"
+                    ));
+                }
+                Prompt::Text(_) | Prompt::Tokens(_) => {}
             }
             if input.is_empty() {
                 return Err(format!("input[{i}] is empty"));

@@ -128,13 +128,12 @@ fn check_count(field: &'static str, count: usize, max: usize) -> Result<(), Vali
 }
 
 fn validate_prompt(prompt: &Prompt) -> Result<(), ValidationError> {
-    if let Prompt::Several(prompts) = prompt {
-        if let Some(index) = prompts
+    if let Prompt::Several(prompts) = prompt
+        && let Some(index) = prompts
             .iter()
             .position(|p| matches!(p, Prompt::Chat(_) | Prompt::Several(_)))
-        {
-            return Err(ValidationError::NotTextOrTokens { index });
-        }
+    {
+        return Err(ValidationError::NotTextOrTokens { index });
     }
     if let Prompt::Chat(messages) = prompt {
         if messages.is_empty() {

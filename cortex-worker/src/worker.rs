@@ -84,6 +84,10 @@ pub struct WorkerReport {
     pub engine: EngineStats,
 }
 
+/// How often the tokens of in-flight items are reported (what a job's
+/// status counts while they run).
+const PROGRESS_EVERY: Duration = Duration::from_secs(2);
+
 /// How long in-flight items may run on after a stop request before they are released.
 const STOP_GRACE: Duration = Duration::from_secs(3);
 /// How often an idle worker looks for work.
@@ -97,6 +101,9 @@ struct Worker<'a> {
     engine: &'a Engine,
     events: (EventSender, EventReceiver),
     in_flight: HashMap<RequestId, ClaimedItem>,
+    /// Tokens each in-flight item has generated, and the count last
+    /// reported to the queue (entries of items gone are dropped at the next report).
+    generated: HashMap<RequestId, (u64, u64)>,
     /// The in-flight items are a suspect group: claim nothing more until it is done.
     isolating: bool,
     /// Items cancelled in the engine because `parallel` went down; their
@@ -294,7 +301,8 @@ impl Worker<'_> {
                         Err(e) => return Err(e.into()),
                     }
                 }
-                // Tokens: a worker only records whole results.
+                // Counted for the job's progress; results are written whole.
+                EngineEvent::Token { id, .. } => self.generated.entry(id).or_default().0 += 1,
                 _ => {}
             }
         }
@@ -345,6 +353,24 @@ impl Worker<'_> {
                 self.engine.cancel(id);
             }
         }
+        Ok(())
+    }
+
+    /// Tells the queue how many tokens each in-flight item has generated
+    /// since the last report, so a job's status counts them as they come.
+    fn report_progress(&mut self) -> Result<(), WorkerError> {
+        let in_flight = &self.in_flight;
+        self.generated.retain(|id, _| in_flight.contains_key(id));
+        let changed: Vec<(Lease, u64)> = self
+            .generated
+            .iter_mut()
+            .filter(|(_, (now, reported))| now != reported)
+            .map(|(id, (now, reported))| {
+                *reported = *now;
+                (in_flight[id].lease, *now)
+            })
+            .collect();
+        self.store.progress(&changed)?;
         Ok(())
     }
 
@@ -424,6 +450,7 @@ pub fn work_queue(
         engine,
         events: cortex_engine::event_channel(),
         in_flight: HashMap::new(),
+        generated: HashMap::new(),
         isolating: false,
         shedding: HashSet::new(),
         claim: ClaimOptions {
@@ -462,6 +489,7 @@ fn work(
 ) -> Result<(), WorkerError> {
     let lease = worker.plan.lease;
     let mut last_heartbeat = Instant::now();
+    let mut last_progress = Instant::now();
     let mut last_tick = Instant::now();
     let mut next_claim = Instant::now();
     let mut stop_deadline: Option<Instant> = None;
@@ -500,6 +528,10 @@ fn work(
         if last_heartbeat.elapsed() >= lease / 3 {
             worker.heartbeat()?;
             last_heartbeat = Instant::now();
+        }
+        if last_progress.elapsed() >= PROGRESS_EVERY {
+            worker.report_progress()?;
+            last_progress = Instant::now();
         }
         if last_tick.elapsed() >= Duration::from_millis(250) {
             tick(worker.store)?;

@@ -410,7 +410,20 @@ fn sigterm_stops_a_worker_within_seconds_and_its_items_are_pending_again() {
     cortex.wait_for(1, Duration::from_secs(120), "items running", |j| {
         j.counts.running > 0
     });
-    std::thread::sleep(Duration::from_millis(500));
+    // Status counts tokens while they are generated, not when items end.
+    let started = Instant::now();
+    let status = loop {
+        let status: serde_json::Value =
+            serde_json::from_str(&cortex.ok(&["status", "1", "--json"])).unwrap();
+        if status["running_tokens"].as_u64() > Some(0) {
+            break status;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "{status}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(status["tokens_per_second"].as_f64() > Some(0.0), "{status}");
+    let text = cortex.ok(&["status", "1"]);
+    assert!(text.contains("by running requests"), "{text}");
     let signalled = Instant::now();
     signal(worker.id(), "TERM");
     let output = worker.wait_with_output().unwrap();

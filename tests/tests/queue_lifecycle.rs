@@ -704,6 +704,58 @@ fn status_reports_throughput_and_an_eta_while_running(b: &Backend) {
     assert!(eta > Duration::ZERO);
 }
 
+/// A job's status counts tokens as running items report them, not only
+/// when items finish; a report under a lease no longer held counts nothing,
+/// and a new claim starts the item's count again.
+fn status_counts_the_tokens_of_running_items_as_they_are_reported(b: &Backend) {
+    let dir = &b.dir;
+    let mut store = b.open();
+    let job = submit_prompts(store.as_mut(), dir.path(), "p.jsonl", 4);
+    let running = store.claim(2, &ClaimOptions::default()).unwrap();
+    let (a, b_item) = (&running[0], &running[1]);
+    let status = store.status(job).unwrap();
+    assert_eq!((status.running_tokens, status.tokens_per_second), (0, 0.0));
+    assert_eq!(status.eta, None, "nothing generated yet: no ETA");
+
+    sleep(Duration::from_millis(20));
+    store.progress(&[(a.lease, 5), (b_item.lease, 7)]).unwrap();
+    let status = store.status(job).unwrap();
+    assert_eq!(status.running_tokens, 12);
+    assert_eq!(status.job.completion_tokens, 0);
+    assert!(status.tokens_per_second > 0.0, "{status:?}");
+    assert_eq!(status.eta, None, "no item finished: no length to go by");
+
+    store.release(&[b_item.lease]).unwrap();
+    store.progress(&[(b_item.lease, 100)]).unwrap();
+    assert_eq!(
+        store.status(job).unwrap().running_tokens,
+        5,
+        "a stale lease counts nothing"
+    );
+    let again = store.claim(1, &ClaimOptions::default()).unwrap().remove(0);
+    assert_eq!(again.custom_id, b_item.custom_id);
+    assert_eq!(
+        store.status(job).unwrap().running_tokens,
+        5,
+        "a new claim starts from zero"
+    );
+
+    store.complete(&a.lease, &response_for(a)).unwrap();
+    store.progress(&[(again.lease, 2)]).unwrap();
+    let status = store.status(job).unwrap();
+    assert_eq!(
+        (status.running_tokens, status.job.completion_tokens),
+        (2, 3)
+    );
+    // Three items to go, as long as the finished one (3 tokens), less the 2 made.
+    let eta = status.eta.expect("an ETA once an item has finished");
+    let expected = 7.0 / status.tokens_per_second;
+    assert!(
+        (eta.as_secs_f64() - expected).abs() < 1e-6,
+        "{eta:?} vs {expected}"
+    );
+}
+
 /// What a dashboard reads: pages of items filtered by state and `custom_id`,
 /// one item whole (with where it ran), the latencies of results, and the
 /// workers with their heartbeat and items in flight.
@@ -881,6 +933,7 @@ on_both_backends!(
     jobs_belong_to_a_project_and_list_by_it,
     export_refuses_a_running_job_unless_partial_and_never_leaves_half_a_file,
     status_reports_throughput_and_an_eta_while_running,
+    status_counts_the_tokens_of_running_items_as_they_are_reported,
     items_page_and_inspect_with_their_runs_and_latencies,
     job_pages_filter_by_model_and_count_every_match,
 );

@@ -23,11 +23,16 @@ pub(crate) fn status_text(status: &JobStatus) -> String {
         "  requests  {} total: {} completed, {} failed, {} cancelled, {} running, {} pending",
         c.total, c.completed, c.failed, c.cancelled, c.running, c.pending
     );
-    let _ = writeln!(
+    let _ = write!(
         out,
         "  tokens    {} generated, {} prompt",
-        job.completion_tokens, job.prompt_tokens
+        job.completion_tokens + status.running_tokens,
+        job.prompt_tokens
     );
+    if status.running_tokens > 0 {
+        let _ = write!(out, " ({} by running requests)", status.running_tokens);
+    }
+    out.push('\n');
     let _ = writeln!(
         out,
         "  speed     {:.2} requests/s, {:.1} tokens/s (last {})",
@@ -107,8 +112,10 @@ pub(crate) fn update_bar(bar: &ProgressBar, status: &JobStatus) {
         .eta
         .map_or_else(String::new, |eta| format!(", eta {}", duration(eta)));
     bar.set_message(format!(
-        "{:.0} tok/s{eta} [{}]",
-        status.tokens_per_second, status.job.state
+        "{} tokens, {:.0} tok/s{eta} [{}]",
+        status.job.completion_tokens + status.running_tokens,
+        status.tokens_per_second,
+        status.job.state
     ));
 }
 

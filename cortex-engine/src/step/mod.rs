@@ -373,7 +373,7 @@ impl<'b> StepLoop<'b> {
             seq.progressed_since_bind = false;
             let live = self.live.get_mut(&seq.owner).expect("owners exist");
             live.started.get_or_insert(now);
-            if seq.index % live.n == 0 && seq.tokens.is_empty() {
+            if seq.index.is_multiple_of(live.n) && seq.tokens.is_empty() {
                 let prompt = (seq.index / live.n) as usize;
                 live.cached_prompt_tokens[prompt] = cached.min(live.prompt_tokens[prompt]);
             }

@@ -405,7 +405,7 @@ function jobHeader(status, reload) {
     h("div", { className: "stats" },
       stat("Items", fmtNumber(c.total)), stat("Completed", fmtNumber(c.completed)), stat("Failed", fmtNumber(c.failed)),
       stat("Tokens/s (last minute)", fmtNumber(status.tokens_per_second, 1)), stat("ETA", fmtDuration(status.eta_seconds)),
-      stat("Generated tokens", fmtNumber(job.completion_tokens)), stat("Model", job.model), stat("Age", age(job.times.created_at))),
+      stat("Generated tokens", fmtNumber(job.completion_tokens + (status.running_tokens || 0))), stat("Model", job.model), stat("Age", age(job.times.created_at))),
     Object.keys(job.metadata).length ? h("p", { className: "muted" }, "Metadata: " + Object.entries(job.metadata).map(([k, v]) => `${k}=${v}`).join(", ")) : null,
     h("div", { className: "actions" },
       act("cancel", "Cancel", !terminal && job.state !== "cancelling"),
