@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use cortex_queue::CompletionWindow;
 
 use crate::settings::{
     BeforeCommand, ForConfig, ForDevices, ForEngine, ForList, ForModels, ForQueue, ForRun,
@@ -251,6 +252,11 @@ pub(crate) struct SubmitArgs {
     /// Submit even if the same file with the same parameters was submitted before.
     #[arg(long)]
     pub(crate) force: bool,
+    /// How long the job has to finish (24h, 90m, 1h30m, 45s): requests not
+    /// finished by then fail with batch_expired and the job is expired,
+    /// keeping what finished. Default: no limit.
+    #[arg(long, value_name = "DURATION", value_parser = CompletionWindow::parse)]
+    pub(crate) completion_window: Option<CompletionWindow>,
     /// Print JSON instead of text.
     #[arg(long)]
     pub(crate) json: bool,

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use cortex_queue::{Job, JobState, LineError};
+use cortex_queue::{CompletionWindow, Job, JobState, LineError};
 use serde_json::{Value, json};
 
 use crate::Endpoint;
@@ -68,7 +68,9 @@ pub struct BatchRequest {
     pub input_file_id: String,
     /// The endpoint every line must name.
     pub endpoint: String,
-    /// `24h` (cortex keeps working until done; recorded).
+    /// How long the batch has to finish (`24h`, or any duration such as
+    /// `1h` or `90m`), as given; what has not finished by then ends
+    /// `batch_expired` and the batch `expired`.
     pub completion_window: String,
     /// The caller's labels.
     pub metadata: BTreeMap<String, String>,
@@ -134,16 +136,14 @@ impl BatchRequest {
                 Some("endpoint"),
             ));
         }
-        if request.completion_window != "24h" {
-            return Err((
-                format!(
-                    "completion_window {:?} is not supported; use \"24h\"",
-                    request.completion_window
-                ),
-                Some("completion_window"),
-            ));
-        }
+        CompletionWindow::parse(&request.completion_window)
+            .map_err(|e| (e, Some("completion_window")))?;
         Ok(request)
+    }
+
+    /// The window `completion_window` gives (checked by [`Self::parse`]).
+    pub fn window(&self) -> CompletionWindow {
+        CompletionWindow::parse(&self.completion_window).unwrap_or(CompletionWindow::DAY)
     }
 
     /// The job metadata that records this batch.
@@ -214,11 +214,11 @@ pub fn batch_object(job: &Job, files: &BatchFiles) -> Value {
         "error_file_id": files.error_file_id,
         "created_at": times.created_at / 1000,
         "in_progress_at": seconds(times.in_progress_at),
-        "expires_at": null,
+        "expires_at": seconds(times.expires_at),
         "finalizing_at": seconds(times.finalizing_at),
         "completed_at": seconds(times.completed_at),
         "failed_at": seconds(times.failed_at),
-        "expired_at": null,
+        "expired_at": seconds(times.expired_at),
         "cancelling_at": seconds(times.cancelling_at),
         "cancelled_at": seconds(times.cancelled_at),
         "request_counts": {
@@ -296,14 +296,20 @@ mod tests {
         .unwrap();
         assert_eq!(ok.job_metadata()["openai.input_file_id"], "file-1");
         assert!(ok.check_line_endpoint("/v1/completions").is_err());
-        let (message, param) = BatchRequest::parse(
+        assert_eq!(ok.window(), CompletionWindow::DAY);
+        let hour = BatchRequest::parse(
             br#"{"input_file_id": "file-1", "endpoint": "/v1/chat/completions", "completion_window": "1h"}"#,
+        )
+        .unwrap();
+        assert_eq!(hour.window().duration().as_secs(), 3600);
+        let (message, param) = BatchRequest::parse(
+            br#"{"input_file_id": "file-1", "endpoint": "/v1/chat/completions", "completion_window": "soon"}"#,
         )
         .unwrap_err();
         assert_eq!(
             (message.as_str(), param),
             (
-                "completion_window \"1h\" is not supported; use \"24h\"",
+                "completion window \"soon\" is not a positive duration (like \"24h\", \"90m\" or \"1h30m\")",
                 Some("completion_window")
             )
         );

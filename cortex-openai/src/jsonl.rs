@@ -180,6 +180,7 @@ impl<S: JobStore + ?Sized> SubmitJsonl for S {
         let mut source = JsonlSource::new(reader, options, Some(batch));
         let mut options = options.clone();
         options.metadata.extend(batch.job_metadata());
+        options.completion_window = Some(batch.window());
         self.submit_items(&mut source, source_name, &options)
     }
 }

@@ -119,7 +119,7 @@ const JOB_SELECT: &str = "SELECT j.id, j.state, j.source_name, j.source_sha256, 
         coalesce(c.pending, 0), coalesce(c.running, 0), coalesce(c.completed, 0), coalesce(c.failed, 0),
         coalesce(c.cancelled, 0), coalesce(c.prompt_tokens, 0), coalesce(c.completion_tokens, 0),
         j.created_at, j.validating_at, j.in_progress_at, j.finalizing_at, j.completed_at, j.failed_at,
-        j.cancelling_at, j.cancelled_at, j.model_sha256, j.project
+        j.cancelling_at, j.cancelled_at, j.model_sha256, j.project, j.expires_at, j.expired_at
     FROM jobs j LEFT JOIN LATERAL (
         SELECT sum(pending)::bigint AS pending, sum(running)::bigint AS running,
                sum(completed)::bigint AS completed, sum(failed)::bigint AS failed,
@@ -162,6 +162,8 @@ fn job_from_row(row: &Row) -> Job {
             failed_at: row.get(23),
             cancelling_at: row.get(24),
             cancelled_at: row.get(25),
+            expires_at: row.get(28),
+            expired_at: row.get(29),
         },
     }
 }
@@ -178,6 +180,16 @@ fn lock_job(tx: &mut Tx<'_>, job: JobId) -> Result<Job, Failure> {
     tx.query_opt("SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE", &[&job.0])?
         .ok_or(Failure::Queue(QueueError::NoSuchJob(job)))?;
     load_job(tx, job)
+}
+
+/// Takes an expired job's window away: it was resumed or retried, so what
+/// runs now runs to its end (the window it had is over).
+fn drop_window(tx: &mut Tx<'_>, job: JobId) -> Result<(), Failure> {
+    tx.execute(
+        "UPDATE jobs SET expires_at = NULL WHERE id = $1 AND state = 'expired'",
+        &[&job.0],
+    )
+    .map(drop)
 }
 
 fn set_state(tx: &mut Tx<'_>, job: JobId, state: JobState, now: i64) -> Result<(), Failure> {
@@ -239,6 +251,7 @@ impl PgStore {
         id: JobId,
         mut change: impl FnMut(&mut Tx<'_>, &Job, i64) -> Result<T, Failure>,
     ) -> Result<T> {
+        self.expire_due_jobs()?;
         let value = self.run(|tx| {
             let job = lock_job(tx, id)?;
             let now = tx.now()?;
@@ -276,15 +289,18 @@ impl JobStore for PgStore {
     }
 
     fn job(&mut self, id: JobId) -> Result<Job> {
+        self.expire_due_jobs()?;
         self.settle(id)
     }
 
     fn jobs(&mut self, filter: &JobFilter) -> Result<Vec<Job>> {
+        self.expire_due_jobs()?;
         let jobs = self.run_autocommit(|tx| matching_jobs(tx, filter))?;
         self.settled(jobs)
     }
 
     fn job_page(&mut self, filter: &JobFilter) -> Result<JobPage> {
+        self.expire_due_jobs()?;
         let state = filter.state.map(JobState::as_str);
         let (key, value) = filter.metadata.clone().unzip();
         let (matching, jobs, models) = self.run_autocommit(|tx| {
@@ -313,6 +329,7 @@ impl JobStore for PgStore {
     }
 
     fn status_over(&mut self, id: JobId, window: Duration) -> Result<JobStatus> {
+        self.expire_due_jobs()?;
         self.settle(id)?;
         self.run(|tx| {
             let job = load_job(tx, id)?;
@@ -346,6 +363,7 @@ impl JobStore for PgStore {
     }
 
     fn items(&mut self, id: JobId) -> Result<Vec<ItemRecord>> {
+        self.expire_due_jobs()?;
         self.run(|tx| {
             load_job(tx, id)?;
             Ok(tx
@@ -363,6 +381,7 @@ impl JobStore for PgStore {
     }
 
     fn item_page(&mut self, id: JobId, query: &ItemQuery) -> Result<ItemPage> {
+        self.expire_due_jobs()?;
         let state = query.state.map(ItemState::as_str);
         let text = query.custom_id.as_deref().filter(|t| !t.is_empty());
         let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
@@ -396,6 +415,7 @@ impl JobStore for PgStore {
     }
 
     fn item(&mut self, id: JobId, line: u64) -> Result<ItemDetail> {
+        self.expire_due_jobs()?;
         let line_number = i64::try_from(line).unwrap_or(i64::MAX);
         self.run(|tx| {
             let source = listed_items(&load_job(tx, id)?);
@@ -418,6 +438,7 @@ impl JobStore for PgStore {
     }
 
     fn completions(&mut self, id: JobId) -> Result<Vec<CompletionSample>> {
+        self.expire_due_jobs()?;
         self.run(|tx| {
             load_job(tx, id)?;
             Ok(tx
@@ -485,7 +506,10 @@ impl JobStore for PgStore {
     fn resume(&mut self, id: JobId) -> Result<(Job, u64)> {
         self.change_job(id, |tx, job, now| {
             match job.state {
-                JobState::Cancelled | JobState::Cancelling | JobState::Failed => {}
+                JobState::Cancelled
+                | JobState::Cancelling
+                | JobState::Failed
+                | JobState::Expired => {}
                 JobState::Completed => {
                     return Err(wrong_state(
                         job,
@@ -495,6 +519,7 @@ impl JobStore for PgStore {
                 _ => return Err(wrong_state(job, "it is still running; nothing to resume")),
             }
             let resumed = restart_items(tx, id, &["cancelled", "failed"], now)?;
+            drop_window(tx, id)?;
             set_state(tx, id, JobState::InProgress, now)?;
             let job = load_job(tx, id)?;
             Ok((settle_locked(tx, &job, now)?, resumed))
@@ -511,6 +536,7 @@ impl JobStore for PgStore {
             }
             let retried = restart_items(tx, id, &["failed"], now)?;
             if retried > 0 && job.state.is_terminal() {
+                drop_window(tx, id)?;
                 set_state(tx, id, JobState::InProgress, now)?;
             }
             let job = load_job(tx, id)?;
@@ -526,6 +552,7 @@ impl JobStore for PgStore {
         partial: bool,
         format: &dyn ExportFormat,
     ) -> Result<ExportSummary> {
+        self.expire_due_jobs()?;
         self.export_from_cursor(id, output, errors, partial, format)
     }
 

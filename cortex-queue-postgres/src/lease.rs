@@ -165,6 +165,7 @@ fn lease_arrays(leases: &[Lease]) -> (Vec<i64>, Vec<i64>) {
 
 impl WorkerStore for PgStore {
     fn claim(&mut self, n: usize, options: &ClaimOptions) -> Result<Vec<ClaimedItem>> {
+        self.expire_due_jobs()?;
         let claimed = self.claim_after_reaping(n, options, false)?;
         if !claimed.is_empty() {
             return Ok(claimed);
@@ -175,6 +176,8 @@ impl WorkerStore for PgStore {
     }
 
     fn heartbeat(&mut self, leases: &[Lease], lease: Duration) -> Result<Vec<LeaseStatus>> {
+        // Items of a job whose window ended lose their leases here.
+        self.expire_due_jobs()?;
         self.heartbeat_leases(leases, lease)
     }
 
@@ -182,24 +185,33 @@ impl WorkerStore for PgStore {
         self.complete_leases(done)
     }
 
-    fn progress(&mut self, generated: &[(Lease, u64)]) -> Result<()> {
+    fn progress(&mut self, generated: &[(Lease, u64)]) -> Result<Vec<Lease>> {
         if generated.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
+        self.expire_due_jobs()?;
         let (leases, tokens): (Vec<Lease>, Vec<i64>) = generated
             .iter()
             .map(|(l, t)| (*l, i64::try_from(*t).unwrap_or(i64::MAX)))
             .unzip();
         let (ids, lease_tokens) = lease_arrays(&leases);
-        self.run_autocommit(|tx| {
-            tx.execute(
-                "UPDATE items i SET generated_tokens = l.generated
-                 FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS l(id, token, generated)
-                 WHERE i.id = l.id AND i.lease_token = l.token AND i.state = 'running'",
-                &[&ids, &lease_tokens, &tokens],
-            )?;
-            Ok(())
-        })
+        let held: HashSet<i64> = self.run_autocommit(|tx| {
+            Ok(tx
+                .query(
+                    "UPDATE items i SET generated_tokens = l.generated
+                     FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS l(id, token, generated)
+                     WHERE i.id = l.id AND i.lease_token = l.token AND i.state = 'running'
+                     RETURNING i.id",
+                    &[&ids, &lease_tokens, &tokens],
+                )?
+                .iter()
+                .map(|row| row.get(0))
+                .collect())
+        })?;
+        Ok(leases
+            .into_iter()
+            .filter(|l| !held.contains(&l.item.0))
+            .collect())
     }
 
     fn fail(&mut self, lease: &Lease, failure: &ItemFailure) -> Result<FailOutcome> {

@@ -97,6 +97,7 @@
 #![forbid(unsafe_code)]
 
 mod admin;
+mod expiry;
 mod export;
 mod jobs;
 mod lease;

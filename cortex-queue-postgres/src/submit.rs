@@ -4,7 +4,7 @@
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
 
-use cortex_queue::backend::{SubmitTally, compact_work_apart, params_hash};
+use cortex_queue::backend::{SubmitTally, compact_work_apart, duration_ms, params_hash};
 use cortex_queue::{
     ItemSource, JobId, LineError, NewItem, QueueError, Result, SubmitOptions, Submitted,
 };
@@ -51,15 +51,17 @@ impl PgStore {
             detail,
         })?;
         let pg = |e: postgres::Error| crate::session::pg_error(&place, &e);
+        let window_ms: Option<i64> = options.completion_window.map(|w| duration_ms(w.duration()));
         let mut tx = conn.client.transaction().map_err(pg)?;
         let job = JobId(
             tx.query_one(
                 "INSERT INTO jobs (state, source_name, source_sha256, params_sha256, model, defaults, metadata,
-                                   priority, max_attempts, created_at, validating_at, model_sha256, project)
-                 VALUES ('validating', $1, '', $2, $3, $4, $5::text::jsonb, $6, $7, cortex_now(), cortex_now(), $8, $9)
+                                   priority, max_attempts, created_at, validating_at, model_sha256, project, expires_at)
+                 VALUES ('validating', $1, '', $2, $3, $4, $5::text::jsonb, $6, $7, cortex_now(), cortex_now(), $8, $9,
+                         cortex_now() + $10::bigint)
                  RETURNING id",
                 &[&source_name, &params_sha, &options.model, &defaults_json, &metadata_json,
-                  &options.priority, &max_attempts, &options.model_sha256, &options.project],
+                  &options.priority, &max_attempts, &options.model_sha256, &options.project, &window_ms],
             )
             .map_err(pg)?
             .get(0),

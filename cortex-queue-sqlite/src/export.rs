@@ -26,7 +26,7 @@ impl Store {
         format: &dyn ExportFormat,
     ) -> Result<ExportSummary> {
         let db_path = self.path.clone();
-        self.read(|tx| {
+        self.read_current(|tx| {
             let job = load_job(tx, id)?;
             check_exportable(&job, partial)?;
             let unreadable = |item: i64, e: serde_json::Error| {

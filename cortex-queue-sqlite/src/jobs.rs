@@ -12,12 +12,13 @@ use cortex_queue::{
 };
 use rusqlite::{OptionalExtension, Row, ToSql, Transaction, named_params, params};
 
+use crate::expiry::expire_due;
 use crate::store::{Outcome, Store};
 
 const JOB_COLUMNS: &str = "id, state, source_name, source_sha256, model, defaults, metadata, priority, max_attempts,
     lines, invalid, n_pending, n_running, n_completed, n_failed, n_cancelled, prompt_tokens, completion_tokens,
     created_at, validating_at, in_progress_at, finalizing_at, completed_at, failed_at, cancelling_at, cancelled_at,
-    model_sha256, project";
+    model_sha256, project, expires_at, expired_at";
 
 /// An item's columns, for [`item_from_row`] (`i`: items, `r`: results).
 const ITEM_COLUMNS: &str =
@@ -175,6 +176,8 @@ fn job_from_row(row: &Row<'_>) -> rusqlite::Result<Job> {
             failed_at: row.get(23)?,
             cancelling_at: row.get(24)?,
             cancelled_at: row.get(25)?,
+            expires_at: row.get(28)?,
+            expired_at: row.get(29)?,
         },
     })
 }
@@ -184,6 +187,16 @@ pub(crate) fn load_job(tx: &Transaction<'_>, job: JobId) -> Result<Job, Outcome>
         .query_row([job.0], job_from_row)
         .optional()?
         .ok_or(Outcome::Queue(QueueError::NoSuchJob(job)))
+}
+
+/// Takes an expired job's window away: it was resumed or retried, so what
+/// runs now runs to its end (the window it had is over).
+fn drop_window(tx: &Transaction<'_>, job: i64) -> rusqlite::Result<()> {
+    tx.execute(
+        "UPDATE jobs SET expires_at = NULL WHERE id = ?1 AND state = 'expired'",
+        [job],
+    )
+    .map(drop)
 }
 
 fn set_state(tx: &Transaction<'_>, job: i64, state: JobState, now: i64) -> rusqlite::Result<()> {
@@ -227,16 +240,16 @@ fn wrong_state(job: &Job, hint: impl Into<String>) -> Outcome {
 impl JobStore for Store {
     /// The job `id`.
     fn job(&mut self, id: JobId) -> Result<Job> {
-        self.read(|tx| load_job(tx, id))
+        self.read_current(|tx| load_job(tx, id))
     }
 
     /// Jobs matching `filter`, newest first.
     fn jobs(&mut self, filter: &JobFilter) -> Result<Vec<Job>> {
-        self.read(|tx| Ok(matching_jobs(tx, filter)?))
+        self.read_current(|tx| Ok(matching_jobs(tx, filter)?))
     }
 
     fn job_page(&mut self, filter: &JobFilter) -> Result<JobPage> {
-        self.read(|tx| {
+        self.read_current(|tx| {
             let matching: i64 = tx
                 .prepare_cached(&format!("SELECT count(*) FROM jobs WHERE {JOB_FILTER}"))?
                 .query_row(FilterValues::of(filter).params().as_slice(), |row| {
@@ -258,7 +271,7 @@ impl JobStore for Store {
     }
 
     fn status_over(&mut self, id: JobId, window: Duration) -> Result<JobStatus> {
-        self.read(|tx| {
+        self.read_current(|tx| {
             let job = load_job(tx, id)?;
             let (start, end) = JobStatus::span(&job, now_ms(), window);
             let (items, tokens): (i64, i64) = tx
@@ -296,7 +309,7 @@ impl JobStore for Store {
 
     /// Every item of a job in input order (for inspection; reads the whole job).
     fn items(&mut self, id: JobId) -> Result<Vec<ItemRecord>> {
-        self.read(|tx| {
+        self.read_current(|tx| {
             load_job(tx, id)?;
             let items = tx
                 .prepare_cached(&format!(
@@ -314,7 +327,7 @@ impl JobStore for Store {
         let text = query.custom_id.as_deref().filter(|t| !t.is_empty());
         let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
         let offset = i64::try_from(query.offset).unwrap_or(i64::MAX);
-        self.read(|tx| {
+        self.read_current(|tx| {
             let source = listed_items(&load_job(tx, id)?);
             let matches = "i.job_id = ?1 AND (?2 IS NULL OR i.state = ?2) AND (?3 IS NULL OR instr(i.custom_id, ?3) > 0)";
             let matching: i64 = tx
@@ -336,7 +349,7 @@ impl JobStore for Store {
 
     fn item(&mut self, id: JobId, line: u64) -> Result<ItemDetail> {
         let line_number = i64::try_from(line).unwrap_or(i64::MAX);
-        self.read(|tx| {
+        self.read_current(|tx| {
             let source = listed_items(&load_job(tx, id)?);
             tx.prepare_cached(&format!(
                 "SELECT {LISTED_COLUMNS}, i.endpoint, i.request, i.response FROM {source} i
@@ -357,7 +370,7 @@ impl JobStore for Store {
     }
 
     fn completions(&mut self, id: JobId) -> Result<Vec<CompletionSample>> {
-        self.read(|tx| {
+        self.read_current(|tx| {
             load_job(tx, id)?;
             let samples = tx
                 .prepare_cached(
@@ -379,7 +392,7 @@ impl JobStore for Store {
     }
 
     fn workers(&mut self) -> Result<Vec<WorkerInfo>> {
-        self.read(|tx| {
+        self.read_current(|tx| {
             let workers = tx
                 .prepare_cached(
                     "SELECT w.id, w.host, w.pid, w.model_sha256, w.registered_at, w.heartbeat_at,
@@ -406,6 +419,7 @@ impl JobStore for Store {
     /// their next heartbeat. Finished results stay.
     fn cancel(&mut self, id: JobId) -> Result<Job> {
         self.write_checked(|tx| {
+            expire_due(tx, now_ms())?;
             let job = load_job(tx, id)?;
             match job.state {
                 JobState::Cancelling | JobState::Cancelled => return Ok(job),
@@ -430,9 +444,10 @@ impl JobStore for Store {
     /// many items were resumed.
     fn resume(&mut self, id: JobId) -> Result<(Job, u64)> {
         self.write_checked(|tx| {
+            expire_due(tx, now_ms())?;
             let job = load_job(tx, id)?;
             match job.state {
-                JobState::Cancelled | JobState::Cancelling | JobState::Failed => {}
+                JobState::Cancelled | JobState::Cancelling | JobState::Failed | JobState::Expired => {}
                 JobState::Completed => {
                     return Err(wrong_state(&job, "it finished; use retry to run its failed items again"));
                 }
@@ -445,6 +460,7 @@ impl JobStore for Store {
                  WHERE job_id = ?1 AND state IN ('cancelled', 'failed')",
                 params![id.0, now],
             )?;
+            drop_window(tx, id.0)?;
             set_state(tx, id.0, JobState::InProgress, now)?;
             settle(tx, id.0, now)?;
             Ok((load_job(tx, id)?, resumed as u64))
@@ -455,6 +471,7 @@ impl JobStore for Store {
     /// input lines stay failed). Returns the job and how many items were retried.
     fn retry_failed(&mut self, id: JobId) -> Result<(Job, u64)> {
         self.write_checked(|tx| {
+            expire_due(tx, now_ms())?;
             let job = load_job(tx, id)?;
             if matches!(job.state, JobState::Cancelling) {
                 return Err(wrong_state(&job, "wait until it is cancelled, then resume it"));
@@ -467,6 +484,7 @@ impl JobStore for Store {
                 params![id.0, now],
             )?;
             if retried > 0 && job.state.is_terminal() {
+                drop_window(tx, id.0)?;
                 set_state(tx, id.0, JobState::InProgress, now)?;
             }
             settle(tx, id.0, now)?;

@@ -17,6 +17,7 @@ use cortex_queue::{
 use cortex_request::{Request, RequestId, Response, Work};
 use rusqlite::{OptionalExtension, Transaction, params};
 
+use crate::expiry::expire_due;
 use crate::jobs::settle;
 use crate::store::{Outcome, Store};
 
@@ -277,6 +278,7 @@ impl WorkerStore for Store {
             let mut touched = BTreeSet::new();
             reap_dead_workers(tx, worker, now, lone_retry_ms, &mut touched)?;
             expire_leases(tx, now, lone_retry_ms, &mut touched)?;
+            expire_due(tx, now)?;
             tx.prepare_cached("UPDATE workers SET heartbeat_at = ?2 WHERE id = ?1")?
                 .execute(params![worker, now])?;
             let level: Option<i64> = if options.suspects {
@@ -383,6 +385,8 @@ impl WorkerStore for Store {
         let worker = self.worker;
         self.write(|tx| {
             let now = now_ms();
+            // Items of a job whose window ended lose their leases here.
+            expire_due(tx, now)?;
             let mut touched = BTreeSet::new();
             if let Some(worker) = worker {
                 tx.prepare_cached("UPDATE workers SET heartbeat_at = ?2 WHERE id = ?1")?
@@ -417,20 +421,24 @@ impl WorkerStore for Store {
         })
     }
 
-    fn progress(&mut self, generated: &[(Lease, u64)]) -> Result<()> {
+    fn progress(&mut self, generated: &[(Lease, u64)]) -> Result<Vec<Lease>> {
         if generated.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         self.write(|tx| {
+            expire_due(tx, now_ms())?;
             let mut record = tx.prepare_cached(
                 "UPDATE items SET generated_tokens = ?3
                  WHERE id = ?1 AND lease_token = ?2 AND state = 'running'",
             )?;
+            let mut gone = Vec::new();
             for (held, tokens) in generated {
                 let tokens = i64::try_from(*tokens).unwrap_or(i64::MAX);
-                record.execute(params![held.item.0, held.token, tokens])?;
+                if record.execute(params![held.item.0, held.token, tokens])? == 0 {
+                    gone.push(*held);
+                }
             }
-            Ok(())
+            Ok(gone)
         })
     }
 

@@ -214,6 +214,7 @@
 
 #![forbid(unsafe_code)]
 
+mod expiry;
 mod export;
 mod jobs;
 mod lease;

@@ -36,8 +36,11 @@ const V8: &str = include_str!("../migrations/0008_item_runs.sql");
 /// Version 9: the tokens a running item has generated so far.
 const V9: &str = include_str!("../migrations/0009_generated_tokens.sql");
 
+/// Version 10: completion windows (when a job's ends, when it expired).
+const V10: &str = include_str!("../migrations/0010_completion_windows.sql");
+
 /// Migrations in order; `MIGRATIONS[i]` takes the schema from version `i` to `i + 1`.
-pub(crate) const MIGRATIONS: [&str; 9] = [V1, V2, V3, V4, V5, V6, V7, V8, V9];
+pub(crate) const MIGRATIONS: [&str; 10] = [V1, V2, V3, V4, V5, V6, V7, V8, V9, V10];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

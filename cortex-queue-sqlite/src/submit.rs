@@ -1,6 +1,6 @@
 //! Submitting a job in one SQLite transaction.
 
-use cortex_queue::backend::{SubmitTally, compact_work_apart, params_hash};
+use cortex_queue::backend::{SubmitTally, compact_work_apart, duration_ms, params_hash};
 use cortex_queue::{
     ItemSource, JobId, LineError, NewItem, QueueError, Result, SubmitOptions, Submitted, now_ms,
 };
@@ -22,6 +22,9 @@ impl Store {
         let db_path = self.path.clone();
         let to_error = |e: &rusqlite::Error| map_error(&db_path, e);
         let now = now_ms();
+        let expires_at = options
+            .completion_window
+            .map(|w| now.saturating_add(duration_ms(w.duration())));
         let params_sha = params_hash(options);
         let defaults_json = serde_json::to_string(&options.defaults).expect("defaults serialize");
         let metadata_json = serde_json::to_string(&options.metadata).expect("metadata serializes");
@@ -29,9 +32,9 @@ impl Store {
         let tx = self.begin_immediate()?;
         tx.execute(
             "INSERT INTO jobs (state, source_name, source_sha256, params_sha256, model, defaults, metadata,
-                               priority, max_attempts, created_at, validating_at, model_sha256, project)
-             VALUES ('validating', ?1, '', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?10)",
-            params![source_name, params_sha, options.model, defaults_json, metadata_json, options.priority, options.max_attempts.max(1), now, options.model_sha256, options.project],
+                               priority, max_attempts, created_at, validating_at, model_sha256, project, expires_at)
+             VALUES ('validating', ?1, '', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?10, ?11)",
+            params![source_name, params_sha, options.model, defaults_json, metadata_json, options.priority, options.max_attempts.max(1), now, options.model_sha256, options.project, expires_at],
         )
         .map_err(|e| to_error(&e))?;
         let job = JobId(tx.last_insert_rowid());

@@ -31,9 +31,10 @@ pub trait WorkerStore {
     fn heartbeat(&mut self, leases: &[Lease], lease: Duration) -> Result<Vec<LeaseStatus>>;
 
     /// Records how many tokens each item has generated so far in its current
-    /// attempt, which a job's status counts while the item runs; leases no
-    /// longer held are skipped. Extends no lease.
-    fn progress(&mut self, generated: &[(Lease, u64)]) -> Result<()>;
+    /// attempt, which a job's status counts while the item runs. Extends no
+    /// lease; returns the leases that are no longer held (lost, or their
+    /// job's window ended), whose items should stop.
+    fn progress(&mut self, generated: &[(Lease, u64)]) -> Result<Vec<Lease>>;
 
     /// Records several results at once; each entry is `Err(LeaseLost)` on its
     /// own when its lease is no longer held.

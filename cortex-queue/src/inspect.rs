@@ -150,7 +150,7 @@ impl JobActivity {
         let t = &job.times;
         let start = t.in_progress_at.unwrap_or(t.created_at);
         let last = samples.iter().map(|s| s.completed_at).max();
-        let end = [t.completed_at, t.failed_at, t.cancelled_at]
+        let end = [t.completed_at, t.failed_at, t.cancelled_at, t.expired_at]
             .into_iter()
             .flatten()
             .max()

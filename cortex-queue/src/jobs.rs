@@ -52,6 +52,12 @@ pub struct JobTimes {
     pub cancelling_at: Option<i64>,
     /// Cancelled.
     pub cancelled_at: Option<i64>,
+    /// When its completion window ends (`None`: it has none).
+    #[serde(default)]
+    pub expires_at: Option<i64>,
+    /// Expired.
+    #[serde(default)]
+    pub expired_at: Option<i64>,
 }
 
 /// A job as stored.
@@ -125,6 +131,7 @@ impl JobStatus {
             JobState::Completed => t.completed_at,
             JobState::Failed => t.failed_at,
             JobState::Cancelled => t.cancelled_at,
+            JobState::Expired => t.expired_at,
             _ => None,
         }
         .unwrap_or(now);

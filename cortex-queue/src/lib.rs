@@ -98,6 +98,7 @@ mod jobs;
 mod lease;
 mod process;
 mod submit;
+mod window;
 
 use std::fmt;
 
@@ -113,6 +114,7 @@ pub use jobs::{
 };
 pub use lease::{ClaimOptions, ClaimedItem, FailOutcome, ItemFailure, Lease, LeaseStatus};
 pub use submit::{ItemSource, LineResult, NewItem, SubmitOptions, Submitted};
+pub use window::{BATCH_EXPIRED, CompletionWindow, EXPIRED_MESSAGE, parse_duration};
 
 /// The project of jobs whose submitter named none (every job the CLI
 /// submits, and those from before projects existed).
@@ -176,11 +178,14 @@ pub enum JobState {
     Cancelling,
     /// Cancelled; finished results are kept.
     Cancelled,
+    /// Its completion window ended first: finished results are kept, and
+    /// the items that had not finished failed with [`BATCH_EXPIRED`].
+    Expired,
 }
 
 impl JobState {
     /// Every state, in life order.
-    pub const ALL: [JobState; 7] = [
+    pub const ALL: [JobState; 8] = [
         JobState::Validating,
         JobState::InProgress,
         JobState::Finalizing,
@@ -188,6 +193,7 @@ impl JobState {
         JobState::Failed,
         JobState::Cancelling,
         JobState::Cancelled,
+        JobState::Expired,
     ];
 
     /// The state's name (`in_progress`, ...).
@@ -200,6 +206,7 @@ impl JobState {
             JobState::Failed => "failed",
             JobState::Cancelling => "cancelling",
             JobState::Cancelled => "cancelled",
+            JobState::Expired => "expired",
         }
     }
 
@@ -212,7 +219,7 @@ impl JobState {
     pub fn is_terminal(self) -> bool {
         matches!(
             self,
-            JobState::Completed | JobState::Failed | JobState::Cancelled
+            JobState::Completed | JobState::Failed | JobState::Cancelled | JobState::Expired
         )
     }
 
@@ -222,7 +229,8 @@ impl JobState {
     /// then `completed` if something completed (else `failed`), and
     /// `in_progress` again when items became pending (a retry); a
     /// cancelling job is `cancelled` once nothing runs. Other states change
-    /// only by an explicit act (submit, cancel, resume).
+    /// only by an explicit act (submit, cancel, resume) or, for `expired`,
+    /// the end of the job's window.
     ///
     /// ```
     /// use cortex_queue::{JobCounts, JobState};

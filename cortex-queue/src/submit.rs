@@ -63,6 +63,9 @@ pub struct SubmitOptions {
     /// chat (its GGUF has no template and none was chosen): such lines are
     /// refused at submit with this reason, not failed later.
     pub chats_refused: Option<String>,
+    /// How long the job has to finish, from its submission; what has not
+    /// finished then fails with [`crate::BATCH_EXPIRED`]. `None`: for ever.
+    pub completion_window: Option<crate::CompletionWindow>,
 }
 
 impl SubmitOptions {
@@ -79,6 +82,7 @@ impl SubmitOptions {
             skip_invalid: false,
             force: false,
             chats_refused: None,
+            completion_window: None,
         }
     }
 }

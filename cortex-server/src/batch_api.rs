@@ -260,6 +260,7 @@ fn ended_at(job: &Job) -> i64 {
         .completed_at
         .or(times.failed_at)
         .or(times.cancelled_at)
+        .or(times.expired_at)
         .unwrap_or(times.created_at)
 }
 

@@ -72,28 +72,8 @@ impl KeepAlive {
         if text.starts_with('-') {
             return Ok(KeepAlive::Forever);
         }
-        let mut total = 0.0;
-        let mut rest = text;
-        while !rest.is_empty() {
-            let digits = rest
-                .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-                .ok_or_else(bad)?;
-            let number: f64 = rest[..digits].parse().map_err(|_| bad())?;
-            rest = &rest[digits..];
-            let unit = rest
-                .find(|c: char| c.is_ascii_digit() || c == '.')
-                .unwrap_or(rest.len());
-            total += number
-                * match &rest[..unit] {
-                    "ms" => 0.001,
-                    "s" => 1.0,
-                    "m" => 60.0,
-                    "h" => 3600.0,
-                    _ => return Err(bad()),
-                };
-            rest = &rest[unit..];
-        }
-        Ok(Self::from_seconds(total))
+        let duration = cortex_queue::parse_duration(text).ok_or_else(bad)?;
+        Ok(Self::from_seconds(duration.as_secs_f64()))
     }
 }
 

@@ -357,7 +357,8 @@ impl Worker<'_> {
     }
 
     /// Tells the queue how many tokens each in-flight item has generated
-    /// since the last report, so a job's status counts them as they come.
+    /// since the last report, so a job's status counts them as they come;
+    /// items whose lease is gone (their job's window ended) stop.
     fn report_progress(&mut self) -> Result<(), WorkerError> {
         let in_flight = &self.in_flight;
         self.generated.retain(|id, _| in_flight.contains_key(id));
@@ -370,7 +371,18 @@ impl Worker<'_> {
                 (in_flight[id].lease, *now)
             })
             .collect();
-        self.store.progress(&changed)?;
+        let gone = self.store.progress(&changed)?;
+        for lease in gone {
+            let id = self
+                .in_flight
+                .iter()
+                .find_map(|(id, item)| (item.lease == lease).then_some(*id));
+            if let Some(id) = id {
+                tracing::info!(item = %lease.item, "the lease is no longer held: stopping it");
+                self.in_flight.remove(&id);
+                self.engine.cancel(id);
+            }
+        }
         Ok(())
     }
 

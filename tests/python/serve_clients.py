@@ -301,6 +301,21 @@ while cancelled.status != "cancelled":
 assert cancelled.request_counts.completed < 200, cancelled
 say("cancel", f"{cancelled.request_counts.completed} of 200 completed before the cancel")
 
+# A batch not done in its window expires: what finished is kept, the rest is batch_expired.
+slow = client.batches.create(input_file_id=client.files.create(file=path.open("rb"), purpose="batch").id,
+                             endpoint="/v1/completions", completion_window="2s")
+assert slow.completion_window == "2s" and slow.expires_at - slow.created_at == 2, slow
+deadline = time.time() + 60
+while slow.status != "expired":
+    assert time.time() < deadline and slow.status == "in_progress", slow
+    time.sleep(0.3)
+    slow = client.batches.retrieve(slow.id)
+assert slow.expired_at and slow.request_counts.completed < 200, slow
+expired = [json.loads(line) for line in client.files.content(slow.error_file_id).text.splitlines()]
+assert len(expired) == 200 - slow.request_counts.completed, (len(expired), slow)
+assert all(e["error"]["code"] == "batch_expired" for e in expired), expired[0]
+say("expired", f"{slow.request_counts.completed} of 200 completed in the 2 s window")
+
 # An invalid file: a failed batch whose errors name the lines.
 path = WORK / "invalid.jsonl"
 path.write_text(

@@ -452,6 +452,60 @@ fn sigterm_stops_a_worker_within_seconds_and_its_items_are_pending_again() {
 }
 
 #[test]
+fn a_run_past_its_completion_window_expires_keeping_what_finished() {
+    let _turn = turn();
+    let cortex = Cortex::new();
+    // Eight short lines finish at once; eight long ones cannot in the window.
+    let lines: String = (0..16)
+        .map(|i| {
+            let max_tokens = if i < 8 { 2 } else { 2000 };
+            format!(
+                "{}\n",
+                serde_json::json!({"custom_id": format!("line-{i}"), "prompt": "Once upon a time",
+                                   "max_tokens": max_tokens, "ignore_eos": true})
+            )
+        })
+        .collect();
+    cortex.write("p.jsonl", &lines);
+    let started = Instant::now();
+    let said = cortex.ok(&[
+        "run",
+        "p.jsonl",
+        "--completion-window",
+        "8s",
+        "--parallel",
+        "8",
+    ]);
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "the run went on {:?} past its window",
+        started.elapsed()
+    );
+    assert!(
+        said.contains("job 1 expired: 8 of 16 requests completed"),
+        "{said}"
+    );
+    let finished: Vec<String> = read_jsonl(&cortex.dir().join("p.results.jsonl"))
+        .iter()
+        .map(|l| l["custom_id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        finished,
+        (0..8).map(|i| format!("line-{i}")).collect::<Vec<_>>()
+    );
+    let expired = read_jsonl(&cortex.dir().join("p.errors.jsonl"));
+    assert_eq!(expired.len(), 8);
+    assert!(
+        expired
+            .iter()
+            .all(|e| e["error"]["code"] == "batch_expired"),
+        "{expired:?}"
+    );
+    let status = cortex.ok(&["status", "1"]);
+    assert!(status.starts_with("job 1  expired"), "{status}");
+}
+
+#[test]
 fn an_interrupted_run_exits_130_and_a_submit_beside_a_worker_says_it_will_run() {
     let _turn = turn();
     let cortex = Cortex::new();

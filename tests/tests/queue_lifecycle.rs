@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use cortex_openai::{ExportJsonl, SubmitJsonl};
 use cortex_queue::{
-    ClaimOptions, FailOutcome, ItemFailure, ItemQuery, ItemState, JobFilter, JobState, LeaseStatus,
-    Queue, QueueError, SubmitOptions,
+    BATCH_EXPIRED, ClaimOptions, CompletionWindow, FailOutcome, ItemFailure, ItemQuery, ItemState,
+    JobFilter, JobState, LeaseStatus, Queue, QueueError, SubmitOptions,
 };
 use queue_common::{Backend, RetryTimings, response_for, submit_prompts, write_prompts};
 
@@ -286,6 +286,73 @@ fn a_non_retryable_failure_fails_at_once_and_is_exported_as_an_error(b: &Backend
     assert_eq!(line["custom_id"], "item-0");
     assert_eq!(line["response"], serde_json::Value::Null);
     assert_eq!(line["error"]["code"], "prompt_too_long");
+}
+
+/// A job not done in its completion window expires: what finished is kept,
+/// the rest (waiting or running) fails `batch_expired`, a running item's
+/// lease is gone (its heartbeat says so and its result is refused), and
+/// nothing more is claimed. Resuming runs the rest without a window.
+fn a_job_past_its_window_expires_keeping_what_finished(b: &Backend) {
+    let dir = &b.dir;
+    let mut store = b.open();
+    let options = SubmitOptions {
+        completion_window: Some(CompletionWindow::new(Duration::from_millis(400))),
+        ..SubmitOptions::new("m")
+    };
+    let job = store
+        .submit_file(&write_prompts(dir.path(), "p.jsonl", 4), &options)
+        .unwrap()
+        .job;
+    let submitted = store.job(job).unwrap();
+    assert_eq!(
+        submitted
+            .times
+            .expires_at
+            .map(|t| t - submitted.times.created_at),
+        Some(400)
+    );
+    let claimed = store.claim(2, &ClaimOptions::default()).unwrap();
+    store
+        .complete(&claimed[0].lease, &response_for(&claimed[0]))
+        .unwrap();
+    assert_eq!(store.job(job).unwrap().state, JobState::InProgress);
+
+    sleep(Duration::from_millis(450));
+    let expired = store.job(job).unwrap();
+    assert_eq!(expired.state, JobState::Expired);
+    assert!(expired.times.expired_at.is_some() && expired.state.is_terminal());
+    assert_eq!((expired.counts.completed, expired.counts.failed), (1, 3));
+    assert_eq!(
+        store.progress(&[(claimed[1].lease, 5)]).unwrap(),
+        [claimed[1].lease]
+    );
+    let status = store
+        .heartbeat(&[claimed[1].lease], Duration::from_secs(60))
+        .unwrap();
+    assert_eq!(status, [LeaseStatus::Lost]);
+    assert!(matches!(
+        store.complete(&claimed[1].lease, &response_for(&claimed[1])),
+        Err(QueueError::LeaseLost { .. })
+    ));
+    assert!(store.claim(4, &ClaimOptions::default()).unwrap().is_empty());
+
+    let errors = dir.path().join("errors.jsonl");
+    let summary = store
+        .export(job, &dir.path().join("out.jsonl"), Some(&errors), false)
+        .unwrap();
+    assert_eq!((summary.results, summary.errors), (1, 3));
+    for line in std::fs::read_to_string(&errors).unwrap().lines() {
+        let line: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(line["error"]["code"], BATCH_EXPIRED, "{line}");
+    }
+
+    let (resumed, count) = store.resume(job).unwrap();
+    assert_eq!((resumed.state, count), (JobState::InProgress, 3));
+    assert_eq!(
+        resumed.times.expires_at, None,
+        "a resumed job runs to its end"
+    );
+    assert_eq!(store.claim(4, &ClaimOptions::default()).unwrap().len(), 3);
 }
 
 fn a_lone_poison_item_is_charged_only_for_deaths_while_alone(b: &Backend) {
@@ -726,7 +793,11 @@ fn status_counts_the_tokens_of_running_items_as_they_are_reported(b: &Backend) {
     assert_eq!(status.eta, None, "no item finished: no length to go by");
 
     store.release(&[b_item.lease]).unwrap();
-    store.progress(&[(b_item.lease, 100)]).unwrap();
+    assert_eq!(
+        store.progress(&[(b_item.lease, 100)]).unwrap(),
+        [b_item.lease],
+        "a report under a lease no longer held says so"
+    );
     assert_eq!(
         store.status(job).unwrap().running_tokens,
         5,
@@ -923,6 +994,7 @@ on_both_backends!(
     heartbeats_keep_a_lease_alive,
     retryable_failures_back_off_until_max_attempts_then_fail_with_the_last_error,
     a_non_retryable_failure_fails_at_once_and_is_exported_as_an_error,
+    a_job_past_its_window_expires_keeping_what_finished,
     a_lone_poison_item_is_charged_only_for_deaths_while_alone,
     lone_suspects_take_turns_and_wait_for_a_workers_later_claim,
     a_lone_suspect_whose_worker_died_waits_before_it_runs_alone_again,

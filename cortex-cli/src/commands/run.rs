@@ -40,7 +40,10 @@ pub(crate) fn run_file(config: &Config, args: &RunArgs) -> anyhow::Result<()> {
                     "{} was submitted before as job {existing} ({state}); continuing it",
                     args.submit.file.display()
                 );
-                if matches!(state, JobState::Cancelled | JobState::Failed) {
+                if matches!(
+                    state,
+                    JobState::Cancelled | JobState::Failed | JobState::Expired
+                ) {
                     store.resume(*existing)?;
                 }
                 *existing

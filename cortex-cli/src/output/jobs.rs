@@ -44,10 +44,18 @@ pub(crate) fn status_text(status: &JobStatus) -> String {
         let _ = writeln!(out, "  eta       {}", duration(eta));
     }
     let _ = write!(out, "  created   {}", timestamp(job.times.created_at));
+    if let (Some(expires_at), false) = (job.times.expires_at, job.state.is_terminal()) {
+        let _ = write!(
+            out,
+            "\n  window    ends {} (what has not finished then fails with batch_expired)",
+            timestamp(expires_at)
+        );
+    }
     let ended = [
         job.times.completed_at,
         job.times.failed_at,
         job.times.cancelled_at,
+        job.times.expired_at,
     ]
     .into_iter()
     .flatten()

@@ -203,7 +203,7 @@ const jobsFilter = { state: "", model: "", offset: 0 };
 function showJobs() {
   document.title = "Jobs · cortex";
   const stateSelect = h("select", { id: "filter-state" },
-    ["", "in_progress", "completed", "failed", "cancelling", "cancelled"].map((v) =>
+    ["", "in_progress", "completed", "failed", "cancelling", "cancelled", "expired"].map((v) =>
       h("option", { value: v, selected: v === jobsFilter.state }, v ? v.replace("_", " ") : "any state")));
   const modelSelect = h("select", { id: "filter-model" }, h("option", { value: "" }, "any model"));
   const table = h("div", { className: "table-wrap", id: "jobs" });
@@ -293,6 +293,9 @@ function uploadPanel() {
   const file = h("input", { type: "file", id: "upload-file", accept: ".jsonl,application/jsonl,application/x-ndjson,text/plain", required: true });
   const endpoint = h("select", { id: "upload-endpoint" },
     ["/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/embeddings"].map((e) => h("option", { value: e }, e)));
+  // OpenAI's Batch API needs a window; what has not finished in it expires.
+  const window_ = h("input", { type: "text", id: "upload-window", value: "24h", size: 6, required: true,
+    pattern: "([0-9.]+(ms|s|m|h|d))+", title: "a duration: 24h, 90m, 1h30m, 7d" });
   const outcome = h("div", { id: "upload-outcome", "aria-live": "polite" });
   const button = h("button", { type: "submit", id: "upload-submit" }, "Start job");
   const form = h("form", { className: "panel", id: "upload-form" },
@@ -300,6 +303,7 @@ function uploadPanel() {
     h("div", { className: "row" },
       h("div", {}, h("label", { for: "upload-file" }, "JSONL file (OpenAI Batch lines or cortex lines)"), file),
       h("div", {}, h("label", { for: "upload-endpoint" }, "Endpoint"), endpoint),
+      h("div", {}, h("label", { for: "upload-window" }, "Completion window"), window_),
       button),
     outcome);
   file.addEventListener("change", async () => {
@@ -319,7 +323,7 @@ function uploadPanel() {
       const uploaded = await api("/v1/files", { method: "POST", body });
       const batch = await api("/v1/batches", {
         method: "POST", headers: { "Content-Type": "application/json" },
-        body: JSON.stringify({ input_file_id: uploaded.id, endpoint: endpoint.value, completion_window: "24h" }),
+        body: JSON.stringify({ input_file_id: uploaded.id, endpoint: endpoint.value, completion_window: window_.value.trim() }),
       });
       if (batch.status === "failed") {
         const errors = (batch.errors && batch.errors.data) || [];
@@ -394,7 +398,7 @@ function jobHeader(status, reload) {
       catch (error) { alert(error.message); event.target.disabled = false; }
     },
   }, label);
-  const terminal = ["completed", "failed", "cancelled"].includes(job.state);
+  const terminal = ["completed", "failed", "cancelled", "expired"].includes(job.state);
   const download = (part, label) => h("button", {
     id: "download-" + part, className: "secondary", disabled: !status[part + "_file_id"],
     onclick: () => downloadFile(status[part + "_file_id"], `batch_${job.id}_${part}.jsonl`),
@@ -405,11 +409,12 @@ function jobHeader(status, reload) {
     h("div", { className: "stats" },
       stat("Items", fmtNumber(c.total)), stat("Completed", fmtNumber(c.completed)), stat("Failed", fmtNumber(c.failed)),
       stat("Tokens/s (last minute)", fmtNumber(status.tokens_per_second, 1)), stat("ETA", fmtDuration(status.eta_seconds)),
-      stat("Generated tokens", fmtNumber(job.completion_tokens + (status.running_tokens || 0))), stat("Model", job.model), stat("Age", age(job.times.created_at))),
+      stat("Generated tokens", fmtNumber(job.completion_tokens + (status.running_tokens || 0))),
+      job.times.expires_at && !terminal ? stat("Window ends", new Date(job.times.expires_at).toLocaleString()) : null, stat("Model", job.model), stat("Age", age(job.times.created_at))),
     Object.keys(job.metadata).length ? h("p", { className: "muted" }, "Metadata: " + Object.entries(job.metadata).map(([k, v]) => `${k}=${v}`).join(", ")) : null,
     h("div", { className: "actions" },
       act("cancel", "Cancel", !terminal && job.state !== "cancelling"),
-      act("resume", "Resume", ["cancelled", "failed", "cancelling"].includes(job.state)),
+      act("resume", "Resume", ["cancelled", "failed", "cancelling", "expired"].includes(job.state)),
       act("retry", "Retry failed", c.failed - c.invalid > 0 && job.state !== "cancelling"),
       download("output", "Download output"), download("error", "Download errors")));
 }
