@@ -257,9 +257,18 @@ pub(crate) struct SubmitArgs {
     /// keeping what finished. Default: no limit.
     #[arg(long, value_name = "DURATION", value_parser = CompletionWindow::parse)]
     pub(crate) completion_window: Option<CompletionWindow>,
+    /// A URL told when the job ends: an OpenAI-style webhook event
+    /// (batch.completed, batch.failed, batch.cancelled, batch.expired), POSTed
+    /// by a worker, signed with webhook_secret, retried until delivered.
+    #[arg(long, value_name = "URL", value_parser = parse_webhook_url)]
+    pub(crate) notify: Option<String>,
     /// Print JSON instead of text.
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+fn parse_webhook_url(raw: &str) -> Result<String, String> {
+    cortex_webhooks::check_url(raw).map(|()| raw.to_owned())
 }
 
 fn parse_key_value(raw: &str) -> Result<(String, String), String> {

@@ -221,6 +221,14 @@ impl Config {
             Duration::from_secs(self.file_retention_days.value.saturating_mul(24 * 3600));
         server.allowed_hosts = self.allowed_hosts.value.0.clone();
         server.allowed_origins = self.allowed_origins.value.0.clone();
+        server.webhook_url = match self.webhook_url.value.as_str() {
+            "" => None,
+            url => {
+                cortex_webhooks::check_url(url).map_err(|e| anyhow::anyhow!("webhook_url: {e}"))?;
+                Some(url.to_owned())
+            }
+        };
+        server.webhook_secret = self.webhook_secret.value.clone();
         Ok(server)
     }
 

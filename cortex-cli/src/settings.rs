@@ -17,6 +17,7 @@ use std::str::FromStr;
 
 use cortex_engine::{CpuKernels, DeviceChoice, EngineConfig, GpuLayers};
 use cortex_server::KeepAlive;
+use cortex_webhooks::SigningSecret;
 
 /// Where a setting's value came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -190,6 +191,13 @@ impl SettingValue for ApiKeys {
         } else {
             self.to_string()
         }
+    }
+}
+
+impl SettingValue for SigningSecret {
+    /// Never the key: `whsec_… (set)`, or empty.
+    fn shown(&self) -> String {
+        self.to_string()
     }
 }
 
@@ -505,6 +513,11 @@ settings! {
     /// once they have waited this long (and its model has had a turn as long).
     model_switch_seconds: u64 = 600;
     Work, "SECONDS";
+    /// The key webhook events are signed with (whsec_ and base64, as the
+    /// Standard Webhooks scheme and OpenAI use; `openssl rand -base64 32`
+    /// makes one): workers and servers sign what they deliver.
+    webhook_secret: SigningSecret = SigningSecret::default();
+    Work, "whsec_KEY", empty = "none: events go unsigned";
     /// Attempts per item before a retryable failure is final, for new jobs.
     max_attempts: u32 = 3;
     Submit, "N";
@@ -579,6 +592,11 @@ settings! {
     /// (keys in a file stay out of `ps`).
     keys_file: PathBuf = PathBuf::new();
     Server, "PATH";
+    /// Where batches created through the Batch API announce their end
+    /// (batch.completed, batch.failed, batch.cancelled, batch.expired): an
+    /// http(s) URL, as OpenAI's project webhooks.
+    webhook_url: String = String::new();
+    Server, "URL", empty = "none";
     /// Also serve on a Unix-domain socket at PATH, created with mode 0600 so
     /// only its owner can connect (`curl --unix-socket PATH`).
     unix_socket: PathBuf = PathBuf::new();

@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use cortex_engine::{Engine, StepObserver};
 use cortex_queue::{JobId, Queue};
+use cortex_webhooks::{Deliverer, Notifier};
 use cortex_worker::{ModelIdentity, WorkerPlan, WorkerReport};
 
 use crate::config::Config;
@@ -152,6 +153,19 @@ pub(crate) fn run_every_model(
 /// Where an engine runs, for people: the GPU with its memory in use, or the
 /// CPU with the kernels that run there (cortex's, and llama.cpp's backend
 /// variant chosen for the machine).
+/// How long a worker that is done keeps retrying webhook events whose
+/// next attempt comes soon (a receiver that failed a moment ago).
+pub(crate) const WEBHOOK_GRACE: Duration = Duration::from_secs(15);
+
+/// Delivers the queue's webhook events beside the work, on a thread and a
+/// connection of its own; `finish` it when the work is done.
+pub(crate) fn start_deliveries(config: &Config) -> anyhow::Result<Deliverer> {
+    Ok(Deliverer::start(
+        config.queue()?,
+        Notifier::new(config.webhook_secret.value.clone()),
+    ))
+}
+
 pub(crate) fn describe_device(engine: &Engine) -> String {
     let device = engine.device();
     if device.kind.is_gpu() {

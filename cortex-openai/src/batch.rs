@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use cortex_queue::{CompletionWindow, Job, JobState, LineError};
+use cortex_queue::{CompletionWindow, Job, JobState, LineError, WebhookEvent};
 use serde_json::{Value, json};
 
 use crate::Endpoint;
@@ -241,6 +241,23 @@ pub fn batch_object(job: &Job, files: &BatchFiles) -> Value {
 /// The batch id of a job.
 pub fn batch_id(job: &Job) -> String {
     format!("batch_{}", job.id)
+}
+
+/// The body of a webhook event announcing a batch's end, as OpenAI sends
+/// it: `{"object": "event", "id", "type", "created_at", "data": {"id"}}`.
+pub fn webhook_event(event: &WebhookEvent) -> Value {
+    json!({
+        "object": "event",
+        "id": webhook_event_id(event),
+        "type": event.kind,
+        "created_at": event.created_at / 1000,
+        "data": { "id": format!("batch_{}", event.job) },
+    })
+}
+
+/// An event's id, the same on every delivery attempt.
+pub fn webhook_event_id(event: &WebhookEvent) -> String {
+    format!("evt_{}", event.id)
 }
 
 /// A batch whose input file was refused: status `failed`, one entry per bad

@@ -86,7 +86,7 @@ mod output;
 
 pub use batch::{
     BatchFiles, BatchRequest, FileInfo, batch_id, batch_object, failed_batch_object,
-    file_deleted_object, file_object, list_object,
+    file_deleted_object, file_object, list_object, webhook_event, webhook_event_id,
 };
 pub use endpoint::Endpoint;
 pub use input::{InputReader, parse_line};

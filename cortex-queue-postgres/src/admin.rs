@@ -13,12 +13,13 @@ use crate::session::{Conn, describe};
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
 /// `MIGRATIONS[i]` takes the schema from version `i` to `i + 1`; never edit a released one.
-const MIGRATIONS: [&str; 5] = [
+const MIGRATIONS: [&str; 6] = [
     include_str!("../migrations/0001_queue.sql"),
     include_str!("../migrations/0002_projects.sql"),
     include_str!("../migrations/0003_item_runs.sql"),
     include_str!("../migrations/0004_generated_tokens.sql"),
     include_str!("../migrations/0005_completion_windows.sql"),
+    include_str!("../migrations/0006_webhooks.sql"),
 ];
 
 impl PgStore {

@@ -103,6 +103,7 @@ mod jobs;
 mod lease;
 mod session;
 mod submit;
+mod webhooks;
 // For the conformance suite in the tests crate (a fresh database per test on
 // the test server): behind the `test-support` feature, not the backend's API.
 #[cfg(feature = "test-support")]

@@ -221,6 +221,7 @@ mod lease;
 mod schema;
 mod store;
 mod submit;
+mod webhooks;
 
 pub use schema::SCHEMA_VERSION;
 pub use store::{Store, StoreConfig, Synchronous};

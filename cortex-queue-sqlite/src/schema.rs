@@ -39,8 +39,11 @@ const V9: &str = include_str!("../migrations/0009_generated_tokens.sql");
 /// Version 10: completion windows (when a job's ends, when it expired).
 const V10: &str = include_str!("../migrations/0010_completion_windows.sql");
 
+/// Version 11: webhooks (where a job's end is announced, the outbox of events).
+const V11: &str = include_str!("../migrations/0011_webhooks.sql");
+
 /// Migrations in order; `MIGRATIONS[i]` takes the schema from version `i` to `i + 1`.
-pub(crate) const MIGRATIONS: [&str; 10] = [V1, V2, V3, V4, V5, V6, V7, V8, V9, V10];
+pub(crate) const MIGRATIONS: [&str; 11] = [V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -14,7 +14,8 @@ use cortex_request::Response;
 use crate::{
     ClaimOptions, ClaimedItem, CompletionSample, ExportFormat, ExportSummary, FailOutcome,
     ItemDetail, ItemFailure, ItemPage, ItemQuery, ItemRecord, ItemSource, Job, JobFilter, JobId,
-    JobPage, JobStatus, Lease, LeaseStatus, Result, SubmitOptions, Submitted, WorkerInfo,
+    JobPage, JobStatus, Lease, LeaseStatus, Result, SubmitOptions, Submitted, WebhookStore,
+    WorkerInfo,
 };
 
 /// What a worker does with a queue: claim items under leases and write back
@@ -152,9 +153,9 @@ pub trait JobStore {
 }
 
 /// A whole queue: what workers, the CLI and servers use, on any backend.
-pub trait Queue: WorkerStore + JobStore + Send + std::fmt::Debug {}
+pub trait Queue: WorkerStore + JobStore + WebhookStore + Send + std::fmt::Debug {}
 
-impl<T: WorkerStore + JobStore + Send + std::fmt::Debug + ?Sized> Queue for T {}
+impl<T: WorkerStore + JobStore + WebhookStore + Send + std::fmt::Debug + ?Sized> Queue for T {}
 
 // What a backend is written with. A third backend (a crate of its own,
 // like `cortex-queue-sqlite` and `cortex-queue-postgres`) implements

@@ -94,6 +94,9 @@ pub struct Job {
     pub completion_tokens: u64,
     /// State timestamps.
     pub times: JobTimes,
+    /// Where its end is announced (a webhook URL), if anywhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notify_url: Option<String>,
 }
 
 /// A job with its recent throughput and an estimate of the time left.

@@ -98,6 +98,7 @@ mod jobs;
 mod lease;
 mod process;
 mod submit;
+mod webhook;
 mod window;
 
 use std::fmt;
@@ -114,6 +115,7 @@ pub use jobs::{
 };
 pub use lease::{ClaimOptions, ClaimedItem, FailOutcome, ItemFailure, Lease, LeaseStatus};
 pub use submit::{ItemSource, LineResult, NewItem, SubmitOptions, Submitted};
+pub use webhook::{WEBHOOK_ATTEMPTS, WebhookEvent, WebhookStore, webhook_retry_after};
 pub use window::{BATCH_EXPIRED, CompletionWindow, EXPIRED_MESSAGE, parse_duration};
 
 /// The project of jobs whose submitter named none (every job the CLI

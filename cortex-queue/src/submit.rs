@@ -66,6 +66,9 @@ pub struct SubmitOptions {
     /// How long the job has to finish, from its submission; what has not
     /// finished then fails with [`crate::BATCH_EXPIRED`]. `None`: for ever.
     pub completion_window: Option<crate::CompletionWindow>,
+    /// Where to announce the job's end (`batch.completed`, `batch.failed`,
+    /// `batch.cancelled`, `batch.expired`): a webhook URL. `None`: nowhere.
+    pub notify_url: Option<String>,
 }
 
 impl SubmitOptions {
@@ -83,6 +86,7 @@ impl SubmitOptions {
             force: false,
             chats_refused: None,
             completion_window: None,
+            notify_url: None,
         }
     }
 }

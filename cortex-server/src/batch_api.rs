@@ -471,6 +471,7 @@ pub(crate) async fn create_batch(
     options.model_sha256 = Some(model.sha256.clone());
     options.defaults = cortex_worker::model_defaults(&model.settings);
     options.project = caller.project.to_string();
+    options.notify_url = state.config.webhook_url.clone();
     // Two batches of one file are two batches.
     options.force = true;
     // Every line is read and checked before the store is taken: a bad

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use cortex_models::Registry;
 use cortex_queue::QueueOpener;
+use cortex_webhooks::SigningSecret;
 use cortex_worker::ModelIdentity;
 
 use crate::{ApiKeys, EngineStarter, PoolLimits};
@@ -119,6 +120,12 @@ pub struct ServerConfig {
     /// Browser origins (`Origin`) allowed to call the server besides
     /// loopback pages and its own (`*`: any origin).
     pub allowed_origins: Vec<String>,
+    /// Where batches created through the Batch API announce their end
+    /// (`batch.completed`, ...): a webhook URL, or none.
+    pub webhook_url: Option<String>,
+    /// The key the server signs the webhook events it delivers with (of
+    /// every job in its queue that names a URL); empty: unsigned.
+    pub webhook_secret: SigningSecret,
 }
 
 impl ServerConfig {
@@ -167,6 +174,8 @@ impl ServerConfig {
             max_client_priority: DEFAULT_MAX_CLIENT_PRIORITY,
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
+            webhook_url: None,
+            webhook_secret: SigningSecret::default(),
         }
     }
 }

@@ -193,6 +193,7 @@ mod worker;
 use std::sync::Arc;
 
 use cortex_engine::Engine;
+use cortex_webhooks::{Deliverer, Notifier};
 
 pub use auth::{ApiKey, ApiKeys};
 pub use config::{
@@ -203,6 +204,9 @@ pub use config::{
 pub use error::ServerError;
 pub use pool::{EngineStarter, KeepAlive, PoolLimits};
 pub use stream::ONLINE_PRIORITY;
+
+/// How long a stopping server keeps retrying webhook events due soon.
+const WEBHOOK_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Serves `engine` until SIGINT or SIGTERM: stops accepting, gives online
 /// requests [`ServerConfig::shutdown_grace`] and then cancels them, releases
@@ -225,8 +229,14 @@ pub fn serve(config: ServerConfig, engine: Engine) -> Result<(), ServerError> {
         config.engine_starter.clone(),
         config.models.clone(),
     );
+    // Webhook events of every job in the queue that names a URL.
+    let deliveries = Deliverer::start(
+        config.queue.clone(),
+        Notifier::new(config.webhook_secret.clone()),
+    );
     let state = state::AppState::open(config, Arc::clone(&models))?;
     let result = runtime.block_on(shutdown::run(Arc::clone(&state)));
+    deliveries.finish(WEBHOOK_GRACE);
     drop(state);
     drop(runtime);
     models.unload_all();

@@ -355,6 +355,101 @@ fn a_job_past_its_window_expires_keeping_what_finished(b: &Backend) {
     assert_eq!(store.claim(4, &ClaimOptions::default()).unwrap().len(), 3);
 }
 
+/// A job that names a URL has an event in the outbox the moment it ends
+/// (in the same transaction), one per ending; deliverers take due events
+/// under a lease, and a failed attempt is tried again after a backoff.
+fn a_job_that_ends_has_its_webhook_event_in_the_outbox_until_delivered(b: &Backend) {
+    let dir = &b.dir;
+    let mut store = b.open();
+    let notify = |name: &str| SubmitOptions {
+        notify_url: Some(format!("http://127.0.0.1:9/{name}")),
+        ..SubmitOptions::new(name)
+    };
+    let job = store
+        .submit_file(&write_prompts(dir.path(), "p.jsonl", 2), &notify("done"))
+        .unwrap()
+        .job;
+    let quiet = store
+        .submit_file(
+            &write_prompts(dir.path(), "q.jsonl", 1),
+            &SubmitOptions::new("quiet"),
+        )
+        .unwrap()
+        .job;
+    assert!(store.webhooks(job).unwrap().is_empty(), "nothing has ended");
+    for claimed in store.claim(3, &ClaimOptions::default()).unwrap() {
+        store
+            .complete(&claimed.lease, &response_for(&claimed))
+            .unwrap();
+    }
+    assert_eq!(
+        store.job(job).unwrap().notify_url.as_deref(),
+        Some("http://127.0.0.1:9/done")
+    );
+    assert!(
+        store.webhooks(quiet).unwrap().is_empty(),
+        "a job with no URL announces nothing"
+    );
+    let events = store.webhooks(job).unwrap();
+    assert_eq!(events.len(), 1);
+    assert_eq!(
+        (
+            events[0].kind.as_str(),
+            events[0].url.as_str(),
+            events[0].attempts
+        ),
+        ("batch.completed", "http://127.0.0.1:9/done", 0)
+    );
+
+    let lease = Duration::from_secs(60);
+    let taken = store.claim_webhooks(10, lease).unwrap();
+    assert_eq!(
+        taken.iter().map(|e| e.id).collect::<Vec<_>>(),
+        [events[0].id]
+    );
+    assert!(
+        store.claim_webhooks(10, lease).unwrap().is_empty(),
+        "held by its deliverer"
+    );
+    store.webhook_failed(taken[0].id, "HTTP 500").unwrap();
+    assert!(
+        store.claim_webhooks(10, lease).unwrap().is_empty(),
+        "not due before its backoff"
+    );
+    sleep(Duration::from_millis(1100));
+    let again = store.claim_webhooks(10, lease).unwrap();
+    assert_eq!((again.len(), again[0].attempts), (1, 1));
+    assert_eq!(again[0].last_error.as_deref(), Some("HTTP 500"));
+    store.webhook_delivered(again[0].id).unwrap();
+    let delivered = store.webhooks(job).unwrap().remove(0);
+    assert!(delivered.delivered_at.is_some() && delivered.last_error.is_none());
+    assert!(store.claim_webhooks(10, lease).unwrap().is_empty());
+
+    // Every ending: a cancel, and a window that ends.
+    let cancelled = store
+        .submit_file(&write_prompts(dir.path(), "c.jsonl", 1), &notify("cancel"))
+        .unwrap()
+        .job;
+    store.cancel(cancelled).unwrap();
+    let expiring = SubmitOptions {
+        completion_window: Some(CompletionWindow::new(Duration::from_millis(50))),
+        ..notify("expire")
+    };
+    let expired = store
+        .submit_file(&write_prompts(dir.path(), "e.jsonl", 1), &expiring)
+        .unwrap()
+        .job;
+    sleep(Duration::from_millis(100));
+    assert_eq!(store.job(expired).unwrap().state, JobState::Expired);
+    let kinds: Vec<String> = store
+        .claim_webhooks(10, lease)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
+    assert_eq!(kinds, ["batch.cancelled", "batch.expired"]);
+}
+
 fn a_lone_poison_item_is_charged_only_for_deaths_while_alone(b: &Backend) {
     let dir = &b.dir;
     let mut store = b.open_fast();
@@ -995,6 +1090,7 @@ on_both_backends!(
     retryable_failures_back_off_until_max_attempts_then_fail_with_the_last_error,
     a_non_retryable_failure_fails_at_once_and_is_exported_as_an_error,
     a_job_past_its_window_expires_keeping_what_finished,
+    a_job_that_ends_has_its_webhook_event_in_the_outbox_until_delivered,
     a_lone_poison_item_is_charged_only_for_deaths_while_alone,
     lone_suspects_take_turns_and_wait_for_a_workers_later_claim,
     a_lone_suspect_whose_worker_died_waits_before_it_runs_alone_again,

@@ -35,6 +35,7 @@ fn submit_options(config: &Config, args: &SubmitArgs) -> anyhow::Result<SubmitOp
     options.skip_invalid = args.skip_invalid;
     options.force = args.force;
     options.completion_window = args.completion_window;
+    options.notify_url = args.notify.clone();
     let chosen = &config.chat_template.value;
     options.chats_refused = model.chat_refusal((!chosen.is_empty()).then_some(chosen.as_str()));
     Ok(options)

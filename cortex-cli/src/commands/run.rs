@@ -13,7 +13,9 @@ use super::open_store;
 use crate::cli::RunArgs;
 use crate::config::Config;
 use crate::output;
-use crate::worker::{Interrupted, StopFlag, WorkerScope, resolve_model, run_worker};
+use crate::worker::{
+    Interrupted, StopFlag, WEBHOOK_GRACE, WorkerScope, resolve_model, run_worker, start_deliveries,
+};
 
 /// Submits the file (or finds it already submitted), works on that job until
 /// it ends, and writes its results next to the current directory.
@@ -51,6 +53,7 @@ pub(crate) fn run_file(config: &Config, args: &RunArgs) -> anyhow::Result<()> {
             _ => return Err(e),
         },
     };
+    let deliveries = start_deliveries(config)?;
     let started = Instant::now();
     let mut generated = 0;
     let mut trace = None;
@@ -118,5 +121,7 @@ pub(crate) fn run_file(config: &Config, args: &RunArgs) -> anyhow::Result<()> {
         summary.errors,
         started.elapsed(),
         generated,
-    )
+    )?;
+    deliveries.finish(WEBHOOK_GRACE);
+    Ok(())
 }

@@ -7,7 +7,10 @@ use super::open_store;
 use crate::cli::WorkerArgs;
 use crate::config::Config;
 use crate::output::outln;
-use crate::worker::{StopFlag, WorkerScope, resolve_model, run_every_model, run_worker};
+use crate::worker::{
+    StopFlag, WEBHOOK_GRACE, WorkerScope, resolve_model, run_every_model, run_worker,
+    start_deliveries,
+};
 
 pub(crate) fn worker(config: &Config, args: &WorkerArgs) -> anyhow::Result<()> {
     let stop = StopFlag::install()?;
@@ -17,6 +20,7 @@ pub(crate) fn worker(config: &Config, args: &WorkerArgs) -> anyhow::Result<()> {
         follow: args.follow,
         observer: None,
     };
+    let deliveries = start_deliveries(config)?;
     // With no model chosen, every model's jobs; with one, that model's alone.
     let report = if config.model_chosen() {
         let model = resolve_model(config)?;
@@ -38,6 +42,7 @@ pub(crate) fn worker(config: &Config, args: &WorkerArgs) -> anyhow::Result<()> {
             ""
         }
     );
+    deliveries.finish(WEBHOOK_GRACE);
     Ok(())
 }
 

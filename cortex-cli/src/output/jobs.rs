@@ -44,6 +44,9 @@ pub(crate) fn status_text(status: &JobStatus) -> String {
         let _ = writeln!(out, "  eta       {}", duration(eta));
     }
     let _ = write!(out, "  created   {}", timestamp(job.times.created_at));
+    if let Some(url) = &job.notify_url {
+        let _ = write!(out, "\n  notify    {url} (when it ends)");
+    }
     if let (Some(expires_at), false) = (job.times.expires_at, job.state.is_terminal()) {
         let _ = write!(
             out,

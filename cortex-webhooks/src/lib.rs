@@ -1,0 +1,35 @@
+//! Delivers the queue's webhook events: each job that names a URL has an
+//! event in the queue's outbox when it ends (`batch.completed`,
+//! `batch.failed`, `batch.cancelled`, `batch.expired`, added in the
+//! transaction that ends it); a [`Deliverer`] thread beside a worker or a
+//! server takes due events, POSTs OpenAI's event body signed the way OpenAI
+//! signs its webhooks (the Standard Webhooks scheme: `webhook-id`,
+//! `webhook-timestamp`, `webhook-signature: v1,<base64 HMAC-SHA256>`), and
+//! records the outcome: delivered, or tried again after a backoff. At least
+//! once: a process killed between the job's end and the delivery leaves the
+//! event for the next one.
+//!
+//! # Design notes
+//!
+//! The outbox, its leases and backoff are the queue's (`WebhookStore`, on
+//! both backends); the event's JSON is the wire-format crate's
+//! (`cortex_openai::webhook_event`); this crate signs, sends and runs the
+//! delivery thread. Deliveries use their own queue connection and thread so
+//! a slow receiver never holds up a worker's engine.
+
+#![forbid(unsafe_code)]
+
+mod deliver;
+mod sign;
+
+pub use deliver::{Deliverer, Notifier};
+pub use sign::{SigningSecret, sign};
+
+/// Checks a URL events can be sent to: `http://` or `https://`.
+pub fn check_url(url: &str) -> Result<(), String> {
+    if url.starts_with("http://") || url.starts_with("https://") {
+        Ok(())
+    } else {
+        Err(format!("expected an http:// or https:// URL, got {url:?}"))
+    }
+}

@@ -1,0 +1,189 @@
+//! Webhooks from the real binary to a receiver that checks them with the
+//! `standardwebhooks` package: signed as OpenAI signs its webhooks,
+//! retried with backoff until the receiver takes them, and delivered even
+//! when the worker is killed right after the job ends.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use cortex_queue::JobId;
+
+use cortex_tests::{Cortex, Server, prompts, python, python_check, read_jsonl};
+
+/// A key in the Standard Webhooks form.
+const SECRET: &str = "whsec_Y29ydGV4LXRlc3Qtd2ViaG9vay1zZWNyZXQta2V5";
+
+/// The receiver (tests/python/webhook_receiver.py), killed when dropped.
+struct Receiver {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+}
+
+impl Receiver {
+    /// Starts one that answers 500 to the first `fail_first` attempts of each event.
+    fn start(dir: &Path, fail_first: u32) -> Self {
+        let (port_file, log) = (dir.join("receiver.port"), dir.join("receiver.jsonl"));
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/webhook_receiver.py");
+        let child = Command::new(python())
+            .arg(script)
+            .args([
+                SECRET,
+                &port_file.display().to_string(),
+                &log.display().to_string(),
+            ])
+            .arg(fail_first.to_string())
+            .spawn()
+            .expect("start the receiver");
+        let started = Instant::now();
+        let port = loop {
+            if let Ok(text) = std::fs::read_to_string(&port_file) {
+                break text.trim().parse().expect("a port");
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "the receiver did not start"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        Self { child, port, log }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/hook", self.port)
+    }
+
+    /// Every attempt it saw.
+    fn attempts(&self) -> Vec<serde_json::Value> {
+        if self.log.exists() {
+            read_jsonl(&self.log)
+        } else {
+            Vec::new()
+        }
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn with_secret() -> Cortex {
+    let mut cortex = Cortex::new();
+    cortex.set_env("CORTEX_WEBHOOK_SECRET", SECRET);
+    cortex
+}
+
+#[test]
+fn a_job_end_is_signed_retried_after_failures_and_delivered() {
+    let cortex = with_secret();
+    let receiver = Receiver::start(cortex.dir(), 2);
+    cortex.write("p.jsonl", &prompts(4, 4));
+    cortex.ok(&["run", "p.jsonl", "--notify", &receiver.url()]);
+    // `run` waits for the retries (1 s, then 2 s) before it exits.
+    let attempts = receiver.attempts();
+    assert_eq!(attempts.len(), 3, "{attempts:?}");
+    let statuses: Vec<u64> = attempts
+        .iter()
+        .map(|a| a["status"].as_u64().unwrap())
+        .collect();
+    assert_eq!(statuses, [500, 500, 200]);
+    for attempt in &attempts {
+        assert_eq!(attempt["verified"], true, "{attempt}");
+        assert_eq!(attempt["id"], attempts[0]["id"], "one id across retries");
+        let event = &attempt["event"];
+        assert_eq!(event["object"], "event");
+        assert_eq!(event["type"], "batch.completed");
+        assert_eq!(event["data"]["id"], "batch_1");
+    }
+    let events = cortex.store().webhooks(JobId(1)).unwrap();
+    assert_eq!(events.len(), 1);
+    assert!(events[0].delivered_at.is_some(), "{events:?}");
+    assert_eq!(events[0].attempts, 3);
+}
+
+#[test]
+fn a_worker_killed_right_after_the_job_ends_leaves_the_event_for_the_next() {
+    let cortex = with_secret();
+    let receiver = Receiver::start(cortex.dir(), 0);
+    cortex.write("p.jsonl", &prompts(1, 4));
+    cortex.ok(&["submit", "p.jsonl", "--notify", &receiver.url()]);
+    // The job's only result commits, ending the job, and the worker dies.
+    let killed = cortex
+        .command(&["worker"])
+        .env("CORTEX_FAILPOINT", "complete:committed@1")
+        .output()
+        .unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(killed.status.signal(), Some(9), "{killed:?}");
+    assert_eq!(cortex.job(1).state, cortex_queue::JobState::Completed);
+    assert!(
+        receiver.attempts().is_empty(),
+        "nothing was sent before the kill"
+    );
+    let pending = cortex.store().webhooks(JobId(1)).unwrap();
+    assert_eq!((pending.len(), pending[0].delivered_at), (1, None));
+
+    // The next worker, with nothing left to generate, delivers it.
+    cortex.ok(&["worker"]);
+    let attempts = receiver.attempts();
+    assert_eq!(attempts.len(), 1, "{attempts:?}");
+    assert_eq!(attempts[0]["verified"], true);
+    assert_eq!(attempts[0]["event"]["type"], "batch.completed");
+}
+
+/// Batches created through the Batch API announce their end at the
+/// server's webhook_url, signed with its secret.
+#[test]
+fn the_server_announces_the_end_of_its_batches() {
+    let cortex = with_secret();
+    let receiver = Receiver::start(cortex.dir(), 0);
+    let server = Server::start(
+        &cortex,
+        &["--webhook-url", &receiver.url(), "--parallel", "4"],
+    );
+    let lines: String = (0..3)
+        .map(|i| {
+            format!(
+                "{}\n",
+                serde_json::json!({"custom_id": format!("b-{i}"), "method": "POST", "url": "/v1/chat/completions",
+                                   "body": {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}})
+            )
+        })
+        .collect();
+    let input = cortex.write("batch.jsonl", &lines);
+    let printed = python_check("webhook_batch.py", &[Path::new(&server.url()), &input]);
+    let batch = printed.trim().to_owned();
+    let started = Instant::now();
+    let attempts = loop {
+        let attempts = receiver.attempts();
+        if !attempts.is_empty() {
+            break attempts;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no event for {batch}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(attempts[0]["verified"], true, "{attempts:?}");
+    assert_eq!(attempts[0]["event"]["type"], "batch.completed");
+    assert_eq!(attempts[0]["event"]["data"]["id"], batch.as_str());
+}
+
+#[test]
+fn a_notify_url_must_be_http() {
+    let cortex = Cortex::new();
+    cortex.write("p.jsonl", &prompts(1, 4));
+    cortex.refused(
+        &["submit", "p.jsonl", "--notify", "ftp://example/hook"],
+        &["--notify", "expected an http:// or https:// URL"],
+    );
+    cortex.refused(
+        &["--webhook-secret", "nope!", "config"],
+        &["webhook-secret", "whsec_"],
+    );
+}
