@@ -139,10 +139,11 @@ pub(crate) fn run_every_model(
         );
         Ok(engine)
     };
-    Ok(cortex_worker::work_every_model(
+    let registry = config.registry();
+    let mut source = cortex_worker::OneModelAtATime::new(&registry, &mut start_engine);
+    Ok(cortex_worker::work_in_turns(
         store,
-        &config.registry(),
-        &mut start_engine,
+        &mut source,
         &plan,
         switch_after,
         stop.flag(),
@@ -150,9 +151,6 @@ pub(crate) fn run_every_model(
     )?)
 }
 
-/// Where an engine runs, for people: the GPU with its memory in use, or the
-/// CPU with the kernels that run there (cortex's, and llama.cpp's backend
-/// variant chosen for the machine).
 /// How long a worker that is done keeps retrying webhook events whose
 /// next attempt comes soon (a receiver that failed a moment ago).
 pub(crate) const WEBHOOK_GRACE: Duration = Duration::from_secs(15);
@@ -166,6 +164,9 @@ pub(crate) fn start_deliveries(config: &Config) -> anyhow::Result<Deliverer> {
     ))
 }
 
+/// Where an engine runs, for people: the GPU with its memory in use, or the
+/// CPU with the kernels that run there (cortex's, and llama.cpp's backend
+/// variant chosen for the machine).
 pub(crate) fn describe_device(engine: &Engine) -> String {
     let device = engine.device();
     if device.kind.is_gpu() {

@@ -158,6 +158,20 @@ impl ApiError {
     }
 }
 
+/// What the model pool refuses, as HTTP: a model nobody has is a 404, one
+/// over the whole memory budget a 507, no room now a 503.
+impl From<cortex_worker::PoolError> for ApiError {
+    fn from(error: cortex_worker::PoolError) -> Self {
+        use cortex_worker::PoolError;
+        match error {
+            PoolError::NotFound(message) => Self::model_not_found(&message),
+            PoolError::TooLarge(message) => Self::insufficient_storage(message),
+            PoolError::Busy(message) => Self::unavailable(message),
+            PoolError::Failed(message) => Self::internal(message),
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         if self.status.is_server_error() {

@@ -4,7 +4,7 @@
 //! and a web framework (axum).
 //!
 //! - A request's `model` picks the model: loaded on demand, kept for its
-//!   `keep_alive`, within a memory budget (`pool`); Ollama's model
+//!   `keep_alive`, within a memory budget (`cortex_worker::ModelPool`); Ollama's model
 //!   management (pull, create, blobs, copy, delete, show, ps) works on the
 //!   registry.
 //! - Online requests (`/v1/chat/completions`, `/v1/completions`,
@@ -43,7 +43,8 @@
 //! # Design notes
 //!
 //! `cortex serve` as a library (`serve(ServerConfig, Engine)`): the only crate
-//! with tokio and axum. `pool`: the loaded models (`ModelPool`), the default
+//! with tokio and axum. The loaded models are `cortex_worker::ModelPool`'s
+//! (its `PoolError`s become HTTP statuses in `error.rs`), the default
 //! one from start, others loaded on demand by the `EngineStarter` the CLI
 //! gives (one load at a time, off the async threads). A request holds its
 //! model (`ModelUse`: never unloaded while held); when the last use ends the
@@ -89,9 +90,8 @@
 //!   served model's name filled in, made once at start. Schemathesis checks
 //!   the server against it (`tests/tests/schemathesis.rs`): a route or a
 //!   status added without its description fails there.
-//! - `worker`: a thread choosing a model as `work_every_model` does
-//!   (`ModelDemand`), holding it from the pool, and running
-//!   `cortex_worker::work_queue` on its engine until it hands over, with
+//! - `worker`: a thread running `cortex_worker::work_in_turns` (the same
+//!   rotation as `cortex worker` without a model) over the model pool, with
 //!   `WorkerPlan::parallel` at `batch_parallel`, or an eighth of it while
 //!   any online request is in flight (`AppState::online_id` sets it: every
 //!   step decodes every running sequence, so online tokens come as fast as
@@ -182,7 +182,6 @@ mod metrics;
 mod ollama;
 mod online;
 mod openapi;
-mod pool;
 mod routes;
 mod shutdown;
 mod state;
@@ -201,8 +200,8 @@ pub use config::{
     DEFAULT_MAX_CLIENT_PRIORITY, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_ONLINE_REQUESTS,
     DEFAULT_MAX_PROJECT_FILE_BYTES, DEFAULT_MAX_REQUEST_TOKENS, ServerConfig,
 };
+pub use cortex_worker::{EngineStarter, KeepAlive, PoolLimits};
 pub use error::ServerError;
-pub use pool::{EngineStarter, KeepAlive, PoolLimits};
 pub use stream::ONLINE_PRIORITY;
 
 /// How long a stopping server keeps retrying webhook events due soon.
@@ -222,7 +221,7 @@ pub fn serve(config: ServerConfig, engine: Engine) -> Result<(), ServerError> {
             context: "cannot start the HTTP runtime".into(),
             source,
         })?;
-    let models = pool::ModelPool::new(
+    let models = cortex_worker::ModelPool::new(
         config.registry.clone(),
         config.model.clone(),
         engine,

@@ -12,9 +12,9 @@ use cortex_request::{Request, RequestId};
 use crate::error::ApiError;
 use crate::files::FileStore;
 use crate::metrics::Metrics;
-use crate::pool::{KeepAlive, ModelPool, ModelUse};
 use crate::system::SystemSampler;
 use crate::{ServerConfig, ServerError};
+use cortex_worker::{KeepAlive, ModelPool, ModelUse};
 
 /// Online request ids start here, far above any queue item's id.
 const ONLINE_IDS: u64 = 1 << 62;
@@ -75,11 +75,12 @@ impl AppState {
     ) -> Result<ModelUse, ApiError> {
         let models = Arc::clone(&self.models);
         let asked = asked.map(str::to_owned);
-        off_async(move || {
+        let held = off_async(move || {
             let model = models.identify(asked.as_deref())?;
             models.acquire(&model, keep_alive)
         })
-        .await?
+        .await?;
+        Ok(held?)
     }
 
     /// Refuses a generation that asks for more tokens than one request may:
@@ -95,9 +96,17 @@ impl AppState {
         let total = each * u64::from(request.choices());
         let limit = self.config.max_request_tokens;
         if total > limit {
+            let (product, lower) = if request.prompt.parts().len() > 1 {
+                (
+                    "n × prompts × max_tokens",
+                    "n, the number of prompts or max_tokens",
+                )
+            } else {
+                ("n × max_tokens", "n or max_tokens")
+            };
             return Err(ApiError::invalid(
                 format!(
-                    "the request asks for up to {} × {each} = {total} tokens (n × prompts × max_tokens, each at most the context of {context}); this server allows {limit} per request: lower n, the number of prompts or max_tokens",
+                    "the request asks for up to {} × {each} = {total} tokens ({product}, each at most the context of {context}); this server allows {limit} per request: lower {lower}",
                     request.choices()
                 ),
                 Some("max_tokens".into()),

@@ -13,8 +13,10 @@
 //!   workers runs alone and is charged for the deaths it causes in a row
 //!   (at most one lone suspect per worker life, never its first claim);
 //! - it claims only jobs for its model ([`WorkerPlan::model_sha256`]); a
-//!   worker without a model of its own ([`work_every_model`]) loads each
-//!   job's model from the registry in turn, one at a time.
+//!   worker without a model of its own ([`work_in_turns`] over
+//!   [`OneModelAtATime`]) loads each job's model from the registry in turn,
+//!   one at a time; a server's queue worker runs the same rotation over its
+//!   [`ModelPool`].
 //!
 //! # Example
 //!
@@ -45,15 +47,20 @@
 //! fetching, for submit; `model_defaults` turns a model's settings into a
 //! job's `JobDefaults` (its `SYSTEM` for chats without one, its parameters);
 //! `jobs_needing` lists the unfinished jobs bound to a digest (what `models rm`
-//! refuses to break). `every_model.rs`: `work_every_model`, a worker without
-//! a model of its own, loads the model of the oldest job with pending items
+//! refuses to break). `rotation.rs`: `work_in_turns`, the one rotation over
+//! models (a worker without a model of its own, a server's queue worker),
+//! takes from its `EngineSource` the model of the oldest job with pending items
 //! (by digest, from the registry; with nothing pending, a model whose jobs
 //! are unfinished, since items under a dead worker's leases come back only
 //! through a claim for their model), works its jobs with `work_queue` while
 //! looking at the others every 2 s, and hands over (`WorkerPlan::hand_over`:
 //! claim nothing more, return when the items in flight end) when its model's
 //! pending items run out or another model's job has waited `switch_after`
-//! and its own turn has lasted as long. `worker.rs`: `run_worker(store,
+//! and its own turn has lasted as long; a model its source cannot run now
+//! (`HoldError::Unavailable`) is left out for a minute. `pool.rs`:
+//! `ModelPool`, the loaded models of a server (load on demand, keep-alive,
+//! a memory budget, least recently used out first), with its own
+//! `PoolError` that the server maps to HTTP. `worker.rs`: `run_worker(store,
 //! engine, plan, stop, tick)` claims as many items as the engine has free
 //! slots (`available_slots`; suspects only into an idle engine, and then
 //! nothing more until they finish), submits them on one event channel, writes
@@ -71,12 +78,16 @@
 
 #![forbid(unsafe_code)]
 
-mod every_model;
 mod model;
+mod pool;
+mod rotation;
 mod worker;
 
-pub use every_model::{ModelDemand, work_every_model};
 pub use model::{ModelIdentity, identify, jobs_needing, model_defaults, resolve};
+pub use pool::{
+    EngineStarter, KeepAlive, LoadedModel, ModelPool, ModelUse, PoolError, PoolLimits, Running,
+};
+pub use rotation::{EngineSource, HoldError, ModelDemand, OneModelAtATime, work_in_turns};
 pub use worker::{WorkerPlan, WorkerReport, run_worker, work_queue};
 
 /// Why a worker could not go on.

@@ -11,7 +11,7 @@ use cortex_worker::ModelIdentity;
 use serde_json::{Map, Value, json};
 
 use crate::error::ApiError;
-use crate::pool::KeepAlive;
+use cortex_worker::KeepAlive;
 
 /// The Ollama API version cortex answers like.
 pub(crate) const OLLAMA_VERSION: &str = "0.12.0";
@@ -22,6 +22,12 @@ pub(crate) struct OllamaError(pub(crate) StatusCode, pub(crate) String);
 impl From<ApiError> for OllamaError {
     fn from(error: ApiError) -> Self {
         Self(error.status, error.message)
+    }
+}
+
+impl From<cortex_worker::PoolError> for OllamaError {
+    fn from(error: cortex_worker::PoolError) -> Self {
+        ApiError::from(error).into()
     }
 }
 
@@ -188,7 +194,19 @@ pub(crate) fn object(body: &[u8]) -> Result<Map<String, Value>, OllamaError> {
 pub(crate) fn keep_alive(fields: &Map<String, Value>) -> Result<Option<KeepAlive>, OllamaError> {
     match fields.get("keep_alive") {
         None | Some(Value::Null) => Ok(None),
-        Some(value) => KeepAlive::parse(value).map(Some).map_err(bad),
+        Some(value) => keep_alive_of(value).map(Some).map_err(bad),
+    }
+}
+
+/// Ollama's forms of `keep_alive`: seconds as a number, or a duration
+/// (`"5m"`, `"1h30m"`, `"45s"`, `"500ms"`, `"0"`); negative keeps the model.
+fn keep_alive_of(value: &Value) -> Result<KeepAlive, String> {
+    match value {
+        Value::Number(n) => Ok(KeepAlive::from_seconds(n.as_f64().unwrap_or(0.0))),
+        Value::String(text) => KeepAlive::parse_text(text),
+        other => Err(format!(
+            "keep_alive must be a duration or a number of seconds, not {other}"
+        )),
     }
 }
 
@@ -234,6 +252,33 @@ mod tests {
     use cortex_request::RequestId;
 
     use super::*;
+
+    #[test]
+    fn keep_alive_reads_ollamas_forms() {
+        let parse = |v: Value| keep_alive_of(&v);
+        assert_eq!(
+            parse(json!(0)),
+            Ok(KeepAlive::For(std::time::Duration::ZERO))
+        );
+        assert_eq!(parse(json!(-1)), Ok(KeepAlive::Forever));
+        assert_eq!(
+            parse(json!(90)),
+            Ok(KeepAlive::For(std::time::Duration::from_secs(90)))
+        );
+        assert_eq!(parse(json!("5m")), Ok(KeepAlive::DEFAULT));
+        assert_eq!(
+            parse(json!("500ms")),
+            Ok(KeepAlive::For(std::time::Duration::from_millis(500)))
+        );
+        for bad in [
+            json!("soon"),
+            json!("5 minutes"),
+            json!(true),
+            json!("1e999"),
+        ] {
+            assert!(parse(bad.clone()).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn timestamps_are_rfc3339() {

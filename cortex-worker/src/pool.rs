@@ -1,22 +1,39 @@
 //! The loaded models: which engines are up, who uses each, and when an
-//! idle one goes. A request names its model; the pool loads it on demand
-//! (one load at a time), keeps it while requests use it and for its
-//! `keep_alive` after the last (Ollama's semantics: 5 minutes by default,
-//! `0` unloads at once, a negative value keeps it), and stays within the
-//! memory budget by unloading the least recently used idle model first. A
-//! model with requests in flight is never unloaded; a request that cannot
-//! fit waits for one to end, then gets a 503 (a 507 if the model is larger
-//! than the whole budget).
+//! idle one goes. A user (a server's request, or its queue worker's turn)
+//! names its model; the pool loads it on demand (one load at a time), keeps
+//! it while users hold it and for its `keep_alive` after the last (Ollama's
+//! semantics: 5 minutes by default, `0` unloads at once, a negative value
+//! keeps it), and stays within the memory budget by unloading the least
+//! recently used idle model first. A model in use is never unloaded; a
+//! user that cannot fit waits for one to end, then gets
+//! [`PoolError::Busy`] ([`PoolError::TooLarge`] if the model is larger than
+//! the whole budget). The server maps these to HTTP statuses.
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
 use cortex_engine::{Device, Engine, EngineError, EngineHealth, EngineStats};
 use cortex_models::{ModelName, Registry, RegistryError};
-use cortex_worker::ModelIdentity;
-use serde_json::Value;
 
-use crate::error::ApiError;
+use crate::ModelIdentity;
+use crate::rotation::{EngineSource, HoldError, ModelDemand};
+
+/// Why the pool cannot give a model.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PoolError {
+    /// No model has that name (the registry's message, listing what is installed).
+    #[error("{0}")]
+    NotFound(String),
+    /// The model is larger than the whole memory budget.
+    #[error("{0}")]
+    TooLarge(String),
+    /// No room for it now: the loaded models are in use.
+    #[error("{0}")]
+    Busy(String),
+    /// The registry or the model's engine failed.
+    #[error("{0}")]
+    Failed(String),
+}
 
 /// How long a model stays loaded after its last request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,22 +48,8 @@ impl KeepAlive {
     /// Ollama's default: five minutes.
     pub const DEFAULT: KeepAlive = KeepAlive::For(Duration::from_secs(300));
 
-    /// Ollama's forms: seconds as a number, or a duration (`"5m"`, `"1h30m"`,
-    /// `"45s"`, `"500ms"`, `"0"`); negative keeps the model loaded.
-    pub fn parse(value: &Value) -> Result<Self, String> {
-        let seconds = match value {
-            Value::Number(n) => n.as_f64().unwrap_or(0.0),
-            Value::String(text) => return Self::parse_text(text),
-            other => {
-                return Err(format!(
-                    "keep_alive must be a duration or a number of seconds, not {other}"
-                ));
-            }
-        };
-        Ok(Self::from_seconds(seconds))
-    }
-
-    fn from_seconds(seconds: f64) -> Self {
+    /// Seconds (a number, as Ollama takes it): negative keeps the model.
+    pub fn from_seconds(seconds: f64) -> Self {
         if seconds < 0.0 {
             KeepAlive::Forever
         } else {
@@ -104,14 +107,16 @@ impl std::fmt::Debug for EngineStarter {
 }
 
 /// A model in memory.
-pub(crate) struct LoadedModel {
-    pub(crate) model: ModelIdentity,
-    pub(crate) engine: Engine,
+pub struct LoadedModel {
+    /// Which model.
+    pub model: ModelIdentity,
+    /// Its engine.
+    pub engine: Engine,
 }
 
 /// A request's hold on a loaded model: the model is not unloaded while it
 /// lives; when it drops, the model's keep-alive starts.
-pub(crate) struct ModelUse {
+pub struct ModelUse {
     pool: Arc<ModelPool>,
     loaded: Arc<LoadedModel>,
     keep_alive: Option<KeepAlive>,
@@ -122,6 +127,38 @@ impl std::ops::Deref for ModelUse {
 
     fn deref(&self) -> &LoadedModel {
         &self.loaded
+    }
+}
+
+impl AsRef<Engine> for ModelUse {
+    fn as_ref(&self) -> &Engine {
+        &self.loaded.engine
+    }
+}
+
+/// A server's queue worker takes the models of its jobs from the pool,
+/// beside the online requests: a model that cannot be loaded now (no room,
+/// or its file fails) is left out for a while, not an error.
+impl EngineSource for Arc<ModelPool> {
+    type Held = ModelUse;
+
+    fn model(
+        &mut self,
+        sha256: &str,
+        demand: &ModelDemand,
+    ) -> Result<Option<ModelIdentity>, HoldError> {
+        if let Some(model) = self.find_loaded(sha256) {
+            return Ok(Some(model));
+        }
+        demand
+            .entry(sha256, self.registry())
+            .map(|entry| entry.map(ModelIdentity::from))
+            .map_err(|e| HoldError::Unavailable(e.to_string()))
+    }
+
+    fn hold(&mut self, model: &ModelIdentity) -> Result<ModelUse, HoldError> {
+        self.acquire(model, None)
+            .map_err(|e| HoldError::Unavailable(format!("cannot load it for its jobs now: {e}")))
     }
 }
 
@@ -184,11 +221,15 @@ impl std::fmt::Display for KeepAlive {
 }
 
 /// A loaded model as `/api/ps` shows it.
-pub(crate) struct Running {
-    pub(crate) model: ModelIdentity,
-    pub(crate) size: u64,
-    pub(crate) size_vram: u64,
-    pub(crate) expires_at: Option<SystemTime>,
+pub struct Running {
+    /// Which model.
+    pub model: ModelIdentity,
+    /// Bytes it takes: weights and KV memory (at least what it has on a GPU).
+    pub size: u64,
+    /// Bytes of it on a GPU.
+    pub size_vram: u64,
+    /// When it goes if it stays idle (`None`: never).
+    pub expires_at: Option<SystemTime>,
 }
 
 /// How the pool is sized.
@@ -220,7 +261,8 @@ impl Default for PoolLimits {
     }
 }
 
-pub(crate) struct ModelPool {
+/// The loaded models, shared by a server's requests and its queue worker.
+pub struct ModelPool {
     registry: Registry,
     default: ModelIdentity,
     starter: EngineStarter,
@@ -250,7 +292,7 @@ fn mib(bytes: u64) -> u64 {
 
 impl ModelPool {
     /// A pool holding `engine` for the server's default model, idle.
-    pub(crate) fn new(
+    pub fn new(
         registry: Registry,
         default: ModelIdentity,
         engine: Engine,
@@ -288,12 +330,12 @@ impl ModelPool {
     }
 
     /// The registry the pool loads from.
-    pub(crate) fn registry(&self) -> &Registry {
+    pub fn registry(&self) -> &Registry {
         &self.registry
     }
 
     /// The server's default model (what `default`, or no `model`, means).
-    pub(crate) fn default_model(&self) -> &ModelIdentity {
+    pub fn default_model(&self) -> &ModelIdentity {
         &self.default
     }
 
@@ -308,16 +350,16 @@ impl ModelPool {
     /// model's name mean the default; any other name goes to the registry
     /// (a known model is fetched on first use). Blocking: call it off the
     /// async threads.
-    pub(crate) fn identify(&self, asked: Option<&str>) -> Result<ModelIdentity, ApiError> {
+    pub fn identify(&self, asked: Option<&str>) -> Result<ModelIdentity, PoolError> {
         self.named(asked, true)
     }
 
     /// [`ModelPool::identify`] without fetching a known model (to describe it).
-    pub(crate) fn describe(&self, asked: Option<&str>) -> Result<ModelIdentity, ApiError> {
+    pub fn describe(&self, asked: Option<&str>) -> Result<ModelIdentity, PoolError> {
         self.named(asked, false)
     }
 
-    fn named(&self, asked: Option<&str>, fetch: bool) -> Result<ModelIdentity, ApiError> {
+    fn named(&self, asked: Option<&str>, fetch: bool) -> Result<ModelIdentity, PoolError> {
         let asked = match asked {
             None | Some("" | "default") => return Ok(self.default.clone()),
             Some(asked) => asked,
@@ -337,14 +379,14 @@ impl ModelPool {
         match found {
             Ok(entry) => Ok(ModelIdentity::from(entry)),
             Err(error @ (RegistryError::Unknown { .. } | RegistryError::Name(_))) => {
-                Err(ApiError::model_not_found(&error.to_string()))
+                Err(PoolError::NotFound(error.to_string()))
             }
-            Err(error) => Err(ApiError::internal(format!("model {asked}: {error}"))),
+            Err(error) => Err(PoolError::Failed(format!("model {asked}: {error}"))),
         }
     }
 
     /// The loaded model with this SHA-256, if any (not counted as a use).
-    pub(crate) fn find_loaded(&self, sha256: &str) -> Option<ModelIdentity> {
+    pub fn find_loaded(&self, sha256: &str) -> Option<ModelIdentity> {
         self.lock()
             .slots
             .iter()
@@ -354,16 +396,16 @@ impl ModelPool {
 
     /// Holds `model`, loading it first if it is not loaded (unloading idle
     /// models, least recently used first, to make room). Blocking.
-    pub(crate) fn acquire(
+    pub fn acquire(
         self: &Arc<Self>,
         model: &ModelIdentity,
         keep_alive: Option<KeepAlive>,
-    ) -> Result<ModelUse, ApiError> {
+    ) -> Result<ModelUse, PoolError> {
         let deadline = Instant::now() + self.limits.load_wait;
         let need = file_size(model);
         let budget = self.limits.memory_budget;
         if budget > 0 && need > budget {
-            return Err(ApiError::insufficient_storage(format!(
+            return Err(PoolError::TooLarge(format!(
                 "the model {} needs {} MiB, more than this server's model memory budget of {} MiB (--model-memory-mib)",
                 model.name,
                 mib(need),
@@ -431,7 +473,7 @@ impl ModelPool {
                 } else {
                     format!("at most {} models", self.limits.max_loaded)
                 };
-                return Err(ApiError::unavailable(format!(
+                return Err(PoolError::Busy(format!(
                     "the model {} cannot be loaded now: the loaded models ({}) are answering requests and there is no room beside them ({room}); try again later",
                     model.name,
                     busy.join(", "),
@@ -451,7 +493,7 @@ impl ModelPool {
         slots.loading = false;
         self.changed.notify_all();
         let engine =
-            started.map_err(|e| ApiError::internal(format!("cannot load {}: {e}", model.name)))?;
+            started.map_err(|e| PoolError::Failed(format!("cannot load {}: {e}", model.name)))?;
         slots.device = Some(engine.device());
         let loaded = Arc::new(LoadedModel {
             model: model.clone(),
@@ -527,7 +569,7 @@ impl ModelPool {
 
     /// Unloads the idle models whose keep-alive ran out; the server calls it
     /// every second.
-    pub(crate) fn unload_expired(&self) {
+    pub fn unload_expired(&self) {
         let now = SystemTime::now();
         let mut slots = self.lock();
         let mut gone = Vec::new();
@@ -553,7 +595,7 @@ impl ModelPool {
 
     /// Unloads the model with this SHA-256 if it is idle (Ollama's
     /// `keep_alive: 0` with no prompt); whether it is gone now.
-    pub(crate) fn unload(&self, sha256: &str) -> bool {
+    pub fn unload(&self, sha256: &str) -> bool {
         let mut slots = self.lock();
         let Some(i) = slots
             .slots
@@ -576,7 +618,7 @@ impl ModelPool {
     }
 
     /// The loaded models, most recently used first.
-    pub(crate) fn running(&self) -> Vec<Running> {
+    pub fn running(&self) -> Vec<Running> {
         let slots = self.lock();
         let mut running: Vec<(&Slot, Running)> = slots
             .slots
@@ -605,7 +647,7 @@ impl ModelPool {
 
     /// Every engine's totals, unloaded ones included (counters never go
     /// back), with the gauges of the loaded ones.
-    pub(crate) fn stats(&self) -> EngineStats {
+    pub fn stats(&self) -> EngineStats {
         let slots = self.lock();
         let mut total = slots.retired;
         total.running = 0;
@@ -623,7 +665,7 @@ impl ModelPool {
     }
 
     /// The device the models run on, and the memory of it in use for them.
-    pub(crate) fn device(&self) -> (Option<Device>, u64) {
+    pub fn device(&self) -> (Option<Device>, u64) {
         let slots = self.lock();
         let used = match slots.slots.first() {
             Some(first) if first.loaded.engine.gpu_memory_used().is_none() => {
@@ -639,7 +681,7 @@ impl ModelPool {
     }
 
     /// Running unless a loaded engine stopped or died.
-    pub(crate) fn health(&self) -> EngineHealth {
+    pub fn health(&self) -> EngineHealth {
         let slots = self.lock();
         for slot in &slots.slots {
             match slot.loaded.engine.health() {
@@ -651,7 +693,7 @@ impl ModelPool {
     }
 
     /// Cancels these requests in whichever engine has them.
-    pub(crate) fn cancel(&self, ids: &[cortex_request::RequestId]) {
+    pub fn cancel(&self, ids: &[cortex_request::RequestId]) {
         let loaded: Vec<Arc<LoadedModel>> = self
             .lock()
             .slots
@@ -666,7 +708,7 @@ impl ModelPool {
     }
 
     /// Every loaded model goes (server shutdown).
-    pub(crate) fn unload_all(&self) {
+    pub fn unload_all(&self) {
         let gone = std::mem::take(&mut self.lock().slots);
         drop(gone);
     }
@@ -776,13 +818,9 @@ mod tests {
         let b = model(dir.path(), "b", 1000);
         let held = pool.acquire(&a, None).unwrap();
         let refused = pool.acquire(&b, None).err().unwrap();
-        assert_eq!(refused.status, axum::http::StatusCode::SERVICE_UNAVAILABLE);
         assert!(
-            refused
-                .message
-                .contains("(a:latest) are answering requests"),
-            "{}",
-            refused.message
+            matches!(&refused, PoolError::Busy(message) if message.contains("(a:latest) are answering requests")),
+            "{refused}"
         );
         drop(held);
         let b_held = pool.acquire(&b, None).unwrap();
@@ -816,49 +854,26 @@ mod tests {
         assert!(loaded(&pool).is_empty());
         let huge = model(dir.path(), "huge", 20_000);
         let refused = pool.acquire(&huge, None).err().unwrap();
-        assert_eq!(refused.status, axum::http::StatusCode::INSUFFICIENT_STORAGE);
+        assert!(matches!(refused, PoolError::TooLarge(_)), "{refused}");
         // The default loads again on demand, and its counters were kept.
         drop(pool.acquire(&a, None).unwrap());
         assert_eq!(loaded(&pool), ["a:latest"]);
     }
 
     #[test]
-    fn keep_alive_reads_ollamas_forms() {
-        let parse = |v: Value| KeepAlive::parse(&v);
-        assert_eq!(
-            parse(serde_json::json!(0)),
-            Ok(KeepAlive::For(Duration::ZERO))
-        );
-        assert_eq!(parse(serde_json::json!(-1)), Ok(KeepAlive::Forever));
-        assert_eq!(
-            parse(serde_json::json!(90)),
-            Ok(KeepAlive::For(Duration::from_secs(90)))
-        );
-        assert_eq!(parse(serde_json::json!("5m")), Ok(KeepAlive::DEFAULT));
+    fn keep_alive_reads_durations_and_prints_them_back() {
         for text in ["5m", "1h", "90s", "500ms", "0", "-1"] {
             let value: KeepAlive = text.parse().unwrap();
             assert_eq!(value.to_string(), text);
         }
         assert_eq!(
-            parse(serde_json::json!("1h30m")),
+            "1h30m".parse(),
             Ok(KeepAlive::For(Duration::from_secs(5400)))
         );
-        assert_eq!(
-            parse(serde_json::json!("500ms")),
-            Ok(KeepAlive::For(Duration::from_millis(500)))
-        );
-        assert_eq!(parse(serde_json::json!("-1m")), Ok(KeepAlive::Forever));
-        assert_eq!(
-            parse(serde_json::json!("0")),
-            Ok(KeepAlive::For(Duration::ZERO))
-        );
-        for bad in [
-            serde_json::json!("soon"),
-            serde_json::json!("5 minutes"),
-            serde_json::json!(true),
-            serde_json::json!("1e999"),
-        ] {
-            assert!(parse(bad.clone()).is_err(), "{bad}");
+        assert_eq!("-1m".parse(), Ok(KeepAlive::Forever));
+        assert_eq!(KeepAlive::from_seconds(-1.0), KeepAlive::Forever);
+        for bad in ["soon", "5 minutes", "1e999"] {
+            assert!(bad.parse::<KeepAlive>().is_err(), "{bad}");
         }
     }
 }

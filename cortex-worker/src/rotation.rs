@@ -1,13 +1,14 @@
-//! A worker with no model of its own: it takes the jobs of every model the
-//! registry can load, one model in the engine at a time. It stays on the
-//! loaded model while that model's jobs have pending items, and hands over
-//! when they run out, or when another model's pending job has waited longer
-//! than `switch_after` and the loaded model has had the engine that long:
-//! with contention every model gets turns of at least `switch_after`, so a
-//! job waits at most `switch_after` per other model with work (plus the
-//! time its items in flight take to finish and the next model takes to load).
+//! The one rotation over models, of a worker with no model of its own and
+//! of a server's queue worker alike: it takes the jobs of every model its
+//! [`EngineSource`] can run, one model's turn at a time. A turn stays on its
+//! model while that model's jobs have pending items, and hands over when
+//! they run out, or when another model's pending job has waited longer than
+//! `switch_after` and the turn has lasted that long: with contention every
+//! model gets turns of at least `switch_after`, so a job waits at most
+//! `switch_after` per other model with work (plus the time its items in
+//! flight take to finish and the next model takes to load).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -156,31 +157,68 @@ fn should_hand_over(demand: &Demand, loaded: &str, turn: Duration, switch_after:
     turn >= switch_after && others.any(|(_, oldest)| *oldest <= long_ago)
 }
 
-/// Works the jobs of every model `registry` can load (by each job's model
-/// SHA-256), starting an engine with `start_engine` for each model in turn,
-/// until no job in the plan's scope can produce work (or, with
-/// `plan.follow`, until `stop`). The plan's `model_sha256` is ignored. A job
-/// whose model is not in the registry is left for another worker.
-pub fn work_every_model(
+/// How long a model that could not be run here is left out of the choice.
+const UNAVAILABLE_FOR: Duration = Duration::from_secs(60);
+
+/// Why a rotation could not have a model's engine.
+#[derive(Debug)]
+pub enum HoldError {
+    /// Not now: the model is left out of the choice for a while (its jobs
+    /// wait for another worker, or for this one to try again).
+    Unavailable(String),
+    /// The rotation stops with this error.
+    Fatal(WorkerError),
+}
+
+/// Where a rotation gets the engine of each model it works: a worker starts
+/// one model at a time ([`OneModelAtATime`]); a server holds them from its
+/// model pool, beside its online requests.
+pub trait EngineSource {
+    /// A hold on a model's engine for one turn.
+    type Held: AsRef<Engine>;
+
+    /// The model with this SHA-256, to run the jobs `demand` has for it;
+    /// `Ok(None)` when there is none here.
+    fn model(
+        &mut self,
+        sha256: &str,
+        demand: &ModelDemand,
+    ) -> Result<Option<ModelIdentity>, HoldError>;
+
+    /// Holds the model's engine for a turn, loading it if need be.
+    fn hold(&mut self, model: &ModelIdentity) -> Result<Self::Held, HoldError>;
+
+    /// The rotation ends: engines it started go, their counters into `report`.
+    fn finish(&mut self, _report: &mut WorkerReport) -> Result<(), WorkerError> {
+        Ok(())
+    }
+}
+
+/// Works the jobs of every model `source` can run (by each job's model
+/// SHA-256), one model's turn after another, until no job in the plan's
+/// scope can produce work (or, with `plan.follow`, until `stop`). The
+/// plan's `model_sha256` is ignored. A job whose model cannot be run here
+/// is left for another worker (and tried again after a minute).
+pub fn work_in_turns<S: EngineSource>(
     store: &mut dyn Queue,
-    registry: &Registry,
-    start_engine: &mut dyn FnMut(&ModelIdentity) -> Result<Engine, WorkerError>,
+    source: &mut S,
     plan: &WorkerPlan,
     switch_after: Duration,
     stop: &AtomicBool,
     mut tick: impl FnMut(&mut dyn Queue) -> Result<(), QueueError>,
 ) -> Result<WorkerReport, WorkerError> {
-    let mut loaded: Option<(ModelIdentity, Engine)> = None;
-    let mut unavailable: HashSet<String> = HashSet::new();
+    let mut unavailable: HashMap<String, Instant> = HashMap::new();
+    let mut last: Option<String> = None;
     let mut report = WorkerReport::default();
     let outcome = loop {
         if stop.load(Ordering::SeqCst) {
             report.stopped_by_signal = true;
             break Ok(());
         }
-        let wanted = demand(store, plan.jobs.as_deref(), &unavailable)?;
-        let loaded_sha = loaded.as_ref().map(|(model, _)| model.sha256.as_str());
-        let Some(sha) = choose(&wanted, loaded_sha) else {
+        unavailable.retain(|_, since| since.elapsed() < UNAVAILABLE_FOR);
+        let skipped: HashSet<String> = unavailable.keys().cloned().collect();
+        let wanted = demand(store, plan.jobs.as_deref(), &skipped)?;
+        let Some(sha) = choose(&wanted, last.as_deref()) else {
             if !wanted.unfinished() && !plan.follow {
                 break Ok(());
             }
@@ -188,64 +226,133 @@ pub fn work_every_model(
             store.wait_for_work(Duration::from_secs(1))?;
             continue;
         };
-        if loaded_sha != Some(sha.as_str()) {
-            if let Some((model, engine)) = loaded.take() {
-                tracing::info!(model = %model.name, "unloading");
-                let _ = engine.shutdown(Shutdown::Abort);
-            }
-            let Some(entry) = wanted
-                .entry(&sha, registry)
-                .map_err(|e| WorkerError::Model {
-                    model: format!("sha256:{sha}"),
-                    detail: e.to_string(),
-                })?
-            else {
-                tracing::warn!(sha256 = %sha, "no model here has this SHA-256: its jobs are left for other workers");
-                unavailable.insert(sha);
+        let held = source.model(&sha, &wanted).and_then(|model| match model {
+            Some(model) => source.hold(&model).map(|held| (model, held)),
+            None => Err(HoldError::Unavailable(
+                "no model here has this SHA-256".into(),
+            )),
+        });
+        let (model, held) = match held {
+            Ok(held) => held,
+            Err(HoldError::Fatal(error)) => break Err(error),
+            Err(HoldError::Unavailable(why)) => {
+                tracing::warn!(sha256 = %sha, "its jobs are left for other workers: {why}");
+                unavailable.insert(sha, Instant::now());
                 continue;
-            };
-            let model = ModelIdentity::from(entry);
-            tracing::info!(model = %model.name, sha256 = %model.sha256, "loading");
-            let engine = start_engine(&model)?;
-            loaded = Some((model, engine));
-        }
-        let (model, engine) = loaded.as_ref().expect("a model was loaded");
+            }
+        };
+        last = Some(sha.clone());
         let hand_over = Arc::new(AtomicBool::new(false));
         let turn_plan = WorkerPlan {
-            model_sha256: Some(model.sha256.clone()),
+            model_sha256: Some(sha.clone()),
             follow: false,
             hand_over: Some(Arc::clone(&hand_over)),
             ..plan.clone()
         };
         let turn_started = Instant::now();
         let mut last_look = Instant::now();
-        let mut unavailable_now = unavailable.clone();
-        unavailable_now.remove(&model.sha256);
-        let turn = work_queue(store, engine, &turn_plan, stop, |store| {
+        let turn = work_queue(store, held.as_ref(), &turn_plan, stop, |store| {
             if last_look.elapsed() >= LOOK_EVERY && !hand_over.load(Ordering::Relaxed) {
                 last_look = Instant::now();
-                let wanted = demand(store, plan.jobs.as_deref(), &unavailable_now)?;
-                if should_hand_over(&wanted, &model.sha256, turn_started.elapsed(), switch_after) {
+                let wanted = demand(store, plan.jobs.as_deref(), &skipped)?;
+                if should_hand_over(&wanted, &sha, turn_started.elapsed(), switch_after) {
                     tracing::info!(model = %model.name, "handing the engine over to another model's jobs");
                     hand_over.store(true, Ordering::Relaxed);
                 }
             }
             tick(store)
         });
+        drop(held);
         match turn {
-            Ok(turn) => report.add(&turn),
+            Ok(turn) => {
+                tracing::info!(model = %model.name, completed = turn.completed, released = turn.released, "turn ended");
+                report.add(&turn);
+            }
             Err(error) => break Err(error),
         }
     };
-    if let Some((_, engine)) = loaded {
-        report.engine = engine.stats();
-        if let Err(cortex_engine::EngineError::Died(message)) = engine.shutdown(Shutdown::Abort)
-            && outcome.is_ok()
-        {
-            return Err(WorkerError::EngineDied { message, items: 0 });
+    let finished = source.finish(&mut report);
+    outcome.and(finished).map(|()| report)
+}
+
+/// The source of a worker without a model: the registry's models, one
+/// engine at a time, started by `start` (and shut down when another model's
+/// turn comes).
+pub struct OneModelAtATime<'a, F> {
+    registry: &'a Registry,
+    start: F,
+    loaded: Option<(ModelIdentity, Arc<Engine>)>,
+}
+
+impl<'a, F> OneModelAtATime<'a, F>
+where
+    F: FnMut(&ModelIdentity) -> Result<Engine, WorkerError>,
+{
+    /// Models from `registry`, engines from `start`.
+    pub fn new(registry: &'a Registry, start: F) -> Self {
+        Self {
+            registry,
+            start,
+            loaded: None,
         }
     }
-    outcome.map(|()| report)
+}
+
+impl<F> EngineSource for OneModelAtATime<'_, F>
+where
+    F: FnMut(&ModelIdentity) -> Result<Engine, WorkerError>,
+{
+    type Held = Arc<Engine>;
+
+    fn model(
+        &mut self,
+        sha256: &str,
+        demand: &ModelDemand,
+    ) -> Result<Option<ModelIdentity>, HoldError> {
+        demand
+            .entry(sha256, self.registry)
+            .map(|entry| entry.map(ModelIdentity::from))
+            .map_err(|e| {
+                HoldError::Fatal(WorkerError::Model {
+                    model: format!("sha256:{sha256}"),
+                    detail: e.to_string(),
+                })
+            })
+    }
+
+    fn hold(&mut self, model: &ModelIdentity) -> Result<Arc<Engine>, HoldError> {
+        if let Some((loaded, engine)) = &self.loaded
+            && loaded.sha256 == model.sha256
+        {
+            return Ok(Arc::clone(engine));
+        }
+        if let Some((loaded, engine)) = self.loaded.take() {
+            tracing::info!(model = %loaded.name, "unloading");
+            if let Ok(engine) = Arc::try_unwrap(engine) {
+                let _ = engine.shutdown(Shutdown::Abort);
+            }
+        }
+        tracing::info!(model = %model.name, sha256 = %model.sha256, "loading");
+        let engine = Arc::new((self.start)(model).map_err(HoldError::Fatal)?);
+        self.loaded = Some((model.clone(), Arc::clone(&engine)));
+        Ok(engine)
+    }
+
+    fn finish(&mut self, report: &mut WorkerReport) -> Result<(), WorkerError> {
+        let Some((_, engine)) = self.loaded.take() else {
+            return Ok(());
+        };
+        report.engine = engine.stats();
+        let Ok(engine) = Arc::try_unwrap(engine) else {
+            return Ok(());
+        };
+        match engine.shutdown(Shutdown::Abort) {
+            Err(cortex_engine::EngineError::Died(message)) => {
+                Err(WorkerError::EngineDied { message, items: 0 })
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 impl WorkerReport {
