@@ -323,9 +323,9 @@ impl Config {
         rows.insert(
             at,
             (
-                "db_backend".to_owned(),
+                "db_driver".to_owned(),
                 Database::parse(&self.db.value.to_string_lossy())
-                    .backend()
+                    .driver()
                     .to_owned(),
                 self.db.source.to_string(),
             ),

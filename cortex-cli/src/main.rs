@@ -14,7 +14,7 @@
 //! shared pieces (one-line errors, times, durations, progress bars); exit codes
 //! map from `QueueError` (3 invalid input, 4 no such job, 5 wrong state).
 //!
-//! `worker.rs` turns settings into the library's engine config and worker plan
+//! `work.rs` turns settings into the library's engine config and worker plan
 //! and resolves the model; the loop itself is `cortex-worker`. It exits when no
 //! job in scope can produce work (or waits, with `--follow`). SIGINT/SIGTERM
 //! (signal-hook) set the stop flag: stop claiming, let in-flight items finish for
@@ -37,7 +37,7 @@ mod output;
 mod serve;
 mod settings;
 mod trace;
-mod worker;
+mod work;
 
 use std::process::ExitCode;
 
@@ -50,7 +50,7 @@ use crate::settings::RawValues;
 
 /// Exit code for an error: see `EXIT_CODES`.
 fn exit_code(error: &anyhow::Error) -> u8 {
-    if error.downcast_ref::<worker::Interrupted>().is_some() {
+    if error.downcast_ref::<work::Interrupted>().is_some() {
         return 130;
     }
     match error.downcast_ref::<QueueError>() {

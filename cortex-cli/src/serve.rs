@@ -4,7 +4,7 @@
 use cortex_engine::Engine;
 
 use crate::config::Config;
-use crate::worker::resolve_model;
+use crate::work::resolve_model;
 
 pub(crate) fn serve(config: &Config) -> anyhow::Result<()> {
     let listen = config.listen_address()?;
@@ -37,7 +37,7 @@ pub(crate) fn serve(config: &Config) -> anyhow::Result<()> {
         model.name,
         places.join(" and "),
         config.batch_parallel(parallel),
-        crate::worker::describe_device(&engine)
+        crate::work::describe_device(&engine)
     );
     let starter = {
         let config = config.clone();
@@ -46,7 +46,7 @@ pub(crate) fn serve(config: &Config) -> anyhow::Result<()> {
             eprintln!(
                 "loaded {} on {}",
                 model.name,
-                crate::worker::describe_device(&engine)
+                crate::work::describe_device(&engine)
             );
             Ok(engine)
         })

@@ -173,7 +173,7 @@ fn every_setting_shows_in_the_help_the_file_the_environment_and_config() {
     for key in settings.as_object().unwrap().keys() {
         // Shown, not settings: the backend the database URL names, where
         // pulled models are, the [server.keys] table.
-        if ["db_backend", "model_cache", "server.keys"].contains(&key.as_str()) {
+        if ["db_driver", "model_cache", "server.keys"].contains(&key.as_str()) {
             continue;
         }
         let name = key.trim_start_matches("server.");

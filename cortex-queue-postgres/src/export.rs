@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use cortex_queue::backend::{check_exportable, export_files};
+use cortex_queue::driver::{check_exportable, export_files};
 use cortex_queue::{
     ExportFormat, ExportSummary, ExportedError, ExportedResult, ItemId, JobId, QueueError, Result,
     StoredResult,

@@ -5,7 +5,7 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use cortex_queue::backend::{
+use cortex_queue::driver::{
     WORKER_STOPPED, alone_level, claim_by_rule, compact_response, duration_ms, expand_work_with,
     host_identity, is_gone, this_process,
 };

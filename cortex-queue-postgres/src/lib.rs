@@ -1,5 +1,5 @@
 //! The cortex job queue on PostgreSQL: the same jobs, items, leases and
-//! results as the SQLite backend (`cortex_queue_sqlite::Store`), for a queue that
+//! results as the SQLite driver (`cortex_queue_sqlite::Store`), for a queue that
 //! workers on many hosts share.
 //!
 //! [`PgStore`] implements [`WorkerStore`](cortex_queue::WorkerStore) and
@@ -105,7 +105,7 @@ mod session;
 mod submit;
 mod webhooks;
 // For the conformance suite in the tests crate (a fresh database per test on
-// the test server): behind the `test-support` feature, not the backend's API.
+// the test server): behind the `test-support` feature, not the driver's API.
 #[cfg(feature = "test-support")]
 pub mod testing;
 mod tls;

@@ -4,7 +4,7 @@
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
 
-use cortex_queue::backend::{SubmitTally, compact_work_apart, duration_ms, params_hash};
+use cortex_queue::driver::{SubmitTally, compact_work_apart, duration_ms, params_hash};
 use cortex_queue::{
     ItemSource, JobId, LineError, NewItem, QueueError, Result, SubmitOptions, Submitted,
 };

@@ -1,4 +1,4 @@
-//! The cortex job queue in one SQLite file: the embedded backend of
+//! The cortex job queue in one SQLite file: the embedded driver of
 //! [`cortex_queue`], for one host. It speaks SQL and nothing else: the
 //! types, the traits it implements ([`WorkerStore`], [`JobStore`]), the job
 //! state machine and the rules are the core's; `cortex-queue-postgres` is its
@@ -197,7 +197,7 @@
 //!   `lease_token`; a lost lease is `LeaseLost`. Retryable failures back off
 //!   exponentially until `max_attempts`. Every write settles the job's state with `JobState::settled`, the state
 //!   machine as one pure function of the item counts, tested on its own (the
-//!   PostgreSQL backend calls it too): in_progress → finalizing when
+//!   PostgreSQL driver calls it too): in_progress → finalizing when
 //!   nothing is pending → completed / failed; cancelling → cancelled when
 //!   nothing runs.
 //! - Every write is `BEGIN IMMEDIATE`, retried whole with jitter while another
@@ -230,7 +230,7 @@ use cortex_queue::{Database, QueueOpener};
 
 impl Store {
     /// An opener of the SQLite database at `path`, for callers that take
-    /// any backend (a server opens one connection for its handlers and one
+    /// any driver (a server opens one connection for its handlers and one
     /// for its worker thread).
     pub fn opener(path: impl Into<std::path::PathBuf>) -> QueueOpener {
         let path = path.into();

@@ -1,6 +1,6 @@
 //! Submitting a job in one SQLite transaction.
 
-use cortex_queue::backend::{SubmitTally, compact_work_apart, duration_ms, params_hash};
+use cortex_queue::driver::{SubmitTally, compact_work_apart, duration_ms, params_hash};
 use cortex_queue::{
     ItemSource, JobId, LineError, NewItem, QueueError, Result, SubmitOptions, Submitted, now_ms,
 };

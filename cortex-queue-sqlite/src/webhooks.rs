@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use cortex_queue::backend::duration_ms;
+use cortex_queue::driver::duration_ms;
 use cortex_queue::{
     JobId, Result, WEBHOOK_ATTEMPTS, WebhookEvent, WebhookStore, now_ms, webhook_retry_after,
 };

@@ -172,12 +172,12 @@ pub fn check_exportable(job: &Job, partial: bool) -> Result<()> {
     ))
 }
 
-/// Where a backend hands the rows of one file of an export, in input order.
+/// Where a driver hands the rows of one file of an export, in input order.
 pub type RowSink<'a, T, E> = &'a mut dyn FnMut(T) -> Result<(), E>;
 
-/// A job's export, the same on every backend: its results to `output` and
+/// A job's export, the same on every driver: its results to `output` and
 /// (if asked) its errors to `errors`, each line as `format` renders it, each
-/// file written atomically, and what was written. The backend reads the
+/// file written atomically, and what was written. The driver reads the
 /// rows, from one snapshot, in `results` and `error_rows`: each hands its
 /// rows in input order to the sink it is given, with `reader` (a
 /// transaction, a cursor's connection) passed through to both.

@@ -1,5 +1,5 @@
 //! Leases and what a worker learns and reports under them, with the rules
-//! every backend claims and retries by (suspect groups, backoff).
+//! every driver claims and retries by (suspect groups, backoff).
 
 use std::time::Duration;
 
@@ -153,7 +153,7 @@ impl FailOutcome {
 pub const WORKER_STOPPED: &str =
     "its worker stopped while generating it (crash, kill or lost lease)";
 
-/// The claim rule every backend follows, given the deepest suspect `level`
+/// The claim rule every driver follows, given the deepest suspect `level`
 /// ready to run (if any suspects are allowed and ready): `claim(suspects,
 /// limit)` claims that many normal items or suspects. Suspects come as a
 /// group of `n >> level`; a group of one is a lone run, taken only when

@@ -1,19 +1,19 @@
 //! The cortex job queue's core: what a durable store of batch jobs is,
-//! whatever database holds it. Its backends are sibling crates that only
+//! whatever database holds it. Its drivers are sibling crates that only
 //! speak SQL: `cortex-queue-sqlite` (one file, one host) and
 //! `cortex-queue-postgres` (a queue shared by many hosts). Callers see a
 //! queue through the storage boundary ([`WorkerStore`] for workers,
 //! [`JobStore`] for the CLI and servers; [`Queue`] is both) and open one
 //! with a [`QueueOpener`] for the [`Database`] a user named.
 //!
-//! What is here is the same on every backend:
+//! What is here is the same on every driver:
 //!
 //! - the data that crosses the boundary, typed: a job's parsed input
 //!   ([`ItemSource`] yielding [`NewItem`]s or [`LineError`]s, as the
 //!   wire-format crate `cortex-openai` reads them from JSONL), [`Job`],
 //!   [`JobStatus`], [`ClaimedItem`], [`Lease`], [`ExportedResult`]; the queue
 //!   knows no JSON shapes: it stores requests and responses as data;
-//! - the job state machine ([`JobState::settled`]), which every backend
+//! - the job state machine ([`JobState::settled`]), which every driver
 //!   applies after each write;
 //! - the rules: a bad line rejects the whole input unless
 //!   [`SubmitOptions::skip_invalid`] records it as failed; the same input
@@ -29,22 +29,22 @@
 //! - exports written atomically, each line in the caller's [`ExportFormat`].
 //!
 //! The shared conformance suite (`tests/tests/queue_*.rs`) runs every rule
-//! on both backends.
+//! on both drivers.
 //!
 //! # Design notes
 //!
-//! The queue's core: no database client, only what every backend shares.
-//! `backend.rs` holds the traits every backend implements — `WorkerStore`
+//! The queue's core: no database client, only what every driver shares.
+//! `driver.rs` holds the traits every driver implements — `WorkerStore`
 //! (claim, heartbeat, complete, fail, release, abandon, unregister,
 //! `wait_for_work`) and `JobStore` (submit, job, jobs, status, items, cancel,
 //! resume, retry, export, and what a dashboard reads: `job_page`, `item_page`,
 //! `item`, `completions`, `workers`) — typed data in and out; `Database` (a `--db` value:
 //! path, `sqlite://` or `postgres://` URL, shown without its password) and
-//! `QueueOpener` (opens a connection on any backend, for a server's threads;
-//! each backend makes its own). The rest are the typed data (`jobs`, `lease`,
+//! `QueueOpener` (opens a connection on any driver, for a server's threads;
+//! each driver makes its own). The rest are the typed data (`jobs`, `lease`,
 //! `submit`, `export`, `error`: `LineError` and `InputReport` name every bad
 //! line), the job state machine (`JobState::settled`, in `lib.rs`) and the
-//! pieces backends share, documented under `backend` for a backend's author: stored request and
+//! pieces drivers share, documented under `driver` for a driver's author: stored request and
 //! response forms (`compact`), `claim_by_rule` — which group of suspects or
 //! normal items a claim takes — and `FailOutcome::of` (retry backoff), host and
 //! process identity (`process`), `SubmitTally` (the submit loop's counting and
@@ -53,15 +53,15 @@
 //! `Distribution` computed from a job's `CompletionSample`s, `WorkerInfo`; each
 //! item records the host and pid it last ran on, each result its time to first
 //! token and duration), and
-//! `export_files` (the export loop: each backend hands it the rows of one
+//! `export_files` (the export loop: each driver hands it the rows of one
 //! snapshot; it renders them in the caller's format, writes each file
 //! atomically and returns the summary). The conformance suite lives in the `tests` crate, where
-//! both backends and the wire format are below it
+//! both drivers and the wire format are below it
 //! (`tests/tests/queue_{lifecycle,input,processes,storage}.rs`, helpers in
 //! `queue_common`): every test runs on a `Store` and on a `PgStore` (a fresh
 //! database on `CORTEX_TEST_POSTGRES`), with the same snapshots; the queue's
 //! benchmarks are `cargo bench -p cortex-tests --bench queue` (SQLite at scale)
-//! and `--bench queue_backends` (both side by side).
+//! and `--bench queue_drivers` (both side by side).
 //!
 //! ## Crashes and poison items
 //!
@@ -85,8 +85,8 @@
 
 #![forbid(unsafe_code)]
 
-pub mod backend;
 mod compact;
+pub mod driver;
 mod error;
 mod export;
 mod inspect;
@@ -103,7 +103,7 @@ mod window;
 
 use std::fmt;
 
-pub use backend::{Database, JobStore, Queue, QueueOpener, WorkerStore, redact_password};
+pub use driver::{Database, JobStore, Queue, QueueOpener, WorkerStore, redact_password};
 pub use error::{InputReport, LineError, QueueError};
 pub use export::{ExportFormat, ExportSummary, ExportedError, ExportedResult, StoredResult};
 pub use inspect::{
@@ -225,7 +225,7 @@ impl JobState {
         )
     }
 
-    /// The job state machine, as every storage backend applies it after a
+    /// The job state machine, as every storage driver applies it after a
     /// write: where a job in this state goes given its items' `counts`.
     /// A running job is `in_progress` while any item is pending or running,
     /// then `completed` if something completed (else `failed`), and

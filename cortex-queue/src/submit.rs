@@ -1,5 +1,5 @@
 //! What a job's submission is made of (its parsed lines, its options, what
-//! came of it) and the accounting every backend's submit loop shares.
+//! came of it) and the accounting every driver's submit loop shares.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -131,7 +131,7 @@ pub fn params_hash(options: &SubmitOptions) -> String {
 /// How many bad lines a submit keeps for its message.
 pub const KEEP_ERRORS: usize = 100;
 
-/// The accounting of a submit loop, the same on every backend: items
+/// The accounting of a submit loop, the same on every driver: items
 /// stored, bad lines counted, the bad lines a message names (all of them
 /// when they reject the input, the first [`KEEP_ERRORS`] when they are
 /// recorded as failed), and whether the input is accepted at all.
@@ -160,7 +160,7 @@ impl SubmitTally {
     }
 
     /// Counts a bad line. Returns it when the job keeps its bad lines
-    /// ([`SubmitOptions::skip_invalid`]), for the backend to record as failed.
+    /// ([`SubmitOptions::skip_invalid`]), for the driver to record as failed.
     pub fn bad_line(&mut self, error: LineError) -> Option<LineError> {
         self.invalid += 1;
         if !self.skip_invalid {
@@ -175,7 +175,7 @@ impl SubmitTally {
 
     /// Once every line is in: the job's `(lines, invalid)` counts, or the
     /// report that rejects the whole input (no valid line, or bad lines
-    /// without `skip_invalid`), after which the backend rolls back.
+    /// without `skip_invalid`), after which the driver rolls back.
     pub fn accepted(&mut self, source_name: &str) -> Result<(u64, u64)> {
         let lines = self.items + self.invalid;
         if self.items == 0 || (self.invalid > 0 && !self.skip_invalid) {

@@ -90,7 +90,7 @@
 //!   served model's name filled in, made once at start. Schemathesis checks
 //!   the server against it (`tests/tests/schemathesis.rs`): a route or a
 //!   status added without its description fails there.
-//! - `worker`: a thread running `cortex_worker::work_in_turns` (the same
+//! - `queue_worker`: a thread running `cortex_worker::work_in_turns` (the same
 //!   rotation as `cortex worker` without a model) over the model pool, with
 //!   `WorkerPlan::parallel` at `batch_parallel`, or an eighth of it while
 //!   any online request is in flight (`AppState::online_id` sets it: every
@@ -182,12 +182,12 @@ mod metrics;
 mod ollama;
 mod online;
 mod openapi;
+mod queue_worker;
 mod routes;
 mod shutdown;
 mod state;
 mod stream;
 mod system;
-mod worker;
 
 use std::sync::Arc;
 

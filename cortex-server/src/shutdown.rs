@@ -12,7 +12,7 @@ use tokio::sync::Semaphore;
 
 use crate::files::Pruned;
 use crate::state::AppState;
-use crate::{ServerError, listen, routes, worker};
+use crate::{ServerError, listen, queue_worker, routes};
 
 /// Resolves on the first SIGINT or SIGTERM; a second one exits at once.
 async fn stop_signal() {
@@ -83,7 +83,7 @@ pub(crate) async fn run(state: Arc<AppState>) -> Result<(), ServerError> {
         Some(path) => Some((listen::bind_unix_socket(path)?, path.clone())),
         None => None,
     };
-    let worker = worker::spawn(Arc::clone(&state)).map_err(|source| ServerError::Io {
+    let worker = queue_worker::spawn(Arc::clone(&state)).map_err(|source| ServerError::Io {
         context: "cannot start the queue worker".into(),
         source,
     })?;

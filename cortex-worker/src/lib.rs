@@ -60,7 +60,7 @@
 //! (`HoldError::Unavailable`) is left out for a minute. `pool.rs`:
 //! `ModelPool`, the loaded models of a server (load on demand, keep-alive,
 //! a memory budget, least recently used out first), with its own
-//! `PoolError` that the server maps to HTTP. `worker.rs`: `run_worker(store,
+//! `PoolError` that the server maps to HTTP. `queue_loop.rs`: `run_worker(store,
 //! engine, plan, stop, tick)` claims as many items as the engine has free
 //! slots (`available_slots`; suspects only into an idle engine, and then
 //! nothing more until they finish), submits them on one event channel, writes
@@ -80,15 +80,15 @@
 
 mod model;
 mod pool;
+mod queue_loop;
 mod rotation;
-mod worker;
 
 pub use model::{ModelIdentity, identify, jobs_needing, model_defaults, resolve};
 pub use pool::{
     EngineStarter, KeepAlive, LoadedModel, ModelPool, ModelUse, PoolError, PoolLimits, Running,
 };
+pub use queue_loop::{WorkerPlan, WorkerReport, run_worker, work_queue};
 pub use rotation::{EngineSource, HoldError, ModelDemand, OneModelAtATime, work_in_turns};
-pub use worker::{WorkerPlan, WorkerReport, run_worker, work_queue};
 
 /// Why a worker could not go on.
 #[derive(Debug, thiserror::Error)]

@@ -2,9 +2,9 @@
 package (the reference implementation of the scheme OpenAI signs its
 webhooks with) and logs it.
 
-Usage: webhook_receiver.py SECRET PORT_FILE LOG FAIL_FIRST
+Usage: webhook_receiver.py SECRET PORT_FILE LOG FAIL_FIRST [PORT]
 
-Listens on 127.0.0.1 (a free port, written to PORT_FILE), answers 500 to the
+Listens on 127.0.0.1 (PORT, else a free port; written to PORT_FILE), answers 500 to the
 first FAIL_FIRST attempts of each event and 200 after, and appends one JSON
 line per attempt to LOG: the event id, its body, whether the signature
 verified, and the status answered. Runs until killed.
@@ -17,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 secret, port_file, log_path, fail_first = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+port = int(sys.argv[5]) if len(sys.argv) > 5 else 0
 webhook = Webhook(secret)
 attempts = {}
 
@@ -44,7 +45,7 @@ class Receiver(BaseHTTPRequestHandler):
         pass
 
 
-server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+server = ThreadingHTTPServer(("127.0.0.1", port), Receiver)
 with open(port_file + ".tmp", "w") as f:
     f.write(str(server.server_address[1]))
 import os  # noqa: E402

@@ -9,7 +9,7 @@ use cortex_queue::{
     ItemQuery, ItemState, JobDefaults, JobFilter, JobState, QueueError, SubmitOptions,
 };
 use cortex_request::{ChatMessage, Prompt};
-use queue_common::Backend;
+use queue_common::Driver;
 
 /// One file with every defect DESIGN.md lists, around good lines (a BOM on
 /// the first, a CRLF ending on the second) that must survive.
@@ -43,7 +43,7 @@ fn every_bad_line() -> Vec<u8> {
     bytes
 }
 
-fn all_or_nothing_reports_every_bad_line_and_stores_nothing(b: &Backend) {
+fn all_or_nothing_reports_every_bad_line_and_stores_nothing(b: &Driver) {
     let dir = &b.dir;
     let mut store = b.open();
     let before = queue_common::write_prompts(dir.path(), "good.jsonl", 3);
@@ -59,7 +59,7 @@ fn all_or_nothing_reports_every_bad_line_and_stores_nothing(b: &Backend) {
         )
         .unwrap_err();
     assert_eq!(error.code(), "invalid_input");
-    // One snapshot per backend, with the same content: the report does not depend on the store.
+    // One snapshot per driver, with the same content: the report does not depend on the store.
     insta::with_settings!({ snapshot_suffix => b.name() }, {
         insta::assert_snapshot!(error.to_string());
     });
@@ -72,7 +72,7 @@ fn all_or_nothing_reports_every_bad_line_and_stores_nothing(b: &Backend) {
     b.check();
 }
 
-fn skip_invalid_keeps_good_lines_and_records_bad_ones_as_failed(b: &Backend) {
+fn skip_invalid_keeps_good_lines_and_records_bad_ones_as_failed(b: &Driver) {
     let dir = &b.dir;
     let mut store = b.open();
     let options = SubmitOptions {
@@ -218,7 +218,7 @@ fn both_formats_parse_with_their_fields_and_job_defaults() {
     assert_eq!(r.stop.stop_token_ids, [2]);
 }
 
-fn empty_and_blank_files_are_rejected(b: &Backend) {
+fn empty_and_blank_files_are_rejected(b: &Driver) {
     let dir = &b.dir;
     let mut store = b.open();
     for (name, text) in [("empty.jsonl", ""), ("blank.jsonl", "\n  \r\n\n")] {
@@ -238,7 +238,7 @@ fn empty_and_blank_files_are_rejected(b: &Backend) {
     assert!(store.jobs(&JobFilter::default()).unwrap().is_empty());
 }
 
-fn the_same_file_and_parameters_twice_is_reported_unless_forced(b: &Backend) {
+fn the_same_file_and_parameters_twice_is_reported_unless_forced(b: &Driver) {
     let dir = &b.dir;
     let mut store = b.open();
     let file = queue_common::write_prompts(dir.path(), "p.jsonl", 4);
@@ -274,7 +274,7 @@ fn the_same_file_and_parameters_twice_is_reported_unless_forced(b: &Backend) {
     assert_eq!(store.jobs(&JobFilter::default()).unwrap().len(), 3);
 }
 
-fn a_job_records_its_source_model_defaults_and_metadata(b: &Backend) {
+fn a_job_records_its_source_model_defaults_and_metadata(b: &Driver) {
     let dir = &b.dir;
     let mut store = b.open();
     let file = queue_common::write_prompts(dir.path(), "p.jsonl", 2);
@@ -308,7 +308,7 @@ fn a_job_records_its_source_model_defaults_and_metadata(b: &Backend) {
     assert!(store.jobs(&filter).unwrap().is_empty());
 }
 
-fn a_jobs_shared_grammar_is_stored_once_and_comes_back_with_each_item(b: &Backend) {
+fn a_jobs_shared_grammar_is_stored_once_and_comes_back_with_each_item(b: &Driver) {
     let dir = &b.dir;
     let mut store = b.open();
     let schema = r#"{"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}}, "required": ["name", "age"]}"#;
@@ -343,7 +343,7 @@ fn a_jobs_shared_grammar_is_stored_once_and_comes_back_with_each_item(b: &Backen
     );
 }
 
-on_both_backends!(
+on_both_drivers!(
     all_or_nothing_reports_every_bad_line_and_stores_nothing,
     skip_invalid_keeps_good_lines_and_records_bad_ones_as_failed,
     empty_and_blank_files_are_rejected,

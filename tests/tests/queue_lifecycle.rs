@@ -13,7 +13,7 @@ use cortex_queue::{
     BATCH_EXPIRED, ClaimOptions, CompletionWindow, FailOutcome, ItemFailure, ItemQuery, ItemState,
     JobFilter, JobState, LeaseStatus, Queue, QueueError, SubmitOptions,
 };
-use queue_common::{Backend, RetryTimings, response_for, submit_prompts, write_prompts};
+use queue_common::{Driver, RetryTimings, response_for, submit_prompts, write_prompts};
 
 fn lease(ms: u64) -> ClaimOptions {
     ClaimOptions {
@@ -24,13 +24,13 @@ fn lease(ms: u64) -> ClaimOptions {
 
 fn failure(retryable: bool) -> ItemFailure {
     ItemFailure {
-        code: "backend".into(),
+        code: "driver".into(),
         message: "decode failed".into(),
         retryable,
     }
 }
 
-fn a_job_runs_to_completion_and_exports_openai_batch_output_in_input_order(b: &Backend) {
+fn a_job_runs_to_completion_and_exports_openai_batch_output_in_input_order(b: &Driver) {
     let dir = &b.dir;
     let mut store = b.open();
     let job = store
@@ -115,7 +115,7 @@ fn a_job_runs_to_completion_and_exports_openai_batch_output_in_input_order(b: &B
     assert!(names.iter().all(|n| !n.ends_with(".tmp")), "{names:?}");
 }
 
-fn a_lost_lease_cannot_heartbeat_or_write_and_the_new_holder_wins(b: &Backend) {
+fn a_lost_lease_cannot_heartbeat_or_write_and_the_new_holder_wins(b: &Driver) {
     let dir = &b.dir;
     let mut zombie = b.open();
     let mut other = b.open();
@@ -176,7 +176,7 @@ fn a_lost_lease_cannot_heartbeat_or_write_and_the_new_holder_wins(b: &Backend) {
     b.check();
 }
 
-fn heartbeats_keep_a_lease_alive(b: &Backend) {
+fn heartbeats_keep_a_lease_alive(b: &Driver) {
     let dir = &b.dir;
     let mut worker = b.open();
     let mut thief = b.open();
@@ -198,7 +198,7 @@ fn heartbeats_keep_a_lease_alive(b: &Backend) {
     worker.complete(&held.lease, &response_for(&held)).unwrap();
 }
 
-fn retryable_failures_back_off_until_max_attempts_then_fail_with_the_last_error(b: &Backend) {
+fn retryable_failures_back_off_until_max_attempts_then_fail_with_the_last_error(b: &Driver) {
     let dir = &b.dir;
     let mut store = b.open_fast();
     let options = SubmitOptions {
@@ -243,7 +243,7 @@ fn retryable_failures_back_off_until_max_attempts_then_fail_with_the_last_error(
     let item = &store.items(job).unwrap()[0];
     assert_eq!(
         (item.error_code.as_deref(), item.error_message.as_deref()),
-        (Some("backend"), Some("decode failed"))
+        (Some("driver"), Some("decode failed"))
     );
 
     // Retry gives it fresh attempts.
@@ -257,7 +257,7 @@ fn retryable_failures_back_off_until_max_attempts_then_fail_with_the_last_error(
     assert_eq!(store.job(job).unwrap().state, JobState::Completed);
 }
 
-fn a_non_retryable_failure_fails_at_once_and_is_exported_as_an_error(b: &Backend) {
+fn a_non_retryable_failure_fails_at_once_and_is_exported_as_an_error(b: &Driver) {
     let dir = &b.dir;
     let mut store = b.open();
     let job = submit_prompts(store.as_mut(), dir.path(), "p.jsonl", 2);
@@ -292,7 +292,7 @@ fn a_non_retryable_failure_fails_at_once_and_is_exported_as_an_error(b: &Backend
 /// the rest (waiting or running) fails `batch_expired`, a running item's
 /// lease is gone (its heartbeat says so and its result is refused), and
 /// nothing more is claimed. Resuming runs the rest without a window.
-fn a_job_past_its_window_expires_keeping_what_finished(b: &Backend) {
+fn a_job_past_its_window_expires_keeping_what_finished(b: &Driver) {
     let dir = &b.dir;
     let mut store = b.open();
     let options = SubmitOptions {
@@ -358,7 +358,7 @@ fn a_job_past_its_window_expires_keeping_what_finished(b: &Backend) {
 /// A job that names a URL has an event in the outbox the moment it ends
 /// (in the same transaction), one per ending; deliverers take due events
 /// under a lease, and a failed attempt is tried again after a backoff.
-fn a_job_that_ends_has_its_webhook_event_in_the_outbox_until_delivered(b: &Backend) {
+fn a_job_that_ends_has_its_webhook_event_in_the_outbox_until_delivered(b: &Driver) {
     let dir = &b.dir;
     let mut store = b.open();
     let notify = |name: &str| SubmitOptions {
@@ -450,7 +450,7 @@ fn a_job_that_ends_has_its_webhook_event_in_the_outbox_until_delivered(b: &Backe
     assert_eq!(kinds, ["batch.cancelled", "batch.expired"]);
 }
 
-fn a_lone_poison_item_is_charged_only_for_deaths_while_alone(b: &Backend) {
+fn a_lone_poison_item_is_charged_only_for_deaths_while_alone(b: &Driver) {
     let dir = &b.dir;
     let mut store = b.open_fast();
     let options = SubmitOptions {
@@ -484,7 +484,7 @@ fn a_lone_poison_item_is_charged_only_for_deaths_while_alone(b: &Backend) {
     assert_eq!(store.job(job).unwrap().state, JobState::Failed);
 }
 
-fn lone_suspects_take_turns_and_wait_for_a_workers_later_claim(b: &Backend) {
+fn lone_suspects_take_turns_and_wait_for_a_workers_later_claim(b: &Driver) {
     let dir = &b.dir;
     let mut store = b.open_fast();
     let options = SubmitOptions {
@@ -540,7 +540,7 @@ fn lone_suspects_take_turns_and_wait_for_a_workers_later_claim(b: &Backend) {
     assert_eq!(store.job(job).unwrap().state, JobState::Completed);
 }
 
-fn a_lone_suspect_whose_worker_died_waits_before_it_runs_alone_again(b: &Backend) {
+fn a_lone_suspect_whose_worker_died_waits_before_it_runs_alone_again(b: &Driver) {
     let dir = &b.dir;
     let mut store = b.open_timed(RetryTimings {
         lone_retry: Duration::from_millis(400),
@@ -589,7 +589,7 @@ fn work_with_poison(store: &mut dyn Queue, parallel: usize, poison: &str) -> usi
     }
 }
 
-fn a_poison_item_among_others_fails_alone_and_costs_the_others_no_attempts(b: &Backend) {
+fn a_poison_item_among_others_fails_alone_and_costs_the_others_no_attempts(b: &Driver) {
     let dir = &b.dir;
     let mut store = b.open_fast();
     let options = SubmitOptions {
@@ -622,7 +622,7 @@ fn a_poison_item_among_others_fails_alone_and_costs_the_others_no_attempts(b: &B
 }
 
 fn cancel_stops_pending_items_at_once_and_running_ones_at_their_heartbeat_then_resume_finishes(
-    b: &Backend,
+    b: &Driver,
 ) {
     let dir = &b.dir;
     let mut store = b.open();
@@ -701,7 +701,7 @@ fn cancel_stops_pending_items_at_once_and_running_ones_at_their_heartbeat_then_r
     b.check();
 }
 
-fn released_items_are_pending_again_without_using_an_attempt(b: &Backend) {
+fn released_items_are_pending_again_without_using_an_attempt(b: &Driver) {
     let dir = &b.dir;
     let mut store = b.open();
     let job = submit_prompts(store.as_mut(), dir.path(), "p.jsonl", 2);
@@ -718,7 +718,7 @@ fn released_items_are_pending_again_without_using_an_attempt(b: &Backend) {
     assert!(again.iter().all(|c| c.attempt == 1 && c.lease.token == 2));
 }
 
-fn higher_priority_jobs_are_claimed_first_and_claims_can_be_limited_to_jobs(b: &Backend) {
+fn higher_priority_jobs_are_claimed_first_and_claims_can_be_limited_to_jobs(b: &Driver) {
     let dir = &b.dir;
     let mut store = b.open();
     let low = submit_prompts(store.as_mut(), dir.path(), "low.jsonl", 2);
@@ -757,7 +757,7 @@ fn higher_priority_jobs_are_claimed_first_and_claims_can_be_limited_to_jobs(b: &
     );
 }
 
-fn jobs_belong_to_a_project_and_list_by_it(b: &Backend) {
+fn jobs_belong_to_a_project_and_list_by_it(b: &Driver) {
     let dir = &b.dir;
     let mut store = b.open();
     let plain = submit_prompts(store.as_mut(), dir.path(), "plain.jsonl", 1);
@@ -795,7 +795,7 @@ fn jobs_belong_to_a_project_and_list_by_it(b: &Backend) {
     assert_eq!(store.jobs(&JobFilter::default()).unwrap().len(), 3);
 }
 
-fn export_refuses_a_running_job_unless_partial_and_never_leaves_half_a_file(b: &Backend) {
+fn export_refuses_a_running_job_unless_partial_and_never_leaves_half_a_file(b: &Driver) {
     let dir = &b.dir;
     let mut store = b.open();
     let job = submit_prompts(store.as_mut(), dir.path(), "p.jsonl", 3);
@@ -847,7 +847,7 @@ fn export_refuses_a_running_job_unless_partial_and_never_leaves_half_a_file(b: &
     ));
 }
 
-fn status_reports_throughput_and_an_eta_while_running(b: &Backend) {
+fn status_reports_throughput_and_an_eta_while_running(b: &Driver) {
     let dir = &b.dir;
     let mut store = b.open();
     let job = submit_prompts(store.as_mut(), dir.path(), "p.jsonl", 10);
@@ -869,7 +869,7 @@ fn status_reports_throughput_and_an_eta_while_running(b: &Backend) {
 /// A job's status counts tokens as running items report them, not only
 /// when items finish; a report under a lease no longer held counts nothing,
 /// and a new claim starts the item's count again.
-fn status_counts_the_tokens_of_running_items_as_they_are_reported(b: &Backend) {
+fn status_counts_the_tokens_of_running_items_as_they_are_reported(b: &Driver) {
     let dir = &b.dir;
     let mut store = b.open();
     let job = submit_prompts(store.as_mut(), dir.path(), "p.jsonl", 4);
@@ -925,7 +925,7 @@ fn status_counts_the_tokens_of_running_items_as_they_are_reported(b: &Backend) {
 /// What a dashboard reads: pages of items filtered by state and `custom_id`,
 /// one item whole (with where it ran), the latencies of results, and the
 /// workers with their heartbeat and items in flight.
-fn items_page_and_inspect_with_their_runs_and_latencies(b: &Backend) {
+fn items_page_and_inspect_with_their_runs_and_latencies(b: &Driver) {
     let dir = &b.dir;
     let mut store = b.open_fast();
     let job = submit_prompts(store.as_mut(), dir.path(), "p.jsonl", 12);
@@ -1005,7 +1005,7 @@ fn items_page_and_inspect_with_their_runs_and_latencies(b: &Backend) {
         "{response}"
     );
     let lost = store.item(job, 2).unwrap();
-    assert_eq!(lost.record.error_code.as_deref(), Some("backend"));
+    assert_eq!(lost.record.error_code.as_deref(), Some("driver"));
     assert!(lost.response.is_none() && lost.record.ran_by.is_some());
     assert!(matches!(
         store.item(job, 99),
@@ -1029,7 +1029,7 @@ fn items_page_and_inspect_with_their_runs_and_latencies(b: &Backend) {
 
 /// A page of jobs: filtered by model (and state) in the query, counted in
 /// all, with every model of the project to choose from.
-fn job_pages_filter_by_model_and_count_every_match(b: &Backend) {
+fn job_pages_filter_by_model_and_count_every_match(b: &Driver) {
     let dir = &b.dir;
     let mut store = b.open();
     let mut submit = |name: &str, model: &str, project: &str| {
@@ -1083,7 +1083,7 @@ fn job_pages_filter_by_model_and_count_every_match(b: &Backend) {
     assert_eq!(done.models.len(), 3, "{:?}", done.models);
 }
 
-on_both_backends!(
+on_both_drivers!(
     a_job_runs_to_completion_and_exports_openai_batch_output_in_input_order,
     a_lost_lease_cannot_heartbeat_or_write_and_the_new_holder_wins,
     heartbeats_keep_a_lease_alive,

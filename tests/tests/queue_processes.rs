@@ -19,7 +19,7 @@ use cortex_openai::{ExportJsonl, SubmitJsonl};
 use cortex_queue::{
     ClaimOptions, ItemState, JobId, JobState, LeaseStatus, Queue, QueueError, SubmitOptions,
 };
-use queue_common::{Backend, open_location, response_for, submit_prompts, write_prompts};
+use queue_common::{Driver, open_location, response_for, submit_prompts, write_prompts};
 
 const ROLE: &str = "CHILD_ROLE";
 const DB: &str = "CHILD_DB";
@@ -145,7 +145,7 @@ fn wait_for_line(child: &mut Child, prefix: &str) -> String {
 }
 
 /// Every item of the job has exactly one result, and the export says the same.
-fn assert_exactly_one_result_each(b: &Backend, store: &mut dyn Queue, job: JobId, items: usize) {
+fn assert_exactly_one_result_each(b: &Driver, store: &mut dyn Queue, job: JobId, items: usize) {
     let dir = b.path();
     let records = store.items(job).unwrap();
     assert_eq!(records.len(), items);
@@ -177,7 +177,7 @@ fn assert_exactly_one_result_each(b: &Backend, store: &mut dyn Queue, job: JobId
     b.check();
 }
 
-fn four_worker_processes_share_a_job_and_no_item_is_claimed_twice(b: &Backend) {
+fn four_worker_processes_share_a_job_and_no_item_is_claimed_twice(b: &Driver) {
     let dir = &b.dir;
     let db = b.location();
     let mut store = b.open();
@@ -202,7 +202,7 @@ fn four_worker_processes_share_a_job_and_no_item_is_claimed_twice(b: &Backend) {
     );
 }
 
-fn kill_9_at_every_failpoint_loses_nothing_and_records_each_result_once(b: &Backend) {
+fn kill_9_at_every_failpoint_loses_nothing_and_records_each_result_once(b: &Driver) {
     let dir = &b.dir;
     let db = b.location();
     let mut store = b.open();
@@ -275,7 +275,7 @@ fn kill_9_at_every_failpoint_loses_nothing_and_records_each_result_once(b: &Back
     }
 }
 
-fn a_dead_workers_leases_are_reclaimed_at_once(b: &Backend) {
+fn a_dead_workers_leases_are_reclaimed_at_once(b: &Driver) {
     let dir = &b.dir;
     let db = b.location();
     let mut store = b.open();
@@ -309,7 +309,7 @@ fn a_dead_workers_leases_are_reclaimed_at_once(b: &Backend) {
     assert_exactly_one_result_each(b, store.as_mut(), job, 5);
 }
 
-fn a_stopped_zombie_worker_cannot_heartbeat_or_write_its_stale_result(b: &Backend) {
+fn a_stopped_zombie_worker_cannot_heartbeat_or_write_its_stale_result(b: &Driver) {
     let dir = &b.dir;
     let db = b.location();
     let mut store = b.open();
@@ -356,7 +356,7 @@ fn a_stopped_zombie_worker_cannot_heartbeat_or_write_its_stale_result(b: &Backen
     assert!(output.contains("answer to item-0") && !output.contains("zombie"));
 }
 
-on_both_backends!(
+on_both_drivers!(
     four_worker_processes_share_a_job_and_no_item_is_claimed_twice,
     kill_9_at_every_failpoint_loses_nothing_and_records_each_result_once,
     a_dead_workers_leases_are_reclaimed_at_once,

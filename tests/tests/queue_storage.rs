@@ -42,7 +42,7 @@ fn make_version_1_database(path: &Path) {
     conn.execute_batch(
         "INSERT INTO results (item_id, job_id, attempt, body, prompt_tokens, completion_tokens, completed_at)
          VALUES (1, 1, 1, '{\"object\":\"chat.completion\",\"choices\":[]}', 5, 2, 1003);
-         UPDATE items SET error_code = 'backend', error_message = 'old failure' WHERE id = 3;
+         UPDATE items SET error_code = 'driver', error_message = 'old failure' WHERE id = 3;
          PRAGMA user_version = 1;",
     )
     .unwrap();

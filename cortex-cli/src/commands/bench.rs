@@ -5,7 +5,7 @@ use cortex_engine::bench::{self, ReportPlan};
 use crate::cli::BenchArgs;
 use crate::config::Config;
 use crate::output;
-use crate::worker::resolve_model;
+use crate::work::resolve_model;
 
 pub(crate) fn bench(config: &Config, args: &BenchArgs) -> anyhow::Result<()> {
     let model = resolve_model(config)?;

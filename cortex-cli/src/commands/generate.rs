@@ -11,7 +11,7 @@ use cortex_request::{ChatMessage, Prompt, Request, RequestId};
 use crate::cli::GenerateArgs;
 use crate::config::Config;
 use crate::settings::Source;
-use crate::worker::resolve_model;
+use crate::work::resolve_model;
 
 /// The grammar `generate` constrains its output with, from `--json-schema`
 /// or `--grammar`, checked before the model loads.

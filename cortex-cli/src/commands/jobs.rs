@@ -11,7 +11,7 @@ use crate::cli::SubmitArgs;
 use crate::config::Config;
 use crate::output;
 use crate::settings::Source;
-use crate::worker::identify_model;
+use crate::work::identify_model;
 
 fn submit_options(config: &Config, args: &SubmitArgs) -> anyhow::Result<SubmitOptions> {
     let model = identify_model(config)?;

@@ -13,7 +13,7 @@ use super::open_store;
 use crate::cli::RunArgs;
 use crate::config::Config;
 use crate::output;
-use crate::worker::{
+use crate::work::{
     Interrupted, StopFlag, WEBHOOK_GRACE, WorkerScope, resolve_model, run_worker, start_deliveries,
 };
 

@@ -7,7 +7,7 @@ use super::open_store;
 use crate::cli::WorkerArgs;
 use crate::config::Config;
 use crate::output::outln;
-use crate::worker::{
+use crate::work::{
     StopFlag, WEBHOOK_GRACE, WorkerScope, resolve_model, run_every_model, run_worker,
     start_deliveries,
 };

@@ -101,27 +101,27 @@ impl RetryTimings {
     }
 }
 
-/// One queue backend under test: a SQLite file in a temporary directory,
+/// One queue driver under test: a SQLite file in a temporary directory,
 /// or a fresh database on the PostgreSQL server `CORTEX_TEST_POSTGRES` names.
-pub struct Backend {
+pub struct Driver {
     /// Scratch space (the SQLite file, inputs, exports).
     pub dir: tempfile::TempDir,
     /// The PostgreSQL database's URL; `None` for SQLite.
     pub url: Option<String>,
 }
 
-impl Backend {
+impl Driver {
     /// A SQLite file.
-    pub fn sqlite() -> Backend {
-        Backend {
+    pub fn sqlite() -> Driver {
+        Driver {
             dir: tempfile::tempdir().unwrap(),
             url: None,
         }
     }
 
     /// A fresh PostgreSQL database, if a test server is configured.
-    pub fn postgres(hint: &str) -> Option<Backend> {
-        Some(Backend {
+    pub fn postgres(hint: &str) -> Option<Driver> {
+        Some(Driver {
             url: Some(cortex_queue_postgres::testing::fresh_database(hint)?),
             dir: tempfile::tempdir().unwrap(),
         })
@@ -189,7 +189,7 @@ impl Backend {
         }
     }
 
-    /// The backend's own consistency check: SQLite's integrity and foreign
+    /// The driver's own consistency check: SQLite's integrity and foreign
     /// keys; PostgreSQL's per-job counters against the items themselves.
     pub fn check(&self) {
         match &self.url {
@@ -202,30 +202,30 @@ impl Backend {
     }
 }
 
-/// Runs each named test (a `fn(&Backend)`) on SQLite and on PostgreSQL.
+/// Runs each named test (a `fn(&Driver)`) on SQLite and on PostgreSQL.
 #[macro_export]
-macro_rules! on_both_backends {
+macro_rules! on_both_drivers {
     ($($name:ident),* $(,)?) => {
         mod sqlite {
             $(#[test]
             fn $name() {
-                super::$name(&$crate::queue_common::Backend::sqlite());
+                super::$name(&$crate::queue_common::Driver::sqlite());
             })*
         }
         mod postgres {
             $(#[test]
             fn $name() {
-                if let Some(backend) = $crate::queue_common::Backend::postgres(stringify!($name)) {
-                    super::$name(&backend);
+                if let Some(driver) = $crate::queue_common::Driver::postgres(stringify!($name)) {
+                    super::$name(&driver);
                 }
             })*
         }
     };
 }
 
-/// Two numbers the backend's own SQL gives (`rusqlite` for SQLite, `psql`
+/// Two numbers the driver's own SQL gives (`rusqlite` for SQLite, `psql`
 /// for PostgreSQL): for tests that look at how data is stored.
-pub fn sql_pair(b: &Backend, first: &str, second: &str) -> (i64, i64) {
+pub fn sql_pair(b: &Driver, first: &str, second: &str) -> (i64, i64) {
     let one = |sql: &str| -> i64 {
         match &b.url {
             None => rusqlite::Connection::open(b.dir.path().join("q.db"))

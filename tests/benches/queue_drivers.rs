@@ -1,10 +1,10 @@
-//! The queue's two backends side by side, no model (a fake generation):
+//! The queue's two drivers side by side, no model (a fake generation):
 //! submit lines/s, claim+complete items/s with 1, 4 and 16 concurrent
 //! claimers, and status latency on a big job. Prints a table; asserts nothing.
 //!
 //! ```text
 //! CORTEX_BENCH_POSTGRES=postgres://cortex:cortex@127.0.0.1:55432/cortex \
-//!     cargo bench -p cortex-tests --bench queue_backends
+//!     cargo bench -p cortex-tests --bench queue_drivers
 //! ```
 //!
 //! `CORTEX_BENCH_SIZES` (default `100000,1000000`) sets the submit sizes
@@ -79,21 +79,21 @@ fn answer(id: RequestId) -> Response {
     }
 }
 
-/// How to open one backend's connections for a run.
+/// How to open one driver's connections for a run.
 #[derive(Clone)]
-enum Backend {
+enum Driver {
     /// A SQLite file.
     Sqlite(std::path::PathBuf),
     /// A database URL, and the server's (to make fresh databases).
     Postgres(String, String),
 }
 
-impl Backend {
+impl Driver {
     /// An empty queue of the same kind, named `name`.
-    fn fresh(&self, name: &str) -> Backend {
+    fn fresh(&self, name: &str) -> Driver {
         match self {
-            Backend::Sqlite(path) => Backend::Sqlite(path.with_file_name(format!("{name}.db"))),
-            Backend::Postgres(_, server) => Backend::Postgres(
+            Driver::Sqlite(path) => Driver::Sqlite(path.with_file_name(format!("{name}.db"))),
+            Driver::Postgres(_, server) => Driver::Postgres(
                 PgStore::create_database(server, name).unwrap(),
                 server.clone(),
             ),
@@ -102,15 +102,15 @@ impl Backend {
 
     fn name(&self) -> &'static str {
         match self {
-            Backend::Sqlite(_) => "sqlite",
-            Backend::Postgres(..) => "postgres",
+            Driver::Sqlite(_) => "sqlite",
+            Driver::Postgres(..) => "postgres",
         }
     }
 
     fn open(&self) -> Box<dyn Queue> {
         match self {
             // The worker's setting: commits survive a crash of the process.
-            Backend::Sqlite(path) => Box::new(
+            Driver::Sqlite(path) => Box::new(
                 Store::open_with(
                     path,
                     StoreConfig {
@@ -120,7 +120,7 @@ impl Backend {
                 )
                 .unwrap(),
             ),
-            Backend::Postgres(url, _) => Box::new(PgStore::connect(url).unwrap()),
+            Driver::Postgres(url, _) => Box::new(PgStore::connect(url).unwrap()),
         }
     }
 }
@@ -129,8 +129,8 @@ fn env_or(name: &str, default: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| default.to_owned())
 }
 
-fn submit(backend: &Backend, n: u64, tag: &str) -> (JobId, Duration) {
-    let mut queue = backend.open();
+fn submit(driver: &Driver, n: u64, tag: &str) -> (JobId, Duration) {
+    let mut queue = driver.open();
     let started = Instant::now();
     let mut options = SubmitOptions::new("bench");
     options.force = true;
@@ -152,7 +152,7 @@ fn submit(backend: &Backend, n: u64, tag: &str) -> (JobId, Duration) {
 /// `claimers` threads claiming `batch` at a time and completing at once
 /// until `items` of `job` are done (or it has none left); items per second.
 fn claim_and_complete(
-    backend: &Backend,
+    driver: &Driver,
     job: Option<JobId>,
     items: u64,
     claimers: usize,
@@ -163,7 +163,7 @@ fn claim_and_complete(
     std::thread::scope(|scope| {
         for _ in 0..claimers {
             scope.spawn(|| {
-                let mut queue = backend.open();
+                let mut queue = driver.open();
                 let options = ClaimOptions {
                     jobs: job.map(|job| vec![job]),
                     ..ClaimOptions::default()
@@ -201,21 +201,21 @@ fn main() {
     let claim_items: u64 = env_or("CORTEX_BENCH_CLAIM_ITEMS", "20000").parse().unwrap();
     let batch: usize = env_or("CORTEX_BENCH_BATCH", "16").parse().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let mut backends = vec![Backend::Sqlite(dir.path().join("bench.db"))];
+    let mut drivers = vec![Driver::Sqlite(dir.path().join("bench.db"))];
     match std::env::var("CORTEX_BENCH_POSTGRES") {
         Ok(server) if !server.is_empty() => {
             let url = PgStore::create_database(&server, "cortex_bench").unwrap();
-            backends.push(Backend::Postgres(url, server));
+            drivers.push(Driver::Postgres(url, server));
         }
         _ => eprintln!("CORTEX_BENCH_POSTGRES not set: SQLite only"),
     }
-    println!("| backend | measure | figure |");
+    println!("| driver | measure | figure |");
     println!("|---|---|---|");
-    for backend in &backends {
-        let name = backend.name();
+    for driver in &drivers {
+        let name = driver.name();
         let mut largest = None;
         for &n in &sizes {
-            let (job, took) = submit(backend, n, &format!("submit-{n}"));
+            let (job, took) = submit(driver, n, &format!("submit-{n}"));
             println!(
                 "| {name} | submit {n} lines | {:.0} lines/s ({:.1} s) |",
                 n as f64 / took.as_secs_f64(),
@@ -225,7 +225,7 @@ fn main() {
         }
         if let Some(job) = largest {
             // A big job, partly done: status reads its counters and one index range.
-            let mut queue = backend.open();
+            let mut queue = driver.open();
             let options = ClaimOptions {
                 jobs: Some(vec![job]),
                 ..ClaimOptions::default()
@@ -253,7 +253,7 @@ fn main() {
                 times[times.len() - 1]
             );
             // What a fleet does: claim whatever is next in a queue this size.
-            let rate = claim_and_complete(backend, None, claim_items, 16, batch);
+            let rate = claim_and_complete(driver, None, claim_items, 16, batch);
             println!(
                 "| {name} | claim+complete with all those items queued, 16 claimers, {batch} per claim | {rate:.0} items/s |"
             );
@@ -267,13 +267,13 @@ fn main() {
         for claimers in [1, 4, 16] {
             // Each run on an empty queue, so that it measures claims, not the
             // big job's history.
-            let backend = &backend.fresh(&format!("cortex_bench_claim_{claimers}"));
-            let (job, _) = submit(backend, claim_items, &format!("claim-{claimers}"));
-            let rate = claim_and_complete(backend, Some(job), claim_items, claimers, batch);
+            let driver = &driver.fresh(&format!("cortex_bench_claim_{claimers}"));
+            let (job, _) = submit(driver, claim_items, &format!("claim-{claimers}"));
+            let rate = claim_and_complete(driver, Some(job), claim_items, claimers, batch);
             println!(
                 "| {name} | claim+complete, {claimers} claimers, {batch} per claim | {rate:.0} items/s |"
             );
-            let job_now = backend.open().job(job).unwrap();
+            let job_now = driver.open().job(job).unwrap();
             assert_eq!(job_now.counts.completed, claim_items, "{job_now:?}");
         }
     }

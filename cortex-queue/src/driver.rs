@@ -1,8 +1,8 @@
 //! The storage boundary: what a worker needs of a queue ([`WorkerStore`]),
 //! what the CLI and a server need ([`JobStore`]), and the pieces every
-//! backend shares (the job state machine is [`JobState::settled`](crate::JobState::settled)).
+//! driver shares (the job state machine is [`JobState::settled`](crate::JobState::settled)).
 //!
-//! Each backend crate implements both (`cortex_queue_sqlite::Store`,
+//! Each driver crate implements both (`cortex_queue_sqlite::Store`,
 //! `cortex_queue_postgres::PgStore`). Data goes in and out typed: no SQL and
 //! no JSON shapes cross this boundary.
 
@@ -65,8 +65,8 @@ pub trait WorkerStore {
     fn unregister_worker(&mut self) -> Result<()>;
 
     /// Waits, when a claim found nothing, until work may have arrived: at
-    /// most `longest`, less where the backend hears of new work (PostgreSQL's
-    /// `LISTEN`). A backend without notifications polls every quarter second.
+    /// most `longest`, less where the driver hears of new work (PostgreSQL's
+    /// `LISTEN`). A driver without notifications polls every quarter second.
     fn wait_for_work(&mut self, longest: Duration) -> Result<()> {
         std::thread::sleep(longest.min(Duration::from_millis(250)));
         Ok(())
@@ -152,24 +152,24 @@ pub trait JobStore {
     fn location(&self) -> String;
 }
 
-/// A whole queue: what workers, the CLI and servers use, on any backend.
+/// A whole queue: what workers, the CLI and servers use, on any driver.
 pub trait Queue: WorkerStore + JobStore + WebhookStore + Send + std::fmt::Debug {}
 
 impl<T: WorkerStore + JobStore + WebhookStore + Send + std::fmt::Debug + ?Sized> Queue for T {}
 
-// What a backend is written with. A third backend (a crate of its own,
+// What a driver is written with. A third driver (a crate of its own,
 // like `cortex-queue-sqlite` and `cortex-queue-postgres`) implements
 // `WorkerStore` and `JobStore` over its storage and uses these, so that the
 // rules are the same everywhere; it then runs the shared suite in the tests
-// crate (`tests/tests/queue_common`: a constructor beside `Backend::sqlite`
-// and a module in `on_both_backends!`).
+// crate (`tests/tests/queue_common`: a constructor beside `Driver::sqlite`
+// and a module in `on_both_drivers!`).
 // Applications see a queue only through the traits above.
 
 /// Stored forms: a request kept apart from what its job shares (a grammar
 /// once per job), and a response without what can be rebuilt.
 pub use crate::compact::{compact_response, compact_work_apart, expand_work_with};
 /// Export: the loop that renders one snapshot's rows in the caller's format
-/// and writes each file atomically; a backend feeds it through a `RowSink`.
+/// and writes each file atomically; a driver feeds it through a `RowSink`.
 pub use crate::export::{RowSink, check_exportable, export_files};
 /// Claims and deaths: which group of suspects or normal items a claim takes,
 /// how alone a suspect must run, and the worker-stopped error code.
@@ -201,8 +201,8 @@ impl Database {
         }
     }
 
-    /// The backend's name: `sqlite` or `postgres`.
-    pub fn backend(&self) -> &'static str {
+    /// The driver's name: `sqlite` or `postgres`.
+    pub fn driver(&self) -> &'static str {
         match self {
             Database::Sqlite(_) => "sqlite",
             Database::Postgres(_) => "postgres",
@@ -222,7 +222,7 @@ impl std::fmt::Display for Database {
 
 impl std::fmt::Debug for Database {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Database({}: {self})", self.backend())
+        write!(f, "Database({}: {self})", self.driver())
     }
 }
 
@@ -268,7 +268,7 @@ fn redact_user_info(url: &str) -> String {
     }
 }
 
-/// Opens connections to one queue, on whichever backend (each backend crate
+/// Opens connections to one queue, on whichever driver (each driver crate
 /// makes its own: `Store::opener`, `PgStore::opener`): a server opens one
 /// for its handlers and one for its worker thread.
 #[derive(Clone)]
@@ -311,7 +311,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn urls_select_the_backend() {
+    fn urls_select_the_driver() {
         assert_eq!(
             Database::parse("jobs.db"),
             Database::Sqlite("jobs.db".into())
@@ -320,8 +320,8 @@ mod tests {
             Database::parse("sqlite:///var/lib/cortex.db"),
             Database::Sqlite("/var/lib/cortex.db".into())
         );
-        assert_eq!(Database::parse("postgres://u@h/db").backend(), "postgres");
-        assert_eq!(Database::parse("postgresql://u@h/db").backend(), "postgres");
+        assert_eq!(Database::parse("postgres://u@h/db").driver(), "postgres");
+        assert_eq!(Database::parse("postgresql://u@h/db").driver(), "postgres");
     }
 
     #[test]
