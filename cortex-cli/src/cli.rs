@@ -259,7 +259,8 @@ pub(crate) struct SubmitArgs {
     pub(crate) completion_window: Option<CompletionWindow>,
     /// A URL told when the job ends: an OpenAI-style webhook event
     /// (batch.completed, batch.failed, batch.cancelled, batch.expired), POSTed
-    /// by a worker, signed with webhook_secret, retried until delivered.
+    /// by a worker, signed with webhook_secret, retried with backoff (16
+    /// attempts over about five hours).
     #[arg(long, value_name = "URL", value_parser = parse_webhook_url)]
     pub(crate) notify: Option<String>,
     /// Print JSON instead of text.

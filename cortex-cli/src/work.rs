@@ -156,12 +156,22 @@ pub(crate) fn run_every_model(
 pub(crate) const WEBHOOK_GRACE: Duration = Duration::from_secs(15);
 
 /// Delivers the queue's webhook events beside the work, on a thread and a
-/// connection of its own; `finish` it when the work is done.
+/// connection of its own; [`finish_deliveries`] when the work is done.
 pub(crate) fn start_deliveries(config: &Config) -> anyhow::Result<Deliverer> {
     Ok(Deliverer::start(
         config.queue()?,
         Notifier::new(config.webhook_secret.value.clone()),
     ))
+}
+
+/// Delivers what is due (retrying for a few seconds), and says so when
+/// events are left for the next worker or server.
+pub(crate) fn finish_deliveries(deliveries: Deliverer) {
+    if deliveries.finish(WEBHOOK_GRACE) {
+        eprintln!(
+            "some webhook events were not delivered yet (their receiver did not take them): the next worker or server on this queue retries them"
+        );
+    }
 }
 
 /// Where an engine runs, for people: the GPU with its memory in use, or the

@@ -235,7 +235,11 @@ pub fn serve(config: ServerConfig, engine: Engine) -> Result<(), ServerError> {
     );
     let state = state::AppState::open(config, Arc::clone(&models))?;
     let result = runtime.block_on(shutdown::run(Arc::clone(&state)));
-    deliveries.finish(WEBHOOK_GRACE);
+    if deliveries.finish(WEBHOOK_GRACE) {
+        tracing::warn!(
+            "some webhook events were not delivered yet: the next worker or server on this queue retries them"
+        );
+    }
     drop(state);
     drop(runtime);
     models.unload_all();

@@ -103,7 +103,7 @@ impl Notifier {
 pub struct Deliverer {
     stop: Arc<AtomicBool>,
     grace_ms: Arc<std::sync::atomic::AtomicU64>,
-    thread: Option<JoinHandle<()>>,
+    thread: Option<JoinHandle<bool>>,
 }
 
 impl Deliverer {
@@ -128,15 +128,16 @@ impl Deliverer {
     /// Stops after delivering what is due, waiting up to `grace` for
     /// events whose next attempt comes within it (a receiver that failed a
     /// moment ago); what is left waits for the next worker or server.
-    pub fn finish(mut self, grace: Duration) {
+    /// Whether events were left undelivered.
+    pub fn finish(mut self, grace: Duration) -> bool {
         self.grace_ms.store(
             u64::try_from(grace.as_millis()).unwrap_or(u64::MAX),
             Ordering::SeqCst,
         );
         self.stop.store(true, Ordering::SeqCst);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
+        self.thread
+            .take()
+            .is_some_and(|thread| thread.join().unwrap_or(false))
     }
 }
 
@@ -149,12 +150,13 @@ impl Drop for Deliverer {
     }
 }
 
+/// Delivers until stopped; whether events were left undelivered then.
 fn run(
     opener: &QueueOpener,
     notifier: &Notifier,
     stop: &AtomicBool,
     grace_ms: &std::sync::atomic::AtomicU64,
-) {
+) -> bool {
     let mut store: Option<Box<dyn Queue>> = None;
     let mut stopping_since: Option<Instant> = None;
     loop {
@@ -184,7 +186,7 @@ fn run(
                     let wait = Duration::from_millis(u64::try_from(at - now_ms()).unwrap_or(0));
                     std::thread::sleep(wait.clamp(MIN_WAIT, Duration::from_secs(1)));
                 }
-                _ => return,
+                left => return left.is_some(),
             }
         } else {
             let wait = next_at.map_or(LOOK_EVERY, |at| {

@@ -14,7 +14,8 @@ use crate::cli::RunArgs;
 use crate::config::Config;
 use crate::output;
 use crate::work::{
-    Interrupted, StopFlag, WEBHOOK_GRACE, WorkerScope, resolve_model, run_worker, start_deliveries,
+    Interrupted, StopFlag, WorkerScope, finish_deliveries, resolve_model, run_worker,
+    start_deliveries,
 };
 
 /// Submits the file (or finds it already submitted), works on that job until
@@ -122,6 +123,6 @@ pub(crate) fn run_file(config: &Config, args: &RunArgs) -> anyhow::Result<()> {
         started.elapsed(),
         generated,
     )?;
-    deliveries.finish(WEBHOOK_GRACE);
+    finish_deliveries(deliveries);
     Ok(())
 }

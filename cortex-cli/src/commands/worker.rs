@@ -8,7 +8,7 @@ use crate::cli::WorkerArgs;
 use crate::config::Config;
 use crate::output::outln;
 use crate::work::{
-    StopFlag, WEBHOOK_GRACE, WorkerScope, resolve_model, run_every_model, run_worker,
+    StopFlag, WorkerScope, finish_deliveries, resolve_model, run_every_model, run_worker,
     start_deliveries,
 };
 
@@ -42,7 +42,7 @@ pub(crate) fn worker(config: &Config, args: &WorkerArgs) -> anyhow::Result<()> {
             ""
         }
     );
-    deliveries.finish(WEBHOOK_GRACE);
+    finish_deliveries(deliveries);
     Ok(())
 }
 
