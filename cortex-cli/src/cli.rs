@@ -70,7 +70,8 @@ pub(crate) enum Command {
     Results {
         /// The job's id.
         job: i64,
-        /// The output file (default: results-JOB.jsonl).
+        /// The output file (default: results-JOB.jsonl); a `.parquet` name writes
+        /// one table of results and errors.
         #[arg(short, long, value_name = "FILE")]
         output: Option<PathBuf>,
         /// The error file for failed, cancelled and invalid requests (default: errors-JOB.jsonl).
@@ -224,7 +225,10 @@ pub(crate) struct SubmitCommand {
 /// How a job is submitted (shared by `submit` and `run`).
 #[derive(Debug, Args, Clone)]
 pub(crate) struct SubmitArgs {
-    /// The JSONL file: OpenAI batch lines or plain {"prompt"...} / {"messages"...} lines.
+    /// The input: a JSONL file of OpenAI batch lines or plain {"prompt"...} /
+    /// {"messages"...} lines, or a Parquet table whose rows are such lines
+    /// (columns custom_id, method, url, body; or prompt / messages and
+    /// sampling fields), or any table with --prompt-template.
     pub(crate) file: PathBuf,
     /// Default max_tokens for lines that set none.
     #[arg(long)]
@@ -263,6 +267,18 @@ pub(crate) struct SubmitArgs {
     /// attempts over about five hours).
     #[arg(long, value_name = "URL", value_parser = parse_webhook_url)]
     pub(crate) notify: Option<String>,
+    /// For a Parquet table: each row's user message made from its columns,
+    /// `{column}` replaced by the row's value ('Summarise: {text}'; `{{` and
+    /// `}}` are braces).
+    #[arg(long, value_name = "TEMPLATE")]
+    pub(crate) prompt_template: Option<String>,
+    /// With --prompt-template: the column whose value is each row's
+    /// custom_id (default: the row number).
+    #[arg(long, value_name = "NAME")]
+    pub(crate) id_column: Option<String>,
+    /// A system message for every chat that has none.
+    #[arg(long, value_name = "TEXT")]
+    pub(crate) system: Option<String>,
     /// Print JSON instead of text.
     #[arg(long)]
     pub(crate) json: bool,
@@ -327,7 +343,8 @@ pub(crate) struct BenchArgs {
 pub(crate) struct RunArgs {
     #[command(flatten)]
     pub(crate) submit: SubmitArgs,
-    /// The output file (default: FILE's name with .results.jsonl).
+    /// The output file (default: FILE's name with .results.jsonl); a
+    /// `.parquet` name writes one table of results and errors.
     #[arg(short, long, value_name = "FILE")]
     pub(crate) output: Option<PathBuf>,
     /// Write every engine step as a JSON line to FILE (its batch, the KV its

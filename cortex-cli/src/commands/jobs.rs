@@ -1,10 +1,14 @@
 //! The job commands: submit, status, list, results, cancel, resume, retry.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use anyhow::Context as _;
 use cortex_openai::{ExportJsonl, SubmitJsonl};
-use cortex_queue::{JobFilter, JobId, JobState, Queue, QueueError, SubmitOptions, Submitted};
+use cortex_parquet::{RowLines, TableInput};
+use cortex_queue::{
+    ExportSummary, JobFilter, JobId, JobState, Queue, QueueError, SubmitOptions, Submitted,
+};
 
 use super::open_store;
 use crate::cli::SubmitArgs;
@@ -36,6 +40,9 @@ fn submit_options(config: &Config, args: &SubmitArgs) -> anyhow::Result<SubmitOp
     options.force = args.force;
     options.completion_window = args.completion_window;
     options.notify_url = args.notify.clone();
+    if let Some(system) = &args.system {
+        options.defaults.system = Some(system.clone());
+    }
     let chosen = &config.chat_template.value;
     options.chats_refused = model.chat_refusal((!chosen.is_empty()).then_some(chosen.as_str()));
     Ok(options)
@@ -47,19 +54,33 @@ pub(super) fn submit_job(
     args: &SubmitArgs,
 ) -> anyhow::Result<Submitted> {
     let options = submit_options(config, args)?;
-    store
-        .submit_file(&args.file, &options)
-        .map_err(|e| match e {
-            // Bad lines: fix them, or keep the rest (an empty file has none).
-            QueueError::InvalidInput(ref report)
-                if !args.skip_invalid && !report.errors.is_empty() =>
-            {
-                anyhow::Error::new(e).context(
-                    "the file was rejected (fix the lines, or --skip-invalid to keep the valid ones)",
-                )
-            }
-            other => other.into(),
-        })
+    let table = TableInput {
+        prompt_template: args.prompt_template.clone(),
+        id_column: args.id_column.clone(),
+    };
+    let parquet = cortex_parquet::is_parquet(&args.file)
+        .with_context(|| format!("cannot read {}", args.file.display()))?;
+    let submitted = if parquet {
+        let rows = RowLines::open(&args.file, &table)
+            .with_context(|| format!("{}", args.file.display()))?;
+        store.submit_reader(rows, &args.file.display().to_string(), &options)
+    } else if table != TableInput::default() {
+        anyhow::bail!(
+            "--prompt-template and --id-column read a table's columns: {} is not a Parquet file",
+            args.file.display()
+        );
+    } else {
+        store.submit_file(&args.file, &options)
+    };
+    submitted.map_err(|e| match e {
+        // Bad lines: fix them, or keep the rest (an empty file has none).
+        QueueError::InvalidInput(ref report) if !args.skip_invalid && !report.errors.is_empty() => {
+            anyhow::Error::new(e).context(
+                "the file was rejected (fix the lines, or --skip-invalid to keep the valid ones)",
+            )
+        }
+        other => other.into(),
+    })
 }
 
 pub(crate) fn submit(config: &Config, args: &SubmitArgs) -> anyhow::Result<()> {
@@ -157,8 +178,33 @@ pub(crate) fn results(
     let mut store = open_store(config)?;
     let output_path = output_path.unwrap_or_else(|| PathBuf::from(format!("results-{job}.jsonl")));
     let errors = errors.unwrap_or_else(|| PathBuf::from(format!("errors-{job}.jsonl")));
-    let summary = store.export(JobId(job), &output_path, Some(&errors), partial)?;
+    let summary = export_job(store.as_mut(), JobId(job), &output_path, &errors, partial)?;
     output::exported(job, &summary, &errors, json)
+}
+
+/// Exports a job to `output`: OpenAI's JSONL, or, for a `.parquet` path,
+/// one table of results and errors in input order (the errors also as
+/// JSONL in `errors`, as always).
+pub(super) fn export_job(
+    store: &mut dyn Queue,
+    job: JobId,
+    output: &Path,
+    errors: &Path,
+    partial: bool,
+) -> anyhow::Result<ExportSummary> {
+    if !output::is_table(output) {
+        return Ok(store.export(job, output, Some(errors), partial)?);
+    }
+    let staged = output.with_extension("parquet.results.jsonl");
+    let summary = store.export(job, &staged, Some(errors), partial)?;
+    let written = cortex_parquet::write_results(&staged, errors, output)
+        .with_context(|| format!("cannot write {}", output.display()));
+    let _ = std::fs::remove_file(&staged);
+    written?;
+    Ok(ExportSummary {
+        output: output.to_path_buf(),
+        ..summary
+    })
 }
 
 pub(crate) fn cancel(config: &Config, job: i64, json: bool) -> anyhow::Result<()> {

@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::bail;
-use cortex_openai::ExportJsonl;
 use cortex_queue::{JobState, QueueError};
 
 use super::jobs::submit_job;
@@ -113,7 +112,7 @@ pub(crate) fn run_file(config: &Config, args: &RunArgs) -> anyhow::Result<()> {
         .clone()
         .unwrap_or_else(|| PathBuf::from(format!("{stem}.results.jsonl")));
     let errors_path = output_path.with_file_name(format!("{stem}.errors.jsonl"));
-    let summary = store.export(job, &output_path, Some(&errors_path), false)?;
+    let summary = super::jobs::export_job(store.as_mut(), job, &output_path, &errors_path, false)?;
     output::run_summary(
         &status.job,
         &summary.output,

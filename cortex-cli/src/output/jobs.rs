@@ -11,6 +11,12 @@ use serde_json::json;
 
 use super::{duration, print_json, timestamp};
 
+/// Whether an output path names a Parquet table (by its extension).
+pub(crate) fn is_table(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("parquet"))
+}
+
 /// The status block of `cortex status`.
 pub(crate) fn status_text(status: &JobStatus) -> String {
     let job = &status.job;
@@ -260,7 +266,10 @@ pub(crate) fn run_summary(
     )?;
     outln!("results: {} ({results} lines)", output_path.display())?;
     outln!("errors:  {} ({errors} lines)", errors_path.display())?;
-    // A taste of the output.
+    // A taste of the output (a table is for other tools to read).
+    if is_table(output_path) {
+        return Ok(());
+    }
     let text = std::fs::read_to_string(output_path)?;
     for line in text.lines().take(3) {
         let value: serde_json::Value = serde_json::from_str(line)?;

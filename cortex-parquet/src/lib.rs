@@ -1,0 +1,192 @@
+//! Parquet in and out of cortex jobs, as the people who keep their prompts
+//! in tables (Ray Data, Spark, pandas) have them.
+//!
+//! In: [`RowLines`] reads a Parquet file a batch of rows at a time and
+//! yields each row as one input line of cortex's JSONL format, which the
+//! wire-format crate then parses as it parses a file's lines (so every
+//! check, every error with its row number, every field is the same). A row
+//! is a line as it stands (OpenAI batch columns `custom_id`, `method`,
+//! `url`, `body` as a struct or a JSON string; or plain columns `prompt`,
+//! `messages` as a list of `{role, content}` structs or a JSON string, and
+//! any sampling field), or, with a [`TableInput::prompt_template`], a chat
+//! whose user message is the template filled from the row's columns
+//! (`Summarise: {text}`), its `custom_id` from [`TableInput::id_column`]
+//! (else the row number).
+//!
+//! Out: [`write_results`] turns a job's exported JSONL (results and errors)
+//! into one table in input order: `custom_id`, `text` (the first choice),
+//! `finish_reason`, `prompt_tokens`, `completion_tokens`, `error`, and
+//! `response` (the whole response body as JSON), written to a temporary
+//! file and renamed, so a reader never sees half a file.
+//!
+//! # Design notes
+//!
+//! Rows become JSON through Arrow's own JSON writer (`arrow-json`), so any
+//! column type Arrow has reads the way Arrow writes it; nothing here knows
+//! OpenAI's request fields beyond the two that may come as JSON text
+//! (`body`, `messages`). Memory: one batch of rows (1,024) at a time.
+
+#![forbid(unsafe_code)]
+
+mod input;
+mod output;
+
+pub use input::{RowLines, TableInput, is_parquet};
+pub use output::{ResultTable, write_results};
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+    use std::sync::Arc;
+
+    use arrow_array::{Array, Int64Array, RecordBatch, StringArray};
+    use arrow_schema::{DataType, Field, Schema};
+    use parquet::arrow::ArrowWriter;
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+    use super::*;
+
+    fn table(path: &std::path::Path, columns: Vec<(&str, arrow_array::ArrayRef)>) {
+        let fields: Vec<Field> = columns
+            .iter()
+            .map(|(name, array)| Field::new(*name, array.data_type().clone(), true))
+            .collect();
+        let schema = Arc::new(Schema::new(fields));
+        let batch = RecordBatch::try_new(
+            Arc::clone(&schema),
+            columns.into_iter().map(|c| c.1).collect(),
+        )
+        .unwrap();
+        let mut writer =
+            ArrowWriter::try_new(std::fs::File::create(path).unwrap(), schema, None).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+    }
+
+    fn lines(path: &std::path::Path, input: &TableInput) -> Vec<serde_json::Value> {
+        let mut text = String::new();
+        RowLines::open(path, input)
+            .unwrap()
+            .read_to_string(&mut text)
+            .unwrap();
+        text.lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn rows_become_lines_as_they_stand_or_through_a_template() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in.parquet");
+        table(
+            &path,
+            vec![
+                ("id", Arc::new(Int64Array::from(vec![7, 9]))),
+                (
+                    "text",
+                    Arc::new(StringArray::from(vec![Some("cats"), None])),
+                ),
+            ],
+        );
+        assert!(is_parquet(&path).unwrap());
+        let templated = TableInput {
+            prompt_template: Some("Summarise {{briefly}}: {text}".into()),
+            id_column: Some("id".into()),
+        };
+        assert_eq!(
+            lines(&path, &templated),
+            [
+                serde_json::json!({"custom_id": "7", "messages": [{"role": "user", "content": "Summarise {briefly}: cats"}]}),
+                serde_json::json!({"custom_id": "9", "messages": [{"role": "user", "content": "Summarise {briefly}: "}]}),
+            ]
+        );
+        let wrong = TableInput {
+            prompt_template: Some("{txt}".into()),
+            id_column: None,
+        };
+        let error = RowLines::open(&path, &wrong).err().unwrap().to_string();
+        assert!(
+            error.contains("\"txt\"") && error.contains("id, text"),
+            "{error}"
+        );
+
+        let batch = dir.path().join("batch.parquet");
+        table(
+            &batch,
+            vec![
+                ("custom_id", Arc::new(StringArray::from(vec!["a"]))),
+                (
+                    "body",
+                    Arc::new(StringArray::from(vec![
+                        r#"{"prompt": "Hi", "max_tokens": 3}"#,
+                    ])),
+                ),
+            ],
+        );
+        assert_eq!(
+            lines(&batch, &TableInput::default()),
+            [serde_json::json!({"custom_id": "a", "body": {"prompt": "Hi", "max_tokens": 3}})]
+        );
+        assert!(
+            !is_parquet(&dir.path().join("in.parquet").with_extension("none")).is_ok_and(|p| p)
+        );
+    }
+
+    #[test]
+    fn results_and_errors_become_one_table_in_input_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let (results, errors, out) = (
+            dir.path().join("r.jsonl"),
+            dir.path().join("e.jsonl"),
+            dir.path().join("out.parquet"),
+        );
+        std::fs::write(&results, concat!(
+            r#"{"id": "batch_req_1_1", "custom_id": "a", "response": {"status_code": 200, "body": {"choices": [{"message": {"content": "Hello"}, "finish_reason": "stop"}], "usage": {"prompt_tokens": 5, "completion_tokens": 2}}}, "error": null}"#, "\n",
+            r#"{"id": "batch_req_1_3", "custom_id": "c", "response": {"status_code": 200, "body": {"choices": [{"text": "x", "finish_reason": "length"}], "usage": {"prompt_tokens": 1, "completion_tokens": 1}}}, "error": null}"#, "\n",
+        )).unwrap();
+        std::fs::write(&errors, concat!(
+            r#"{"id": "batch_req_1_2", "custom_id": "b", "response": null, "error": {"code": "batch_expired", "message": "too late", "line": 2}}"#, "\n",
+        )).unwrap();
+        let written = write_results(&results, &errors, &out).unwrap();
+        assert_eq!(
+            written,
+            ResultTable {
+                results: 2,
+                errors: 1
+            }
+        );
+        let reader = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&out).unwrap())
+            .unwrap()
+            .build()
+            .unwrap();
+        let batch = reader.map(Result::unwrap).next().unwrap();
+        let text = |name: &str| {
+            let column = batch.column_by_name(name).unwrap();
+            let strings = column.as_any().downcast_ref::<StringArray>().unwrap();
+            (0..strings.len())
+                .map(|i| (!strings.is_null(i)).then(|| strings.value(i).to_owned()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            text("custom_id"),
+            [Some("a".into()), Some("b".into()), Some("c".into())]
+        );
+        assert_eq!(text("text"), [Some("Hello".into()), None, Some("x".into())]);
+        assert_eq!(text("error"), [None, Some("too late".into()), None]);
+        assert_eq!(
+            batch
+                .schema()
+                .field_with_name("prompt_tokens")
+                .unwrap()
+                .data_type(),
+            &DataType::UInt64
+        );
+        assert!(
+            !dir.path().read_dir().unwrap().any(|e| e
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .contains("partial"))
+        );
+    }
+}
