@@ -10,7 +10,7 @@ use cortex_engine::{
 };
 use cortex_request::{
     ChatMessage, EmbeddingRequest, FinishReason, Prompt, Request, RequestId, SamplingParams,
-    TokenId,
+    TokenId, Work,
 };
 
 const VOCAB: usize = 32;
@@ -728,28 +728,40 @@ fn random_workload(engine: &Engine, seed: u64) {
 fn embedding_inputs_of_many_requests_share_decodes_within_the_limits() {
     let engine = start();
     // 150 one-input requests, one of 100 inputs, one with an input longer
-    // than a batch's token budget, interleaved with generation.
-    let mut receivers = Vec::new();
-    for id in 0..150u64 {
-        let input = vec![1 + (id % 7) as TokenId; 1 + (id % 5) as usize];
-        let request = EmbeddingRequest::new(RequestId(1000 + id), vec![Prompt::Tokens(input)]);
-        receivers.push((id, engine.embed(request).unwrap()));
-    }
+    // than a batch's token budget, interleaved with generation; all in one
+    // submission, as a worker hands over what it claimed (requests sent one
+    // by one pack as well, but how well depends on when the loop wakes).
+    let mut work: Vec<Work> = (0..150u64)
+        .map(|id| {
+            let input = vec![1 + (id % 7) as TokenId; 1 + (id % 5) as usize];
+            Work::Embed(EmbeddingRequest::new(
+                RequestId(1000 + id),
+                vec![Prompt::Tokens(input)],
+            ))
+        })
+        .collect();
     let many: Vec<Prompt> = (0..100)
         .map(|i| Prompt::Tokens(vec![2; 1 + i % 3]))
         .collect();
-    let many_rx = engine
-        .embed(EmbeddingRequest::new(RequestId(2000), many))
-        .unwrap();
-    let long_rx = engine
-        .embed(EmbeddingRequest::new(
-            RequestId(2001),
-            vec![Prompt::Tokens(vec![3; 3000])],
-        ))
-        .unwrap();
-    let generation = engine.submit(request(1, vec![1, 2, 3])).unwrap();
-    for (id, rx) in receivers {
-        let EngineEvent::Finished(response) = last_event(&rx) else {
+    work.push(Work::Embed(EmbeddingRequest::new(RequestId(2000), many)));
+    work.push(Work::Embed(EmbeddingRequest::new(
+        RequestId(2001),
+        vec![Prompt::Tokens(vec![3; 3000])],
+    )));
+    work.push(Work::Generate(request(1, vec![1, 2, 3])));
+    let (events, rx) = cortex_engine::event_channel();
+    engine.submit_many_to(work, &events).unwrap();
+    let mut ended = std::collections::HashMap::new();
+    while ended.len() < 153 {
+        let event = rx
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("an event");
+        if event.is_terminal() {
+            ended.insert(event.id().0, event);
+        }
+    }
+    for id in 0..150u64 {
+        let Some(EngineEvent::Finished(response)) = ended.get(&(1000 + id)) else {
             panic!("request {id} did not finish")
         };
         let len = 1 + id % 5;
@@ -761,16 +773,16 @@ fn embedding_inputs_of_many_requests_share_decodes_within_the_limits() {
         assert_eq!(u64::from(response.usage.prompt_tokens), len);
         assert!(response.completions.is_empty());
     }
-    let EngineEvent::Finished(many) = last_event(&many_rx) else {
+    let Some(EngineEvent::Finished(many)) = ended.get(&2000) else {
         panic!()
     };
     assert_eq!(many.embeddings.len(), 100);
     assert_eq!(many.embeddings[4], vec![2.0, 4.0]);
-    let EngineEvent::Finished(long) = last_event(&long_rx) else {
+    let Some(EngineEvent::Finished(long)) = ended.get(&2001) else {
         panic!()
     };
     assert_eq!(long.embeddings, vec![vec![3000.0, 9000.0]]);
-    assert!(matches!(last_event(&generation), EngineEvent::Finished(_)));
+    assert!(matches!(ended.get(&1), Some(EngineEvent::Finished(_))));
 
     let batches = EMBED_BATCHES.lock().unwrap().clone();
     assert_eq!(batches.iter().map(|b| b.0).sum::<usize>(), 251);
