@@ -35,10 +35,14 @@
 //!
 //! The queue's core: no database client, only what every driver shares.
 //! `driver.rs` holds the traits every driver implements — `WorkerStore`
-//! (claim, heartbeat, complete, fail, release, abandon, unregister,
+//! (claim, heartbeat, progress, complete, fail, release, abandon, unregister,
 //! `wait_for_work`) and `JobStore` (submit, job, jobs, status, items, cancel,
 //! resume, retry, export, and what a dashboard reads: `job_page`, `item_page`,
-//! `item`, `completions`, `workers`) — typed data in and out; `Database` (a `--db` value:
+//! `item`, `completions`, `workers`) — typed data in and out; `WebhookStore`
+//! (`webhook.rs`: the outbox of events a job's end adds, claimed under a lease
+//! and retried with `webhook_retry_after`); `window.rs` holds completion
+//! windows (`CompletionWindow`, `BATCH_EXPIRED`: a driver expires due jobs
+//! before it reads, claims or heartbeats); `Database` (a `--db` value:
 //! path, `sqlite://` or `postgres://` URL, shown without its password) and
 //! `QueueOpener` (opens a connection on any driver, for a server's threads;
 //! each driver makes its own). The rest are the typed data (`jobs`, `lease`,
