@@ -2,7 +2,8 @@
 # The whole test suite, from a fresh Debian machine: installs what the
 # workspace build needs, builds llama.cpp's Vulkan backend module (run on
 # Mesa's software driver), starts a PostgreSQL server on loopback for the
-# queue's second backend, then runs the format check, clippy and every test.
+# queue's second backend, builds an S3-compatible server for the
+# object-store tests, then runs the format check, clippy and every test.
 # Usage: bash scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +25,10 @@ export CORTEX_REQUIRE_VULKAN=1
 echo "==> python env (the openai package, to validate output shapes)"
 CORTEX_TEST_PYTHON=$(bash scripts/python-env.sh)
 export CORTEX_TEST_PYTHON
+
+echo "==> an S3-compatible server (s3s-fs), which the object-store tests start on loopback"
+CORTEX_TEST_S3_SERVER=$(bash scripts/s3-server.sh)
+export CORTEX_TEST_S3_SERVER CORTEX_REQUIRE_S3=1
 
 echo "==> PostgreSQL on loopback (the queue's second backend)"
 PG_DIR=$(mktemp -d /tmp/cortex-test-pg.XXXXXX)

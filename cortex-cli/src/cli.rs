@@ -71,12 +71,14 @@ pub(crate) enum Command {
         /// The job's id.
         job: i64,
         /// The output file (default: results-JOB.jsonl); a `.parquet` name writes
-        /// one table of results and errors.
-        #[arg(short, long, value_name = "FILE")]
-        output: Option<PathBuf>,
-        /// The error file for failed, cancelled and invalid requests (default: errors-JOB.jsonl).
-        #[arg(long, value_name = "FILE")]
-        errors: Option<PathBuf>,
+        /// one table of results and errors. A local path or a URL (s3://, gs://,
+        /// az://): an object appears whole, once written.
+        #[arg(short, long, value_name = "FILE|URL")]
+        output: Option<String>,
+        /// The error file for failed, cancelled and invalid requests (default:
+        /// errors-JOB.jsonl); a local path or a URL.
+        #[arg(long, value_name = "FILE|URL")]
+        errors: Option<String>,
         /// Export what is done even though the job is still running.
         #[arg(long)]
         partial: bool,
@@ -228,8 +230,11 @@ pub(crate) struct SubmitArgs {
     /// The input: a JSONL file of OpenAI batch lines or plain {"prompt"...} /
     /// {"messages"...} lines, or a Parquet table whose rows are such lines
     /// (columns custom_id, method, url, body; or prompt / messages and
-    /// sampling fields), or any table with --prompt-template.
-    pub(crate) file: PathBuf,
+    /// sampling fields), or any table with --prompt-template. A local path or
+    /// a URL: s3://bucket/key (AWS_* variables, AWS_ENDPOINT_URL for other
+    /// S3-compatible stores), gs://, az://, https://, file://.
+    #[arg(value_name = "FILE|URL")]
+    pub(crate) file: String,
     /// Default max_tokens for lines that set none.
     #[arg(long)]
     pub(crate) max_tokens: Option<u32>,
@@ -343,10 +348,12 @@ pub(crate) struct BenchArgs {
 pub(crate) struct RunArgs {
     #[command(flatten)]
     pub(crate) submit: SubmitArgs,
-    /// The output file (default: FILE's name with .results.jsonl); a
-    /// `.parquet` name writes one table of results and errors.
-    #[arg(short, long, value_name = "FILE")]
-    pub(crate) output: Option<PathBuf>,
+    /// The output file (default: FILE's name with .results.jsonl, here); a
+    /// `.parquet` name writes one table of results and errors. A local path
+    /// or a URL (s3://, gs://, az://): an object appears whole, once written;
+    /// the error file goes beside it.
+    #[arg(short, long, value_name = "FILE|URL")]
+    pub(crate) output: Option<String>,
     /// Write every engine step as a JSON line to FILE (its batch, the KV its
     /// attention read, decode, device and host time) and print where the
     /// time went.

@@ -32,6 +32,7 @@ mod cli;
 mod commands;
 mod config;
 mod devices;
+mod export;
 mod keys;
 mod output;
 mod serve;

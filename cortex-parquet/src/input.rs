@@ -6,11 +6,20 @@ use std::io::{self, Read};
 use std::path::Path;
 
 use arrow_array::RecordBatch;
+use cortex_objects::RemoteObject;
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
+use parquet::file::reader::ChunkReader;
 use serde_json::{Map, Value};
+
+use crate::remote::ObjectChunks;
 
 /// Rows read at a time.
 const BATCH_ROWS: usize = 1024;
+
+/// Whether the object is Parquet (it starts with `PAR1`).
+pub fn is_parquet_object(object: &RemoteObject) -> io::Result<bool> {
+    Ok(object.read_range(0..4)?.as_ref() == b"PAR1")
+}
 
 /// Whether the file at `path` is Parquet (it starts with `PAR1`).
 pub fn is_parquet(path: &Path) -> io::Result<bool> {
@@ -94,8 +103,17 @@ impl RowLines {
     /// Opens `path`, checking that the columns the template and
     /// `id_column` name exist.
     pub fn open(path: &Path, table: &TableInput) -> io::Result<Self> {
-        let file = File::open(path)?;
-        let builder = ParquetRecordBatchReaderBuilder::try_new(file)
+        Self::read(File::open(path)?, table)
+    }
+
+    /// Opens an object in a store (read in cached ranges, each of the
+    /// version first seen), as [`RowLines::open`] a file.
+    pub fn open_object(object: &RemoteObject, table: &TableInput) -> io::Result<Self> {
+        Self::read(ObjectChunks::new(object.clone()), table)
+    }
+
+    fn read<T: ChunkReader + 'static>(source: T, table: &TableInput) -> io::Result<Self> {
+        let builder = ParquetRecordBatchReaderBuilder::try_new(source)
             .map_err(|e| invalid(format!("not a readable Parquet file: {e}")))?;
         let columns: Vec<String> = builder
             .schema()

@@ -1,7 +1,9 @@
 //! Parquet in and out of cortex jobs, as the people who keep their prompts
 //! in tables (Ray Data, Spark, pandas) have them.
 //!
-//! In: [`RowLines`] reads a Parquet file a batch of rows at a time and
+//! In: [`RowLines`] reads a Parquet file (or an object in a store, through
+//! `cortex-objects`: 4 MiB blocks fetched as the reader needs them, 16 kept)
+//! a batch of rows at a time and
 //! yields each row as one input line of cortex's JSONL format, which the
 //! wire-format crate then parses as it parses a file's lines (so every
 //! check, every error with its row number, every field is the same). A row
@@ -30,8 +32,9 @@
 
 mod input;
 mod output;
+mod remote;
 
-pub use input::{RowLines, TableInput, is_parquet};
+pub use input::{RowLines, TableInput, is_parquet, is_parquet_object};
 pub use output::{ResultTable, write_results};
 
 #[cfg(test)]

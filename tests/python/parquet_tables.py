@@ -4,6 +4,7 @@ and reads them, for cortex's table input and output.
 Usage:
   parquet_tables.py plain PATH N        a table of N rows: id (int64), text (string)
   parquet_tables.py batch PATH N        OpenAI batch columns, body as JSON text
+  parquet_tables.py wrong-type PATH     a column `messages` of numbers
   parquet_tables.py read PATH           prints the table's rows as JSON lines
 """
 
@@ -26,6 +27,8 @@ elif command == "batch":
                           "max_tokens": 8, "temperature": 0}) for i in range(n)]
     pq.write_table(pa.table({"custom_id": [f"row-{i}" for i in range(n)], "method": ["POST"] * n,
                              "url": ["/v1/chat/completions"] * n, "body": bodies}), path)
+elif command == "wrong-type":
+    pq.write_table(pa.table({"custom_id": ["a", "b"], "messages": pa.array([1, 2], pa.int64())}), path)
 elif command == "read":
     table = pq.read_table(path)
     print(json.dumps({"schema": {f.name: str(f.type) for f in table.schema}}))

@@ -51,8 +51,10 @@
 
 #![forbid(unsafe_code)]
 
+mod s3;
 mod server;
 
+pub use s3::S3Server;
 pub use server::{Server, free_port, http, raw_http};
 
 use std::path::{Path, PathBuf};

@@ -56,8 +56,19 @@ const CONFINED: &[(&str, &[&str], &str)] = &[
     ),
     (
         "tokio",
-        &["cortex-server"],
-        "an async runtime only in the server",
+        // The object store's client is async: a private runtime drives it.
+        &["cortex-server", "cortex-objects"],
+        "an async runtime only in the server (and the object store's own)",
+    ),
+    (
+        "object_store",
+        &["cortex-objects"],
+        "object stores only behind cortex-objects",
+    ),
+    (
+        "reqwest",
+        &["cortex-objects"],
+        "an async HTTP client only under the object store",
     ),
     (
         "async-std",

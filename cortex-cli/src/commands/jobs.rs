@@ -1,18 +1,17 @@
 //! The job commands: submit, status, list, results, cancel, resume, retry.
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use cortex_openai::{ExportJsonl, SubmitJsonl};
+use cortex_objects::Location;
+use cortex_openai::SubmitJsonl;
 use cortex_parquet::{RowLines, TableInput};
-use cortex_queue::{
-    ExportSummary, JobFilter, JobId, JobState, Queue, QueueError, SubmitOptions, Submitted,
-};
+use cortex_queue::{JobFilter, JobId, JobState, Queue, QueueError, SubmitOptions, Submitted};
 
 use super::open_store;
 use crate::cli::SubmitArgs;
 use crate::config::Config;
+use crate::export::export_job;
 use crate::output;
 use crate::settings::Source;
 use crate::work::identify_model;
@@ -58,19 +57,38 @@ pub(super) fn submit_job(
         prompt_template: args.prompt_template.clone(),
         id_column: args.id_column.clone(),
     };
-    let parquet = cortex_parquet::is_parquet(&args.file)
-        .with_context(|| format!("cannot read {}", args.file.display()))?;
-    let submitted = if parquet {
-        let rows = RowLines::open(&args.file, &table)
-            .with_context(|| format!("{}", args.file.display()))?;
-        store.submit_reader(rows, &args.file.display().to_string(), &options)
-    } else if table != TableInput::default() {
-        anyhow::bail!(
-            "--prompt-template and --id-column read a table's columns: {} is not a Parquet file",
-            args.file.display()
-        );
-    } else {
-        store.submit_file(&args.file, &options)
+    let location = Location::parse(&args.file)?;
+    let name = location.to_string();
+    let not_a_table = || {
+        anyhow::anyhow!(
+            "--prompt-template and --id-column read a table's columns: {name} is not a Parquet file"
+        )
+    };
+    let submitted = match &location {
+        Location::Local(path) => {
+            let parquet =
+                cortex_parquet::is_parquet(path).with_context(|| format!("cannot read {name}"))?;
+            if parquet {
+                let rows = RowLines::open(path, &table).with_context(|| name.clone())?;
+                store.submit_reader(rows, &name, &options)
+            } else if table != TableInput::default() {
+                return Err(not_a_table());
+            } else {
+                store.submit_file(path, &options)
+            }
+        }
+        // Read as it streams in; the object's name is the job's source.
+        Location::Object(object) => {
+            let object = object.open()?;
+            if cortex_parquet::is_parquet_object(&object)? {
+                let rows = RowLines::open_object(&object, &table).with_context(|| name.clone())?;
+                store.submit_reader(rows, &name, &options)
+            } else if table != TableInput::default() {
+                return Err(not_a_table());
+            } else {
+                store.submit_reader(object.reader(), &name, &options)
+            }
+        }
     };
     submitted.map_err(|e| match e {
         // Bad lines: fix them, or keep the rest (an empty file has none).
@@ -170,41 +188,16 @@ pub(crate) fn list(
 pub(crate) fn results(
     config: &Config,
     job: i64,
-    output_path: Option<PathBuf>,
-    errors: Option<PathBuf>,
+    output_to: Option<String>,
+    errors: Option<String>,
     partial: bool,
     json: bool,
 ) -> anyhow::Result<()> {
     let mut store = open_store(config)?;
-    let output_path = output_path.unwrap_or_else(|| PathBuf::from(format!("results-{job}.jsonl")));
-    let errors = errors.unwrap_or_else(|| PathBuf::from(format!("errors-{job}.jsonl")));
-    let summary = export_job(store.as_mut(), JobId(job), &output_path, &errors, partial)?;
-    output::exported(job, &summary, &errors, json)
-}
-
-/// Exports a job to `output`: OpenAI's JSONL, or, for a `.parquet` path,
-/// one table of results and errors in input order (the errors also as
-/// JSONL in `errors`, as always).
-pub(super) fn export_job(
-    store: &mut dyn Queue,
-    job: JobId,
-    output: &Path,
-    errors: &Path,
-    partial: bool,
-) -> anyhow::Result<ExportSummary> {
-    if !output::is_table(output) {
-        return Ok(store.export(job, output, Some(errors), partial)?);
-    }
-    let staged = output.with_extension("parquet.results.jsonl");
-    let summary = store.export(job, &staged, Some(errors), partial)?;
-    let written = cortex_parquet::write_results(&staged, errors, output)
-        .with_context(|| format!("cannot write {}", output.display()));
-    let _ = std::fs::remove_file(&staged);
-    written?;
-    Ok(ExportSummary {
-        output: output.to_path_buf(),
-        ..summary
-    })
+    let output_to = Location::parse(&output_to.unwrap_or_else(|| format!("results-{job}.jsonl")))?;
+    let errors = Location::parse(&errors.unwrap_or_else(|| format!("errors-{job}.jsonl")))?;
+    let exported = export_job(store.as_mut(), JobId(job), &output_to, &errors, partial)?;
+    output::exported(job, &exported, json)
 }
 
 pub(crate) fn cancel(config: &Config, job: i64, json: bool) -> anyhow::Result<()> {

@@ -1,16 +1,18 @@
 //! `cortex run`: submit a file (or find it submitted), work on it to the
 //! end, write its results.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::bail;
+use cortex_objects::Location;
 use cortex_queue::{JobState, QueueError};
 
 use super::jobs::submit_job;
 use super::open_store;
 use crate::cli::RunArgs;
 use crate::config::Config;
+use crate::export::export_job;
 use crate::output;
 use crate::work::{
     Interrupted, StopFlag, WorkerScope, finish_deliveries, resolve_model, run_worker,
@@ -40,7 +42,7 @@ pub(crate) fn run_file(config: &Config, args: &RunArgs) -> anyhow::Result<()> {
             }) => {
                 eprintln!(
                     "{} was submitted before as job {existing} ({state}); continuing it",
-                    args.submit.file.display()
+                    args.submit.file
                 );
                 if matches!(
                     state,
@@ -102,26 +104,22 @@ pub(crate) fn run_file(config: &Config, args: &RunArgs) -> anyhow::Result<()> {
         }
         bail!(message);
     }
-    let stem = args
-        .submit
-        .file
-        .file_stem()
-        .map_or_else(|| "job".into(), |s| s.to_string_lossy().into_owned());
-    let output_path = args
-        .output
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(format!("{stem}.results.jsonl")));
-    let errors_path = output_path.with_file_name(format!("{stem}.errors.jsonl"));
-    let summary = super::jobs::export_job(store.as_mut(), job, &output_path, &errors_path, false)?;
-    output::run_summary(
-        &status.job,
-        &summary.output,
-        summary.results,
-        &errors_path,
-        summary.errors,
-        started.elapsed(),
-        generated,
-    )?;
+    let input = Location::parse(&args.submit.file)?;
+    let stem = input.file_name().map_or_else(
+        || "job".to_owned(),
+        |name| {
+            Path::new(&name)
+                .file_stem()
+                .map_or(name.clone(), |s| s.to_string_lossy().into_owned())
+        },
+    );
+    let output_to = match &args.output {
+        Some(text) => Location::parse(text)?,
+        None => Location::Local(PathBuf::from(format!("{stem}.results.jsonl"))),
+    };
+    let errors_to = output_to.with_file_name(&format!("{stem}.errors.jsonl"));
+    let exported = export_job(store.as_mut(), job, &output_to, &errors_to, false)?;
+    output::run_summary(&status.job, &exported, started.elapsed(), generated)?;
     finish_deliveries(deliveries);
     Ok(())
 }

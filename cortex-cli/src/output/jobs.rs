@@ -2,20 +2,15 @@
 //! submit, results, cancel/resume/retry and run report.
 
 use std::fmt::Write as _;
-use std::path::Path;
 use std::time::Duration;
 
-use cortex_queue::{ExportSummary, Job, JobStatus, Submitted};
+use cortex_queue::{Job, JobStatus, Submitted};
+
+use crate::export::Exported;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
 use super::{duration, print_json, timestamp};
-
-/// Whether an output path names a Parquet table (by its extension).
-pub(crate) fn is_table(path: &Path) -> bool {
-    path.extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("parquet"))
-}
 
 /// The status block of `cortex status`.
 pub(crate) fn status_text(status: &JobStatus) -> String {
@@ -208,24 +203,15 @@ pub(crate) fn jobs(jobs: &[Job], json: bool) -> anyhow::Result<()> {
 }
 
 /// Where `cortex results` wrote a job's results and errors.
-pub(crate) fn exported(
-    job: i64,
-    summary: &ExportSummary,
-    errors: &Path,
-    json: bool,
-) -> anyhow::Result<()> {
+pub(crate) fn exported(job: i64, exported: &Exported, json: bool) -> anyhow::Result<()> {
     if json {
         return print_json(&json!({
-            "job": job, "results": summary.results, "output": summary.output,
-            "errors": summary.errors, "errors_file": summary.errors_file,
+            "job": job, "results": exported.results, "output": exported.output.to_string(),
+            "errors": exported.errors, "errors_file": exported.errors_to.to_string(),
         }));
     }
-    outln!(
-        "{} results -> {}",
-        summary.results,
-        summary.output.display()
-    )?;
-    outln!("{} errors  -> {}", summary.errors, errors.display())?;
+    outln!("{} results -> {}", exported.results, exported.output)?;
+    outln!("{} errors  -> {}", exported.errors, exported.errors_to)?;
     Ok(())
 }
 
@@ -248,10 +234,7 @@ pub(crate) fn job_changed(job: &Job, json: bool, what: &str) -> anyhow::Result<(
 /// What `cortex run` did: the job, its files, and a taste of the output.
 pub(crate) fn run_summary(
     job: &Job,
-    output_path: &Path,
-    results: u64,
-    errors_path: &Path,
-    errors: u64,
+    exported: &Exported,
     took: Duration,
     generated: u64,
 ) -> anyhow::Result<()> {
@@ -264,14 +247,14 @@ pub(crate) fn run_summary(
         duration(took),
         generated as f64 / took.as_secs_f64().max(1e-3)
     )?;
-    outln!("results: {} ({results} lines)", output_path.display())?;
-    outln!("errors:  {} ({errors} lines)", errors_path.display())?;
+    outln!("results: {} ({} lines)", exported.output, exported.results)?;
+    outln!(
+        "errors:  {} ({} lines)",
+        exported.errors_to,
+        exported.errors
+    )?;
     // A taste of the output (a table is for other tools to read).
-    if is_table(output_path) {
-        return Ok(());
-    }
-    let text = std::fs::read_to_string(output_path)?;
-    for line in text.lines().take(3) {
+    for line in &exported.first_lines {
         let value: serde_json::Value = serde_json::from_str(line)?;
         let body = &value["response"]["body"]["choices"][0];
         let answer = body["message"]["content"]

@@ -1,0 +1,122 @@
+//! Writing a job's results where the user asked: a local file, written under
+//! a temporary name and renamed, or an object, staged here and uploaded as
+//! one multipart upload that appears whole when it completes.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use cortex_objects::{Location, ObjectLocation, PART_SIZE};
+use cortex_openai::ExportJsonl;
+use cortex_queue::{JobId, Queue, failpoint};
+
+/// What an export wrote.
+pub(crate) struct Exported {
+    pub(crate) output: Location,
+    pub(crate) errors_to: Location,
+    pub(crate) results: u64,
+    pub(crate) errors: u64,
+    /// The first result lines (JSONL outputs), for a taste of the answers.
+    pub(crate) first_lines: Vec<String>,
+}
+
+/// Exports a job to `output`: OpenAI's JSONL, or, for a `.parquet` name,
+/// one table of results and errors in input order (the errors also as JSONL
+/// in `errors`, as always).
+pub(crate) fn export_job(
+    store: &mut dyn Queue,
+    job: JobId,
+    output: &Location,
+    errors: &Location,
+    partial: bool,
+) -> anyhow::Result<Exported> {
+    // Objects are written here first, then uploaded.
+    let staging = match (output, errors) {
+        (Location::Local(_), Location::Local(_)) => None,
+        _ => Some(tempfile::tempdir().context("cannot make a folder to stage the upload in")?),
+    };
+    let local = |location: &Location, fallback: &str| -> PathBuf {
+        match (location, &staging) {
+            (Location::Local(path), _) => path.clone(),
+            (Location::Object(_), Some(dir)) => dir
+                .path()
+                .join(location.file_name().unwrap_or_else(|| fallback.into())),
+            (Location::Object(_), None) => unreachable!("objects are staged"),
+        }
+    };
+    let output_path = local(output, "results.jsonl");
+    let mut errors_path = local(errors, "errors.jsonl");
+    if errors_path == output_path {
+        errors_path.set_extension("errors.jsonl");
+    }
+    let table = is_table(&output_path);
+    let summary = if table {
+        let staged = output_path.with_extension("parquet.results.jsonl");
+        let summary = store.export(job, &staged, Some(&errors_path), partial)?;
+        let written = cortex_parquet::write_results(&staged, &errors_path, &output_path)
+            .with_context(|| format!("cannot write {}", output_path.display()));
+        let _ = std::fs::remove_file(&staged);
+        written?;
+        summary
+    } else {
+        store.export(job, &output_path, Some(&errors_path), partial)?
+    };
+    let first_lines = if table {
+        Vec::new()
+    } else {
+        BufReader::new(File::open(&output_path)?)
+            .lines()
+            .take(3)
+            .collect::<Result<_, _>>()?
+    };
+    for (location, path) in [(output, &output_path), (errors, &errors_path)] {
+        if let Location::Object(object) = location {
+            upload(path, object)?;
+        }
+    }
+    Ok(Exported {
+        output: output.clone(),
+        errors_to: errors.clone(),
+        results: summary.results,
+        errors: summary.errors,
+        first_lines,
+    })
+}
+
+/// Whether an output path names a table (`.parquet`).
+fn is_table(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("parquet"))
+}
+
+/// Uploads a local file as one object, a part at a time: it appears when
+/// the last part is in, never half (the failpoint `upload` dies after a
+/// part, as a kill would).
+fn upload(from: &Path, to: &ObjectLocation) -> anyhow::Result<()> {
+    let mut file = File::open(from).with_context(|| format!("cannot read {}", from.display()))?;
+    let mut writer = to.create()?;
+    let mut part = vec![0u8; PART_SIZE];
+    loop {
+        let filled = fill(&mut file, &mut part)?;
+        if filled == 0 {
+            break;
+        }
+        writer.write_all(&part[..filled])?;
+        failpoint::hit("upload", "");
+    }
+    writer.finish()?;
+    Ok(())
+}
+
+/// Reads until `buf` is full or the file ends.
+fn fill(file: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match file.read(&mut buf[filled..])? {
+            0 => break,
+            n => filled += n,
+        }
+    }
+    Ok(filled)
+}

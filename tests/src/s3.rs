@@ -1,0 +1,115 @@
+//! An S3-compatible server on loopback for the object-store tests: s3s-fs
+//! (`scripts/s3-server.sh` builds it; `scripts/test.sh` passes it as
+//! `CORTEX_TEST_S3_SERVER`) over a temporary folder, killed on drop.
+
+use std::net::{Ipv4Addr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::{Cortex, free_port, python_check};
+
+/// The access key and secret the server takes.
+const ACCESS_KEY: &str = "cortex-test";
+const SECRET_KEY: &str = "cortex-test-secret";
+
+/// A running s3s-fs with one bucket, `data`.
+pub struct S3Server {
+    child: Child,
+    root: tempfile::TempDir,
+    port: u16,
+}
+
+impl S3Server {
+    /// Starts one; `None`, after saying so, when no server binary was given
+    /// and none is required (`CORTEX_REQUIRE_S3=1`).
+    pub fn start() -> Option<Self> {
+        let Some(binary) = std::env::var_os("CORTEX_TEST_S3_SERVER").map(PathBuf::from) else {
+            assert!(
+                std::env::var_os("CORTEX_REQUIRE_S3").is_none(),
+                "CORTEX_REQUIRE_S3 is set but CORTEX_TEST_S3_SERVER is not"
+            );
+            eprintln!("no S3 server (CORTEX_TEST_S3_SERVER): bash scripts/s3-server.sh builds one");
+            return None;
+        };
+        let root = tempfile::tempdir().expect("a temp dir");
+        std::fs::create_dir(root.path().join("data")).expect("the bucket's folder");
+        let port = free_port();
+        let child = Command::new(&binary)
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY])
+            .arg(root.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary.display()));
+        let started = Instant::now();
+        while TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "s3s-fs did not listen"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Some(Self { child, root, port })
+    }
+
+    /// The endpoint (`AWS_ENDPOINT_URL`).
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// The `AWS_*` variables a client of this server needs.
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("AWS_ENDPOINT_URL", self.endpoint()),
+            ("AWS_ACCESS_KEY_ID", ACCESS_KEY.into()),
+            ("AWS_SECRET_ACCESS_KEY", SECRET_KEY.into()),
+            ("AWS_REGION", "us-east-1".into()),
+            ("AWS_DEFAULT_REGION", "us-east-1".into()),
+        ]
+    }
+
+    /// Points an installation's commands at this server.
+    pub fn configure(&self, cortex: &mut Cortex) {
+        for (name, value) in self.env() {
+            cortex.set_env(name, &value);
+        }
+    }
+
+    /// The folder behind the server.
+    pub fn root(&self) -> &Path {
+        self.root.path()
+    }
+
+    /// Runs `tests/python/s3_objects.py` (boto3) against this server.
+    pub fn boto3(&self, args: &[&str]) -> String {
+        let keys = format!("{ACCESS_KEY}:{SECRET_KEY}");
+        let endpoint = self.endpoint();
+        let mut all = vec!["--endpoint", &endpoint, "--keys", &keys];
+        all.extend_from_slice(args);
+        let paths: Vec<&Path> = all.iter().map(Path::new).collect();
+        python_check("s3_objects.py", &paths)
+    }
+
+    /// The bucket's keys and sizes, as boto3 lists them.
+    pub fn list(&self) -> Vec<(String, u64)> {
+        self.boto3(&["list", "data"])
+            .lines()
+            .map(|line| {
+                let item: serde_json::Value = serde_json::from_str(line).unwrap();
+                (
+                    item["key"].as_str().unwrap().to_owned(),
+                    item["size"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    }
+}
+
+impl Drop for S3Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
