@@ -354,6 +354,11 @@ pub(crate) struct RunArgs {
     /// the error file goes beside it.
     #[arg(short, long, value_name = "FILE|URL")]
     pub(crate) output: Option<String>,
+    /// For a Parquet input and a .parquet output: input columns to carry into
+    /// the output table beside each row's answer (comma-separated; one named
+    /// like an output column becomes input_NAME).
+    #[arg(long, value_name = "NAMES", value_delimiter = ',')]
+    pub(crate) keep_columns: Vec<String>,
     /// Write every engine step as a JSON line to FILE (its batch, the KV its
     /// attention read, decode, device and host time) and print where the
     /// time went.

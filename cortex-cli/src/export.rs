@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use cortex_objects::{Location, ObjectLocation, PART_SIZE};
 use cortex_openai::ExportJsonl;
+use cortex_parquet::KeptColumns;
 use cortex_queue::{JobId, Queue, failpoint};
 
 /// What an export wrote.
@@ -23,13 +24,14 @@ pub(crate) struct Exported {
 
 /// Exports a job to `output`: OpenAI's JSONL, or, for a `.parquet` name,
 /// one table of results and errors in input order (the errors also as JSONL
-/// in `errors`, as always).
+/// in `errors`, as always), with the `keep` columns of the input table.
 pub(crate) fn export_job(
     store: &mut dyn Queue,
     job: JobId,
     output: &Location,
     errors: &Location,
     partial: bool,
+    keep: Option<(&Location, &[String])>,
 ) -> anyhow::Result<Exported> {
     // Objects are written here first, then uploaded.
     let staging = match (output, errors) {
@@ -51,10 +53,17 @@ pub(crate) fn export_job(
         errors_path.set_extension("errors.jsonl");
     }
     let table = is_table(&output_path);
+    let kept = match keep {
+        Some((input, names)) => {
+            check_kept_columns(input, output, names)?;
+            Some(kept_columns(input, names)?)
+        }
+        None => None,
+    };
     let summary = if table {
         let staged = output_path.with_extension("parquet.results.jsonl");
         let summary = store.export(job, &staged, Some(&errors_path), partial)?;
-        let written = cortex_parquet::write_results(&staged, &errors_path, &output_path)
+        let written = cortex_parquet::write_results(&staged, &errors_path, &output_path, kept)
             .with_context(|| format!("cannot write {}", output_path.display()));
         let _ = std::fs::remove_file(&staged);
         written?;
@@ -82,6 +91,46 @@ pub(crate) fn export_job(
         errors: summary.errors,
         first_lines,
     })
+}
+
+/// Whether `names` can be kept from `input` in `output`: a table to a table,
+/// the columns there.
+pub(crate) fn check_kept_columns(
+    input: &Location,
+    output: &Location,
+    names: &[String],
+) -> anyhow::Result<()> {
+    let to_table = output
+        .file_name()
+        .is_some_and(|name| is_table(Path::new(&name)));
+    if !to_table {
+        anyhow::bail!("--keep-columns carries input columns into a table: name a .parquet output");
+    }
+    kept_columns(input, names).map(drop)
+}
+
+/// The input table's `names` columns, read again from where it was.
+fn kept_columns(input: &Location, names: &[String]) -> anyhow::Result<KeptColumns> {
+    let opened = match input {
+        Location::Local(path) => {
+            if !cortex_parquet::is_parquet(path)? {
+                anyhow::bail!(
+                    "--keep-columns reads a table's columns: {input} is not a Parquet file"
+                );
+            }
+            KeptColumns::open(path, names)
+        }
+        Location::Object(object) => {
+            let object = object.open()?;
+            if !cortex_parquet::is_parquet_object(&object)? {
+                anyhow::bail!(
+                    "--keep-columns reads a table's columns: {input} is not a Parquet file"
+                );
+            }
+            KeptColumns::open_object(&object, names)
+        }
+    };
+    opened.with_context(|| input.to_string())
 }
 
 /// Whether an output path names a table (`.parquet`).

@@ -35,7 +35,7 @@ mod output;
 mod remote;
 
 pub use input::{RowLines, TableInput, is_parquet, is_parquet_object};
-pub use output::{ResultTable, write_results};
+pub use output::{KeptColumns, ResultTable, write_results};
 
 #[cfg(test)]
 mod tests {
@@ -150,7 +150,17 @@ mod tests {
         std::fs::write(&errors, concat!(
             r#"{"id": "batch_req_1_2", "custom_id": "b", "response": null, "error": {"code": "batch_expired", "message": "too late", "line": 2}}"#, "\n",
         )).unwrap();
-        let written = write_results(&results, &errors, &out).unwrap();
+        // The input table: its `text` kept (as input_text) and `n`.
+        let input = dir.path().join("in.parquet");
+        table(
+            &input,
+            vec![
+                ("text", Arc::new(StringArray::from(vec!["t1", "t2", "t3"]))),
+                ("n", Arc::new(Int64Array::from(vec![1, 2, 3]))),
+            ],
+        );
+        let kept = KeptColumns::open(&input, &["text".into(), "n".into()]).unwrap();
+        let written = write_results(&results, &errors, &out, Some(kept)).unwrap();
         assert_eq!(
             written,
             ResultTable {
@@ -176,6 +186,15 @@ mod tests {
         );
         assert_eq!(text("text"), [Some("Hello".into()), None, Some("x".into())]);
         assert_eq!(text("error"), [None, Some("too late".into()), None]);
+        assert_eq!(
+            text("input_text"),
+            [Some("t1".into()), Some("t2".into()), Some("t3".into())]
+        );
+        let n = batch.column_by_name("n").unwrap();
+        let n = n.as_any().downcast_ref::<Int64Array>().unwrap();
+        assert_eq!(n.values(), &[1, 2, 3]);
+        let missing = KeptColumns::open(&input, &["nope".into()]).err().unwrap();
+        assert!(missing.to_string().contains("\"nope\""), "{missing}");
         assert_eq!(
             batch
                 .schema()

@@ -8,8 +8,13 @@ use std::sync::Arc;
 use arrow_array::builder::{StringBuilder, UInt64Builder};
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema};
-use parquet::arrow::ArrowWriter;
+use cortex_objects::RemoteObject;
+use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
+use parquet::arrow::{ArrowWriter, ProjectionMask};
+use parquet::file::reader::ChunkReader;
 use serde_json::Value;
+
+use crate::remote::ObjectChunks;
 
 /// Rows written at a time.
 const BATCH_ROWS: usize = 4096;
@@ -23,18 +28,135 @@ pub struct ResultTable {
     pub errors: u64,
 }
 
-fn schema() -> Arc<Schema> {
+/// The output's own columns.
+const OWN_COLUMNS: [&str; 7] = [
+    "custom_id",
+    "text",
+    "finish_reason",
+    "prompt_tokens",
+    "completion_tokens",
+    "error",
+    "response",
+];
+
+/// Input columns carried into the output table beside each row's result
+/// (`--keep-columns`), read from the input table a batch at a time.
+pub struct KeptColumns {
+    reader: ParquetRecordBatchReader,
+    fields: Vec<Field>,
+    /// Rows read but not yet written.
+    pending: Option<RecordBatch>,
+}
+
+impl KeptColumns {
+    /// `names` of the Parquet file at `path`.
+    pub fn open(path: &Path, names: &[String]) -> io::Result<Self> {
+        Self::read(File::open(path)?, names)
+    }
+
+    /// `names` of a Parquet object in a store.
+    pub fn open_object(object: &RemoteObject, names: &[String]) -> io::Result<Self> {
+        Self::read(ObjectChunks::new(object.clone()), names)
+    }
+
+    fn read<T: ChunkReader + 'static>(source: T, names: &[String]) -> io::Result<Self> {
+        let invalid = |m: String| io::Error::new(io::ErrorKind::InvalidData, m);
+        let builder = ParquetRecordBatchReaderBuilder::try_new(source)
+            .map_err(|e| invalid(format!("not a readable Parquet file: {e}")))?;
+        let schema = Arc::clone(builder.schema());
+        let mut roots = Vec::new();
+        for name in names {
+            let index = schema.index_of(name).map_err(|_| {
+                let columns: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+                invalid(format!(
+                    "--keep-columns names the column {name:?}, which the input table does not have (its columns: {})",
+                    columns.join(", ")
+                ))
+            })?;
+            roots.push(index);
+        }
+        roots.sort_unstable();
+        roots.dedup();
+        let mask = ProjectionMask::roots(builder.parquet_schema(), roots.iter().copied());
+        let fields = roots
+            .iter()
+            .map(|&i| {
+                let field = schema.field(i);
+                // A kept column named as one of the output's own is prefixed.
+                let name = if OWN_COLUMNS.contains(&field.name().as_str()) {
+                    format!("input_{}", field.name())
+                } else {
+                    field.name().clone()
+                };
+                Field::new(name, field.data_type().clone(), true)
+            })
+            .collect();
+        let reader = builder
+            .with_projection(mask)
+            .with_batch_size(BATCH_ROWS)
+            .build()
+            .map_err(|e| invalid(format!("not a readable Parquet file: {e}")))?;
+        Ok(Self {
+            reader,
+            fields,
+            pending: None,
+        })
+    }
+
+    /// The next `n` input rows' columns.
+    fn take(&mut self, n: usize) -> io::Result<Vec<ArrayRef>> {
+        let mut parts: Vec<RecordBatch> = Vec::new();
+        let mut have = 0;
+        while have < n {
+            let batch = match self.pending.take() {
+                Some(batch) => batch,
+                None => match self.reader.next() {
+                    Some(batch) => batch.map_err(io::Error::other)?,
+                    None => {
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            "--keep-columns: the input table has fewer rows than the job",
+                        ));
+                    }
+                },
+            };
+            let wanted = (n - have).min(batch.num_rows());
+            if wanted < batch.num_rows() {
+                self.pending = Some(batch.slice(wanted, batch.num_rows() - wanted));
+            }
+            have += wanted;
+            parts.push(batch.slice(0, wanted));
+        }
+        let schema = parts.first().map(RecordBatch::schema);
+        let joined = match schema {
+            Some(schema) => {
+                arrow_select::concat::concat_batches(&schema, &parts).map_err(io::Error::other)?
+            }
+            None => return Ok(Vec::new()),
+        };
+        Ok(joined.columns().to_vec())
+    }
+}
+
+fn schema(kept: Option<&KeptColumns>) -> Arc<Schema> {
     let text = |name: &str| Field::new(name, DataType::Utf8, true);
     let count = |name: &str| Field::new(name, DataType::UInt64, true);
-    Arc::new(Schema::new(vec![
-        Field::new("custom_id", DataType::Utf8, false),
-        text("text"),
-        text("finish_reason"),
-        count("prompt_tokens"),
-        count("completion_tokens"),
-        text("error"),
-        text("response"),
-    ]))
+    let kept = kept.map(|k| k.fields.clone()).unwrap_or_default();
+    Arc::new(Schema::new(
+        [
+            vec![
+                Field::new("custom_id", DataType::Utf8, false),
+                text("text"),
+                text("finish_reason"),
+                count("prompt_tokens"),
+                count("completion_tokens"),
+                text("error"),
+                text("response"),
+            ],
+            kept,
+        ]
+        .concat(),
+    ))
 }
 
 /// One output or error line, with the input line it answers.
@@ -96,81 +218,155 @@ fn row_of(value: &Value) -> Row {
     }
 }
 
-fn read_rows(path: &Path) -> io::Result<Vec<Row>> {
-    let mut rows = Vec::new();
-    for line in BufReader::new(File::open(path)?).lines() {
-        let line = line?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let value: Value = serde_json::from_str(&line)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-        rows.push(row_of(&value));
+/// A JSONL file's rows, one at a time.
+struct Rows {
+    lines: io::Lines<BufReader<File>>,
+    next: Option<Row>,
+}
+
+impl Rows {
+    fn open(path: &Path) -> io::Result<Self> {
+        let mut rows = Self {
+            lines: BufReader::new(File::open(path)?).lines(),
+            next: None,
+        };
+        rows.advance()?;
+        Ok(rows)
     }
-    Ok(rows)
+
+    /// Takes the row in hand and reads the one after it.
+    fn advance(&mut self) -> io::Result<Option<Row>> {
+        let taken = self.next.take();
+        for line in self.lines.by_ref() {
+            let line = line?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            let value: Value = serde_json::from_str(&line)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            self.next = Some(row_of(&value));
+            break;
+        }
+        Ok(taken)
+    }
 }
 
 /// Writes the table of a job's exported `results` and `errors` (JSONL, as
-/// `cortex results` writes them) to `output`, in input order, atomically.
-pub fn write_results(results: &Path, errors: &Path, output: &Path) -> io::Result<ResultTable> {
-    let mut rows = read_rows(results)?;
-    let counted = ResultTable {
-        results: rows.len() as u64,
-        errors: 0,
-    };
-    let mut failed = read_rows(errors)?;
-    let counted = ResultTable {
-        errors: failed.len() as u64,
-        ..counted
-    };
-    rows.append(&mut failed);
-    rows.sort_by_key(|r| r.line);
-
+/// `cortex results` writes them, each in input order) to `output`, in input
+/// order, atomically: the two files are merged a row at a time, so memory
+/// holds one batch of rows, whatever the job's size. With `kept`, each row
+/// carries those columns of its input row (the job's input, every row
+/// answered: a finished job).
+pub fn write_results(
+    results: &Path,
+    errors: &Path,
+    output: &Path,
+    kept: Option<KeptColumns>,
+) -> io::Result<ResultTable> {
     let name = output
         .file_name()
         .map_or_else(|| "results".into(), |n| n.to_string_lossy().into_owned());
     let partial = output.with_file_name(format!(".{name}.partial-{}", std::process::id()));
-    let written = write_table(&rows, &partial).and_then(|()| std::fs::rename(&partial, output));
+    let written = Rows::open(results)
+        .and_then(|results| Ok((results, Rows::open(errors)?)))
+        .and_then(|(results, errors)| write_table(results, errors, kept, &partial))
+        .and_then(|counted| std::fs::rename(&partial, output).map(|()| counted));
     if written.is_err() {
         let _ = std::fs::remove_file(&partial);
     }
-    written.map(|()| counted)
+    written
 }
 
-fn write_table(rows: &[Row], path: &Path) -> io::Result<()> {
-    let schema = schema();
+fn write_table(
+    mut results: Rows,
+    mut errors: Rows,
+    mut kept: Option<KeptColumns>,
+    path: &Path,
+) -> io::Result<ResultTable> {
+    let schema = schema(kept.as_ref());
     let file = File::create(path)?;
     let mut writer =
         ArrowWriter::try_new(file, Arc::clone(&schema), None).map_err(io::Error::other)?;
-    for chunk in rows.chunks(BATCH_ROWS) {
-        let mut custom_id = StringBuilder::new();
-        let mut text = StringBuilder::new();
-        let mut finish_reason = StringBuilder::new();
-        let mut prompt_tokens = UInt64Builder::new();
-        let mut completion_tokens = UInt64Builder::new();
-        let mut error = StringBuilder::new();
-        let mut response = StringBuilder::new();
-        for row in chunk {
-            custom_id.append_value(&row.custom_id);
-            text.append_option(row.text.as_deref());
-            finish_reason.append_option(row.finish_reason.as_deref());
-            prompt_tokens.append_option(row.prompt_tokens);
-            completion_tokens.append_option(row.completion_tokens);
-            error.append_option(row.error.as_deref());
-            response.append_option(row.response.as_deref());
+    let mut counted = ResultTable {
+        results: 0,
+        errors: 0,
+    };
+    let mut chunk = Vec::with_capacity(BATCH_ROWS);
+    loop {
+        // The row of the lower input line next.
+        let from_results = match (&results.next, &errors.next) {
+            (Some(r), Some(e)) => r.line <= e.line,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => break,
+        };
+        let row = if from_results {
+            counted.results += 1;
+            results.advance()?
+        } else {
+            counted.errors += 1;
+            errors.advance()?
+        };
+        if let Some(row) = row {
+            let row_number = counted.results + counted.errors;
+            if kept.is_some() && row.line != row_number {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "--keep-columns: output row {row_number} answers input line {}: not every input row has its answer (keep columns of a finished job)",
+                        row.line
+                    ),
+                ));
+            }
+            chunk.push(row);
         }
-        let columns: Vec<ArrayRef> = vec![
-            Arc::new(custom_id.finish()),
-            Arc::new(text.finish()),
-            Arc::new(finish_reason.finish()),
-            Arc::new(prompt_tokens.finish()),
-            Arc::new(completion_tokens.finish()),
-            Arc::new(error.finish()),
-            Arc::new(response.finish()),
-        ];
-        let batch = RecordBatch::try_new(Arc::clone(&schema), columns).map_err(io::Error::other)?;
-        writer.write(&batch).map_err(io::Error::other)?;
+        if chunk.len() == BATCH_ROWS {
+            write_batch(&mut writer, &schema, &chunk, kept.as_mut())?;
+            chunk.clear();
+        }
+    }
+    if !chunk.is_empty() {
+        write_batch(&mut writer, &schema, &chunk, kept.as_mut())?;
     }
     writer.close().map_err(io::Error::other)?;
+    Ok(counted)
+}
+
+fn write_batch(
+    writer: &mut ArrowWriter<File>,
+    schema: &Arc<Schema>,
+    chunk: &[Row],
+    kept: Option<&mut KeptColumns>,
+) -> io::Result<()> {
+    let mut custom_id = StringBuilder::new();
+    let mut text = StringBuilder::new();
+    let mut finish_reason = StringBuilder::new();
+    let mut prompt_tokens = UInt64Builder::new();
+    let mut completion_tokens = UInt64Builder::new();
+    let mut error = StringBuilder::new();
+    let mut response = StringBuilder::new();
+    for row in chunk {
+        custom_id.append_value(&row.custom_id);
+        text.append_option(row.text.as_deref());
+        finish_reason.append_option(row.finish_reason.as_deref());
+        prompt_tokens.append_option(row.prompt_tokens);
+        completion_tokens.append_option(row.completion_tokens);
+        error.append_option(row.error.as_deref());
+        response.append_option(row.response.as_deref());
+    }
+    let mut columns: Vec<ArrayRef> = vec![
+        Arc::new(custom_id.finish()),
+        Arc::new(text.finish()),
+        Arc::new(finish_reason.finish()),
+        Arc::new(prompt_tokens.finish()),
+        Arc::new(completion_tokens.finish()),
+        Arc::new(error.finish()),
+        Arc::new(response.finish()),
+    ];
+    if let Some(kept) = kept {
+        columns.extend(kept.take(chunk.len())?);
+    }
+    let batch = RecordBatch::try_new(Arc::clone(schema), columns).map_err(io::Error::other)?;
+    writer.write(&batch).map_err(io::Error::other)?;
     Ok(())
 }

@@ -3,7 +3,7 @@
 //! `boto3` putting and listing objects: a table of 2,000 rows read from the
 //! store and written back as Parquet and as JSONL with the answers of the
 //! same rows run locally; a kill during the upload that leaves no object and
-//! a run again that writes it; an object replaced while it is read; the
+//! a run again that writes it; input columns kept beside the answers; an object replaced while it is read; the
 //! mistakes (a missing object, a wrong secret, an unreachable store, a read-
 //! only scheme, a column of the wrong type), each said with the object's URL.
 
@@ -80,6 +80,8 @@ fn a_table_in_the_store_runs_to_parquet_and_jsonl_in_the_store_with_the_local_an
         "id",
         "-o",
         "s3://data/out/rows.parquet",
+        "--keep-columns",
+        "text",
     ];
     args.extend(flags);
     let said = cortex.ok(&args);
@@ -123,6 +125,10 @@ fn a_table_in_the_store_runs_to_parquet_and_jsonl_in_the_store_with_the_local_an
         .iter()
         .map(|r| {
             assert!(r["error"].is_null(), "{r}");
+            // The input's `text`, kept beside the answer's (renamed: the
+            // output has a `text` of its own).
+            let id: usize = r["custom_id"].as_str().unwrap().parse().unwrap();
+            assert_eq!(r["input_text"], TOPICS[(id - 100) % 8], "{r}");
             (
                 r["custom_id"].as_str().unwrap().to_owned(),
                 r["text"].as_str().unwrap().to_owned(),

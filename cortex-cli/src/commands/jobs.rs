@@ -196,7 +196,14 @@ pub(crate) fn results(
     let mut store = open_store(config)?;
     let output_to = Location::parse(&output_to.unwrap_or_else(|| format!("results-{job}.jsonl")))?;
     let errors = Location::parse(&errors.unwrap_or_else(|| format!("errors-{job}.jsonl")))?;
-    let exported = export_job(store.as_mut(), JobId(job), &output_to, &errors, partial)?;
+    let exported = export_job(
+        store.as_mut(),
+        JobId(job),
+        &output_to,
+        &errors,
+        partial,
+        None,
+    )?;
     output::exported(job, &exported, json)
 }
 

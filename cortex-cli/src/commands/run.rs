@@ -12,7 +12,7 @@ use super::jobs::submit_job;
 use super::open_store;
 use crate::cli::RunArgs;
 use crate::config::Config;
-use crate::export::export_job;
+use crate::export::{check_kept_columns, export_job};
 use crate::output;
 use crate::work::{
     Interrupted, StopFlag, WorkerScope, finish_deliveries, resolve_model, run_worker,
@@ -23,6 +23,24 @@ use crate::work::{
 /// it ends, and writes its results next to the current directory.
 pub(crate) fn run_file(config: &Config, args: &RunArgs) -> anyhow::Result<()> {
     let stop = StopFlag::install()?;
+    let input = Location::parse(&args.submit.file)?;
+    let stem = input.file_name().map_or_else(
+        || "job".to_owned(),
+        |name| {
+            Path::new(&name)
+                .file_stem()
+                .map_or(name.clone(), |s| s.to_string_lossy().into_owned())
+        },
+    );
+    let output_to = match &args.output {
+        Some(text) => Location::parse(text)?,
+        None => Location::Local(PathBuf::from(format!("{stem}.results.jsonl"))),
+    };
+    let errors_to = output_to.with_file_name(&format!("{stem}.errors.jsonl"));
+    // Columns to keep are checked before any work, not after it.
+    if !args.keep_columns.is_empty() {
+        check_kept_columns(&input, &output_to, &args.keep_columns)?;
+    }
     // Fetch the model before anything is stored, so a missing model fails early.
     let model = resolve_model(config)?;
     let mut store = open_store(config)?;
@@ -104,21 +122,8 @@ pub(crate) fn run_file(config: &Config, args: &RunArgs) -> anyhow::Result<()> {
         }
         bail!(message);
     }
-    let input = Location::parse(&args.submit.file)?;
-    let stem = input.file_name().map_or_else(
-        || "job".to_owned(),
-        |name| {
-            Path::new(&name)
-                .file_stem()
-                .map_or(name.clone(), |s| s.to_string_lossy().into_owned())
-        },
-    );
-    let output_to = match &args.output {
-        Some(text) => Location::parse(text)?,
-        None => Location::Local(PathBuf::from(format!("{stem}.results.jsonl"))),
-    };
-    let errors_to = output_to.with_file_name(&format!("{stem}.errors.jsonl"));
-    let exported = export_job(store.as_mut(), job, &output_to, &errors_to, false)?;
+    let keep = (!args.keep_columns.is_empty()).then_some((&input, args.keep_columns.as_slice()));
+    let exported = export_job(store.as_mut(), job, &output_to, &errors_to, false, keep)?;
     output::run_summary(&status.job, &exported, started.elapsed(), generated)?;
     finish_deliveries(deliveries);
     Ok(())
