@@ -10,25 +10,12 @@
 //! (CORTEX_BENCH_ROWS sets the table's size, 1,000,000 by default;
 //! CORTEX_BENCH_ROUNDS the rounds, 3).
 
-use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use cortex_queue::ClaimOptions;
 use cortex_request::{Completion, FinishReason, Response, Timings, Usage};
-use cortex_tests::{Cortex, S3Server, python_check};
-
-const TOPICS: [&str; 8] = [
-    "the sea",
-    "a robot",
-    "autumn",
-    "bread",
-    "mountains",
-    "rain",
-    "a library",
-    "a city at night",
-];
-const TEMPLATE: &str = "Write one sentence about {text}.";
+use cortex_tests::{Cortex, S3Server, TABLE_TEMPLATE, python_check, table_rows_as_jsonl};
 
 fn timed(cortex: &Cortex, args: &[&str]) -> Duration {
     let started = Instant::now();
@@ -111,14 +98,7 @@ fn main() {
     s3.boto3(&["put", "data", "rows.parquet", table.to_str().unwrap()]);
     // The same requests as JSONL lines.
     let jsonl = files.path().join("rows.jsonl");
-    let mut out = std::io::BufWriter::new(std::fs::File::create(&jsonl).unwrap());
-    for i in 0..rows {
-        let line = serde_json::json!({"custom_id": (100 + i).to_string(),
-            "messages": [{"role": "user", "content": TEMPLATE.replace("{text}", TOPICS[i % 8])}]});
-        writeln!(out, "{line}").unwrap();
-    }
-    out.flush().unwrap();
-    drop(out);
+    std::fs::write(&jsonl, table_rows_as_jsonl(rows)).unwrap();
     println!(
         "cortex tables benchmark: {rows} rows ({:.1} MB Parquet, {:.1} MB JSONL), s3s-fs on loopback",
         std::fs::metadata(&table).unwrap().len() as f64 / 1e6,
@@ -126,7 +106,7 @@ fn main() {
     );
 
     let (table, jsonl) = (table.to_str().unwrap(), jsonl.to_str().unwrap());
-    let template = ["--prompt-template", TEMPLATE, "--id-column", "id"];
+    let template = ["--prompt-template", TABLE_TEMPLATE, "--id-column", "id"];
     let mut times: [Vec<Duration>; 6] = Default::default();
     for round in 0..rounds {
         let local = Cortex::new();

@@ -544,6 +544,35 @@ pub fn response_body(outputs: &[serde_json::Value], custom_id: &str) -> serde_js
         .unwrap_or_else(|| panic!("no output line for {custom_id}"))
 }
 
+/// The topics of the plain table `tests/python/parquet_tables.py` writes
+/// (row `i`: id `100 + i`, text `TABLE_TOPICS[i % 8]`).
+pub const TABLE_TOPICS: [&str; 8] = [
+    "the sea",
+    "a robot",
+    "autumn",
+    "bread",
+    "mountains",
+    "rain",
+    "a library",
+    "a city at night",
+];
+
+/// The template the table tests fill from the plain table's `text`.
+pub const TABLE_TEMPLATE: &str = "Write one sentence about {text}.";
+
+/// The plain table's first `rows` rows through [`TABLE_TEMPLATE`], as the
+/// JSONL chat lines a user would write by hand.
+pub fn table_rows_as_jsonl(rows: usize) -> String {
+    (0..rows)
+        .map(|i| {
+            let content = TABLE_TEMPLATE.replace("{text}", TABLE_TOPICS[i % 8]);
+            let line = serde_json::json!({"custom_id": (100 + i).to_string(),
+                "messages": [{"role": "user", "content": content}]});
+            format!("{line}\n")
+        })
+        .collect()
+}
+
 /// The Python interpreter of the environment with the official client
 /// packages (`scripts/python-env.sh` makes it; `scripts/test.sh` passes it
 /// as `CORTEX_TEST_PYTHON`).

@@ -12,18 +12,9 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use cortex_tests::{Cortex, S3Server, python_check, read_jsonl};
-
-const TOPICS: [&str; 8] = [
-    "the sea",
-    "a robot",
-    "autumn",
-    "bread",
-    "mountains",
-    "rain",
-    "a library",
-    "a city at night",
-];
+use cortex_tests::{
+    Cortex, S3Server, TABLE_TEMPLATE, TABLE_TOPICS, python_check, read_jsonl, table_rows_as_jsonl,
+};
 
 /// The rows of a Parquet file as pyarrow reads them (after its schema).
 fn table(path: &Path) -> Vec<serde_json::Value> {
@@ -75,7 +66,7 @@ fn a_table_in_the_store_runs_to_parquet_and_jsonl_in_the_store_with_the_local_an
         "run",
         "s3://data/in/rows.parquet",
         "--prompt-template",
-        "Write one sentence about {text}.",
+        TABLE_TEMPLATE,
         "--id-column",
         "id",
         "-o",
@@ -128,7 +119,7 @@ fn a_table_in_the_store_runs_to_parquet_and_jsonl_in_the_store_with_the_local_an
             // The input's `text`, kept beside the answer's (renamed: the
             // output has a `text` of its own).
             let id: usize = r["custom_id"].as_str().unwrap().parse().unwrap();
-            assert_eq!(r["input_text"], TOPICS[(id - 100) % 8], "{r}");
+            assert_eq!(r["input_text"], TABLE_TOPICS[(id - 100) % 8], "{r}");
             (
                 r["custom_id"].as_str().unwrap().to_owned(),
                 r["text"].as_str().unwrap().to_owned(),
@@ -143,15 +134,7 @@ fn a_table_in_the_store_runs_to_parquet_and_jsonl_in_the_store_with_the_local_an
 
     // The same rows as local JSONL lines, in a fresh installation.
     let local = Cortex::new();
-    let lines: String = (0..rows)
-        .map(|i| {
-            format!(
-                "{}\n",
-                serde_json::json!({"custom_id": format!("{}", 100 + i),
-                    "messages": [{"role": "user", "content": format!("Write one sentence about {}.", TOPICS[i % 8])}]})
-            )
-        })
-        .collect();
+    let lines = table_rows_as_jsonl(rows);
     local.write("rows.jsonl", &lines);
     let mut args = vec!["run", "rows.jsonl", "-o", "local.jsonl"];
     args.extend(flags);

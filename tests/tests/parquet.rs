@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use cortex_tests::{Cortex, python_check, read_jsonl};
+use cortex_tests::{Cortex, python_check, read_jsonl, table_rows_as_jsonl};
 
 /// The rows of a Parquet file as pyarrow reads them (after its schema).
 fn table(path: &Path) -> (serde_json::Value, Vec<serde_json::Value>) {
@@ -56,25 +56,7 @@ fn a_table_runs_through_a_prompt_template_to_a_table_with_the_jsonl_answers() {
     }
 
     // The same requests as JSONL lines give the same answers.
-    let topics = [
-        "the sea",
-        "a robot",
-        "autumn",
-        "bread",
-        "mountains",
-        "rain",
-        "a library",
-        "a city at night",
-    ];
-    let lines: String = (0..12)
-        .map(|i| {
-            format!(
-                "{}\n",
-                serde_json::json!({"custom_id": format!("{}", 100 + i),
-                    "messages": [{"role": "user", "content": format!("Write one sentence about {}.", topics[i % 8])}]})
-            )
-        })
-        .collect();
+    let lines = table_rows_as_jsonl(12);
     cortex.write("same.jsonl", &lines);
     cortex.ok(&[
         "run",
