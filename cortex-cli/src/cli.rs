@@ -220,6 +220,12 @@ pub(crate) enum ModelsCommand {
 pub(crate) struct SubmitCommand {
     #[command(flatten)]
     pub(crate) job: SubmitArgs,
+    /// Where the job's results go when it ends, written once by the worker
+    /// or server that takes it (again after a crash): a local path (made
+    /// absolute) or a URL (s3://, gs://, az://); a .parquet name writes a
+    /// table. The error file goes beside it.
+    #[arg(short, long, value_name = "FILE|URL")]
+    pub(crate) output: Option<String>,
     #[command(flatten)]
     pub(crate) settings: SettingFlags<ForSubmit>,
 }

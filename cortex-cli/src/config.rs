@@ -229,6 +229,7 @@ impl Config {
             }
         };
         server.webhook_secret = self.webhook_secret.value.clone();
+        server.exporter = Some(crate::export::exporter());
         Ok(server)
     }
 

@@ -11,6 +11,7 @@ use cortex_objects::{Location, ObjectLocation, PART_SIZE};
 use cortex_openai::ExportJsonl;
 use cortex_parquet::KeptColumns;
 use cortex_queue::{JobId, Queue, failpoint};
+use cortex_webhooks::Exporter;
 
 /// What an export wrote.
 pub(crate) struct Exported {
@@ -137,6 +138,34 @@ fn kept_columns(input: &Location, names: &[String]) -> anyhow::Result<KeptColumn
 fn is_table(path: &Path) -> bool {
     path.extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("parquet"))
+}
+
+/// Writes a job's results to the destination it carries (`submit
+/// --output`), its error file beside: what a worker or server does with the
+/// outbox's `export` row when the job ends.
+pub(crate) fn export_to_destination(
+    store: &mut dyn Queue,
+    job: JobId,
+    url: &str,
+) -> anyhow::Result<Exported> {
+    let output = Location::parse(url)?;
+    let name = output.file_name().unwrap_or_else(|| "results".into());
+    let stem = Path::new(&name)
+        .file_stem()
+        .map_or(name.clone(), |s| s.to_string_lossy().into_owned());
+    let errors = output.with_file_name(&format!("{stem}.errors.jsonl"));
+    export_job(store, job, &output, &errors, false, None)
+}
+
+/// How this binary writes the outbox's exports (`submit --output`), beside
+/// a worker, a run or a server.
+pub(crate) fn exporter() -> Exporter {
+    Exporter::new(|store, event| {
+        let exported = export_to_destination(store, event.job, &event.url)
+            .map_err(|e| format!("{}: {e:#}", event.url))?;
+        tracing::info!(job = %event.job, results = exported.results, errors = exported.errors, "results written to {}", exported.output);
+        Ok(())
+    })
 }
 
 /// Uploads a local file as one object, a part at a time: it appears when

@@ -143,7 +143,7 @@ fn job_state(name: &str) -> anyhow::Result<JobState> {
 fn run(cli: Cli, config: &Config) -> anyhow::Result<()> {
     use commands as c;
     match cli.command {
-        Command::Submit(args) => c::submit(config, &args.job),
+        Command::Submit(args) => c::submit(config, &args.job, args.output.as_deref()),
         Command::Worker(args) if args.detach => c::detach_worker(config),
         Command::Worker(args) => c::worker(config, &args),
         Command::Status {

@@ -160,7 +160,7 @@ pub(crate) const WEBHOOK_GRACE: Duration = Duration::from_secs(15);
 pub(crate) fn start_deliveries(config: &Config) -> anyhow::Result<Deliverer> {
     Ok(Deliverer::start(
         config.queue()?,
-        Notifier::new(config.webhook_secret.value.clone()),
+        Notifier::new(config.webhook_secret.value.clone()).with_exporter(crate::export::exporter()),
     ))
 }
 

@@ -227,7 +227,7 @@ impl ObjectLocation {
     }
 
     /// Whether objects can be written there (`https://` is read only).
-    pub(crate) fn check_writable(&self) -> Result<(), ObjectError> {
+    pub fn check_writable(&self) -> Result<(), ObjectError> {
         if matches!(self.scheme.as_str(), "http" | "https") {
             return Err(ObjectError::ReadOnly {
                 url: self.url.clone(),

@@ -120,7 +120,7 @@ const JOB_SELECT: &str = "SELECT j.id, j.state, j.source_name, j.source_sha256, 
         coalesce(c.cancelled, 0), coalesce(c.prompt_tokens, 0), coalesce(c.completion_tokens, 0),
         j.created_at, j.validating_at, j.in_progress_at, j.finalizing_at, j.completed_at, j.failed_at,
         j.cancelling_at, j.cancelled_at, j.model_sha256, j.project, j.expires_at, j.expired_at,
-        j.notify_url
+        j.notify_url, j.output_url
     FROM jobs j LEFT JOIN LATERAL (
         SELECT sum(pending)::bigint AS pending, sum(running)::bigint AS running,
                sum(completed)::bigint AS completed, sum(failed)::bigint AS failed,
@@ -167,6 +167,7 @@ fn job_from_row(row: &Row) -> Job {
             expired_at: row.get(29),
         },
         notify_url: row.get(30),
+        output_url: row.get(31),
     }
 }
 

@@ -56,12 +56,12 @@ impl PgStore {
         let job = JobId(
             tx.query_one(
                 "INSERT INTO jobs (state, source_name, source_sha256, params_sha256, model, defaults, metadata,
-                                   priority, max_attempts, created_at, validating_at, model_sha256, project, expires_at, notify_url)
+                                   priority, max_attempts, created_at, validating_at, model_sha256, project, expires_at, notify_url, output_url)
                  VALUES ('validating', $1, '', $2, $3, $4, $5::text::jsonb, $6, $7, cortex_now(), cortex_now(), $8, $9,
-                         cortex_now() + $10::bigint, $11)
+                         cortex_now() + $10::bigint, $11, $12)
                  RETURNING id",
                 &[&source_name, &params_sha, &options.model, &defaults_json, &metadata_json,
-                  &options.priority, &max_attempts, &options.model_sha256, &options.project, &window_ms, &options.notify_url],
+                  &options.priority, &max_attempts, &options.model_sha256, &options.project, &window_ms, &options.notify_url, &options.output_url],
             )
             .map_err(pg)?
             .get(0),

@@ -18,7 +18,7 @@ use crate::store::{Outcome, Store};
 const JOB_COLUMNS: &str = "id, state, source_name, source_sha256, model, defaults, metadata, priority, max_attempts,
     lines, invalid, n_pending, n_running, n_completed, n_failed, n_cancelled, prompt_tokens, completion_tokens,
     created_at, validating_at, in_progress_at, finalizing_at, completed_at, failed_at, cancelling_at, cancelled_at,
-    model_sha256, project, expires_at, expired_at, notify_url";
+    model_sha256, project, expires_at, expired_at, notify_url, output_url";
 
 /// An item's columns, for [`item_from_row`] (`i`: items, `r`: results).
 const ITEM_COLUMNS: &str =
@@ -180,6 +180,7 @@ fn job_from_row(row: &Row<'_>) -> rusqlite::Result<Job> {
             expired_at: row.get(29)?,
         },
         notify_url: row.get(30)?,
+        output_url: row.get(31)?,
     })
 }
 

@@ -32,9 +32,9 @@ impl Store {
         let tx = self.begin_immediate()?;
         tx.execute(
             "INSERT INTO jobs (state, source_name, source_sha256, params_sha256, model, defaults, metadata,
-                               priority, max_attempts, created_at, validating_at, model_sha256, project, expires_at, notify_url)
-             VALUES ('validating', ?1, '', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?10, ?11, ?12)",
-            params![source_name, params_sha, options.model, defaults_json, metadata_json, options.priority, options.max_attempts.max(1), now, options.model_sha256, options.project, expires_at, options.notify_url],
+                               priority, max_attempts, created_at, validating_at, model_sha256, project, expires_at, notify_url, output_url)
+             VALUES ('validating', ?1, '', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?10, ?11, ?12, ?13)",
+            params![source_name, params_sha, options.model, defaults_json, metadata_json, options.priority, options.max_attempts.max(1), now, options.model_sha256, options.project, expires_at, options.notify_url, options.output_url],
         )
         .map_err(|e| to_error(&e))?;
         let job = JobId(tx.last_insert_rowid());

@@ -97,6 +97,10 @@ pub struct Job {
     /// Where its end is announced (a webhook URL), if anywhere.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub notify_url: Option<String>,
+    /// Where its results are written when it ends (a path or an object's
+    /// URL), if anywhere: an [`crate::EXPORT_EVENT`] row of the outbox.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_url: Option<String>,
 }
 
 /// A job with its recent throughput and an estimate of the time left.

@@ -119,7 +119,9 @@ pub use jobs::{
 };
 pub use lease::{ClaimOptions, ClaimedItem, FailOutcome, ItemFailure, Lease, LeaseStatus};
 pub use submit::{ItemSource, LineResult, NewItem, SubmitOptions, Submitted};
-pub use webhook::{WEBHOOK_ATTEMPTS, WebhookEvent, WebhookStore, webhook_retry_after};
+pub use webhook::{
+    EXPORT_EVENT, WEBHOOK_ATTEMPTS, WebhookEvent, WebhookStore, webhook_retry_after,
+};
 pub use window::{BATCH_EXPIRED, CompletionWindow, EXPIRED_MESSAGE, parse_duration};
 
 /// The project of jobs whose submitter named none (every job the CLI

@@ -69,6 +69,10 @@ pub struct SubmitOptions {
     /// Where to announce the job's end (`batch.completed`, `batch.failed`,
     /// `batch.cancelled`, `batch.expired`): a webhook URL. `None`: nowhere.
     pub notify_url: Option<String>,
+    /// Where to write the job's results when it ends (a local path or an
+    /// object's URL, written by a worker or server of the queue, at least
+    /// once). `None`: only when asked.
+    pub output_url: Option<String>,
 }
 
 impl SubmitOptions {
@@ -87,6 +91,7 @@ impl SubmitOptions {
             chats_refused: None,
             completion_window: None,
             notify_url: None,
+            output_url: None,
         }
     }
 }

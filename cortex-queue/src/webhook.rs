@@ -1,7 +1,10 @@
-//! The outbox of webhook events: each job that names a URL
+//! The outbox of a job's end: each job that names a URL
 //! ([`crate::SubmitOptions::notify_url`]) has an event added when it ends,
 //! in the transaction that ends it, and delivered at least once by
-//! whichever worker or server takes it, with retries and backoff.
+//! whichever worker or server takes it, with retries and backoff; a job that
+//! names a destination ([`crate::SubmitOptions::output_url`]) has an
+//! [`EXPORT_EVENT`] row added the same way, taken and retried the same way,
+//! its results written there.
 
 use std::time::Duration;
 
@@ -16,7 +19,8 @@ pub struct WebhookEvent {
     pub job: JobId,
     /// Where it goes.
     pub url: String,
-    /// `batch.completed`, `batch.failed`, `batch.cancelled` or `batch.expired`.
+    /// `batch.completed`, `batch.failed`, `batch.cancelled` or
+    /// `batch.expired`; or [`EXPORT_EVENT`].
     pub kind: String,
     /// When the job ended (Unix ms).
     pub created_at: i64,
@@ -27,6 +31,9 @@ pub struct WebhookEvent {
     /// The last attempt's error, while it has not been delivered.
     pub last_error: Option<String>,
 }
+
+/// The kind of an outbox row that writes the job's results to its `url`.
+pub const EXPORT_EVENT: &str = "export";
 
 /// Attempts after which an event is given up.
 pub const WEBHOOK_ATTEMPTS: u32 = 16;

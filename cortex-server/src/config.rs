@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use cortex_models::Registry;
 use cortex_queue::QueueOpener;
-use cortex_webhooks::SigningSecret;
+use cortex_webhooks::{Exporter, SigningSecret};
 use cortex_worker::ModelIdentity;
 
 use crate::{ApiKeys, EngineStarter, PoolLimits};
@@ -126,6 +126,9 @@ pub struct ServerConfig {
     /// The key the server signs the webhook events it delivers with (of
     /// every job in its queue that names a URL); empty: unsigned.
     pub webhook_secret: SigningSecret,
+    /// How the results of a job that carries a destination (`submit
+    /// --output`) are written when it ends; `None`: left to a worker.
+    pub exporter: Option<Exporter>,
 }
 
 impl ServerConfig {
@@ -176,6 +179,7 @@ impl ServerConfig {
             allowed_origins: Vec::new(),
             webhook_url: None,
             webhook_secret: SigningSecret::default(),
+            exporter: None,
         }
     }
 }

@@ -229,10 +229,11 @@ pub fn serve(config: ServerConfig, engine: Engine) -> Result<(), ServerError> {
         config.models.clone(),
     );
     // Webhook events of every job in the queue that names a URL.
-    let deliveries = Deliverer::start(
-        config.queue.clone(),
-        Notifier::new(config.webhook_secret.clone()),
-    );
+    let mut notifier = Notifier::new(config.webhook_secret.clone());
+    if let Some(exporter) = &config.exporter {
+        notifier = notifier.with_exporter(exporter.clone());
+    }
+    let deliveries = Deliverer::start(config.queue.clone(), notifier);
     let state = state::AppState::open(config, Arc::clone(&models))?;
     let result = runtime.block_on(shutdown::run(Arc::clone(&state)));
     if deliveries.finish(WEBHOOK_GRACE) {

@@ -5,15 +5,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use cortex_queue::{Queue, QueueError, QueueOpener, WebhookEvent, now_ms};
+use cortex_queue::{EXPORT_EVENT, Queue, QueueError, QueueOpener, WebhookEvent, now_ms};
 
 use crate::sign::{SigningSecret, sign};
 
 /// How long a receiver may take to answer.
 const SEND_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long a deliverer holds the events it took (more than a send's
-/// timeout for each of a batch of them).
-const HOLD: Duration = Duration::from_secs(120);
+/// How long a deliverer holds the events it took: more than a send's
+/// timeout for each of a batch of them, and than writing a big job's
+/// results (a million rows as a table, uploaded, take about 15 s here).
+const HOLD: Duration = Duration::from_secs(300);
 /// Events taken at once.
 const BATCH: usize = 8;
 /// How often an idle deliverer looks for due events.
@@ -21,11 +22,47 @@ const LOOK_EVERY: Duration = Duration::from_millis(500);
 /// The shortest pause between looks.
 const MIN_WAIT: Duration = Duration::from_millis(50);
 
-/// Sends events: POSTs each one's body, signed when there is a secret.
-#[derive(Debug)]
+/// The function that writes a job's results to the destination it carries
+/// (an [`EXPORT_EVENT`] row of the outbox; `event.url` is where)
+type ExportFn = dyn Fn(&mut dyn Queue, &WebhookEvent) -> Result<(), String> + Send + Sync;
+
+/// Writes a job's results to the destination it carries (an
+/// [`EXPORT_EVENT`] row of the outbox; `event.url` is where): `Ok` once
+/// written, else what went wrong. Given by the binary, which knows formats
+/// and stores.
+#[derive(Clone)]
+pub struct Exporter(Arc<ExportFn>);
+
+impl Exporter {
+    /// An exporter doing `export`.
+    pub fn new(
+        export: impl Fn(&mut dyn Queue, &WebhookEvent) -> Result<(), String> + Send + Sync + 'static,
+    ) -> Self {
+        Self(Arc::new(export))
+    }
+}
+
+impl std::fmt::Debug for Exporter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Exporter")
+    }
+}
+
+/// Sends events: POSTs each one's body, signed when there is a secret; hands
+/// the outbox's exports to its [`Exporter`].
 pub struct Notifier {
     secret: SigningSecret,
     agent: ureq::Agent,
+    exporter: Option<Exporter>,
+}
+
+impl std::fmt::Debug for Notifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Notifier")
+            .field("signed", &!self.secret.is_empty())
+            .field("exports", &self.exporter.is_some())
+            .finish()
+    }
 }
 
 impl Notifier {
@@ -44,6 +81,25 @@ impl Notifier {
         Self {
             secret,
             agent: config.into(),
+            exporter: None,
+        }
+    }
+
+    /// Writes the outbox's exports with `exporter` too (without one, an
+    /// export is recorded as a failed attempt, left for a process that can).
+    pub fn with_exporter(mut self, exporter: Exporter) -> Self {
+        self.exporter = Some(exporter);
+        self
+    }
+
+    /// Does what an outbox row asks: an export, or a POST.
+    fn handle(&self, store: &mut dyn Queue, event: &WebhookEvent) -> Result<(), String> {
+        if event.kind != EXPORT_EVENT {
+            return self.send(event);
+        }
+        match &self.exporter {
+            Some(export) => (export.0)(store, event),
+            None => Err("this process does not write job outputs".into()),
         }
     }
 
@@ -81,14 +137,14 @@ impl Notifier {
                 return Ok(delivered);
             }
             for event in &events {
-                match self.send(event) {
+                match self.handle(store, event) {
                     Ok(()) => {
-                        tracing::info!(event = event.id, job = %event.job, kind = %event.kind, "webhook delivered");
+                        tracing::info!(event = event.id, job = %event.job, kind = %event.kind, "outbox event done");
                         store.webhook_delivered(event.id)?;
                         delivered += 1;
                     }
                     Err(error) => {
-                        tracing::warn!(event = event.id, job = %event.job, attempt = event.attempts + 1, "webhook not delivered: {error}");
+                        tracing::warn!(event = event.id, job = %event.job, kind = %event.kind, attempt = event.attempts + 1, "outbox event not done: {error}");
                         store.webhook_failed(event.id, &error)?;
                     }
                 }

@@ -7,7 +7,9 @@
 //! `webhook-timestamp`, `webhook-signature: v1,<base64 HMAC-SHA256>`), and
 //! records the outcome: delivered, or tried again after a backoff. At least
 //! once: a process killed between the job's end and the delivery leaves the
-//! event for the next one.
+//! event for the next one. The same outbox carries a job's `export` rows
+//! (its results to the destination it named, `cortex submit --output`): the
+//! deliverer hands them to an [`Exporter`] the binary gives it.
 //!
 //! # Design notes
 //!
@@ -22,7 +24,7 @@
 mod deliver;
 mod sign;
 
-pub use deliver::{Deliverer, Notifier};
+pub use deliver::{Deliverer, Exporter, Notifier};
 pub use sign::{SigningSecret, sign};
 
 /// Checks a URL events can be sent to: `http://` or `https://`.

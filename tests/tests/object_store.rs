@@ -279,3 +279,67 @@ fn mistakes_are_said_with_the_objects_url() {
         "only the good job: {listed}"
     );
 }
+
+#[test]
+fn a_job_carrying_its_destination_is_written_there_when_it_ends_even_after_a_kill() {
+    let Some(s3) = S3Server::start() else { return };
+    let mut cortex = Cortex::new();
+    s3.configure(&mut cortex);
+    let input = cortex.write("one.jsonl", &cortex_tests::prompts(1, 4));
+    s3.boto3(&["put", "data", "in/one.jsonl", input.to_str().unwrap()]);
+    cortex.ok(&[
+        "submit",
+        "s3://data/in/one.jsonl",
+        "--output",
+        "s3://data/out/one.parquet",
+    ]);
+    let status = cortex.ok(&["status", "1"]);
+    assert!(
+        status.contains("output    s3://data/out/one.parquet (written when the job ends)"),
+        "{status}"
+    );
+    // The job's only result commits, ending the job, and the worker dies
+    // before it could write the output.
+    let killed = cortex
+        .command(&["worker"])
+        .env("CORTEX_FAILPOINT", "complete:committed@1")
+        .output()
+        .unwrap();
+    assert_eq!(killed.status.signal(), Some(9), "{killed:?}");
+    assert_eq!(cortex.job(1).state, cortex_queue::JobState::Completed);
+    assert!(!s3.list().iter().any(|(key, _)| key.starts_with("out/")));
+
+    // The next worker, with nothing left to generate, writes it.
+    cortex.ok(&["worker"]);
+    let keys: Vec<String> = s3.list().into_iter().map(|(key, _)| key).collect();
+    for key in ["out/one.parquet", "out/one.errors.jsonl"] {
+        assert!(keys.iter().any(|k| k == key), "{key} not in {keys:?}");
+    }
+    let fetched = cortex.dir().join("one.parquet");
+    s3.boto3(&["get", "data", "out/one.parquet", fetched.to_str().unwrap()]);
+    let rows = table(&fetched);
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["custom_id"], "item-0000");
+    assert!(rows[0]["text"].is_string(), "{}", rows[0]);
+
+    // A local destination is made absolute at submit: the worker writes it
+    // wherever it runs from.
+    cortex.write("two.jsonl", &cortex_tests::prompts(2, 4));
+    cortex.ok(&["submit", "two.jsonl", "--output", "done/two.jsonl"]);
+    std::fs::create_dir(cortex.dir().join("done")).unwrap();
+    let mut worker = cortex.command(&["worker"]);
+    worker.current_dir(cortex.dir().join("done"));
+    assert!(worker.output().unwrap().status.success());
+    assert_eq!(read_jsonl(&cortex.dir().join("done/two.jsonl")).len(), 2);
+    // https:// cannot take it.
+    cortex.refused(
+        &[
+            "submit",
+            "two.jsonl",
+            "--force",
+            "--output",
+            "https://127.0.0.1/x.jsonl",
+        ],
+        &["https:// can only be read"],
+    );
+}

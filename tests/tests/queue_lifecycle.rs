@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use cortex_openai::{ExportJsonl, SubmitJsonl};
 use cortex_queue::{
-    BATCH_EXPIRED, ClaimOptions, CompletionWindow, FailOutcome, ItemFailure, ItemQuery, ItemState,
-    JobFilter, JobState, LeaseStatus, Queue, QueueError, SubmitOptions,
+    BATCH_EXPIRED, ClaimOptions, CompletionWindow, EXPORT_EVENT, FailOutcome, ItemFailure,
+    ItemQuery, ItemState, JobFilter, JobState, LeaseStatus, Queue, QueueError, SubmitOptions,
 };
 use queue_common::{Driver, RetryTimings, response_for, submit_prompts, write_prompts};
 
@@ -1083,6 +1083,61 @@ fn job_pages_filter_by_model_and_count_every_match(b: &Driver) {
     assert_eq!(done.models.len(), 3, "{:?}", done.models);
 }
 
+/// A job that carries its destination has an `export` row in the outbox
+/// when it ends, beside its webhook event, taken the same way.
+fn a_job_that_carries_its_destination_has_an_export_in_the_outbox_when_it_ends(b: &Driver) {
+    let dir = &b.dir;
+    let mut store = b.open();
+    let both = SubmitOptions {
+        notify_url: Some("http://127.0.0.1:9/hook".into()),
+        output_url: Some("s3://bucket/out.parquet".into()),
+        ..SubmitOptions::new("both")
+    };
+    let job = store
+        .submit_file(&write_prompts(dir.path(), "p.jsonl", 1), &both)
+        .unwrap()
+        .job;
+    assert_eq!(
+        store.job(job).unwrap().output_url.as_deref(),
+        Some("s3://bucket/out.parquet")
+    );
+    assert!(store.webhooks(job).unwrap().is_empty(), "nothing has ended");
+    for claimed in store.claim(1, &ClaimOptions::default()).unwrap() {
+        store
+            .complete(&claimed.lease, &response_for(&claimed))
+            .unwrap();
+    }
+    let rows: Vec<(String, String)> = store
+        .webhooks(job)
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.kind, e.url))
+        .collect();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert!(rows.contains(&("batch.completed".into(), "http://127.0.0.1:9/hook".into())));
+    assert!(rows.contains(&(EXPORT_EVENT.into(), "s3://bucket/out.parquet".into())));
+    let taken = store.claim_webhooks(10, Duration::from_secs(60)).unwrap();
+    assert_eq!(taken.len(), 2);
+
+    // Only a destination: only the export.
+    let only = SubmitOptions {
+        output_url: Some("/tmp/out.jsonl".into()),
+        ..SubmitOptions::new("only")
+    };
+    let job = store
+        .submit_file(&write_prompts(dir.path(), "q.jsonl", 1), &only)
+        .unwrap()
+        .job;
+    store.cancel(job).unwrap();
+    let kinds: Vec<String> = store
+        .webhooks(job)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
+    assert_eq!(kinds, [EXPORT_EVENT]);
+}
+
 on_both_drivers!(
     a_job_runs_to_completion_and_exports_openai_batch_output_in_input_order,
     a_lost_lease_cannot_heartbeat_or_write_and_the_new_holder_wins,
@@ -1091,6 +1146,7 @@ on_both_drivers!(
     a_non_retryable_failure_fails_at_once_and_is_exported_as_an_error,
     a_job_past_its_window_expires_keeping_what_finished,
     a_job_that_ends_has_its_webhook_event_in_the_outbox_until_delivered,
+    a_job_that_carries_its_destination_has_an_export_in_the_outbox_when_it_ends,
     a_lone_poison_item_is_charged_only_for_deaths_while_alone,
     lone_suspects_take_turns_and_wait_for_a_workers_later_claim,
     a_lone_suspect_whose_worker_died_waits_before_it_runs_alone_again,

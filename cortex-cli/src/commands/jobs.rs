@@ -51,8 +51,10 @@ pub(super) fn submit_job(
     store: &mut dyn Queue,
     config: &Config,
     args: &SubmitArgs,
+    output_url: Option<String>,
 ) -> anyhow::Result<Submitted> {
-    let options = submit_options(config, args)?;
+    let mut options = submit_options(config, args)?;
+    options.output_url = output_url;
     let table = TableInput {
         prompt_template: args.prompt_template.clone(),
         id_column: args.id_column.clone(),
@@ -101,11 +103,32 @@ pub(super) fn submit_job(
     })
 }
 
-pub(crate) fn submit(config: &Config, args: &SubmitArgs) -> anyhow::Result<()> {
+pub(crate) fn submit(
+    config: &Config,
+    args: &SubmitArgs,
+    output: Option<&str>,
+) -> anyhow::Result<()> {
+    let output_url = output.map(destination).transpose()?;
     let mut store = open_store(config)?;
-    let submitted = submit_job(store.as_mut(), config, args)?;
+    let submitted = submit_job(store.as_mut(), config, args, output_url)?;
     let worker = live_worker(store.as_mut(), config, &submitted)?;
     output::submitted(&submitted, worker.as_deref(), args.json)
+}
+
+/// Where a job's results are to go, as the worker will read it: an object's
+/// URL (one that can be written), or a local path made absolute (a worker
+/// runs elsewhere).
+fn destination(output: &str) -> anyhow::Result<String> {
+    Ok(match Location::parse(output)? {
+        Location::Local(path) => std::path::absolute(&path)
+            .with_context(|| format!("cannot make {} absolute", path.display()))?
+            .display()
+            .to_string(),
+        Location::Object(object) => {
+            object.check_writable()?;
+            object.url().to_owned()
+        }
+    })
 }
 
 /// A worker that is working the queue now (a `cortex worker` or `cortex

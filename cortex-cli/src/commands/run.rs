@@ -44,7 +44,7 @@ pub(crate) fn run_file(config: &Config, args: &RunArgs) -> anyhow::Result<()> {
     // Fetch the model before anything is stored, so a missing model fails early.
     let model = resolve_model(config)?;
     let mut store = open_store(config)?;
-    let job = match submit_job(store.as_mut(), config, &args.submit) {
+    let job = match submit_job(store.as_mut(), config, &args.submit, None) {
         Ok(submitted) => {
             eprintln!(
                 "job {} submitted with {}",

@@ -19,6 +19,9 @@ pub(crate) fn status_text(status: &JobStatus) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "job {}  {}  {}", job.id, job.state, job.source_name);
     let _ = writeln!(out, "  model     {}", model_text(job));
+    if let Some(url) = &job.output_url {
+        let _ = writeln!(out, "  output    {url} (written when the job ends)");
+    }
     let _ = writeln!(
         out,
         "  requests  {} total: {} completed, {} failed, {} cancelled, {} running, {} pending",
