@@ -5,7 +5,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use cortex_queue::{EXPORT_EVENT, Queue, QueueError, QueueOpener, WebhookEvent, now_ms};
+use cortex_queue::{
+    EXPORT_EVENT, Queue, QueueError, QueueOpener, WEBHOOK_ATTEMPTS, WebhookEvent, now_ms,
+};
 
 use crate::sign::{SigningSecret, sign};
 
@@ -132,12 +134,20 @@ impl Notifier {
     pub fn deliver_due(&self, store: &mut dyn Queue) -> Result<usize, QueueError> {
         let mut delivered = 0;
         loop {
-            let events = store.claim_webhooks(BATCH, HOLD)?;
+            let mut events = store.claim_webhooks(BATCH, HOLD)?;
             if events.is_empty() {
                 return Ok(delivered);
             }
+            // A job's results are written before its end is announced, so
+            // a receiver told `batch.completed` finds them there.
+            events.sort_by_key(|e| e.kind != EXPORT_EVENT);
             for event in &events {
-                match self.handle(store, event) {
+                let outcome = if event.kind != EXPORT_EVENT && export_pending(store, event)? {
+                    Err("waiting for the job's results to be written first".to_owned())
+                } else {
+                    self.handle(store, event)
+                };
+                match outcome {
                     Ok(()) => {
                         tracing::info!(event = event.id, job = %event.job, kind = %event.kind, "outbox event done");
                         store.webhook_delivered(event.id)?;
@@ -151,6 +161,14 @@ impl Notifier {
             }
         }
     }
+}
+
+/// Whether the job of `event` has results still to write (an export neither
+/// done nor given up).
+fn export_pending(store: &mut dyn Queue, event: &WebhookEvent) -> Result<bool, QueueError> {
+    Ok(store.webhooks(event.job)?.iter().any(|e| {
+        e.kind == EXPORT_EVENT && e.delivered_at.is_none() && e.attempts < WEBHOOK_ATTEMPTS
+    }))
 }
 
 /// A thread delivering events beside a worker or a server, on its own
