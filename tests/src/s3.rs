@@ -24,6 +24,16 @@ impl S3Server {
     /// Starts one; `None`, after saying so, when no server binary was given
     /// and none is required (`CORTEX_REQUIRE_S3=1`).
     pub fn start() -> Option<Self> {
+        Self::launch(true)
+    }
+
+    /// Starts one that takes requests without credentials: its objects are
+    /// plain `http://` URLs (with ranges and ETags), as a web server's.
+    pub fn start_anonymous() -> Option<Self> {
+        Self::launch(false)
+    }
+
+    fn launch(with_keys: bool) -> Option<Self> {
         let Some(binary) = std::env::var_os("CORTEX_TEST_S3_SERVER").map(PathBuf::from) else {
             assert!(
                 std::env::var_os("CORTEX_REQUIRE_S3").is_none(),
@@ -35,9 +45,12 @@ impl S3Server {
         let root = tempfile::tempdir().expect("a temp dir");
         std::fs::create_dir(root.path().join("data")).expect("the bucket's folder");
         let port = free_port();
-        let child = Command::new(&binary)
-            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-            .args(["--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY])
+        let mut command = Command::new(&binary);
+        command.args(["--host", "127.0.0.1", "--port", &port.to_string()]);
+        if with_keys {
+            command.args(["--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY]);
+        }
+        let child = command
             .arg(root.path())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -3,7 +3,10 @@
 //! `boto3` putting and listing objects: a table of 2,000 rows read from the
 //! store and written back as Parquet and as JSONL with the answers of the
 //! same rows run locally; a kill during the upload that leaves no object and
-//! a run again that writes it; input columns kept beside the answers; an object replaced while it is read; the
+//! a run again that writes it; input columns kept beside the answers; a
+//! job that carries its destination written by the next worker after the
+//! one that ended it was killed; a plain web URL (the server without
+//! credentials) read in ranges; an object replaced while it is read; the
 //! mistakes (a missing object, a wrong secret, an unreachable store, a read-
 //! only scheme, a column of the wrong type), each said with the object's URL.
 
@@ -341,5 +344,30 @@ fn a_job_carrying_its_destination_is_written_there_when_it_ends_even_after_a_kil
             "https://127.0.0.1/x.jsonl",
         ],
         &["https:// can only be read"],
+    );
+}
+
+#[test]
+fn a_web_url_is_read_in_ranges_and_bad_lines_name_it() {
+    let Some(web) = S3Server::start_anonymous() else {
+        return;
+    };
+    let cortex = Cortex::new();
+    let folder = web.root().join("data");
+    std::fs::write(folder.join("in.jsonl"), cortex_tests::prompts(3, 4)).unwrap();
+    std::fs::write(
+        folder.join("bad.jsonl"),
+        "{\"prompt\": \"Hi\"}\n{\"prompt\": 5}\n",
+    )
+    .unwrap();
+    let url = format!("{}/data/in.jsonl", web.endpoint());
+    let said = cortex.ok(&["run", &url, "--max-tokens", "4"]);
+    assert!(said.contains("3 of 3 requests completed"), "{said}");
+    assert!(said.contains("results: in.results.jsonl"), "{said}");
+    let bad = format!("{}/data/bad.jsonl", web.endpoint());
+    cortex.refused(&["submit", &bad], &[&bad, "line 2: prompt must be"]);
+    cortex.refused(
+        &["submit", &format!("{}/data/gone.jsonl", web.endpoint())],
+        &["/data/gone.jsonl: no such object"],
     );
 }
