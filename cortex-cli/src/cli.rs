@@ -35,7 +35,8 @@ pub(crate) const EXIT_CODES: &str = "Exit codes: 0 success; 1 failure (model, da
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
-    /// Store a JSONL file as a job (validated, all or nothing) and print its id. Never generates.
+    /// Store a JSONL or Parquet input (a file or an object) as a job (validated, all or nothing)
+    /// and print its id. Never generates.
     Submit(SubmitCommand),
     /// Claim items and generate until the queue is empty (or keep waiting with --follow).
     Worker(WorkerArgs),

@@ -226,6 +226,34 @@ impl ObjectLocation {
         &self.url
     }
 
+    /// Adds what to do when a store was reached without credentials (the
+    /// client then asks a cloud machine's metadata service, which is not
+    /// there): the variables that give them.
+    pub(crate) fn explain(&self, error: ObjectError) -> ObjectError {
+        let ObjectError::Store { url, detail } = error else {
+            return error;
+        };
+        let (variable, hint) = match self.scheme.as_str() {
+            "s3" | "s3a" => (
+                "AWS_ACCESS_KEY_ID",
+                "no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_SKIP_SIGNATURE=true for a public bucket)",
+            ),
+            "gs" => (
+                "GOOGLE_SERVICE_ACCOUNT",
+                "no credentials: set GOOGLE_SERVICE_ACCOUNT (a service account's JSON file)",
+            ),
+            _ => return ObjectError::Store { url, detail },
+        };
+        let metadata_service = detail.contains("169.254.169.254") || detail.contains("metadata");
+        if metadata_service && std::env::var_os(variable).is_none() {
+            return ObjectError::Store {
+                url,
+                detail: format!("{hint} ({detail})"),
+            };
+        }
+        ObjectError::Store { url, detail }
+    }
+
     /// Whether objects can be written there (`https://` is read only).
     pub fn check_writable(&self) -> Result<(), ObjectError> {
         if matches!(self.scheme.as_str(), "http" | "https") {

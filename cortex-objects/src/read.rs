@@ -36,7 +36,7 @@ impl ObjectLocation {
     /// credential or an unreachable store is an error here.
     pub fn open(&self) -> Result<RemoteObject, ObjectError> {
         let meta = block_on(self.store.head(&self.path))
-            .map_err(|e| ObjectError::from_store(self.url(), None, e))?;
+            .map_err(|e| self.explain(ObjectError::from_store(self.url(), None, e)))?;
         Ok(RemoteObject {
             pinned: Arc::new(Pinned {
                 location: self.clone(),

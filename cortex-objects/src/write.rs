@@ -26,7 +26,7 @@ impl ObjectLocation {
     pub fn create(&self) -> Result<ObjectWriter, ObjectError> {
         self.check_writable()?;
         let upload = block_on(self.store.put_multipart(&self.path))
-            .map_err(|e| ObjectError::from_store(self.url(), None, e))?;
+            .map_err(|e| self.explain(ObjectError::from_store(self.url(), None, e)))?;
         Ok(ObjectWriter {
             url: self.url().to_owned(),
             upload: Some(WriteMultipart::new_with_chunk_size(upload, PART_SIZE)),

@@ -248,6 +248,13 @@ fn mistakes_are_said_with_the_objects_url() {
             "AWS_SECRET_ACCESS_KEY",
         ],
     );
+    let mut keyless = Cortex::new();
+    keyless.set_env("AWS_ENDPOINT_URL", &s3.endpoint());
+    keyless.set_env("AWS_REGION", "us-east-1");
+    keyless.refused(
+        &["submit", "s3://data/in.jsonl"],
+        &["s3://data/in.jsonl: no credentials: set AWS_ACCESS_KEY_ID"],
+    );
     let mut away = Cortex::new();
     s3.configure(&mut away);
     away.set_env(
