@@ -254,6 +254,24 @@ impl Cortex {
         stderr
     }
 
+    /// Runs with the failpoint `point` armed (`CORTEX_FAILPOINT`) and checks
+    /// that it died there, by SIGKILL, as `kill -9` would have killed it.
+    pub fn killed_at(&self, args: &[&str], point: &str) -> Output {
+        use std::os::unix::process::ExitStatusExt;
+        let output = self
+            .command(args)
+            .env("CORTEX_FAILPOINT", point)
+            .output()
+            .expect("run cortex");
+        assert_eq!(
+            output.status.signal(),
+            Some(9),
+            "cortex {args:?} did not die at {point}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        output
+    }
+
     /// Starts in the background (output kept for the caller to read).
     pub fn spawn(&self, args: &[&str]) -> Child {
         self.command(args)

@@ -11,7 +11,6 @@
 //! only scheme, a column of the wrong type), each said with the object's URL.
 
 use std::collections::BTreeMap;
-use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -157,15 +156,7 @@ fn a_kill_during_the_upload_leaves_no_object_and_running_again_writes_it() {
     let input = cortex.write("in.jsonl", &cortex_tests::prompts(24, 6));
     s3.boto3(&["put", "data", "in.jsonl", input.to_str().unwrap()]);
     let args = ["run", "s3://data/in.jsonl", "-o", "s3://data/out/in.jsonl"];
-    let mut killed = cortex.command(&args);
-    killed.env("CORTEX_FAILPOINT", "upload");
-    let output = killed.output().unwrap();
-    assert_eq!(
-        output.status.signal(),
-        Some(9),
-        "the failpoint kills it during the upload: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    cortex.killed_at(&args, "upload");
     let keys: Vec<String> = s3.list().into_iter().map(|(key, _)| key).collect();
     assert!(
         !keys.iter().any(|k| k == "out/in.jsonl"),
@@ -310,12 +301,7 @@ fn a_job_carrying_its_destination_is_written_there_when_it_ends_even_after_a_kil
     );
     // The job's only result commits, ending the job, and the worker dies
     // before it could write the output.
-    let killed = cortex
-        .command(&["worker"])
-        .env("CORTEX_FAILPOINT", "complete:committed@1")
-        .output()
-        .unwrap();
-    assert_eq!(killed.status.signal(), Some(9), "{killed:?}");
+    cortex.killed_at(&["worker"], "complete:committed@1");
     assert_eq!(cortex.job(1).state, cortex_queue::JobState::Completed);
     assert!(!s3.list().iter().any(|(key, _)| key.starts_with("out/")));
 

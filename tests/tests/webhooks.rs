@@ -121,13 +121,7 @@ fn a_worker_killed_right_after_the_job_ends_leaves_the_event_for_the_next() {
     let url = format!("http://127.0.0.1:{port}/hook");
     cortex.ok(&["submit", "p.jsonl", "--notify", &url]);
     // The job's only result commits, ending the job, and the worker dies.
-    let killed = cortex
-        .command(&["worker"])
-        .env("CORTEX_FAILPOINT", "complete:committed@1")
-        .output()
-        .unwrap();
-    use std::os::unix::process::ExitStatusExt;
-    assert_eq!(killed.status.signal(), Some(9), "{killed:?}");
+    cortex.killed_at(&["worker"], "complete:committed@1");
     assert_eq!(cortex.job(1).state, cortex_queue::JobState::Completed);
     let pending = cortex.store().webhooks(JobId(1)).unwrap();
     assert_eq!((pending.len(), pending[0].delivered_at), (1, None));
