@@ -2,8 +2,8 @@
 # The whole test suite, from a fresh Debian machine: installs what the
 # workspace build needs, builds llama.cpp's Vulkan backend module (run on
 # Mesa's software driver), starts a PostgreSQL server on loopback for the
-# queue's second backend, builds an S3-compatible server for the
-# object-store tests, then runs the format check, clippy and every test.
+# queue's second backend, builds an S3-compatible server and installs
+# Azurite for the object-store tests, then runs the format check, clippy and every test.
 # Usage: bash scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,6 +29,9 @@ export CORTEX_TEST_PYTHON
 echo "==> an S3-compatible server (s3s-fs), which the object-store tests start on loopback"
 CORTEX_TEST_S3_SERVER=$(bash scripts/s3-server.sh)
 export CORTEX_TEST_S3_SERVER CORTEX_REQUIRE_S3=1
+echo "==> Azurite (Azure Storage's emulator), which the object-store tests start on loopback"
+CORTEX_TEST_AZURITE=$(bash scripts/azurite.sh)
+export CORTEX_TEST_AZURITE CORTEX_REQUIRE_AZURITE=1
 
 echo "==> PostgreSQL on loopback (the queue's second backend)"
 PG_DIR=$(mktemp -d /tmp/cortex-test-pg.XXXXXX)

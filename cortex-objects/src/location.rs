@@ -155,7 +155,12 @@ impl ObjectLocation {
                     .with_retry(retry)
                     .with_client_options(client)
                     .build()
-                    .map_err(|e| bad(e.to_string()))?,
+                    .map_err(|e| match e.to_string() {
+                        m if m.contains("Account must be specified") => bad(
+                            "no storage account: set AZURE_STORAGE_ACCOUNT_NAME (and AZURE_STORAGE_ACCOUNT_KEY or a token), or AZURE_STORAGE_USE_EMULATOR=true".into(),
+                        ),
+                        m => bad(m),
+                    })?,
             ),
             _ => {
                 let base = format!("{scheme}://{}", url.authority());
@@ -169,16 +174,10 @@ impl ObjectLocation {
                 )
             }
         };
-        let key = match scheme.as_str() {
-            // object_store's own reading of the URL: bucket or container
-            // from the host (or the path, for Azure's long forms), key after.
-            "s3" | "s3a" | "gs" | "http" | "https" => url.path(),
-            _ => {
-                let (_, path) = object_store::parse_url(url).map_err(|e| bad(e.to_string()))?;
-                return Self::with_key(text, scheme, store, path);
-            }
-        };
-        let path = StorePath::from_url_path(key).map_err(|e| bad(e.to_string()))?;
+        // The bucket or container is the host (`az://container/key`,
+        // `abfss://container@account.dfs.core.windows.net/key`); the key is
+        // the path.
+        let path = StorePath::from_url_path(url.path()).map_err(|e| bad(e.to_string()))?;
         Self::with_key(text, scheme, store, path)
     }
 
@@ -285,6 +284,12 @@ mod tests {
             panic!("s3 is a store")
         };
         assert_eq!(object.path.as_ref(), "dir/in.parquet");
+        // Azure needs an account before anything is sent (the emulator test
+        // in tests/tests/object_store.rs has one).
+        let error = Location::parse("az://container/dir/in.jsonl")
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("AZURE_STORAGE_ACCOUNT_NAME"), "{error}");
         let https = Location::parse("https://example.invalid/data/in.jsonl").unwrap();
         let Location::Object(object) = &https else {
             panic!("https is a store")

@@ -51,9 +51,11 @@
 
 #![forbid(unsafe_code)]
 
+mod azurite;
 mod s3;
 mod server;
 
+pub use azurite::AzuriteServer;
 pub use s3::S3Server;
 pub use server::{Server, free_port, http, raw_http};
 

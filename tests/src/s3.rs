@@ -56,14 +56,7 @@ impl S3Server {
             .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary.display()));
-        let started = Instant::now();
-        while TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err() {
-            assert!(
-                started.elapsed() < Duration::from_secs(20),
-                "s3s-fs did not listen"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_until_listening(port, "s3s-fs");
         Some(Self { child, root, port })
     }
 
@@ -117,6 +110,18 @@ impl S3Server {
                 )
             })
             .collect()
+    }
+}
+
+/// Waits (up to 20 s) for a server just started to take connections.
+pub(crate) fn wait_until_listening(port: u16, what: &str) {
+    let started = Instant::now();
+    while TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{what} did not listen on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 

@@ -1,4 +1,5 @@
-//! Jobs from and to an S3-compatible object store (s3s-fs on loopback),
+//! Jobs from and to an S3-compatible object store (s3s-fs on loopback; and
+//! an Azure container on Azurite, Microsoft's emulator),
 //! with `pyarrow` writing the input table and reading the output and
 //! `boto3` putting and listing objects: a table of 2,000 rows read from the
 //! store and written back as Parquet and as JSONL with the answers of the
@@ -15,7 +16,8 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use cortex_tests::{
-    Cortex, S3Server, TABLE_TEMPLATE, TABLE_TOPICS, python_check, read_jsonl, table_rows_as_jsonl,
+    AzuriteServer, Cortex, S3Server, TABLE_TEMPLATE, TABLE_TOPICS, python_check, read_jsonl,
+    table_rows_as_jsonl,
 };
 
 /// The rows of a Parquet file as pyarrow reads them (after its schema).
@@ -362,5 +364,49 @@ fn a_web_url_is_read_in_ranges_and_bad_lines_name_it() {
     cortex.refused(
         &["submit", &format!("{}/data/gone.jsonl", web.endpoint())],
         &["/data/gone.jsonl: no such object"],
+    );
+}
+
+#[test]
+fn an_azure_container_is_read_and_written_as_a_bucket_is() {
+    let Some(azure) = AzuriteServer::start() else {
+        return;
+    };
+    let mut cortex = Cortex::new();
+    azure.configure(&mut cortex);
+    let input = cortex.write("in.jsonl", &cortex_tests::prompts(6, 4));
+    azure.blobs(&["mkcontainer", "data"]);
+    azure.blobs(&["put", "data", "in/in.jsonl", input.to_str().unwrap()]);
+    let said = cortex.ok(&[
+        "run",
+        "az://data/in/in.jsonl",
+        "-o",
+        "az://data/out/in.parquet",
+    ]);
+    assert!(said.contains("6 of 6 requests completed"), "{said}");
+    let names: Vec<String> = azure
+        .blobs(&["list", "data"])
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["name"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    for name in ["out/in.parquet", "out/in.errors.jsonl"] {
+        assert!(names.iter().any(|n| n == name), "{name} not in {names:?}");
+    }
+    let fetched = cortex.dir().join("fetched.parquet");
+    azure.blobs(&["get", "data", "out/in.parquet", fetched.to_str().unwrap()]);
+    let rows = table(&fetched);
+    assert_eq!(rows.len(), 6);
+    assert!(
+        rows.iter()
+            .all(|r| r["error"].is_null() && r["text"].is_string())
+    );
+    cortex.refused(
+        &["submit", "az://data/in/missing.jsonl"],
+        &["az://data/in/missing.jsonl: no such object"],
     );
 }
