@@ -135,6 +135,63 @@ fn a_worker_killed_right_after_the_job_ends_leaves_the_event_for_the_next() {
     assert_eq!(attempts[0]["event"]["type"], "batch.completed");
 }
 
+/// A job that carries its destination is announced only once its results
+/// are written: while the write fails, the event waits.
+#[test]
+fn the_end_is_announced_after_the_results_are_written() {
+    let cortex = with_secret();
+    let receiver = Receiver::start(cortex.dir(), 0);
+    cortex.write("p.jsonl", &prompts(1, 4));
+    // A folder that is not there yet: the write fails until it is.
+    cortex.ok(&[
+        "submit",
+        "p.jsonl",
+        "--notify",
+        &receiver.url(),
+        "--output",
+        "later/out.jsonl",
+    ]);
+    cortex.ok(&["worker"]);
+    assert_eq!(cortex.job(1).state, cortex_queue::JobState::Completed);
+    assert!(
+        receiver.attempts().is_empty(),
+        "announced before the results were written"
+    );
+    let waiting = cortex.store().webhooks(JobId(1)).unwrap();
+    assert!(
+        waiting.iter().all(|e| e.delivered_at.is_none()),
+        "{waiting:?}"
+    );
+
+    // Once the folder is there, a worker's next attempt (after the backoff
+    // the failures earned) writes the results, then announces the end.
+    std::fs::create_dir(cortex.dir().join("later")).unwrap();
+    let output = cortex.dir().join("later/out.jsonl");
+    let mut worker = cortex.spawn(&["worker", "--follow"]);
+    let started = Instant::now();
+    while receiver.attempts().is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(90),
+            "never announced"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    cortex_tests::signal(worker.id(), "TERM");
+    worker.wait().unwrap();
+    assert_eq!(read_jsonl(&output).len(), 1);
+    let attempts = receiver.attempts();
+    assert_eq!(attempts.len(), 1, "{attempts:?}");
+    assert_eq!(attempts[0]["event"]["type"], "batch.completed");
+    let rows = cortex.store().webhooks(JobId(1)).unwrap();
+    let delivered = |kind: &str| {
+        rows.iter()
+            .find(|e| e.kind == kind)
+            .and_then(|e| e.delivered_at)
+            .unwrap_or_else(|| panic!("{kind} not done: {rows:?}"))
+    };
+    assert!(delivered(cortex_queue::EXPORT_EVENT) <= delivered("batch.completed"));
+}
+
 /// Batches created through the Batch API announce their end at the
 /// server's webhook_url, signed with its secret.
 #[test]
