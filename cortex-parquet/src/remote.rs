@@ -7,6 +7,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read};
+use std::ops::{Range, RangeInclusive};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::{Bytes, BytesMut};
@@ -52,6 +53,37 @@ impl Blocks {
     }
 }
 
+impl Blocks {
+    /// Makes blocks `wanted` (at most half the cache) present, fetching the
+    /// missing run in one request (`fetch` gets its byte range); the ones
+    /// already kept are used first, so that keeping the new ones never drops
+    /// a block of `wanted`.
+    fn ensure(
+        &mut self,
+        wanted: RangeInclusive<u64>,
+        fetch: impl FnOnce(Range<u64>) -> io::Result<Bytes>,
+    ) -> io::Result<()> {
+        let missing: Vec<u64> = wanted
+            .clone()
+            .filter(|b| !self.kept.contains_key(b))
+            .collect();
+        for block in wanted {
+            if self.kept.contains_key(&block) {
+                self.touch(block);
+            }
+        }
+        if let (Some(&from), Some(&to)) = (missing.first(), missing.last()) {
+            let fetched = fetch(from * BLOCK..(to + 1) * BLOCK)?;
+            for block in from..=to {
+                let offset = (((block - from) * BLOCK) as usize).min(fetched.len());
+                let size = (BLOCK as usize).min(fetched.len() - offset);
+                self.keep(block, fetched.slice(offset..offset + size));
+            }
+        }
+        Ok(())
+    }
+}
+
 impl ObjectChunks {
     pub(crate) fn new(object: RemoteObject) -> Self {
         Self {
@@ -79,18 +111,9 @@ impl ObjectChunks {
             .blocks
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let missing: Vec<u64> = (first..=last)
-            .filter(|b| !blocks.kept.contains_key(b))
-            .collect();
-        if let (Some(&from), Some(&to)) = (missing.first(), missing.last()) {
-            // One request for the missing run.
-            let fetched = object.read_range(from * BLOCK..((to + 1) * BLOCK).min(object.len()))?;
-            for block in from..=to {
-                let offset = ((block - from) * BLOCK) as usize;
-                let size = (BLOCK as usize).min(fetched.len() - offset);
-                blocks.keep(block, fetched.slice(offset..offset + size));
-            }
-        }
+        blocks.ensure(first..=last, |range| {
+            Ok(object.read_range(range.start..range.end.min(object.len()))?)
+        })?;
         let mut out = BytesMut::with_capacity((end - start) as usize);
         for block in first..=last {
             blocks.touch(block);
@@ -146,5 +169,30 @@ impl ChunkReader for ObjectChunks {
     fn get_bytes(&self, start: u64, length: usize) -> parquet::errors::Result<Bytes> {
         self.bytes(start, length as u64)
             .map_err(|e| ParquetError::External(Box::new(e)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fetching_a_missing_block_never_drops_a_kept_one_the_read_needs() {
+        let mut blocks = Blocks::default();
+        // A full cache, block 1 the least recently used.
+        for block in 1..=BLOCKS_KEPT as u64 {
+            blocks.keep(block, Bytes::from_static(b"kept"));
+        }
+        let mut asked = None;
+        blocks
+            .ensure(0..=1, |range| {
+                asked = Some(range.clone());
+                Ok(Bytes::from(vec![7u8; (range.end - range.start) as usize]))
+            })
+            .unwrap();
+        assert_eq!(asked, Some(0..BLOCK), "only the missing block is fetched");
+        assert_eq!(blocks.kept[&1].as_ref(), b"kept");
+        assert_eq!(blocks.kept[&0].len(), BLOCK as usize);
+        assert_eq!(blocks.kept.len(), BLOCKS_KEPT);
     }
 }
