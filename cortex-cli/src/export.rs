@@ -56,7 +56,7 @@ pub(crate) fn export_job(
     let table = is_table(&output_path);
     let kept = match keep {
         Some((input, names)) => {
-            check_kept_columns(input, output, names)?;
+            check_table_output(output)?;
             Some(kept_columns(input, names)?)
         }
         None => None,
@@ -101,13 +101,18 @@ pub(crate) fn check_kept_columns(
     output: &Location,
     names: &[String],
 ) -> anyhow::Result<()> {
+    check_table_output(output)?;
+    kept_columns(input, names).map(drop)
+}
+
+fn check_table_output(output: &Location) -> anyhow::Result<()> {
     let to_table = output
         .file_name()
         .is_some_and(|name| is_table(Path::new(&name)));
     if !to_table {
         anyhow::bail!("--keep-columns carries input columns into a table: name a .parquet output");
     }
-    kept_columns(input, names).map(drop)
+    Ok(())
 }
 
 /// The input table's `names` columns, read again from where it was.
@@ -149,10 +154,7 @@ pub(crate) fn export_to_destination(
     url: &str,
 ) -> anyhow::Result<Exported> {
     let output = Location::parse(url)?;
-    let name = output.file_name().unwrap_or_else(|| "results".into());
-    let stem = Path::new(&name)
-        .file_stem()
-        .map_or(name.clone(), |s| s.to_string_lossy().into_owned());
+    let stem = output.file_stem().unwrap_or_else(|| "results".into());
     let errors = output.with_file_name(&format!("{stem}.errors.jsonl"));
     export_job(store, job, &output, &errors, false, None)
 }

@@ -91,6 +91,16 @@ impl Location {
         }
     }
 
+    /// That name without its extension (`in`), for the names of outputs.
+    pub fn file_stem(&self) -> Option<String> {
+        let name = self.file_name()?;
+        Some(
+            Path::new(&name)
+                .file_stem()
+                .map_or_else(|| name.clone(), |s| s.to_string_lossy().into_owned()),
+        )
+    }
+
     /// The same folder (or key prefix), another name: where an output's
     /// error file goes.
     pub fn with_file_name(&self, name: &str) -> Location {
@@ -279,6 +289,7 @@ mod tests {
         );
         let s3 = Location::parse("s3://bucket/dir/in.parquet").unwrap();
         assert_eq!(s3.file_name().as_deref(), Some("in.parquet"));
+        assert_eq!(s3.file_stem().as_deref(), Some("in"));
         assert_eq!(s3.to_string(), "s3://bucket/dir/in.parquet");
         let Location::Object(object) = &s3 else {
             panic!("s3 is a store")

@@ -1,7 +1,7 @@
 //! `cortex run`: submit a file (or find it submitted), work on it to the
 //! end, write its results.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::bail;
@@ -24,14 +24,7 @@ use crate::work::{
 pub(crate) fn run_file(config: &Config, args: &RunArgs) -> anyhow::Result<()> {
     let stop = StopFlag::install()?;
     let input = Location::parse(&args.submit.file)?;
-    let stem = input.file_name().map_or_else(
-        || "job".to_owned(),
-        |name| {
-            Path::new(&name)
-                .file_stem()
-                .map_or(name.clone(), |s| s.to_string_lossy().into_owned())
-        },
-    );
+    let stem = input.file_stem().unwrap_or_else(|| "job".into());
     let output_to = match &args.output {
         Some(text) => Location::parse(text)?,
         None => Location::Local(PathBuf::from(format!("{stem}.results.jsonl"))),
