@@ -2,15 +2,16 @@
 //! variant, what was skipped and why) and the devices they offer, with
 //! their memory.
 
-use cortex_engine::{Backends, Device};
+use cortex_engine::Device;
+use cortex_llama::Backends;
 use serde_json::{Value, json};
 
 use crate::config::Config;
 use crate::output::{out, outln};
 
 pub(crate) fn devices(config: &Config, json: bool) -> anyhow::Result<()> {
-    let backends = cortex_engine::load_backends(config.backends_dir().as_deref());
-    let devices = cortex_engine::devices();
+    let backends = cortex_llama::load_backends(config.backends_dir().as_deref());
+    let devices = cortex_llama::devices();
     if json {
         outln!(
             "{}",

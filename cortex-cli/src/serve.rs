@@ -1,8 +1,6 @@
 //! `cortex serve`: settings into a `cortex_server::ServerConfig`, the model
 //! resolved and the engine started here, then the server runs until a signal.
 
-use cortex_engine::Engine;
-
 use crate::config::Config;
 use crate::work::resolve_model;
 
@@ -23,7 +21,7 @@ pub(crate) fn serve(config: &Config) -> anyhow::Result<()> {
             );
         }
     }
-    let engine = Engine::start(&config.engine_config(&model))?;
+    let engine = cortex_llama::start(&config.engine_config(&model))?;
     let parallel = engine.info().parallel;
     let mut places: Vec<String> = Vec::new();
     if tcp {
@@ -42,7 +40,7 @@ pub(crate) fn serve(config: &Config) -> anyhow::Result<()> {
     let starter = {
         let config = config.clone();
         cortex_server::EngineStarter::new(move |model| {
-            let engine = Engine::start(&config.engine_config(model))?;
+            let engine = cortex_llama::start(&config.engine_config(model))?;
             eprintln!(
                 "loaded {} on {}",
                 model.name,

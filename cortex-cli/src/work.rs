@@ -90,7 +90,7 @@ pub(crate) fn run_worker(
         follow,
         observer,
     } = scope;
-    let engine = Engine::start_observed(&config.engine_config(model), observer)?;
+    let engine = cortex_llama::start_observed(&config.engine_config(model), observer)?;
     let device = describe_device(&engine);
     let parallel = engine.info().parallel;
     eprintln!("generating on {device}, {parallel} sequences at once");
@@ -131,7 +131,7 @@ pub(crate) fn run_every_model(
         switch_after.as_secs()
     );
     let mut start_engine = |model: &ModelIdentity| {
-        let engine = Engine::start(&config.engine_config(model))?;
+        let engine = cortex_llama::start(&config.engine_config(model))?;
         eprintln!(
             "generating with {} on {}",
             model.name,
@@ -189,7 +189,7 @@ pub(crate) fn describe_device(engine: &Engine) -> String {
             device.memory_total >> 20
         );
     }
-    let variant = cortex_engine::load_backends(None)
+    let variant = cortex_llama::load_backends(None)
         .loaded
         .iter()
         .find(|m| m.backend == "CPU")

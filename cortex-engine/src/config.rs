@@ -1,10 +1,10 @@
-//! The engine's settings, and how they turn into llama.cpp's.
+//! The engine's settings: the step loop's, and where the binding puts the
+//! model (read by `cortex-llama`, which loads it).
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::error::EngineError;
-use crate::llama::{CpuKernels, DeviceChoice, GpuLayers, Model};
+use crate::placement::{CpuKernels, DeviceChoice, GpuLayers};
 
 /// How an engine is set up.
 #[derive(Debug, Clone, PartialEq)]
@@ -89,7 +89,7 @@ pub struct EngineConfig {
     /// and 1.16x faster than host sampling.
     pub sample_on_device: bool,
     /// A directory of llama.cpp backend modules to look in before the
-    /// program's own directory (see [`crate::load_backends`]).
+    /// program's own directory (see `cortex_llama::load_backends`).
     pub backends_dir: Option<PathBuf>,
     /// Render chats with this template instead of the model's own (for a
     /// GGUF without one): the name of a template llama.cpp knows (`chatml`,
@@ -174,10 +174,10 @@ impl EngineConfig {
         }
     }
 
-    /// Settings for tests over a fake backend (`Engine::start_with_backend`):
+    /// Settings for tests over a toy backend (`Engine::start_with_backend`):
     /// `parallel` sequences, `block_size`-token blocks, 64-token batches,
     /// streams that grow within 1 GiB, sharing on, fixed threads, no timeout.
-    #[doc(hidden)]
+    #[cfg(any(test, feature = "test-support"))]
     pub fn for_fake_backend(parallel: usize, block_size: usize) -> Self {
         Self {
             parallel,
@@ -231,14 +231,6 @@ impl EngineConfig {
             step_loops: loops,
             ..self.clone()
         }
-    }
-
-    /// The model, loaded as these settings place it: the backend modules of
-    /// `backends_dir`, then its layers on `device` (`gpu_layers` of them),
-    /// the CPU's multiplied by `cpu_kernels`.
-    pub(crate) fn load_model(&self) -> Result<Model, EngineError> {
-        crate::llama::load_backends(self.backends_dir.as_deref());
-        Model::load_on(&self.model, &self.device, self.gpu_layers, self.cpu_kernels)
     }
 
     /// The most threads the step loop adapts llama.cpp's to, following the

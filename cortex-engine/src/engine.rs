@@ -11,8 +11,7 @@ use crate::backend::Backend;
 use crate::config::EngineConfig;
 use crate::error::EngineError;
 use crate::events::{EngineStats, StepObserver};
-use crate::llama::Device;
-use crate::llama::{ContextConfig, LlamaEngineBackend, Placement};
+use crate::placement::{Device, ModelPlacement};
 use crate::protocol::{
     Command, EngineHealth, EngineInfo, EventReceiver, EventSender, Shared, Shutdown, event_channel,
     panic_message,
@@ -34,9 +33,9 @@ use crate::step::StepLoop;
 pub struct Engine {
     lanes: Vec<Lane>,
     info: EngineInfo,
-    /// Where the model is (set once it loaded; unset over a fake backend:
+    /// Where the model is (set once it loaded; unset over a toy backend:
     /// the CPU).
-    placement: Arc<OnceLock<Placement>>,
+    placement: Arc<OnceLock<Arc<dyn ModelPlacement>>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -55,89 +54,52 @@ impl std::fmt::Debug for Engine {
     }
 }
 
+/// The engine thread's side of [`Engine::launch`]: where the model is, and
+/// the loops to run.
+pub struct Launch<'a> {
+    placement: &'a OnceLock<Arc<dyn ModelPlacement>>,
+    runner: &'a mut dyn for<'b> FnMut(&EngineConfig, Backends<'b>),
+}
+
+/// One backend per step loop, each borrowing for `'b` what was loaded for
+/// them.
+type Backends<'b> = Vec<Box<dyn Backend + Send + 'b>>;
+
+impl Launch<'_> {
+    /// Says where the model is, for [`Engine::device`],
+    /// [`Engine::cortex_kernels`] and [`Engine::gpu_memory_used`] (unsaid:
+    /// the CPU).
+    pub fn place(&self, placement: Arc<dyn ModelPlacement>) {
+        let _ = self.placement.set(placement);
+    }
+
+    /// Makes a step loop per backend, each with `config`'s settings (a loop's
+    /// share, see [`EngineConfig::per_loop`]), reports the engine ready and
+    /// runs the loops until they stop.
+    pub fn run(self, config: &EngineConfig, backends: Vec<Box<dyn Backend + Send + '_>>) {
+        (self.runner)(config, backends);
+    }
+}
+
 /// What the engine thread hands back once its loops are ready.
 type Ready = Result<(Vec<Lane>, EngineInfo), EngineError>;
 
 impl Engine {
-    /// Loads the model with llama.cpp and starts the loops. Returns once the
-    /// model is loaded, or with the reason it could not be.
-    pub fn start(config: &EngineConfig) -> Result<Self, EngineError> {
-        Self::start_observed(config, None)
-    }
-
-    /// [`Engine::start`], with `observer` told of every step and prompt (a
-    /// trace of where a job's time goes).
-    pub fn start_observed(
-        config: &EngineConfig,
-        observer: Option<Box<dyn StepObserver>>,
-    ) -> Result<Self, EngineError> {
-        let chat_template = config
-            .chat_template
-            .as_deref()
-            .map(crate::llama::resolve_chat_template)
-            .transpose()?;
-        let placement = Arc::new(OnceLock::new());
+    /// Starts an engine on a thread of its own: `body` runs there, loads
+    /// what the backends need (a model, which they may borrow), says where
+    /// it is ([`Launch::place`]) and hands one backend per step loop to
+    /// [`Launch::run`], which reports the engine ready and runs the loops
+    /// until they stop. Returns once the loops are ready, or with the error
+    /// `body` returned (or the first loop's that could not start).
+    ///
+    /// This is how a binding starts an engine over its library
+    /// (`cortex_llama::start`); `observer`, if any, hears every step.
+    pub fn launch<F>(observer: Option<Box<dyn StepObserver>>, body: F) -> Result<Self, EngineError>
+    where
+        F: FnOnce(Launch<'_>) -> Result<(), EngineError> + Send + 'static,
+    {
+        let placement: Arc<OnceLock<Arc<dyn ModelPlacement>>> = Arc::new(OnceLock::new());
         let placed = Arc::clone(&placement);
-        let load = config.clone();
-        let mut engine = Self::spawn(observer, move |run| {
-            let model = load.load_model()?;
-            let _ = placed.set(model.placement());
-            let on_gpu = model.on_discrete_gpu();
-            let each = load.for_device(on_gpu).per_loop();
-            let max_batch_tokens = each.max_batch_tokens.max(each.parallel);
-            let context = ContextConfig {
-                max_batch_tokens,
-                micro_batch_tokens: max_batch_tokens.min(EngineConfig::MICRO_BATCH_TOKENS),
-                threads: load.effective_threads(),
-                sample_on_device: load.sample_on_device,
-            };
-            let mut backends: Vec<Box<dyn Backend + Send + '_>> = Vec::new();
-            for _ in 0..each.step_loops {
-                let mut backend = LlamaEngineBackend::new(&model, context, &load.model);
-                if let Some(template) = &chat_template {
-                    backend = backend
-                        .with_chat_template(template)
-                        .map_err(|e| EngineError::Model(e.to_string()))?;
-                }
-                backends.push(Box::new(backend));
-            }
-            run(&each, backends);
-            Ok(())
-        })?;
-        engine.placement = placement;
-        Ok(engine)
-    }
-
-    /// Starts one loop over a backend made by `make` on the engine thread.
-    // Hidden: for the engine's tests over a fake backend (failure injection,
-    // scheduling); applications start an engine from an `EngineConfig`.
-    #[doc(hidden)]
-    pub fn start_with_backend<B, F>(config: EngineConfig, make: F) -> Result<Self, EngineError>
-    where
-        B: Backend + Send,
-        F: FnOnce() -> Result<B, EngineError> + Send + 'static,
-    {
-        Self::spawn(None, move |run| {
-            let backend = make()?;
-            let mut config = config.for_device(false);
-            config.step_loops = 1;
-            run(&config, vec![Box::new(backend)]);
-            Ok(())
-        })
-    }
-
-    /// Spawns the engine thread. `body` builds one backend per step loop
-    /// (borrowing whatever it loads on that thread) and hands them, with
-    /// the settings of each loop, to the runner it is given, which runs the
-    /// loops until they stop.
-    fn spawn<F>(observer: Option<Box<dyn StepObserver>>, body: F) -> Result<Self, EngineError>
-    where
-        F: FnOnce(
-                &mut dyn FnMut(&EngineConfig, Vec<Box<dyn Backend + Send + '_>>),
-            ) -> Result<(), EngineError>
-            + Send
-            + 'static,
-    {
         let (ready_tx, ready_rx) = flume::bounded::<Ready>(1);
         let thread = std::thread::Builder::new()
             .name("cortex-engine".into())
@@ -148,7 +110,11 @@ impl Engine {
                     |config: &EngineConfig, backends: Vec<Box<dyn Backend + Send + '_>>| {
                         run_loops(config, backends, observer.take(), &ready_tx);
                     };
-                if let Err(e) = body(&mut runner) {
+                let launch = Launch {
+                    placement: &placed,
+                    runner: &mut runner,
+                };
+                if let Err(e) = body(launch) {
                     let _ = ready_for_error.send(Err(e));
                 }
             })
@@ -157,7 +123,7 @@ impl Engine {
             Ok(Ok((lanes, info))) => Ok(Self {
                 lanes,
                 info,
-                placement: Arc::new(OnceLock::new()),
+                placement,
                 thread: Some(thread),
             }),
             Ok(Err(e)) => {
@@ -171,6 +137,24 @@ impl Engine {
         }
     }
 
+    /// Starts one loop over a backend made by `make` on the engine thread,
+    /// sized as for the CPU: for tests of the loop, the worker and the
+    /// server over a toy backend (failure injection, scheduling).
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn start_with_backend<B, F>(config: EngineConfig, make: F) -> Result<Self, EngineError>
+    where
+        B: Backend + Send,
+        F: FnOnce() -> Result<B, EngineError> + Send + 'static,
+    {
+        Self::launch(None, move |launch| {
+            let backend = make()?;
+            let mut config = config.for_device(false);
+            config.step_loops = 1;
+            launch.run(&config, vec![Box::new(backend)]);
+            Ok(())
+        })
+    }
+
     /// Model and context facts.
     pub fn info(&self) -> EngineInfo {
         self.info
@@ -181,9 +165,7 @@ impl Engine {
     pub fn device(&self) -> Device {
         self.placement
             .get()
-            .copied()
-            .unwrap_or_else(Placement::cpu)
-            .device()
+            .map_or_else(Device::host, |placement| placement.device())
     }
 
     /// The instruction set cortex's own CPU kernels run with in this engine
@@ -191,7 +173,7 @@ impl Engine {
     /// work (`--cpu-kernels llama`, a model wholly on a GPU, a CPU without
     /// AVX2).
     pub fn cortex_kernels(&self) -> Option<&'static str> {
-        self.placement.get().and_then(Placement::cortex_kernels)
+        self.placement.get()?.cortex_kernels()
     }
 
     /// Bytes of the GPU's memory this engine has taken (weights, KV cache,

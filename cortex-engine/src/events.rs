@@ -109,8 +109,9 @@ pub struct StepRecord {
     pub step_loop: usize,
 }
 
-/// What watches the engine's steps ([`crate::Engine::start_observed`]). It
-/// is called on the engine thread between decodes: it must be quick.
+/// What watches the engine's steps (given to [`crate::Engine::launch`], as
+/// `cortex_llama::start_observed` does). It is called on the engine thread
+/// between decodes: it must be quick.
 pub trait StepObserver: Send {
     /// A step ended.
     fn step(&mut self, record: &StepRecord);

@@ -26,15 +26,15 @@
 //! # Example
 //!
 //! ```no_run
-//! use cortex_engine::{Engine, EngineConfig};
+//! use cortex_engine::EngineConfig;
 //! use cortex_models::Registry;
 //! use cortex_server::{EngineStarter, ServerConfig, serve};
 //!
 //! let model = cortex_worker::resolve("default", &Registry::default_location())?;
-//! let engine = Engine::start(&EngineConfig::new(&model.path))?;
+//! let engine = cortex_llama::start(&EngineConfig::new(&model.path))?;
 //! let queue = cortex_queue_sqlite::Store::opener("cortex.db");
 //! // Other models a request names are loaded the same way, on demand.
-//! let starter = EngineStarter::new(|model| Engine::start(&EngineConfig::new(&model.path)));
+//! let starter = EngineStarter::new(|model| cortex_llama::start(&EngineConfig::new(&model.path)));
 //! let config = ServerConfig::new(model, queue, "cortex-files", Registry::default_location(), starter);
 //! serve(config, engine)?; // until SIGINT or SIGTERM
 //! # Ok::<(), Box<dyn std::error::Error>>(())

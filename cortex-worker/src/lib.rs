@@ -24,13 +24,12 @@
 //! use std::sync::atomic::AtomicBool;
 //! use std::time::Duration;
 //!
-//! use cortex_engine::Engine;
 //! use cortex_models::Registry;
 //! use cortex_queue_sqlite::Store;
 //! use cortex_worker::{WorkerPlan, resolve, run_worker};
 //!
 //! let model = resolve("default", &Registry::default_location())?;
-//! let engine = Engine::start(&cortex_engine::EngineConfig::new(&model.path))?;
+//! let engine = cortex_llama::start(&cortex_engine::EngineConfig::new(&model.path))?;
 //! let mut store = Store::open("cortex.db")?;
 //! let mut plan = WorkerPlan::new(Duration::from_secs(60));
 //! plan.model_sha256 = Some(model.sha256);

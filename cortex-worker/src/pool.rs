@@ -716,65 +716,14 @@ impl ModelPool {
 
 #[cfg(test)]
 mod tests {
-    use cortex_engine::{Backend, BackendError, BatchToken, KvLayout, StreamId};
-    use cortex_request::{ChatMessage, TokenId};
+    use cortex_engine::toy::ToyBackend;
 
     use super::*;
 
-    /// A backend that always says token 1: enough to load, hold and unload.
-    struct Toy(KvLayout, Vec<f32>);
-
-    impl Backend for Toy {
-        fn n_vocab(&self) -> usize {
-            4
-        }
-        fn n_ctx_train(&self) -> usize {
-            256
-        }
-        fn kv_bytes_per_token(&self) -> usize {
-            1
-        }
-        fn kv_layout(&self) -> KvLayout {
-            self.0
-        }
-        fn set_kv_layout(&mut self, layout: KvLayout) -> Result<(), BackendError> {
-            self.0 = layout;
-            Ok(())
-        }
-        fn tokenize(&self, text: &str, _: bool, _: bool) -> Vec<TokenId> {
-            text.bytes().map(|_| 1).collect()
-        }
-        fn token_bytes(&self, _: TokenId) -> Vec<u8> {
-            b"a".to_vec()
-        }
-        fn is_end_of_generation(&self, _: TokenId) -> bool {
-            false
-        }
-        fn apply_chat_template(
-            &self,
-            m: &[ChatMessage],
-            _: Option<&str>,
-        ) -> Result<String, BackendError> {
-            Ok(m.iter().map(|m| m.content.as_str()).collect())
-        }
-        fn decode(&mut self, _: &[BatchToken]) -> Result<(), BackendError> {
-            Ok(())
-        }
-        fn logits(&self, _: usize) -> &[f32] {
-            &self.1
-        }
-        fn copy_stream(&mut self, _: StreamId, _: StreamId) {}
-        fn truncate_stream(&mut self, _: StreamId, _: usize) {}
-    }
-
     fn toy_engine() -> Result<Engine, EngineError> {
-        let layout = KvLayout {
-            streams: 1,
-            capacity: 64,
-        };
         Engine::start_with_backend(
             cortex_engine::EngineConfig::for_fake_backend(1, 16),
-            move || Ok::<_, EngineError>(Toy(layout, vec![0.0, 1.0, 0.0, 0.0])),
+            move || Ok::<_, EngineError>(ToyBackend::new()),
         )
     }
 

@@ -11,101 +11,25 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use cortex_engine::{
-    Backend, BackendError, BatchToken, Engine, EngineConfig, EngineError, KvLayout, StreamId,
-};
+use cortex_engine::toy::ToyBackend;
+use cortex_engine::{Engine, EngineConfig, EngineError};
 use cortex_openai::SubmitJsonl;
 use cortex_queue::{ItemState, JobState, SubmitOptions};
 use cortex_queue_sqlite::Store;
-use cortex_request::{ChatMessage, TokenId};
 use cortex_worker::{WorkerError, WorkerPlan, run_worker, work_queue};
-
-const VOCAB: usize = 32;
-
-/// A tiny deterministic model: the next token is always 5; text is bytes.
-/// After `panic_after` decodes it panics, as a bug in a backend would.
-struct Toy {
-    layout: KvLayout,
-    logits: Vec<Vec<f32>>,
-    decodes: usize,
-    panic_after: Option<usize>,
-}
-
-impl Toy {
-    fn new(panic_after: Option<usize>) -> Self {
-        Self {
-            layout: KvLayout {
-                streams: 1,
-                capacity: 256,
-            },
-            logits: Vec::new(),
-            decodes: 0,
-            panic_after,
-        }
-    }
-}
-
-impl Backend for Toy {
-    fn n_vocab(&self) -> usize {
-        VOCAB
-    }
-    fn n_ctx_train(&self) -> usize {
-        4096
-    }
-    fn kv_bytes_per_token(&self) -> usize {
-        64
-    }
-    fn kv_layout(&self) -> KvLayout {
-        self.layout
-    }
-    fn set_kv_layout(&mut self, layout: KvLayout) -> Result<(), BackendError> {
-        self.layout = layout;
-        Ok(())
-    }
-    fn tokenize(&self, text: &str, _add_bos: bool, _parse_special: bool) -> Vec<TokenId> {
-        text.bytes().map(|b| TokenId::from(b % 30 + 1)).collect()
-    }
-    fn token_bytes(&self, token: TokenId) -> Vec<u8> {
-        vec![b'a' + (token as u8 % 26)]
-    }
-    fn is_end_of_generation(&self, _token: TokenId) -> bool {
-        false
-    }
-    fn apply_chat_template(
-        &self,
-        messages: &[ChatMessage],
-        _tools: Option<&str>,
-    ) -> Result<String, BackendError> {
-        Ok(messages.iter().map(|m| m.content.as_str()).collect())
-    }
-    fn decode(&mut self, batch: &[BatchToken]) -> Result<(), BackendError> {
-        self.decodes += 1;
-        if self.panic_after.is_some_and(|n| self.decodes > n) {
-            panic!("injected backend bug at decode {}", self.decodes);
-        }
-        // Slow enough that several items are in flight at the panic.
-        std::thread::sleep(Duration::from_millis(5));
-        self.logits = batch
-            .iter()
-            .map(|_| {
-                let mut row = vec![0.0; VOCAB];
-                row[5] = 10.0;
-                row
-            })
-            .collect();
-        Ok(())
-    }
-    fn logits(&self, index: usize) -> &[f32] {
-        &self.logits[index]
-    }
-    fn copy_stream(&mut self, _src: StreamId, _dst: StreamId) {}
-    fn truncate_stream(&mut self, _stream: StreamId, _from: usize) {}
-}
 
 fn engine(panic_after: Option<usize>) -> Engine {
     let mut config = EngineConfig::for_fake_backend(4, 16);
     config.prefix_sharing = false;
-    Engine::start_with_backend(config, move || Ok::<_, EngineError>(Toy::new(panic_after))).unwrap()
+    Engine::start_with_backend(config, move || {
+        // Slow enough that several items are in flight at the panic.
+        let toy = ToyBackend::new().decoding_for(Duration::from_millis(5));
+        Ok::<_, EngineError>(match panic_after {
+            Some(decodes) => toy.panicking_after(decodes),
+            None => toy,
+        })
+    })
+    .unwrap()
 }
 
 /// A store in `dir` with one job of 12 prompts of `max_tokens` each.

@@ -3,7 +3,7 @@
 //! weights go to them (and stay with llama.cpp under `--cpu-kernels
 //! llama`), and a batched greedy job gives the same answers either way, to
 //! float rounding. (That every kernel agrees bit for bit with its scalar
-//! reference at every batch size is a unit test of `cortex-engine`.)
+//! reference at every batch size is a unit test of `cortex-llama`.)
 
 use cortex_tests::{Cortex, assert_greedy_agrees, greedy_job};
 use serde_json::Value;

@@ -36,18 +36,18 @@ const CONFINED: &[(&str, &[&str], &str)] = &[
     ),
     (
         "llama-cpp-sys-2",
-        &["cortex-engine"],
-        "llama.cpp only in the engine",
+        &["cortex-llama"],
+        "llama.cpp only in the binding",
     ),
     (
         "llama-cpp-2",
-        &["cortex-engine"],
-        "llama.cpp only in the engine",
+        &["cortex-llama"],
+        "llama.cpp only in the binding",
     ),
     (
         "libloading",
-        &["cortex-engine"],
-        "loading native code only in the engine's FFI",
+        &["cortex-llama"],
+        "loading native code only in the binding's FFI",
     ),
     (
         "anyhow",
@@ -361,7 +361,7 @@ fn every_module_says_what_it_is_for() {
 }
 
 #[test]
-fn unsafe_code_lives_only_in_the_engines_ffi_modules() {
+fn unsafe_code_lives_only_in_the_bindings_ffi_module() {
     let mut files = Vec::new();
     rust_sources(&workspace_root(), &mut files);
     // Spelled in pieces so that this file does not match itself.
@@ -376,7 +376,7 @@ fn unsafe_code_lives_only_in_the_engines_ffi_modules() {
             needles.iter().any(|needle| code.contains(needle.as_str()))
         })
     };
-    let ffi = workspace_root().join("cortex-engine/src/llama/sys");
+    let ffi = workspace_root().join("cortex-llama/src/sys");
     assert!(
         has_unsafe(&ffi.join("context.rs")),
         "the FFI module is where the rule looks for unsafe code"
@@ -390,7 +390,7 @@ fn unsafe_code_lives_only_in_the_engines_ffi_modules() {
         .collect();
     assert!(
         offenders.is_empty(),
-        "unsafe code outside cortex-engine/src/llama/sys/:\n{}",
+        "unsafe code outside cortex-llama/src/sys/:\n{}",
         offenders.join("\n")
     );
 }
@@ -412,11 +412,11 @@ fn all_files(dir: &Path, out: &mut Vec<PathBuf>) {
 }
 
 #[test]
-fn native_code_lives_only_in_the_engines_kernels() {
-    // C and C++ sources are cortex's CPU kernels, built by cortex-engine's
+fn native_code_lives_only_in_the_bindings_kernels() {
+    // C and C++ sources are cortex's CPU kernels, built by cortex-llama's
     // build.rs and reached only through its FFI module; nowhere else.
     let root = workspace_root();
-    let native = root.join("cortex-engine/native");
+    let native = root.join("cortex-llama/native");
     let mut files = Vec::new();
     all_files(&root, &mut files);
     let is_native = |f: &PathBuf| {
@@ -435,7 +435,7 @@ fn native_code_lives_only_in_the_engines_kernels() {
         .collect();
     assert!(
         offenders.is_empty(),
-        "native sources outside cortex-engine/native/:\n{}",
+        "native sources outside cortex-llama/native/:\n{}",
         offenders.join("\n")
     );
     // The kernels' functions are declared to Rust in the FFI module alone
@@ -455,7 +455,7 @@ fn native_code_lives_only_in_the_engines_kernels() {
     let declaring: Vec<String> = rust
         .iter()
         .filter(|f| !f.components().any(|c| c.as_os_str() == "target"))
-        .filter(|f| !f.ends_with("cortex-engine/src/llama/sys/kernels.rs"))
+        .filter(|f| !f.ends_with("cortex-llama/src/sys/kernels.rs"))
         .filter(|f| {
             let text = std::fs::read_to_string(f).unwrap();
             symbols.iter().any(|symbol| text.contains(symbol.as_str()))
@@ -464,8 +464,62 @@ fn native_code_lives_only_in_the_engines_kernels() {
         .collect();
     assert!(
         declaring.is_empty(),
-        "the kernels' C functions named outside llama/sys/kernels.rs:\n{}",
+        "the kernels' C functions named outside cortex-llama/src/sys/kernels.rs:\n{}",
         declaring.join("\n")
+    );
+}
+
+#[test]
+fn only_the_binding_and_the_programs_compile_llama_cpp() {
+    // The engine, the worker and the server use the engine's handle and its
+    // `Backend` trait; llama.cpp (and cortex's C kernels) build into the
+    // binding and what links a program from it. Normal dependencies only:
+    // tests and examples may start a real engine.
+    let metadata = metadata();
+    let packages = packages(&metadata);
+    let members: BTreeSet<String> = packages
+        .iter()
+        .map(|p| p["name"].as_str().unwrap().to_owned())
+        .collect();
+    let normal: BTreeMap<String, BTreeSet<String>> = packages
+        .iter()
+        .map(|p| {
+            let deps = p["dependencies"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|d| d["kind"].is_null())
+                .map(|d| d["name"].as_str().unwrap().to_owned())
+                .filter(|d| members.contains(d))
+                .collect();
+            (p["name"].as_str().unwrap().to_owned(), deps)
+        })
+        .collect();
+    let reaches_binding = |start: &str| {
+        let mut seen = BTreeSet::new();
+        let mut todo = vec![start.to_owned()];
+        while let Some(name) = todo.pop() {
+            if name == "cortex-llama" {
+                return true;
+            }
+            if seen.insert(name.clone()) {
+                todo.extend(normal.get(&name).into_iter().flatten().cloned());
+            }
+        }
+        false
+    };
+    let allowed = ["cortex-llama", "cortex-cli", "cortex-tests"];
+    let offenders: Vec<&String> = members
+        .iter()
+        .filter(|name| !allowed.contains(&name.as_str()) && reaches_binding(name))
+        .collect();
+    assert!(
+        offenders.is_empty(),
+        "these crates compile llama.cpp (through cortex-llama): {offenders:?}"
+    );
+    assert!(
+        reaches_binding("cortex-cli"),
+        "the rule looks for the binding where the program links it"
     );
 }
 
@@ -490,6 +544,7 @@ fn openai_json_shapes_live_only_in_the_wire_format_crate() {
         "cortex-queue-postgres",
         "cortex-worker",
         "cortex-engine",
+        "cortex-llama",
         "cortex-cli",
         "cortex-request",
         "cortex-server",
@@ -857,9 +912,9 @@ fn every_crate_root_forbids_unsafe_code_but_the_binding() {
     let mut problems = Vec::new();
     for (name, root) in crate_roots(&metadata) {
         let text = std::fs::read_to_string(&root).unwrap();
-        // The engine holds the llama.cpp binding: it denies unsafe code and
-        // allows it in `llama::sys` alone.
-        let wanted = if name == "cortex-engine" {
+        // The llama.cpp binding denies unsafe code and allows it in `sys`
+        // alone.
+        let wanted = if name == "cortex-llama" {
             "#![deny(unsafe_code)]"
         } else {
             "#![forbid(unsafe_code)]"
@@ -875,7 +930,7 @@ fn every_crate_root_forbids_unsafe_code_but_the_binding() {
 fn only_the_binding_names_llama_cpp_sys() {
     let mut files = Vec::new();
     rust_sources(&workspace_root(), &mut files);
-    let binding = workspace_root().join("cortex-engine/src/llama/sys");
+    let binding = workspace_root().join("cortex-llama/src/sys");
     // Spelled in pieces so that this file does not match itself.
     let needle = ["llama", "_cpp_sys_2"].concat();
     let offenders: Vec<String> = files
@@ -891,29 +946,36 @@ fn only_the_binding_names_llama_cpp_sys() {
         .collect();
     assert!(
         offenders.is_empty(),
-        "llama.cpp's bindings named outside cortex-engine/src/llama/sys/:\n{}",
+        "llama.cpp's bindings named outside cortex-llama/src/sys/:\n{}",
         offenders.join("\n")
     );
 }
 
-#[test]
-fn failpoints_are_switched_on_for_tests_only() {
-    let metadata = metadata();
+/// Every place a crate other than the tests crate switches on `feature` of
+/// a dependency outside its dev-dependencies.
+fn switched_on_outside_tests(metadata: &serde_json::Value, feature: &str) -> Vec<String> {
     let mut problems = Vec::new();
-    for package in packages(&metadata) {
+    for package in packages(metadata) {
         let name = package["name"].as_str().unwrap();
         for dependency in package["dependencies"].as_array().unwrap() {
             let features = dependency["features"].as_array().unwrap();
-            let failpoints = features.iter().any(|f| f.as_str() == Some("failpoints"));
+            let switched_on = features.iter().any(|f| f.as_str() == Some(feature));
             let dev = dependency["kind"].as_str() == Some("dev");
-            if failpoints && !dev && name != "cortex-tests" {
+            if switched_on && !dev && name != "cortex-tests" {
                 problems.push(format!(
-                    "{name} switches on {}'s failpoints outside its dev-dependencies",
+                    "{name} switches on {}'s {feature} outside its dev-dependencies",
                     dependency["name"].as_str().unwrap()
                 ));
             }
         }
     }
+    problems
+}
+
+#[test]
+fn failpoints_are_switched_on_for_tests_only() {
+    let metadata = metadata();
+    let mut problems = switched_on_outside_tests(&metadata, "failpoints");
     // The tests crate switches them on for the binary it drives: it must not
     // be built by a plain `cargo build` at the root, or they would ship.
     let tests_id = packages(&metadata)
@@ -929,6 +991,15 @@ fn failpoints_are_switched_on_for_tests_only() {
             "cortex-tests is a default member: `cargo build` would ship the failpoints".into(),
         );
     }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn test_support_is_switched_on_for_tests_only() {
+    // Test helpers (a toy backend, databases made and dropped) must not
+    // reach a program: only a dev-dependency, or the tests crate (never a
+    // default member), may ask for them.
+    let problems = switched_on_outside_tests(&metadata(), "test-support");
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 

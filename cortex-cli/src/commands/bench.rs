@@ -1,6 +1,6 @@
 //! `cortex bench`: the engine against a plain llama.cpp loop on this machine.
 
-use cortex_engine::bench::{self, ReportPlan};
+use cortex_llama::bench::{self, ReportPlan};
 
 use crate::cli::BenchArgs;
 use crate::config::Config;

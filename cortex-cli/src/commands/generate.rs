@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::Path;
 
 use anyhow::Context as _;
-use cortex_engine::{Engine, EngineEvent, Shutdown};
+use cortex_engine::{EngineEvent, Shutdown};
 use cortex_request::{ChatMessage, Prompt, Request, RequestId};
 
 use crate::cli::GenerateArgs;
@@ -41,7 +41,7 @@ pub(crate) fn generate(config: &Config, args: &GenerateArgs) -> anyhow::Result<(
     if config.parallel.source == Source::Default {
         settings.parallel = 1;
     }
-    let engine = Engine::start(&settings)?;
+    let engine = cortex_llama::start(&settings)?;
     // A registered model's SYSTEM and PARAMETERs, under the flags.
     let defaults = cortex_worker::model_defaults(&model.settings);
     let has = |name: &str| model.settings.parameters.iter().any(|p| p.name == name);

@@ -1,6 +1,8 @@
 //! What `cortex bench` prints: its table, or the same figures as JSON.
 
-use cortex_engine::bench::{BenchReport, BenchRow, ReportPlan};
+use std::fmt::Write as _;
+
+use cortex_llama::bench::{BenchReport, BenchRow, PREFIX_JOB, ReportPlan};
 use serde_json::json;
 
 use super::print_json;
@@ -12,7 +14,7 @@ pub(crate) fn bench_report(
     json: bool,
 ) -> anyhow::Result<()> {
     if !json {
-        outln!("{report}")?;
+        outln!("{}", report_tables(report))?;
         return Ok(());
     }
     let row = |r: &BenchRow| {
@@ -42,4 +44,126 @@ pub(crate) fn bench_report(
         })).collect::<Vec<_>>(),
         "peak_rss_bytes": report.peak_rss_bytes,
     }))
+}
+
+/// The report as tables: `llama-batched-bench`'s columns for the engine
+/// and the plain loop, their ratio, the shared-prefix job, peak memory.
+fn report_tables(report: &BenchReport) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "model: {}\nthreads: {}\ndevice: {}, CPU kernels: {}\nbest of {} runs per row{}\n",
+        report.model.display(),
+        match report.plan.engine.threads {
+            0 => "every core, adapted to other processes' load".to_owned(),
+            n => n.to_string(),
+        },
+        report.plan.engine.device,
+        report.plan.engine.cpu_kernels,
+        report.plan.repeats.max(1),
+        if report.plan.raw {
+            ", raw and engine alternating"
+        } else {
+            ""
+        }
+    );
+    let _ = writeln!(out, "engine (cortex, full step loop):\n{}", table_header());
+    for row in &report.batched {
+        let _ = writeln!(out, "{}", table_line(&row.engine));
+    }
+    if report.plan.raw {
+        let _ = writeln!(
+            out,
+            "\nplain llama.cpp loop (same work, no engine):\n{}",
+            table_header()
+        );
+        for raw in report.batched.iter().filter_map(|r| r.raw) {
+            let _ = writeln!(out, "{}", table_line(&raw));
+        }
+        let _ = writeln!(
+            out,
+            "\nengine / raw:\n| {:>4} | {:>8} | {:>8} | {:>8} |",
+            "B", "S_PP", "S_TG", "S"
+        );
+        for row in &report.batched {
+            if let Some(raw) = row.raw {
+                let e = row.engine;
+                let _ = writeln!(
+                    out,
+                    "| {:>4} | {:>8.3} | {:>8.3} | {:>8.3} |",
+                    e.b,
+                    e.s_pp() / raw.s_pp(),
+                    e.s_tg() / raw.s_tg(),
+                    e.s() / raw.s()
+                );
+            }
+        }
+    }
+    if let [on, off] = report.prefix.as_slice() {
+        let (requests, prefix, distinct, tg) = PREFIX_JOB;
+        let _ = writeln!(
+            out,
+            "\nshared prefix: {requests} prompts, {prefix}-token common prefix + {distinct} own tokens, TG = {tg}"
+        );
+        let _ = writeln!(
+            out,
+            "| sharing | {:>8} | {:>14} | {:>12} | {:>12} |",
+            "time s", "prefill tokens", "saved tokens", "gen t/s"
+        );
+        for run in [on, off] {
+            let _ = writeln!(
+                out,
+                "| {:>7} | {:>8.2} | {:>14} | {:>12} | {:>12.1} |",
+                if run.sharing { "on" } else { "off" },
+                run.elapsed.as_secs_f64(),
+                run.prefill_tokens,
+                run.saved_tokens,
+                run.generated_tokens as f64 / run.elapsed.as_secs_f64()
+            );
+        }
+        let _ = writeln!(
+            out,
+            "sharing on is {:.2}x faster than off",
+            off.elapsed.as_secs_f64() / on.elapsed.as_secs_f64()
+        );
+    }
+    if let Some(rss) = report.peak_rss_bytes {
+        let _ = writeln!(out, "\npeak RSS: {:.1} MiB", rss as f64 / (1024.0 * 1024.0));
+    }
+    out.trim_end().to_owned()
+}
+
+/// `llama-batched-bench`'s header.
+fn table_header() -> String {
+    format!(
+        "| {:>5} | {:>5} | {:>4} | {:>6} | {:>8} | {:>8} | {:>8} | {:>8} | {:>8} | {:>8} |\n|{}|",
+        "PP",
+        "TG",
+        "B",
+        "N_KV",
+        "T_PP s",
+        "S_PP t/s",
+        "T_TG s",
+        "S_TG t/s",
+        "T s",
+        "S t/s",
+        "-------|-------|------|--------|----------|----------|----------|----------|----------|----------"
+    )
+}
+
+/// One table line in `llama-batched-bench`'s format.
+fn table_line(row: &BenchRow) -> String {
+    format!(
+        "| {:>5} | {:>5} | {:>4} | {:>6} | {:>8.3} | {:>8.2} | {:>8.3} | {:>8.2} | {:>8.3} | {:>8.2} |",
+        row.pp,
+        row.tg,
+        row.b,
+        row.n_kv(),
+        row.t_pp.as_secs_f64(),
+        row.s_pp(),
+        row.t_tg.as_secs_f64(),
+        row.s_tg(),
+        row.t().as_secs_f64(),
+        row.s()
+    )
 }

@@ -1,7 +1,7 @@
 //! Two jobs:
 //!
 //! 1. Builds cortex's CPU kernels (`native/`: a ggml backend in C, see
-//!    `src/llama/sys/kernels.rs`) against the headers of the llama.cpp that
+//!    `src/sys/kernels.rs`) against the headers of the llama.cpp that
 //!    llama-cpp-sys-2 built, optimised in every profile (a debug build of a
 //!    matrix kernel would misstate every test's and benchmark's speed).
 //! 2. Puts llama.cpp beside every program the build makes: its shared
@@ -10,7 +10,7 @@
 //!    `target/<profile>/` and in `target/<profile>/deps/` (where tests and
 //!    benchmarks run from). Programs find the libraries there through their
 //!    `$ORIGIN` run path and the modules beside themselves (see
-//!    `src/llama/devices.rs`), so the directory is whole: copy it anywhere and it
+//!    `src/devices.rs`), so the directory is whole: copy it anywhere and it
 //!    runs. (llama-cpp-sys-2 links only the unversioned names, which point at
 //!    files it does not copy.)
 
@@ -21,13 +21,13 @@ fn main() {
     place_llama_libraries();
 }
 
-/// Compiles `native/*.c` into a static library linked into cortex-engine.
+/// Compiles `native/*.c` into a static library linked into cortex-llama.
 fn build_kernels() {
     // Every file of native/ (a new one is picked up without a list here),
     // in a fixed order.
     println!("cargo:rerun-if-changed=native");
     let mut files: Vec<PathBuf> = std::fs::read_dir("native")
-        .expect("cortex-engine/native")
+        .expect("cortex-llama/native")
         .flatten()
         .map(|entry| entry.path())
         .collect();
@@ -92,7 +92,7 @@ fn place_llama_libraries() {
     };
     let backends = PathBuf::from(backends);
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
-    // OUT_DIR is target/<profile>/build/cortex-engine-<hash>/out.
+    // OUT_DIR is target/<profile>/build/cortex-llama-<hash>/out.
     let Some(profile_dir) = out.ancestors().nth(3) else {
         return;
     };

@@ -1,13 +1,13 @@
 //! Throughput benchmarks of the engine against a plain loop on llama.cpp
 //! doing the same work, printed in `llama-batched-bench`'s columns.
 
-use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
+use cortex_engine::{Engine, EngineConfig, EngineError, EngineEvent};
 use cortex_request::{Prompt, Request, RequestId, SamplingParams, TokenId, Work};
 
-use crate::llama::sys::{ContextParams, RawBatch, RawContext};
-use crate::{Engine, EngineConfig, EngineError, EngineEvent, Model};
+use crate::Model;
+use crate::sys::{ContextParams, RawBatch, RawContext};
 
 /// One row of a batched-bench table.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -140,7 +140,7 @@ impl<'m> PlainLoop<'m> {
     }
 
     fn argmax(&self, index: usize) -> TokenId {
-        crate::argmax_row(self.ctx.logits(index).expect("logits were asked for"))
+        cortex_sample::argmax(self.ctx.logits(index).expect("logits were asked for"))
     }
 }
 
@@ -308,7 +308,7 @@ pub fn engine_row(
     config.threads = threads;
     config.prefix_sharing = false;
     config.request_timeout = None;
-    let engine = Engine::start(&config)?;
+    let engine = crate::start(&config)?;
     warm_up(&engine)?;
     let vocab = engine.info().n_vocab;
     let requests: Vec<Request> = (0..b)
@@ -323,7 +323,7 @@ pub fn engine_row(
             r
         })
         .collect();
-    let (tx, rx) = crate::event_channel();
+    let (tx, rx) = cortex_engine::event_channel();
     let start = Instant::now();
     engine.submit_many_to(requests.into_iter().map(Work::Generate).collect(), &tx)?;
     let (mut first_tokens, mut finished) = (vec![false; b], 0);
@@ -338,6 +338,7 @@ pub fn engine_row(
             }
             EngineEvent::Finished(_) => finished += 1,
             EngineEvent::Failed { error, .. } => return Err(error),
+            _ => {}
         }
     }
     let total = start.elapsed();
@@ -358,41 +359,6 @@ pub fn engine_row(
         t_pp,
         t_tg: total - t_pp,
     })
-}
-
-/// `llama-batched-bench`'s header.
-pub fn table_header() -> String {
-    format!(
-        "| {:>5} | {:>5} | {:>4} | {:>6} | {:>8} | {:>8} | {:>8} | {:>8} | {:>8} | {:>8} |\n|{}|",
-        "PP",
-        "TG",
-        "B",
-        "N_KV",
-        "T_PP s",
-        "S_PP t/s",
-        "T_TG s",
-        "S_TG t/s",
-        "T s",
-        "S t/s",
-        "-------|-------|------|--------|----------|----------|----------|----------|----------|----------"
-    )
-}
-
-/// One table line in `llama-batched-bench`'s format.
-pub fn table_line(row: &BenchRow) -> String {
-    format!(
-        "| {:>5} | {:>5} | {:>4} | {:>6} | {:>8.3} | {:>8.2} | {:>8.3} | {:>8.2} | {:>8.3} | {:>8.2} |",
-        row.pp,
-        row.tg,
-        row.b,
-        row.n_kv(),
-        row.t_pp.as_secs_f64(),
-        row.s_pp(),
-        row.t_tg.as_secs_f64(),
-        row.s_tg(),
-        row.t().as_secs_f64(),
-        row.s()
-    )
 }
 
 /// Outcome of one run of the shared-prefix job.
@@ -423,7 +389,7 @@ pub fn prefix_run(
     config.max_batch_tokens = 512;
     config.prefix_sharing = sharing;
     config.request_timeout = None;
-    let engine = Engine::start(&config)?;
+    let engine = crate::start(&config)?;
     let vocab = engine.info().n_vocab;
     let shared = prompt_tokens(9_999, prefix, vocab);
     let batch: Vec<Request> = (0..requests)
@@ -437,7 +403,7 @@ pub fn prefix_run(
             r
         })
         .collect();
-    let (tx, rx) = crate::event_channel();
+    let (tx, rx) = cortex_engine::event_channel();
     let start = Instant::now();
     engine.submit_many_to(batch.into_iter().map(Work::Generate).collect(), &tx)?;
     let mut finished = 0;
@@ -445,7 +411,7 @@ pub fn prefix_run(
         match rx.recv().ok_or(EngineError::Stopped)? {
             EngineEvent::Finished(_) => finished += 1,
             EngineEvent::Failed { error, .. } => return Err(error),
-            EngineEvent::Token { .. } => {}
+            _ => {}
         }
     }
     let elapsed = start.elapsed();
@@ -534,7 +500,7 @@ pub fn run_report(
     };
     // The plain loop's own copy of the model, only when it runs.
     let model = if plan.raw {
-        Some(base.load_model()?)
+        Some(crate::start::load_model(base)?)
     } else {
         None
     };
@@ -573,91 +539,4 @@ pub fn run_report(
         prefix,
         peak_rss_bytes: peak_rss_bytes(),
     })
-}
-
-impl std::fmt::Display for BenchReport {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "model: {}\nthreads: {}\ndevice: {}, CPU kernels: {}\nbest of {} runs per row{}\n",
-            self.model.display(),
-            match self.plan.engine.threads {
-                0 => "every core, adapted to other processes' load".to_owned(),
-                n => n.to_string(),
-            },
-            self.plan.engine.device,
-            self.plan.engine.cpu_kernels,
-            self.plan.repeats.max(1),
-            if self.plan.raw {
-                ", raw and engine alternating"
-            } else {
-                ""
-            }
-        );
-        let _ = writeln!(out, "engine (cortex, full step loop):\n{}", table_header());
-        for row in &self.batched {
-            let _ = writeln!(out, "{}", table_line(&row.engine));
-        }
-        if self.plan.raw {
-            let _ = writeln!(
-                out,
-                "\nplain llama.cpp loop (same work, no engine):\n{}",
-                table_header()
-            );
-            for raw in self.batched.iter().filter_map(|r| r.raw) {
-                let _ = writeln!(out, "{}", table_line(&raw));
-            }
-            let _ = writeln!(
-                out,
-                "\nengine / raw:\n| {:>4} | {:>8} | {:>8} | {:>8} |",
-                "B", "S_PP", "S_TG", "S"
-            );
-            for row in &self.batched {
-                if let Some(raw) = row.raw {
-                    let e = row.engine;
-                    let _ = writeln!(
-                        out,
-                        "| {:>4} | {:>8.3} | {:>8.3} | {:>8.3} |",
-                        e.b,
-                        e.s_pp() / raw.s_pp(),
-                        e.s_tg() / raw.s_tg(),
-                        e.s() / raw.s()
-                    );
-                }
-            }
-        }
-        if let [on, off] = self.prefix.as_slice() {
-            let (requests, prefix, distinct, tg) = PREFIX_JOB;
-            let _ = writeln!(
-                out,
-                "\nshared prefix: {requests} prompts, {prefix}-token common prefix + {distinct} own tokens, TG = {tg}"
-            );
-            let _ = writeln!(
-                out,
-                "| sharing | {:>8} | {:>14} | {:>12} | {:>12} |",
-                "time s", "prefill tokens", "saved tokens", "gen t/s"
-            );
-            for run in [on, off] {
-                let _ = writeln!(
-                    out,
-                    "| {:>7} | {:>8.2} | {:>14} | {:>12} | {:>12.1} |",
-                    if run.sharing { "on" } else { "off" },
-                    run.elapsed.as_secs_f64(),
-                    run.prefill_tokens,
-                    run.saved_tokens,
-                    run.generated_tokens as f64 / run.elapsed.as_secs_f64()
-                );
-            }
-            let _ = writeln!(
-                out,
-                "sharing on is {:.2}x faster than off",
-                off.elapsed.as_secs_f64() / on.elapsed.as_secs_f64()
-            );
-        }
-        if let Some(rss) = self.peak_rss_bytes {
-            let _ = writeln!(out, "\npeak RSS: {:.1} MiB", rss as f64 / (1024.0 * 1024.0));
-        }
-        f.write_str(out.trim_end())
-    }
 }

@@ -3,14 +3,12 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use cortex_request::{ChatMessage, TokenId};
-
-use super::chat::ChatRenderer;
-use super::devices::{self, CpuKernels, Device, DeviceChoice, GpuLayers};
-use super::sys::{self, RawDevice, RawDeviceKind, RawModel, RawPlacement};
-use crate::backend::BackendError;
-use crate::error::EngineError;
+use cortex_engine::{CpuKernels, Device, DeviceChoice, EngineError, GpuLayers, ModelPlacement};
 use cortex_models::read_gguf;
+use cortex_request::TokenId;
+
+use crate::devices;
+use crate::sys::{self, RawDevice, RawDeviceKind, RawModel, RawPlacement};
 
 /// A loaded GGUF model (weights, memory-mapped, and vocabulary).
 pub struct Model {
@@ -42,36 +40,22 @@ pub(crate) struct Placement {
     cortex_kernels: Option<&'static str>,
 }
 
-impl Placement {
-    /// On the CPU.
-    pub(crate) fn cpu() -> Self {
-        Self {
-            gpu: None,
-            gpu_free_before: 0,
-            gpu_share: 0.0,
-            weights: 0,
-            cortex_kernels: None,
-        }
-    }
-
-    /// The instruction set cortex's CPU kernels run with for this model
-    /// (`AVX-512 VNNI`, `AVX2`); `None` when llama.cpp's do all its work.
-    pub(crate) fn cortex_kernels(&self) -> Option<&'static str> {
-        self.cortex_kernels
-    }
-
-    pub(crate) fn device(&self) -> Device {
+impl ModelPlacement for Placement {
+    fn device(&self) -> Device {
         match self.gpu {
             Some(gpu) => devices::device(gpu),
             None => devices::cpu_device(),
         }
     }
 
-    /// The GPU memory in use for a model with `kv_bytes` of KV cache: what
-    /// the device says was taken since before the model loaded, or — on a
-    /// device whose free memory does not move (Mesa's software driver, some
-    /// integrated GPUs) — what was placed there, whichever is more.
-    pub(crate) fn gpu_memory_used(&self, kv_bytes: u64) -> Option<u64> {
+    fn cortex_kernels(&self) -> Option<&'static str> {
+        self.cortex_kernels
+    }
+
+    /// What the device says was taken since before the model loaded, or —
+    /// on a device whose free memory does not move (Mesa's software driver,
+    /// some integrated GPUs) — what was placed there, whichever is more.
+    fn gpu_memory_used(&self, kv_bytes: u64) -> Option<u64> {
         let gpu = self.gpu?;
         let measured = self.gpu_free_before.saturating_sub(gpu.memory().0) as u64;
         let placed = (self.gpu_share * (self.weights + kv_bytes) as f64) as u64;
@@ -264,39 +248,4 @@ impl Model {
             _ => sys::Pooling::Mean,
         }
     }
-
-    /// Renders messages with the model's own chat template (its Jinja
-    /// source, rendered as `transformers` does), ready for the assistant's
-    /// reply.
-    pub fn apply_chat_template(&self, messages: &[ChatMessage]) -> Result<String, BackendError> {
-        ChatRenderer::new(self, None)?.render(messages, None)
-    }
-}
-
-/// The names of the chat templates llama.cpp renders itself, for
-/// `EngineConfig::chat_template`.
-pub(crate) fn chat_template_names() -> Vec<String> {
-    sys::builtin_chat_templates()
-}
-
-/// The template a chat-template setting stands for: the text of the file it
-/// names, a name llama.cpp knows, or a template's own text (a registered
-/// model's `TEMPLATE`; Jinja always holds `{{` or `{%`).
-pub(crate) fn resolve_chat_template(setting: &str) -> Result<String, EngineError> {
-    if setting.contains("{{") || setting.contains("{%") {
-        return Ok(setting.to_owned());
-    }
-    let path = Path::new(setting);
-    if path.is_file() {
-        return std::fs::read_to_string(path)
-            .map_err(|e| EngineError::Model(format!("chat template {}: {e}", path.display())));
-    }
-    let names = chat_template_names();
-    if names.iter().any(|n| n == setting) {
-        return Ok(setting.to_owned());
-    }
-    Err(EngineError::Model(format!(
-        "chat template {setting:?} is neither a file nor a template llama.cpp knows ({})",
-        names.join(", ")
-    )))
 }

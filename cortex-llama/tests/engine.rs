@@ -5,10 +5,8 @@ mod common;
 use std::time::Duration;
 
 use common::{collect, engine, model_path, run_all};
-use cortex_engine::{
-    CpuKernels, DeviceChoice, Engine, EngineConfig, EngineError, EngineEvent, GpuLayers, Model,
-    bench,
-};
+use cortex_engine::{CpuKernels, DeviceChoice, EngineConfig, EngineError, EngineEvent, GpuLayers};
+use cortex_llama::{Model, bench};
 use cortex_request::{ChatMessage, FinishReason, Prompt, Request, RequestId, SamplingParams};
 
 fn greedy(id: u64, prompt: impl Into<Prompt>, max_tokens: u32) -> Request {
@@ -530,7 +528,7 @@ fn n_completions_share_the_prompt() {
 fn a_missing_or_corrupt_model_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("nope.gguf");
-    let err = Engine::start(&EngineConfig::new(&missing))
+    let err = cortex_llama::start(&EngineConfig::new(&missing))
         .unwrap_err()
         .to_string();
     assert!(
@@ -541,7 +539,7 @@ fn a_missing_or_corrupt_model_is_a_clear_error() {
     let truncated = dir.path().join("half.gguf");
     let bytes = std::fs::read(model_path()).unwrap();
     std::fs::write(&truncated, &bytes[..bytes.len() / 2]).unwrap();
-    let err = Engine::start(&EngineConfig::new(&truncated))
+    let err = cortex_llama::start(&EngineConfig::new(&truncated))
         .unwrap_err()
         .to_string();
     assert!(err.contains("half.gguf: truncated"), "{err}");

@@ -49,7 +49,7 @@ pub fn engine(edit: impl FnOnce(&mut EngineConfig)) -> TestEngine {
     config.max_batch_tokens = 512;
     edit(&mut config);
     TestEngine {
-        engine: Some(Engine::start(&config).expect("engine starts")),
+        engine: Some(cortex_llama::start(&config).expect("engine starts")),
         _turn: turn,
     }
 }

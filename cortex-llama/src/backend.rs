@@ -2,13 +2,14 @@
 
 use std::path::{Path, PathBuf};
 
+use cortex_engine::{
+    Backend, BackendError, BatchToken, EMBED_SEQUENCES, KvLayout, StreamId, TokenGrammar,
+};
 use cortex_request::{ChatMessage, TokenId};
 
-use super::Model;
-use super::chat::ChatRenderer;
-use super::sys::{ContextParams, RawBatch, RawContext, RawGrammar};
-use crate::backend::EMBED_SEQUENCES;
-use crate::backend::{Backend, BackendError, BatchToken, KvLayout, StreamId, TokenGrammar};
+use crate::Model;
+use crate::chat::ChatRenderer;
+use crate::sys::{ContextParams, RawBatch, RawContext, RawGrammar};
 
 /// llama.cpp's limit on sequences (`LLAMA_MAX_SEQ`).
 pub(crate) const MAX_STREAMS: usize = 256;
@@ -154,7 +155,7 @@ impl Backend for LlamaEngineBackend<'_> {
                 let logits = self.model.n_vocab() * self.config.max_batch_tokens * 4;
                 Some(free.saturating_sub((256 << 20) + logits + total / 20))
             }
-            None => crate::system::meminfo("MemAvailable"),
+            None => cortex_engine::system::meminfo("MemAvailable"),
         }
     }
 
@@ -163,7 +164,7 @@ impl Backend for LlamaEngineBackend<'_> {
         if self.model.gpu_memory().is_some() {
             return available;
         }
-        let quarter = crate::system::meminfo("MemTotal").map_or(2 << 30, |total| total / 4);
+        let quarter = cortex_engine::system::meminfo("MemTotal").map_or(2 << 30, |total| total / 4);
         Some(available.map_or(quarter, |available| available.min(quarter)))
     }
 

@@ -3,12 +3,14 @@
 //! `transformers` renders it, or a template llama.cpp knows by name
 //! rendered by llama.cpp itself.
 
+use std::path::Path;
+
 use cortex_chat::{ChatTemplate, TemplateError};
+use cortex_engine::{BackendError, EngineError};
 use cortex_request::ChatMessage;
 
-use super::Model;
-use super::sys;
-use crate::backend::BackendError;
+use crate::Model;
+use crate::sys;
 
 /// What renders a model's chats.
 #[derive(Debug)]
@@ -32,7 +34,7 @@ impl ChatRenderer {
     /// The renderer for `model`: `setting` (a name llama.cpp knows, or a
     /// template's text) or else the GGUF's own template.
     pub(crate) fn new(model: &Model, setting: Option<&str>) -> Result<Self, BackendError> {
-        let names = super::chat_template_names();
+        let names = chat_template_names();
         match setting {
             Some(name) if names.iter().any(|n| n == name) => Ok(Self::Builtin(name.to_owned())),
             Some(text) => Self::jinja(model, text)
@@ -103,4 +105,32 @@ impl ChatRenderer {
             )),
         }
     }
+}
+
+/// The names of the chat templates llama.cpp renders itself, for
+/// `EngineConfig::chat_template`.
+pub(crate) fn chat_template_names() -> Vec<String> {
+    sys::builtin_chat_templates()
+}
+
+/// The template a chat-template setting stands for: the text of the file it
+/// names, a name llama.cpp knows, or a template's own text (a registered
+/// model's `TEMPLATE`; Jinja always holds `{{` or `{%`).
+pub(crate) fn resolve_chat_template(setting: &str) -> Result<String, EngineError> {
+    if setting.contains("{{") || setting.contains("{%") {
+        return Ok(setting.to_owned());
+    }
+    let path = Path::new(setting);
+    if path.is_file() {
+        return std::fs::read_to_string(path)
+            .map_err(|e| EngineError::Model(format!("chat template {}: {e}", path.display())));
+    }
+    let names = chat_template_names();
+    if names.iter().any(|n| n == setting) {
+        return Ok(setting.to_owned());
+    }
+    Err(EngineError::Model(format!(
+        "chat template {setting:?} is neither a file nor a template llama.cpp knows ({})",
+        names.join(", ")
+    )))
 }

@@ -16,13 +16,12 @@
 //! [`DeviceChoice`] and [`GpuLayers`] say where a model runs.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::sync::OnceLock;
 
-use super::sys::{self, RawDevice, RawDeviceKind};
-use crate::error::EngineError;
+use cortex_engine::{Device, DeviceChoice, DeviceKind, EngineError};
+
+use crate::sys::{self, RawDevice, RawDeviceKind};
 
 /// The backend modules found and loaded, and where they were looked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,162 +52,6 @@ pub struct LoadedModule {
     pub path: PathBuf,
     /// Its score on this machine, for a module with variants.
     pub score: Option<i32>,
-}
-
-/// A device that a loaded backend offers.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Device {
-    /// ggml's name for it (`CPU`, `Vulkan0`, `CUDA0`, ...): what
-    /// `--device` takes (in any case).
-    pub name: String,
-    /// What it is (`NVIDIA H100 80GB HBM3`, `llvmpipe (LLVM 15.0.6, 256 bits)`, ...).
-    pub description: String,
-    /// CPU, GPU, ...
-    pub kind: DeviceKind,
-    /// The backend it belongs to.
-    pub backend: String,
-    /// Free memory now, bytes.
-    pub memory_free: u64,
-    /// All its memory, bytes.
-    pub memory_total: u64,
-}
-
-/// What kind of device.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DeviceKind {
-    /// The CPU, with the machine's memory.
-    Cpu,
-    /// A GPU with memory of its own.
-    Gpu,
-    /// A GPU that uses the machine's memory.
-    IntegratedGpu,
-    /// An accelerator used beside the CPU (BLAS, AMX).
-    Accelerator,
-    /// Something else.
-    Other,
-}
-
-impl DeviceKind {
-    /// Whether a model's layers can be offloaded to it.
-    pub fn is_gpu(self) -> bool {
-        matches!(self, DeviceKind::Gpu | DeviceKind::IntegratedGpu)
-    }
-}
-
-impl fmt::Display for DeviceKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            DeviceKind::Cpu => "cpu",
-            DeviceKind::Gpu => "gpu",
-            DeviceKind::IntegratedGpu => "integrated gpu",
-            DeviceKind::Accelerator => "accelerator",
-            DeviceKind::Other => "other",
-        })
-    }
-}
-
-/// Which device runs the model.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum DeviceChoice {
-    /// The first GPU if there is one, else the CPU.
-    #[default]
-    Auto,
-    /// The CPU alone (no layer and no operation on a GPU).
-    Cpu,
-    /// A device by name (`vulkan0`, `CUDA1`; any case).
-    Named(String),
-}
-
-impl FromStr for DeviceChoice {
-    type Err = String;
-
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        match text.trim() {
-            "" => Err("a device: auto, cpu or a device's name (cortex devices lists them)".into()),
-            t if t.eq_ignore_ascii_case("auto") => Ok(DeviceChoice::Auto),
-            t if t.eq_ignore_ascii_case("cpu") => Ok(DeviceChoice::Cpu),
-            t => Ok(DeviceChoice::Named(t.to_owned())),
-        }
-    }
-}
-
-impl fmt::Display for DeviceChoice {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            DeviceChoice::Auto => f.write_str("auto"),
-            DeviceChoice::Cpu => f.write_str("cpu"),
-            DeviceChoice::Named(name) => f.write_str(name),
-        }
-    }
-}
-
-/// Which code multiplies the weights of a model's layers that are on the
-/// CPU.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum CpuKernels {
-    /// cortex's kernels for the weight formats they have (Q4_1 and Q8_0, on
-    /// an x86-64 CPU with AVX2 or AVX-512 VNNI), llama.cpp's for the rest.
-    /// On the default model they multiply several times faster than
-    /// llama.cpp's own, with the same results to float rounding.
-    #[default]
-    Cortex,
-    /// llama.cpp's CPU backend for every weight.
-    Llama,
-}
-
-impl FromStr for CpuKernels {
-    type Err = String;
-
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        match text.trim() {
-            t if t.eq_ignore_ascii_case("cortex") => Ok(CpuKernels::Cortex),
-            t if t.eq_ignore_ascii_case("llama") => Ok(CpuKernels::Llama),
-            t => Err(format!("{t:?}: expected cortex or llama")),
-        }
-    }
-}
-
-impl fmt::Display for CpuKernels {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            CpuKernels::Cortex => "cortex",
-            CpuKernels::Llama => "llama",
-        })
-    }
-}
-
-/// How many of a model's layers go to the GPU.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum GpuLayers {
-    /// Every layer (and the KV cache with them).
-    #[default]
-    All,
-    /// The first N; the rest run on the CPU.
-    Count(u32),
-}
-
-impl FromStr for GpuLayers {
-    type Err = String;
-
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        let text = text.trim();
-        if text.eq_ignore_ascii_case("all") {
-            return Ok(GpuLayers::All);
-        }
-        text.parse()
-            .map(GpuLayers::Count)
-            .map_err(|_| format!("{text:?}: expected all or a number of layers"))
-    }
-}
-
-impl fmt::Display for GpuLayers {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            GpuLayers::All => f.write_str("all"),
-            GpuLayers::Count(n) => write!(f, "{n}"),
-        }
-    }
 }
 
 static BACKENDS: OnceLock<Backends> = OnceLock::new();
@@ -369,14 +212,7 @@ pub(crate) fn cpu_device() -> Device {
         .into_iter()
         .map(device)
         .find(|d| d.kind == DeviceKind::Cpu)
-        .unwrap_or_else(|| Device {
-            name: "CPU".into(),
-            description: String::new(),
-            kind: DeviceKind::Cpu,
-            backend: "CPU".into(),
-            memory_free: 0,
-            memory_total: 0,
-        })
+        .unwrap_or_else(Device::host)
 }
 
 /// The GPU `choice` names, or `None` for the CPU (auto without a GPU).
@@ -427,21 +263,5 @@ mod tests {
         assert_eq!(name("libggml.so"), None);
         assert_eq!(name("libllama.so"), None);
         assert_eq!(name("libggml-cuda.so.1"), None);
-    }
-
-    #[test]
-    fn choices_parse_as_users_write_them() {
-        assert_eq!("AUTO".parse(), Ok(DeviceChoice::Auto));
-        assert_eq!("cpu".parse(), Ok(DeviceChoice::Cpu));
-        assert_eq!("vulkan0".parse(), Ok(DeviceChoice::Named("vulkan0".into())));
-        assert!("".parse::<DeviceChoice>().is_err());
-        assert_eq!("all".parse(), Ok(GpuLayers::All));
-        assert_eq!("12".parse(), Ok(GpuLayers::Count(12)));
-        assert!("-3".parse::<GpuLayers>().is_err());
-        assert_eq!(GpuLayers::Count(7).to_string(), "7");
-        assert_eq!("Llama".parse(), Ok(CpuKernels::Llama));
-        assert_eq!(" cortex".parse(), Ok(CpuKernels::Cortex));
-        assert!("ggml".parse::<CpuKernels>().is_err());
-        assert_eq!(CpuKernels::Llama.to_string(), "llama");
     }
 }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use cortex_engine::{
+use crate::{
     Backend, BackendError, BatchToken, Engine, EngineConfig, EngineError, EngineEvent,
     EngineHealth, KvLayout, StreamId,
 };
@@ -208,7 +208,7 @@ fn request(id: u64, prompt: Vec<TokenId>) -> Request {
     r
 }
 
-fn last_event(rx: &cortex_engine::EventReceiver) -> EngineEvent {
+fn last_event(rx: &crate::EventReceiver) -> EngineEvent {
     loop {
         let event = rx
             .recv_timeout(std::time::Duration::from_secs(30))
@@ -522,7 +522,7 @@ fn a_panic_in_the_loop_fails_every_request_in_hand_and_the_engine_reports_it() {
         Err(EngineError::Died(_))
     ));
     assert_eq!(
-        engine.shutdown(cortex_engine::Shutdown::Abort),
+        engine.shutdown(crate::Shutdown::Abort),
         Err(EngineError::Died("injected panic in decode call 5".into()))
     );
 }
@@ -568,7 +568,7 @@ fn draining_finishes_what_is_in_hand_and_aborting_cancels_it() {
     let receivers = engine
         .submit_many((0..3).map(|i| request(20 + i, vec![1, 2])).collect())
         .unwrap();
-    engine.shutdown(cortex_engine::Shutdown::Drain).unwrap();
+    engine.shutdown(crate::Shutdown::Drain).unwrap();
     for rx in &receivers {
         match last_event(rx) {
             EngineEvent::Finished(r) => {
@@ -585,7 +585,7 @@ fn draining_finishes_what_is_in_hand_and_aborting_cancels_it() {
     let rx = engine.submit(long).unwrap();
     // Wait until it is generating, then abort.
     assert!(matches!(rx.recv().unwrap(), EngineEvent::Token { .. }));
-    engine.shutdown(cortex_engine::Shutdown::Abort).unwrap();
+    engine.shutdown(crate::Shutdown::Abort).unwrap();
     match last_event(&rx) {
         EngineEvent::Finished(r) => {
             assert_eq!(r.completions[0].finish_reason, FinishReason::Cancelled);
@@ -749,7 +749,7 @@ fn embedding_inputs_of_many_requests_share_decodes_within_the_limits() {
         vec![Prompt::Tokens(vec![3; 3000])],
     )));
     work.push(Work::Generate(request(1, vec![1, 2, 3])));
-    let (events, rx) = cortex_engine::event_channel();
+    let (events, rx) = crate::event_channel();
     engine.submit_many_to(work, &events).unwrap();
     let mut ended = std::collections::HashMap::new();
     while ended.len() < 153 {
@@ -789,7 +789,7 @@ fn embedding_inputs_of_many_requests_share_decodes_within_the_limits() {
     assert!(
         batches
             .iter()
-            .all(|&(inputs, tokens)| inputs <= cortex_engine::EMBED_SEQUENCES
+            .all(|&(inputs, tokens)| inputs <= crate::EMBED_SEQUENCES
                 && (tokens <= 512 || inputs == 1)),
         "{batches:?}"
     );
