@@ -152,6 +152,15 @@ fn dependencies_stay_in_their_crates() {
 /// through dev-dependencies, and a crate naming itself to switch on a
 /// feature for its tests, but either makes the layering untrue).
 fn workspace_graph(metadata: &serde_json::Value) -> BTreeMap<String, BTreeSet<String>> {
+    dependency_graph(metadata, |_| true)
+}
+
+/// The workspace's crates and the workspace crates each depends on through
+/// the dependencies `counted` keeps (given each one's `cargo metadata` entry).
+fn dependency_graph(
+    metadata: &serde_json::Value,
+    counted: impl Fn(&serde_json::Value) -> bool,
+) -> BTreeMap<String, BTreeSet<String>> {
     let packages = packages(metadata);
     let members: BTreeSet<String> = packages
         .iter()
@@ -164,6 +173,7 @@ fn workspace_graph(metadata: &serde_json::Value) -> BTreeMap<String, BTreeSet<St
                 .as_array()
                 .unwrap()
                 .iter()
+                .filter(|d| counted(d))
                 .map(|d| d["name"].as_str().unwrap().to_owned())
                 .filter(|d| members.contains(d))
                 .collect();
@@ -476,25 +486,7 @@ fn only_the_binding_and_the_programs_compile_llama_cpp() {
     // binding and what links a program from it. Normal dependencies only:
     // tests and examples may start a real engine.
     let metadata = metadata();
-    let packages = packages(&metadata);
-    let members: BTreeSet<String> = packages
-        .iter()
-        .map(|p| p["name"].as_str().unwrap().to_owned())
-        .collect();
-    let normal: BTreeMap<String, BTreeSet<String>> = packages
-        .iter()
-        .map(|p| {
-            let deps = p["dependencies"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter(|d| d["kind"].is_null())
-                .map(|d| d["name"].as_str().unwrap().to_owned())
-                .filter(|d| members.contains(d))
-                .collect();
-            (p["name"].as_str().unwrap().to_owned(), deps)
-        })
-        .collect();
+    let normal = dependency_graph(&metadata, |d| d["kind"].is_null());
     let reaches_binding = |start: &str| {
         let mut seen = BTreeSet::new();
         let mut todo = vec![start.to_owned()];
@@ -509,8 +501,8 @@ fn only_the_binding_and_the_programs_compile_llama_cpp() {
         false
     };
     let allowed = ["cortex-llama", "cortex-cli", "cortex-tests"];
-    let offenders: Vec<&String> = members
-        .iter()
+    let offenders: Vec<&String> = normal
+        .keys()
         .filter(|name| !allowed.contains(&name.as_str()) && reaches_binding(name))
         .collect();
     assert!(
