@@ -30,7 +30,10 @@
 #       on the GPU equals output sampled on the host, then runs
 #       scripts/bench_peers.py on the GPU (engine decode against
 #       llama-batched-bench, whole jobs against llama-server) with the GPU's
-#       utilisation. KIT/bench.json keeps the figures.
+#       utilisation. KIT/bench.json keeps the figures. Settings not yet
+#       measured on a GPU go in as variants beside the defaults, e.g.
+#       `--variant steady:CORTEX_STEADY_STEPS=16 --timelines` (steady steps:
+#       the trace's graphs reused, and the job times, against the default).
 #
 # With the `device` tool of this workplace, the parts travel in three calls
 # to one machine kept warm (each within 30 s of the last): copy part 1 and 2

@@ -163,6 +163,7 @@ impl Config {
             OrAuto::Auto => None,
             OrAuto::Value(n) => Some(n),
         };
+        engine.steady_steps = self.steady_steps.value;
         engine.threads = self.threads.value;
         engine.stream_tokens = (self.context.value > 0).then_some(self.context.value);
         engine.kv_memory = self.kv_memory_mib.value << 20;

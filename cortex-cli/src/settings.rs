@@ -470,6 +470,12 @@ settings! {
     /// (auto: every gap on a GPU, gaps of up to 4 on the CPU).
     gap_fill: OrAuto<usize> = OrAuto::Auto;
     Engine, "N|auto";
+    /// Steady steps (0: off; 16 to try on a GPU): new sequences join only
+    /// every N-th step and every decoding step spans all streams, so steps
+    /// repeat one shape that llama.cpp and CUDA reuse instead of building
+    /// and launching it again.
+    steady_steps: usize = EngineConfig::new("").steady_steps;
+    Engine, "N";
     /// Tokens per decode call at most, prompt chunks and decode tokens
     /// together (there is always room for every sequence's decode token).
     batch_tokens: usize = EngineConfig::DEFAULT_BATCH_TOKENS;

@@ -37,6 +37,7 @@ pub(crate) struct TraceSummary {
     kv_cells_used: u64,
     kv_cells_attended: u64,
     micro_batches: u64,
+    graphs_reused: u64,
     gap_fillers: u64,
     prompt_tokens: u64,
     /// Every prompt's tokens as a tree: (parent node, token) → node.
@@ -71,6 +72,7 @@ impl TraceSummary {
         self.kv_cells_used += r.kv_cells_used as u64;
         self.kv_cells_attended += r.kv_cells_attended as u64;
         self.micro_batches += r.micro_batches as u64;
+        self.graphs_reused += r.graphs_reused as u64;
         self.gap_fillers += r.gap_fillers as u64;
     }
 
@@ -115,7 +117,7 @@ impl TraceSummary {
              \u{20} tokens per step {:.1} (decoded {:.1}, prompt {:.1}); {:.1} generated per step, {:.1} sequences per decoding step; {} of {} sampled on the device\n\
              \u{20} prompt tokens computed {} of {} in the prompts; each distinct prefix once would be {}\n\
              \u{20} attention read {} cells and spanned {}: {:.0}% padding\n\
-             \u{20} llama.cpp micro-batches (passes over the weights) per step {:.2}; {:.1} idle streams filled per step to join runs",
+             \u{20} llama.cpp micro-batches (passes over the weights) per step {:.2}, {} of {} on the graph of the one before; {:.1} idle streams filled per step to join runs",
             self.steps,
             self.span,
             self.decode_seconds,
@@ -142,6 +144,8 @@ impl TraceSummary {
             self.kv_cells_attended,
             padding,
             per_step(self.micro_batches),
+            self.graphs_reused,
+            self.micro_batches,
             per_step(self.gap_fillers),
         )
     }
@@ -183,7 +187,7 @@ impl StepObserver for TraceWriter {
             "prefill_chunks": r.prefill_chunks, "prefill_tokens": r.prefill_tokens,
             "streams": r.streams, "kv_cells_used": r.kv_cells_used,
             "kv_cells_attended": r.kv_cells_attended, "micro_batches": r.micro_batches,
-            "gap_fillers": r.gap_fillers,
+            "graphs_reused": r.graphs_reused, "gap_fillers": r.gap_fillers,
             "step_loop": r.step_loop,
             "decode_seconds": r.decode_seconds, "wait_seconds": r.wait_seconds,
             "sample_seconds": r.sample_seconds, "device_sampled_tokens": r.device_sampled_tokens,

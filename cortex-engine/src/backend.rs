@@ -143,6 +143,14 @@ pub trait Backend {
     fn device_sampled(&mut self, _index: usize) -> Option<TokenId> {
         None
     }
+    /// Micro-batches so far whose compute graph the backend reused from the
+    /// micro-batch before, in the current KV layout (llama.cpp rebuilds the
+    /// graph unless the shape repeats; on a GPU a repeated shape also lets
+    /// CUDA replay the launches it recorded). For the trace; 0 where not
+    /// known.
+    fn graphs_reused(&self) -> u64 {
+        0
+    }
     /// Waits until the last decode's results are on the host (a GPU
     /// backend queues the work and returns): what the loop times as the
     /// device's share of a step.

@@ -60,6 +60,18 @@ pub struct EngineConfig {
     /// decode. `None`: for the device ([`EngineConfig::CPU_GAP_FILL`],
     /// [`EngineConfig::GPU_GAP_FILL`]).
     pub gap_fill: Option<usize>,
+    /// Steady steps: when above 0, waiting requests join only on every
+    /// `steady_steps`-th step while others run, and every step that decodes
+    /// spans all the loop's streams, each idle one with a throwaway token
+    /// whose logits are computed and dropped. Between joins every step then
+    /// has one shape (the same tokens, streams and outputs), so llama.cpp
+    /// reuses its graph and CUDA replays the launches it recorded instead
+    /// of launching every kernel again (on a GPU a step of a small model is
+    /// mostly launches). The price: a freed slot waits up to
+    /// `steady_steps - 1` steps, and idle streams are computed. 0 (the
+    /// default): off; [`EngineConfig::SUGGESTED_STEADY_STEPS`] is the value
+    /// to try on a GPU.
+    pub steady_steps: usize,
     /// Tokens per `llama_decode` call at most (decode tokens plus prompt
     /// chunks; there is always room for every running sequence's token).
     pub max_batch_tokens: usize,
@@ -137,6 +149,12 @@ impl EngineConfig {
     /// [`EngineConfig::gap_fill`]).
     pub const GPU_GAP_FILL: usize = usize::MAX;
 
+    /// Steps between joins to try on a GPU with
+    /// [`EngineConfig::steady_steps`]: CUDA takes two steps of one shape to
+    /// record its graph, so 16 leaves 13 of every 16 steps replayed, while a
+    /// slot freed by a request of ~128 tokens waits 8 steps on average (~6%).
+    pub const SUGGESTED_STEADY_STEPS: usize = 16;
+
     /// Tokens per decode call by default: every sequence's decode token and
     /// a prompt chunk or two beside them, on the CPU and on a GPU alike. On
     /// a GPU each micro-batch costs a step about the same whatever it holds,
@@ -160,6 +178,7 @@ impl EngineConfig {
             step_cells: Self::FOR_DEVICE,
             step_loops: Self::FOR_DEVICE,
             gap_fill: None,
+            steady_steps: 0,
             block_size: 16,
             max_batch_tokens: Self::DEFAULT_BATCH_TOKENS,
             threads: 0,

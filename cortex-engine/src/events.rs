@@ -80,6 +80,10 @@ pub struct StepRecord {
     /// weights: one per run of consecutive streams, more where prompt chunks
     /// and decodes share a step.
     pub micro_batches: usize,
+    /// Of those micro-batches, the ones whose compute graph llama.cpp
+    /// reused from the micro-batch before (same shape: tokens, streams,
+    /// outputs, cells spanned) instead of building it again.
+    pub graphs_reused: usize,
     /// Throwaway tokens that filled idle streams between running ones so
     /// that their runs went in one micro-batch (see
     /// [`crate::EngineConfig::gap_fill`]); removed after the decode.

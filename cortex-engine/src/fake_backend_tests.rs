@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::{
     Backend, BackendError, BatchToken, Engine, EngineConfig, EngineError, EngineEvent,
-    EngineHealth, KvLayout, StreamId,
+    EngineHealth, KvLayout, StepRecord, StreamId,
 };
 use cortex_request::{
     ChatMessage, EmbeddingRequest, FinishReason, Prompt, Request, RequestId, SamplingParams,
@@ -675,6 +675,52 @@ fn idle_streams_between_running_ones_are_filled_and_emptied_again() {
     };
     assert!(run(0) > 0, "the workload leaves gaps between streams");
     assert_eq!(run(usize::MAX), 0);
+}
+
+#[test]
+fn steady_steps_span_every_stream_and_leave_outputs_exact() {
+    // With steady steps every step that decodes writes to all 8 streams
+    // (idle ones with a throwaway token whose logits are computed), so its
+    // decode micro-batch keeps one shape; joins wait for every 4th step.
+    // The fake's logits come from what each stream holds, so a filler left
+    // behind would change a later output. Off, the workload does decode
+    // with idle streams beside the running ones.
+    let run = |steady_steps: usize| {
+        let records = Arc::new(std::sync::Mutex::new(Vec::<StepRecord>::new()));
+        let mut config = EngineConfig::for_fake_backend(8, 4);
+        config.steady_steps = steady_steps;
+        let engine = Engine::launch(
+            Some(Box::new(Recorder(Arc::clone(&records)))),
+            move |launch| {
+                let config = config.for_device(false);
+                launch.run(&config, vec![Box::new(FakeBackend::default())]);
+                Ok(())
+            },
+        )
+        .unwrap();
+        random_workload(&engine, 13);
+        assert_eq!(engine.stats().requests_failed, 0);
+        drop(engine);
+        let records = records.lock().unwrap();
+        let decoding: Vec<&StepRecord> =
+            records.iter().filter(|r| r.decode_sequences > 0).collect();
+        assert!(decoding.len() > 20, "{} decoding steps", decoding.len());
+        decoding.iter().all(|r| r.streams == 8)
+    };
+    assert!(run(4));
+    assert!(
+        !run(0),
+        "the workload leaves streams idle while others decode"
+    );
+}
+
+/// Keeps every step record.
+struct Recorder(Arc<std::sync::Mutex<Vec<StepRecord>>>);
+
+impl crate::StepObserver for Recorder {
+    fn step(&mut self, record: &StepRecord) {
+        self.0.lock().unwrap().push(*record);
+    }
 }
 
 /// Rounds of random requests (shared prompt families, `n` > 1, cancels)

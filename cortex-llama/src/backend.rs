@@ -298,6 +298,10 @@ impl Backend for LlamaEngineBackend<'_> {
         self.ctx_mut().synchronize();
     }
 
+    fn graphs_reused(&self) -> u64 {
+        self.ctx.as_ref().map_or(0, RawContext::graphs_reused)
+    }
+
     fn logits(&self, index: usize) -> &[f32] {
         self.ctx()
             .logits(index)

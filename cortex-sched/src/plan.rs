@@ -35,6 +35,8 @@ pub enum AdmissionStop {
     BudgetExhausted,
     /// `max_running` sequences are running.
     MaxRunning,
+    /// Requests join on another step (see `SchedConfig::admit_every`).
+    Cadence,
     /// The request at the head of the queue does not fit in the KV pool.
     KvFull {
         /// The request that did not fit.
@@ -129,6 +131,7 @@ impl fmt::Display for StepPlan {
             None | Some(AdmissionStop::QueueEmpty) => Ok(()),
             Some(AdmissionStop::BudgetExhausted) => write!(f, " | budget exhausted"),
             Some(AdmissionStop::MaxRunning) => write!(f, " | max running"),
+            Some(AdmissionStop::Cadence) => write!(f, " | joins later"),
             Some(AdmissionStop::KvFull {
                 id,
                 needed,

@@ -35,6 +35,12 @@ pub struct SchedConfig {
     /// (recomputed later; it waits again by its own priority). `None`:
     /// running requests are never preempted for priority (only for KV).
     pub priority_preemption_gap: Option<i32>,
+    /// Waiting requests join only on every `admit_every`-th step while
+    /// others run (at once when nothing runs). Between joins every step
+    /// decodes the same sequences, so a batch of one shape repeats, which a
+    /// GPU can replay instead of launching its work again; a slot that
+    /// frees waits at most `admit_every - 1` steps. 1: joins on every step.
+    pub admit_every: u64,
 }
 
 impl Default for SchedConfig {
@@ -50,6 +56,7 @@ impl Default for SchedConfig {
             prefix_window: 16,
             prefix_caching: true,
             priority_preemption_gap: None,
+            admit_every: 1,
         }
     }
 }
@@ -448,6 +455,13 @@ impl Scheduler {
         // Requests preempted in this step wait at least one step: taking their
         // blocks straight back would only thrash.
         let mut deferred: HashSet<RequestId> = plan.preempted.iter().copied().collect();
+        if !self.running.is_empty()
+            && self.num_waiting() > 0
+            && !self.step.is_multiple_of(self.config.admit_every.max(1))
+        {
+            plan.admission_stop = Some(AdmissionStop::Cadence);
+            return;
+        }
         plan.admission_stop = Some(loop {
             if self.running.len() >= self.config.max_running {
                 match self.priority_victim(&deferred, plan) {

@@ -38,9 +38,10 @@ fn config() -> impl Strategy<Value = SchedConfig> {
         0usize..3,
         1u64..16,
         prop::option::of(1i32..4),
+        1u64..4,
     )
         .prop_map(
-            |(budget, max_running, chunk, kv_blocks, block_size, headroom, aging, gap)| {
+            |(budget, max_running, chunk, kv_blocks, block_size, headroom, aging, gap, cadence)| {
                 SchedConfig {
                     max_batch_tokens: budget.max(max_running),
                     max_running,
@@ -52,6 +53,7 @@ fn config() -> impl Strategy<Value = SchedConfig> {
                     prefix_window: 4,
                     prefix_caching: true,
                     priority_preemption_gap: gap,
+                    admit_every: cadence,
                 }
             },
         )

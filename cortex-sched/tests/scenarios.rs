@@ -71,6 +71,7 @@ fn config() -> SchedConfig {
         prefix_window: 8,
         prefix_caching: true,
         priority_preemption_gap: None,
+        admit_every: 1,
     }
 }
 
@@ -283,4 +284,21 @@ fn a_budget_smaller_than_the_running_set_is_refused() {
         err.to_string(),
         "invalid scheduler configuration: max_batch_tokens must be at least max_running"
     );
+}
+
+#[test]
+fn with_a_cadence_requests_join_together_on_admitting_steps() {
+    // Two slots, joins every 4th step while anything runs: the first pair
+    // starts at once (nothing ran), and a slot freed in between stays empty
+    // until a step that is a multiple of 4, where waiting requests join
+    // together.
+    let config = SchedConfig {
+        max_running: 2,
+        admit_every: 4,
+        ..config()
+    };
+    let arrivals = (1..=5)
+        .map(|id| (1, request(id, own_prompt(id, 6), 1 + id as usize, 0)))
+        .collect();
+    insta::assert_snapshot!(trace(config, arrivals, 24));
 }

@@ -4,7 +4,7 @@
 //! prefixes are computed once, attention spans at least what it reads),
 //! and a summary of where the time went.
 
-use cortex_tests::{Cortex, read_jsonl};
+use cortex_tests::{Cortex, assert_greedy_agrees, greedy_completions, read_jsonl};
 use serde_json::json;
 
 #[test]
@@ -84,4 +84,81 @@ fn a_trace_accounts_for_every_token_of_the_job() {
         .and_then(|n| n.parse::<u64>().ok())
         .expect("the minimum in the summary");
     assert!(minimum <= computed, "{minimum} > {computed}");
+}
+
+#[test]
+fn steady_steps_repeat_one_graph_and_change_no_output() {
+    // 24 greedy requests of different lengths on 8 streams: they finish at
+    // different steps and the later ones join as slots free. With steady
+    // steps, joins wait for every 8th step and every decoding step spans
+    // all 8 streams, so llama.cpp runs most micro-batches on the graph of
+    // the one before. The texts stay those of plain steps: exactly with
+    // cortex's attention (AVX-512), where a row's result does not depend on
+    // its batch; with llama.cpp's, whose tiles move the last bits with the
+    // batch's layout, equal up to near-ties.
+    let cortex = Cortex::new();
+    let lines: String = (0..24)
+        .map(|i| {
+            format!(
+                "{}\n",
+                json!({"custom_id": format!("s{i}"), "prompt": format!("List {i} colours of a kite:"),
+                    "max_tokens": 6 + (i * 5) % 17, "temperature": 0, "ignore_eos": true,
+                    "logprobs": 5})
+            )
+        })
+        .collect();
+    cortex.write("job.jsonl", &lines);
+    let run = |name: &str, steady: &str| {
+        let (output, trace) = (format!("{name}.jsonl"), format!("{name}.trace.jsonl"));
+        let args = [
+            "run",
+            "job.jsonl",
+            "--parallel",
+            "8",
+            "--steady-steps",
+            steady,
+            "-o",
+            &output,
+            "--trace",
+            &trace,
+            // The same file again: a job of its own, not the finished one.
+            "--force",
+        ];
+        let output = cortex.run(&args);
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let steps = read_jsonl(&cortex.dir().join(&trace));
+        let total = |key: &str| -> u64 { steps.iter().map(|s| s[key].as_u64().unwrap()).sum() };
+        let spanning_all = steps
+            .iter()
+            .filter(|s| s["decode_sequences"].as_u64().unwrap() > 0)
+            .all(|s| s["streams"] == json!(8));
+        let reused = total("graphs_reused") as f64 / total("micro_batches") as f64;
+        (reused, spanning_all)
+    };
+    let (plain_reuse, plain_spans) = run("plain", "0");
+    let (steady_reuse, steady_spans) = run("steady", "8");
+    assert!(steady_spans && !plain_spans);
+    assert!(
+        steady_reuse > 0.5 && steady_reuse > plain_reuse,
+        "graphs reused: {steady_reuse:.2} steady, {plain_reuse:.2} plain"
+    );
+
+    let (plain, steady) = (
+        cortex.dir().join("plain.jsonl"),
+        cortex.dir().join("steady.jsonl"),
+    );
+    let devices: serde_json::Value =
+        serde_json::from_str(&cortex.ok(&["devices", "--json"])).unwrap();
+    if devices["cortex_kernels"] == "AVX-512 VNNI"
+        && std::env::var("CORTEX_CPU_KERNELS").as_deref() != Ok("llama")
+    {
+        assert_eq!(greedy_completions(&steady), greedy_completions(&plain));
+    } else {
+        assert_greedy_agrees(("plain steps", &plain), ("steady steps", &steady), 0.5, 0.3);
+    }
+    assert_eq!(greedy_completions(&plain).len(), 24);
 }

@@ -25,7 +25,10 @@ impl StepLoop<'_> {
     /// streams between two running ones, up to `gap_fill` of them, gets one
     /// throwaway token per idle stream (no logits) so the runs join; the
     /// fillers' streams and positions are returned to be removed after the
-    /// decode.
+    /// decode. In steady steps ([`crate::EngineConfig::steady_steps`]) a
+    /// step that decodes fills every idle stream, gaps and both ends, and
+    /// asks for the fillers' logits, so that the decode micro-batch has the
+    /// same tokens, streams and outputs from one step to the next.
     pub(super) fn build_batch(
         &self,
         plan: &StepPlan,
@@ -51,10 +54,12 @@ impl StepLoop<'_> {
         let mut batch = Vec::with_capacity(plan.num_tokens());
         let mut rows = Vec::with_capacity(plan.num_samples());
         let mut fillers = Vec::new();
-        let mut previous: Option<StreamId> = None;
+        let steady = self.steady && !plan.decode.is_empty();
+        // Steady: from the first stream on, as if one before it ran.
+        let mut previous: Option<StreamId> = steady.then_some(-1);
         for (stream, id, start, len, samples) in parts {
             if let Some(previous) = previous {
-                self.fill_gap(previous, stream, &mut batch, &mut fillers);
+                self.fill_gap(previous, stream, steady, &mut batch, &mut fillers);
             }
             previous = Some(stream);
             let tokens = self.sched.tokens(id).expect("planned sequences exist");
@@ -75,22 +80,28 @@ impl StepLoop<'_> {
                 });
             }
         }
+        if steady {
+            let end = StreamId::try_from(self.backend.kv_layout().streams).unwrap_or(StreamId::MAX);
+            self.fill_gap(previous.unwrap_or(-1), end, true, &mut batch, &mut fillers);
+        }
         (batch, rows, fillers)
     }
 
     /// Fills the idle streams strictly between `before` and `after` with a
-    /// throwaway token each, when there are at most `gap_fill` of them and
-    /// every one has room for it (else the gap stays: one full stream keeps
-    /// the runs apart anyway).
+    /// throwaway token each, when there are at most `gap_fill` of them (any
+    /// number when `steady`) and every one has room for it (else the gap
+    /// stays: one full stream keeps the runs apart anyway). Steady fillers
+    /// ask for logits, so the outputs keep their count.
     fn fill_gap(
         &self,
         before: StreamId,
         after: StreamId,
+        steady: bool,
         batch: &mut Vec<BatchToken>,
         fillers: &mut Vec<(StreamId, usize)>,
     ) {
         let gap = (before + 1)..after;
-        if gap.is_empty() || gap.len() > self.gap_fill {
+        if gap.is_empty() || (!steady && gap.len() > self.gap_fill) {
             return;
         }
         let positions: Option<Vec<(StreamId, usize)>> = gap
@@ -102,7 +113,7 @@ impl StepLoop<'_> {
                 token: 0,
                 pos,
                 stream,
-                logits: false,
+                logits: steady,
             });
             fillers.push((stream, pos));
         }

@@ -154,6 +154,9 @@ pub(crate) struct StepLoop<'b> {
     /// Idle streams a step fills at most per gap between running ones
     /// ([`EngineConfig::gap_fill`]).
     gap_fill: usize,
+    /// Whether every decoding step spans all streams, idle ones filled with
+    /// a token whose logits are computed ([`EngineConfig::steady_steps`]).
+    steady: bool,
     // What is measured and watched.
     tally: Tally,
     timeline: Timeline,
@@ -197,6 +200,7 @@ impl<'b> StepLoop<'b> {
             info,
             timeout: config.request_timeout,
             gap_fill: config.gap_fill.unwrap_or(EngineConfig::CPU_GAP_FILL),
+            steady: config.steady_steps > 0,
             commands,
             shared,
             live: HashMap::new(),
@@ -306,7 +310,12 @@ impl<'b> StepLoop<'b> {
                 record.micro_batches = self.timeline.micro_batches(&batch);
                 record.gap_fillers = fillers.len();
             }
+            let reused_before = record.as_ref().map(|_| self.backend.graphs_reused());
             let sampled = self.decode(&batch, &rows);
+            if let (Some(record), Some(before)) = (&mut record, reused_before) {
+                let reused = self.backend.graphs_reused().saturating_sub(before);
+                record.graphs_reused = usize::try_from(reused).unwrap_or(usize::MAX);
+            }
             for &(stream, pos) in &fillers {
                 self.streams.truncate(stream, pos, self.backend.as_mut());
             }

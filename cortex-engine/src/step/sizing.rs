@@ -36,6 +36,8 @@ pub(super) struct Sizing {
     block_size: usize,
     max_batch_tokens: usize,
     prefix_sharing: bool,
+    /// Steps between joins ([`EngineConfig::steady_steps`]; at least 1).
+    admit_every: u64,
 }
 
 impl Sizing {
@@ -92,6 +94,7 @@ impl Sizing {
             block_size: config.block_size.max(1),
             max_batch_tokens: config.max_batch_tokens.max(1),
             prefix_sharing: config.prefix_sharing,
+            admit_every: config.steady_steps.max(1) as u64,
         })
     }
 
@@ -149,6 +152,7 @@ impl Sizing {
             // step can leave it without a stream (seen with priority
             // preemption under load), so the engine does not use it yet.
             priority_preemption_gap: None,
+            admit_every: self.admit_every,
         }
     }
 }

@@ -215,6 +215,14 @@ impl<'m> RawContext<'m> {
         unsafe { ffi::llama_synchronize(self.ptr.as_ptr()) }
     }
 
+    /// Micro-batches this context computed with the graph of the one before
+    /// (llama.cpp rebuilds the graph unless the shape repeats).
+    pub(crate) fn graphs_reused(&self) -> u64 {
+        // SAFETY: a live context; the call only reads its counters.
+        let data = unsafe { ffi::llama_perf_context(self.ptr.as_ptr()) };
+        u64::try_from(data.n_reused).unwrap_or(0)
+    }
+
     /// Logits of the `index`-th token of the last batch, which asked for them.
     pub(crate) fn logits(&self, index: usize) -> Option<&[f32]> {
         let index = i32::try_from(index).ok()?;
