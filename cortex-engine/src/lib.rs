@@ -138,7 +138,10 @@
 //!   growing preempts running sequences, which are recomputed), `decode` (the
 //!   batch, ordered by stream so llama.cpp decodes all running streams in one
 //!   micro-batch, idle streams in the gaps filled with a throwaway token
-//!   (`EngineConfig::gap_fill`); failure isolation; parallel sampling; what each stream
+//!   (`EngineConfig::gap_fill`), or in steady steps every idle stream with
+//!   logits asked for (`EngineConfig::steady_steps`: with the scheduler's
+//!   `admit_every`, consecutive steps keep one shape for llama.cpp's graph
+//!   reuse and CUDA graphs); failure isolation; parallel sampling; what each stream
 //!   computed, recorded before the scheduler's commit), `output` (stop
 //!   conditions, streamed text), `lifecycle` (the one path that ends a request
 //!   and owns the in-flight count; a request that offered tools has the calls

@@ -62,8 +62,11 @@
 //! its slot when none is free; the victim waits again by its own priority and
 //! its planned tokens go back to the budget. The engine does not turn this on
 //! yet: its stream binding can run out of streams when preemption and
-//! admissions of shared prefixes meet in one step (seen under load). Each plan says why admission stopped. Time is counted in
-//! steps; there are no clocks, threads or I/O.
+//! admissions of shared prefixes meet in one step (seen under load). With
+//! `admit_every` above 1, waiting requests join only on every such step
+//! while others run, so the steps between decode the same sequences (a GPU
+//! replays a batch whose shape repeats). Each plan says why admission
+//! stopped. Time is counted in steps; there are no clocks, threads or I/O.
 
 #![forbid(unsafe_code)]
 
