@@ -1071,7 +1071,8 @@ fn test_helpers_are_behind_a_test_support_feature() {
         let text = std::fs::read_to_string(file).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         for (i, line) in lines.iter().enumerate() {
-            if line.trim() == "pub mod testing;"
+            let helpers = ["pub mod testing;", "pub mod toy;"];
+            if helpers.contains(&line.trim())
                 && !lines[..i]
                     .iter()
                     .rev()
@@ -1081,7 +1082,7 @@ fn test_helpers_are_behind_a_test_support_feature() {
                     .any(|l| l.contains("feature = \"test-support\""))
             {
                 problems.push(format!(
-                    "{}:{}: a testing module outside the `test-support` feature",
+                    "{}:{}: a test helper module outside the `test-support` feature",
                     file.display(),
                     i + 1
                 ));
