@@ -69,8 +69,9 @@ pub struct EngineConfig {
     /// of launching every kernel again (on a GPU a step of a small model is
     /// mostly launches). The price: a freed slot waits up to
     /// `steady_steps - 1` steps, and idle streams are computed. 0 (the
-    /// default): off; [`EngineConfig::SUGGESTED_STEADY_STEPS`] is the value
-    /// to try on a GPU.
+    /// default): off. To try on a GPU: 16 (CUDA takes two steps of one
+    /// shape to record its graph, so 13 of every 16 steps replay it, while a
+    /// slot freed by a request of ~128 tokens waits 8 steps on average, ~6%).
     pub steady_steps: usize,
     /// Tokens per `llama_decode` call at most (decode tokens plus prompt
     /// chunks; there is always room for every running sequence's token).
@@ -148,12 +149,6 @@ impl EngineConfig {
     /// Idle streams filled per gap by default on a GPU: every one (see
     /// [`EngineConfig::gap_fill`]).
     pub const GPU_GAP_FILL: usize = usize::MAX;
-
-    /// Steps between joins to try on a GPU with
-    /// [`EngineConfig::steady_steps`]: CUDA takes two steps of one shape to
-    /// record its graph, so 16 leaves 13 of every 16 steps replayed, while a
-    /// slot freed by a request of ~128 tokens waits 8 steps on average (~6%).
-    pub const SUGGESTED_STEADY_STEPS: usize = 16;
 
     /// Tokens per decode call by default: every sequence's decode token and
     /// a prompt chunk or two beside them, on the CPU and on a GPU alike. On

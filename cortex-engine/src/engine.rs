@@ -76,7 +76,7 @@ impl Launch<'_> {
     /// Makes a step loop per backend, each with `config`'s settings (a loop's
     /// share, see [`EngineConfig::per_loop`]), reports the engine ready and
     /// runs the loops until they stop.
-    pub fn run(self, config: &EngineConfig, backends: Vec<Box<dyn Backend + Send + '_>>) {
+    pub fn run(self, config: &EngineConfig, backends: Backends<'_>) {
         (self.runner)(config, backends);
     }
 }
@@ -106,10 +106,9 @@ impl Engine {
             .spawn(move || {
                 let ready_for_error = ready_tx.clone();
                 let mut observer = observer;
-                let mut runner =
-                    |config: &EngineConfig, backends: Vec<Box<dyn Backend + Send + '_>>| {
-                        run_loops(config, backends, observer.take(), &ready_tx);
-                    };
+                let mut runner = |config: &EngineConfig, backends: Backends<'_>| {
+                    run_loops(config, backends, observer.take(), &ready_tx);
+                };
                 let launch = Launch {
                     placement: &placed,
                     runner: &mut runner,
@@ -392,7 +391,7 @@ impl Drop for Engine {
 /// threads of their own. `observer`, if any, hears every loop's steps.
 fn run_loops(
     config: &EngineConfig,
-    backends: Vec<Box<dyn Backend + Send + '_>>,
+    backends: Backends<'_>,
     observer: Option<Box<dyn StepObserver>>,
     ready: &flume::Sender<Ready>,
 ) {

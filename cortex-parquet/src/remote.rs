@@ -51,9 +51,7 @@ impl Blocks {
             }
         }
     }
-}
 
-impl Blocks {
     /// Makes blocks `wanted` (at most half the cache) present, fetching the
     /// missing run in one request (`fetch` gets its byte range); the ones
     /// already kept are used first, so that keeping the new ones never drops
@@ -115,8 +113,8 @@ impl ObjectChunks {
             Ok(object.read_range(range.start..range.end.min(object.len()))?)
         })?;
         let mut out = BytesMut::with_capacity((end - start) as usize);
+        // `ensure` made every block present and most recently used.
         for block in first..=last {
-            blocks.touch(block);
             let bytes = &blocks.kept[&block];
             let from = start.saturating_sub(block * BLOCK) as usize;
             let to = ((end - block * BLOCK) as usize).min(bytes.len());
