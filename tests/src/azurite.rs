@@ -3,11 +3,11 @@
 //! passes it as `CORTEX_TEST_AZURITE`), over a temporary folder, killed on
 //! drop.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 use crate::s3::wait_until_listening;
-use crate::{Cortex, free_port, python_check};
+use crate::{Cortex, free_port, python_check, service_program};
 
 /// A running Azurite blob server.
 pub struct AzuriteServer {
@@ -20,14 +20,12 @@ impl AzuriteServer {
     /// Starts one; `None`, after saying so, when none was given and none is
     /// required (`CORTEX_REQUIRE_AZURITE=1`).
     pub fn start() -> Option<Self> {
-        let Some(binary) = std::env::var_os("CORTEX_TEST_AZURITE").map(PathBuf::from) else {
-            assert!(
-                std::env::var_os("CORTEX_REQUIRE_AZURITE").is_none(),
-                "CORTEX_REQUIRE_AZURITE is set but CORTEX_TEST_AZURITE is not"
-            );
-            eprintln!("no Azurite (CORTEX_TEST_AZURITE): bash scripts/azurite.sh installs it");
-            return None;
-        };
+        let binary = service_program(
+            "Azurite",
+            "CORTEX_TEST_AZURITE",
+            "CORTEX_REQUIRE_AZURITE",
+            "bash scripts/azurite.sh installs it",
+        )?;
         let root = tempfile::tempdir().expect("a temp dir");
         let port = free_port();
         let child = Command::new(&binary)

@@ -609,6 +609,26 @@ pub fn python() -> PathBuf {
     python
 }
 
+/// The program a test's service runs (`what`), named by `variable`
+/// (`scripts/test.sh` sets it); `None`, after saying how to get one
+/// (`hint`), when it is unset and `required` is not set either.
+pub(crate) fn service_program(
+    what: &str,
+    variable: &str,
+    required: &str,
+    hint: &str,
+) -> Option<PathBuf> {
+    let Some(binary) = std::env::var_os(variable).map(PathBuf::from) else {
+        assert!(
+            std::env::var_os(required).is_none(),
+            "{required} is set but {variable} is not"
+        );
+        eprintln!("no {what} ({variable}): {hint}");
+        return None;
+    };
+    Some(binary)
+}
+
 /// Runs one of the Python checks in `tests/python/` with `args`; panics
 /// with its output unless it succeeds. Returns what it printed.
 pub fn python_check(script: &str, args: &[&Path]) -> String {

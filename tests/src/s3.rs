@@ -3,11 +3,11 @@
 //! `CORTEX_TEST_S3_SERVER`) over a temporary folder, killed on drop.
 
 use std::net::{Ipv4Addr, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::{Cortex, free_port, python_check};
+use crate::{Cortex, free_port, python_check, service_program};
 
 /// The access key and secret the server takes.
 const ACCESS_KEY: &str = "cortex-test";
@@ -34,14 +34,12 @@ impl S3Server {
     }
 
     fn launch(with_keys: bool) -> Option<Self> {
-        let Some(binary) = std::env::var_os("CORTEX_TEST_S3_SERVER").map(PathBuf::from) else {
-            assert!(
-                std::env::var_os("CORTEX_REQUIRE_S3").is_none(),
-                "CORTEX_REQUIRE_S3 is set but CORTEX_TEST_S3_SERVER is not"
-            );
-            eprintln!("no S3 server (CORTEX_TEST_S3_SERVER): bash scripts/s3-server.sh builds one");
-            return None;
-        };
+        let binary = service_program(
+            "S3 server",
+            "CORTEX_TEST_S3_SERVER",
+            "CORTEX_REQUIRE_S3",
+            "bash scripts/s3-server.sh builds one",
+        )?;
         let root = tempfile::tempdir().expect("a temp dir");
         std::fs::create_dir(root.path().join("data")).expect("the bucket's folder");
         let port = free_port();
