@@ -344,6 +344,11 @@ pub(crate) struct BenchArgs {
     /// Skip the plain llama.cpp loop beside each engine row.
     #[arg(long)]
     pub(crate) engine_only: bool,
+    /// Time every graph operation of each row's last run and print where
+    /// the device's time went (each operation then runs alone and is waited
+    /// for, so those runs are slower than unprofiled ones).
+    #[arg(long)]
+    pub(crate) profile_ops: bool,
     /// Print JSON instead of tables.
     #[arg(long)]
     pub(crate) json: bool,

@@ -7,7 +7,8 @@ use cortex_engine::{Engine, EngineConfig, EngineError, EngineEvent};
 use cortex_request::{Prompt, Request, RequestId, SamplingParams, TokenId, Work};
 
 use crate::Model;
-use crate::sys::{ContextParams, RawBatch, RawContext};
+pub use crate::sys::profile::OpTime;
+use crate::sys::{ContextParams, RawBatch, RawContext, profile};
 
 /// One row of a batched-bench table.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -433,6 +434,20 @@ pub fn peak_rss_bytes() -> Option<u64> {
     Some(kib * 1024)
 }
 
+/// `run()`, its graph operations timed when `profiled` (else none).
+fn profiled_if<T>(
+    profiled: bool,
+    run: impl FnOnce() -> Result<T, EngineError>,
+) -> Result<(T, Vec<OpTime>), EngineError> {
+    if !profiled {
+        return Ok((run()?, Vec::new()));
+    }
+    profile::start();
+    let result = run();
+    let ops = profile::finish();
+    Ok((result?, ops))
+}
+
 /// The faster of two rows (by total time).
 fn best(a: Option<BenchRow>, b: BenchRow) -> BenchRow {
     match a {
@@ -456,15 +471,26 @@ pub struct ReportPlan {
     pub raw: bool,
     /// Also run the shared-prefix job, sharing on and off.
     pub prefix_job: bool,
+    /// Time every graph operation of each row's last run (which makes
+    /// those runs slower: see [`BatchedRow::engine_ops`]).
+    pub profile_ops: bool,
 }
 
 /// One batched row: the engine, and the plain loop when it ran.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct BatchedRow {
     /// The engine's row.
     pub engine: BenchRow,
     /// The plain loop's row, when measured.
     pub raw: Option<BenchRow>,
+    /// With [`ReportPlan::profile_ops`], the engine's time per graph
+    /// operation in its last run, the costliest first. Each operation is
+    /// computed and waited for alone (no fusion, no CUDA graphs), so the
+    /// times add up to more than the row took unprofiled, and that run's
+    /// row is slower too.
+    pub engine_ops: Vec<OpTime>,
+    /// The same for the plain loop's last run.
+    pub raw_ops: Vec<OpTime>,
 }
 
 /// Everything [`run_report`] measured.
@@ -508,17 +534,25 @@ pub fn run_report(
     let mut batched = Vec::new();
     for &b in &plan.batch_sizes {
         let (mut best_raw, mut best_engine) = (None, None);
+        let (mut raw_ops, mut engine_ops) = (Vec::new(), Vec::new());
         for round in 1..=repeats {
             progress(&format!("batched: B = {b}, run {round} of {repeats}"));
+            let profiled = plan.profile_ops && round == repeats;
             if let Some(model) = &model {
-                best_raw = Some(best(best_raw, raw_row(model, &settings, b)?));
+                let (row, ops) = profiled_if(profiled, || raw_row(model, &settings, b))?;
+                best_raw = Some(best(best_raw, row));
+                raw_ops = ops;
             }
-            best_engine = Some(best(best_engine, engine_row(base, &settings, b)?));
+            let (row, ops) = profiled_if(profiled, || engine_row(base, &settings, b))?;
+            best_engine = Some(best(best_engine, row));
+            engine_ops = ops;
         }
         if let Some(engine) = best_engine {
             batched.push(BatchedRow {
                 engine,
                 raw: best_raw,
+                engine_ops,
+                raw_ops,
             });
         }
     }

@@ -16,6 +16,7 @@ pub(crate) fn bench(config: &Config, args: &BenchArgs) -> anyhow::Result<()> {
         repeats: args.repeat.max(1),
         raw: !args.engine_only,
         prefix_job: !args.no_prefix,
+        profile_ops: args.profile_ops,
     };
     let report = bench::run_report(&plan, |line| eprintln!("{line}"))?;
     output::bench_report(&report, &plan, args.json)

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use cortex_llama::bench::{BenchReport, BenchRow, PREFIX_JOB, ReportPlan};
+use cortex_llama::bench::{BenchReport, BenchRow, OpTime, PREFIX_JOB, ReportPlan};
 use serde_json::json;
 
 use super::print_json;
@@ -17,6 +17,11 @@ pub(crate) fn bench_report(
         outln!("{}", report_tables(report))?;
         return Ok(());
     }
+    let ops = |ops: &[OpTime]| {
+        ops.iter()
+            .map(|op| json!({"op": op.name, "calls": op.calls, "seconds": op.total.as_secs_f64()}))
+            .collect::<Vec<_>>()
+    };
     let row = |r: &BenchRow| {
         json!({
             "pp": r.pp, "tg": r.tg, "b": r.b, "n_kv": r.n_kv(),
@@ -34,6 +39,8 @@ pub(crate) fn bench_report(
         "batched": report.batched.iter().map(|b| json!({
             "engine": row(&b.engine),
             "raw": b.raw.as_ref().map(row),
+            "engine_ops": ops(&b.engine_ops),
+            "raw_ops": ops(&b.raw_ops),
         })).collect::<Vec<_>>(),
         "prefix": report.prefix.iter().map(|p| json!({
             "sharing": p.sharing,
@@ -99,6 +106,13 @@ fn report_tables(report: &BenchReport) -> String {
             }
         }
     }
+    for row in &report.batched {
+        for (side, ops) in [("engine", &row.engine_ops), ("plain loop", &row.raw_ops)] {
+            if !ops.is_empty() {
+                let _ = write!(out, "\n{}", ops_table(side, row.engine.b, ops));
+            }
+        }
+    }
     if let [on, off] = report.prefix.as_slice() {
         let (requests, prefix, distinct, tg) = PREFIX_JOB;
         let _ = writeln!(
@@ -131,6 +145,43 @@ fn report_tables(report: &BenchReport) -> String {
         let _ = writeln!(out, "\npeak RSS: {:.1} MiB", rss as f64 / (1024.0 * 1024.0));
     }
     out.trim_end().to_owned()
+}
+
+/// Rows of an operation profile shown; the rest are summed in one line.
+const OPS_SHOWN: usize = 16;
+
+/// Where one side's profiled run spent its time, by graph operation.
+fn ops_table(side: &str, b: usize, ops: &[OpTime]) -> String {
+    let total: f64 = ops.iter().map(|op| op.total.as_secs_f64()).sum();
+    let mut out = format!(
+        "time per graph operation, {side}, B = {b} (each computed alone and waited for: \
+         {total:.3} s in all)\n| {:<40} | {:>8} | {:>9} | {:>8} | {:>5} |\n|{}|\n",
+        "operation",
+        "calls",
+        "total ms",
+        "mean us",
+        "share",
+        "------------------------------------------|----------|-----------|----------|-------"
+    );
+    let line = |out: &mut String, name: &str, calls: u64, seconds: f64| {
+        let _ = writeln!(
+            out,
+            "| {name:<40} | {calls:>8} | {:>9.1} | {:>8.1} | {:>4.0}% |",
+            seconds * 1e3,
+            seconds * 1e6 / calls.max(1) as f64,
+            100.0 * seconds / total.max(f64::MIN_POSITIVE)
+        );
+    };
+    for op in ops.iter().take(OPS_SHOWN) {
+        line(&mut out, &op.name, op.calls, op.total.as_secs_f64());
+    }
+    let rest = &ops[ops.len().min(OPS_SHOWN)..];
+    if !rest.is_empty() {
+        let calls = rest.iter().map(|op| op.calls).sum();
+        let seconds = rest.iter().map(|op| op.total.as_secs_f64()).sum();
+        line(&mut out, &format!("{} others", rest.len()), calls, seconds);
+    }
+    out
 }
 
 /// `llama-batched-bench`'s header.

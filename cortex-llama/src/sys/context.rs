@@ -9,6 +9,7 @@ use std::sync::OnceLock;
 use llama_cpp_sys_2 as ffi;
 
 use super::RawModel;
+use super::rows_argmax::RowsArgmax;
 
 /// What a context is made with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,6 +48,9 @@ pub(crate) struct RawContext<'m> {
     /// sequence that has one (see [`RawContext::set_device_greedy`]); the
     /// context only borrows them, so they are freed after it.
     device_samplers: Vec<Option<NonNull<ffi::llama_sampler>>>,
+    /// What those samplers share (one argmax over all rows per graph); it
+    /// outlives them, dropped after `Drop` freed them.
+    rows_argmax: Box<RowsArgmax>,
     n_vocab: usize,
     threads: usize,
     _model: PhantomData<&'m RawModel>,
@@ -71,6 +75,7 @@ impl<'m> RawContext<'m> {
         cparams.n_threads = threads;
         cparams.n_threads_batch = threads;
         cparams.kv_unified = params.unified;
+        cparams.cb_eval = super::profile::eval_callback();
         // On the CPU, flash attention always runs (llama.cpp's CPU backend
         // has it, and cortex's kernels take it where they can). llama.cpp's
         // automatic choice would turn it off as soon as cortex's kernels
@@ -95,6 +100,7 @@ impl<'m> RawContext<'m> {
             ptr,
             threadpool: None,
             device_samplers: vec![None; params.sequences.max(1)],
+            rows_argmax: RowsArgmax::new(),
             n_vocab: model.n_vocab(),
             threads: params.threads.max(1),
             _model: PhantomData,
@@ -148,7 +154,8 @@ impl<'m> RawContext<'m> {
 
     /// Whether the next decodes take the argmax of sequence `seq`'s logits on
     /// the device that computes them (llama.cpp's backend sampling: the
-    /// reduction runs in the decode graph and one token per row comes back
+    /// reduction runs in the decode graph, one argmax over all the greedy
+    /// rows of a micro-batch (see `RowsArgmax`), and one token per row comes back
     /// instead of the vocabulary's logits), or give its logits whole. Returns
     /// whether the device now samples for `seq`: false when `on` is, or when
     /// the device cannot. A change costs llama.cpp a new reservation of its
@@ -174,16 +181,10 @@ impl<'m> RawContext<'m> {
             }
             return false;
         }
-        // SAFETY: a chain owns the greedy sampler added to it; both are
-        // plain allocations freed through the chain.
-        let chain = unsafe {
-            let chain = ffi::llama_sampler_chain_init(ffi::llama_sampler_chain_default_params());
-            if chain.is_null() {
-                return false;
-            }
-            ffi::llama_sampler_chain_add(chain, ffi::llama_sampler_init_greedy());
-            chain
-        };
+        let chain = self.rows_argmax.sampler();
+        if chain.is_null() {
+            return false;
+        }
         // SAFETY: a live context, a sequence id below n_seq_max and a live
         // chain, which outlives the context's use of it (freed on detach or
         // after the context).

@@ -22,6 +22,8 @@ mod devices;
 mod grammar;
 pub(crate) mod kernels;
 mod model;
+pub(crate) mod profile;
+mod rows_argmax;
 
 pub(crate) use context::{ContextParams, Pooling, RawBatch, RawContext};
 pub(crate) use devices::{

@@ -1,0 +1,143 @@
+//! Time per graph operation (`cortex bench --profile-ops`): ggml's
+//! scheduler calls an evaluation callback around every node and waits for
+//! the device after each, so the time between the two calls is that node's
+//! launch and execution. Every node computed alone: CUDA fuses nothing and
+//! replays no graph, so the sum is more than an unprofiled step takes; it
+//! says which operations a step spends its device time on.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::ffi::{CStr, c_void};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use llama_cpp_sys_2 as ffi;
+
+/// One operation's share of the profiled decodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpTime {
+    /// The operation (`MUL_MAT`, `FLASH_ATTN_EXT`, ...) and the tensor it
+    /// makes, without its layer number (`ffn_up`, `greedy_argmax`); `(host)`
+    /// when it ran on the CPU.
+    pub name: String,
+    /// Nodes computed.
+    pub calls: u64,
+    /// Their time in all.
+    pub total: Duration,
+}
+
+static PROFILING: AtomicBool = AtomicBool::new(false);
+static TIMES: Mutex<Option<HashMap<String, (u64, Duration)>>> = Mutex::new(None);
+
+/// The measurements so far (a panic while holding them leaves them usable).
+fn times() -> std::sync::MutexGuard<'static, Option<HashMap<String, (u64, Duration)>>> {
+    TIMES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+thread_local! {
+    /// When the node being computed on this thread was asked about.
+    static STARTED: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+/// Starts profiling the decodes of contexts made from now on, forgetting
+/// anything measured before.
+pub(crate) fn start() {
+    *times() = Some(HashMap::new());
+    PROFILING.store(true, Ordering::SeqCst);
+}
+
+/// Stops profiling; what was measured since [`start`], the costliest first.
+pub(crate) fn finish() -> Vec<OpTime> {
+    PROFILING.store(false, Ordering::SeqCst);
+    let measured = times().take().unwrap_or_default();
+    let mut ops: Vec<OpTime> = measured
+        .into_iter()
+        .map(|(name, (calls, total))| OpTime { name, calls, total })
+        .collect();
+    ops.sort_by(|a, b| b.total.cmp(&a.total).then_with(|| a.name.cmp(&b.name)));
+    ops
+}
+
+/// The evaluation callback a new context gets: the profiler's while
+/// profiling, else none (ggml then computes each graph whole).
+pub(crate) fn eval_callback() -> ffi::ggml_backend_sched_eval_callback {
+    PROFILING
+        .load(Ordering::SeqCst)
+        .then_some(time_node as unsafe extern "C" fn(_, _, _) -> _)
+}
+
+unsafe extern "C" fn time_node(tensor: *mut ffi::ggml_tensor, ask: bool, _: *mut c_void) -> bool {
+    if ask {
+        STARTED.with(|s| s.set(Some(Instant::now())));
+        return true;
+    }
+    let Some(started) = STARTED.with(Cell::take) else {
+        return true;
+    };
+    let elapsed = started.elapsed();
+    if tensor.is_null() {
+        return true;
+    }
+    // SAFETY: ggml passes a live node of the graph it computes; its name is
+    // a NUL-terminated array and `ggml_op_desc` returns a static string.
+    let (op, name, host) = unsafe {
+        let node = &*tensor;
+        if is_layout_only(node.op) {
+            return true;
+        }
+        let op = CStr::from_ptr(ffi::ggml_op_desc(tensor)).to_string_lossy();
+        let name = CStr::from_ptr(node.name.as_ptr()).to_string_lossy();
+        let host = !node.buffer.is_null() && ffi::ggml_backend_buffer_is_host(node.buffer);
+        (op.into_owned(), name.into_owned(), host)
+    };
+    let key = match without_layer(&name) {
+        // ggml's name for a node nobody named.
+        "node" | "" => op,
+        name => format!("{op} {name}"),
+    } + if host { " (host)" } else { "" };
+    if let Some(times) = times().as_mut() {
+        let entry = times.entry(key).or_default();
+        entry.0 += 1;
+        entry.1 += elapsed;
+    }
+    true
+}
+
+/// Operations that only describe another tensor's layout: nothing runs.
+fn is_layout_only(op: ffi::ggml_op) -> bool {
+    matches!(
+        op,
+        ffi::GGML_OP_NONE
+            | ffi::GGML_OP_VIEW
+            | ffi::GGML_OP_RESHAPE
+            | ffi::GGML_OP_PERMUTE
+            | ffi::GGML_OP_TRANSPOSE
+    )
+}
+
+/// A node's name without what ggml and llama.cpp append to it (the layer
+/// in `ffn_up-12`, the sequence in `logits_seq_5_0`, ` (view)`, `node_42`),
+/// so that the layers' nodes add up.
+fn without_layer(name: &str) -> &str {
+    let name = name.split(" (").next().unwrap_or(name);
+    let base = name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '-' || c == '_');
+    if base.is_empty() { name } else { base }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_layer;
+
+    #[test]
+    fn layer_numbers_are_dropped_from_node_names() {
+        assert_eq!(without_layer("ffn_up-12"), "ffn_up");
+        assert_eq!(without_layer("logits_seq_5_0"), "logits_seq");
+        assert_eq!(without_layer("result_output"), "result_output");
+        assert_eq!(without_layer("42"), "42");
+        assert_eq!(without_layer("cache_k_l7 (view) (permuted)"), "cache_k_l");
+        assert_eq!(without_layer("node_117"), "node");
+    }
+}
