@@ -32,8 +32,10 @@
 #       llama-batched-bench, whole jobs against llama-server) with the GPU's
 #       utilisation. KIT/bench.json keeps the figures. Settings not yet
 #       measured on a GPU go in as variants beside the defaults, e.g.
-#       `--variant steady:CORTEX_STEADY_STEPS=16 --timelines` (steady steps:
-#       the trace's graphs reused, and the job times, against the default).
+#       `--variant loops4:CORTEX_STEP_LOOPS=4 --timelines` (the job times
+#       and each one's trace summary, against the default). Where a step's
+#       device time goes, by graph operation: `KIT/bin/cortex bench --batch
+#       256 --no-prefix --profile-ops` there.
 #
 # With the `device` tool of this workplace, the parts travel in three calls
 # to one machine kept warm (each within 30 s of the last): copy part 1 and 2

@@ -470,7 +470,7 @@ settings! {
     /// (auto: every gap on a GPU, gaps of up to 4 on the CPU).
     gap_fill: OrAuto<usize> = OrAuto::Auto;
     Engine, "N|auto";
-    /// Steady steps (0: off; 16 to try on a GPU): new sequences join only
+    /// Steady steps (0: off; slower on the jobs measured so far): new sequences join only
     /// every N-th step and every decoding step spans all streams, so steps
     /// repeat one shape that llama.cpp and CUDA reuse instead of building
     /// and launching it again.

@@ -39,6 +39,8 @@ pub(crate) struct TraceSummary {
     micro_batches: u64,
     graphs_reused: u64,
     gap_fillers: u64,
+    /// Steps whose batch the backend refused (decoded again stream by stream).
+    refused_batches: u64,
     prompt_tokens: u64,
     /// Every prompt's tokens as a tree: (parent node, token) → node.
     prefixes: HashMap<(u32, TokenId), u32>,
@@ -74,6 +76,7 @@ impl TraceSummary {
         self.micro_batches += r.micro_batches as u64;
         self.graphs_reused += r.graphs_reused as u64;
         self.gap_fillers += r.gap_fillers as u64;
+        self.refused_batches += u64::from(r.decode_calls > 1);
     }
 
     /// The summary, for people.
@@ -111,13 +114,19 @@ impl TraceSummary {
                 share(part)
             }
         };
+        let refused = match self.refused_batches {
+            0 => String::new(),
+            n => format!(
+                "\n  {n} steps decoded stream by stream: the backend refused their batch (-vv says why)"
+            ),
+        };
         format!(
             "trace: {} steps in {:.1} s{loops}: llama_decode {:.1} s ({:.0}%), waiting for the device {:.1} s ({:.0}%), \
              sampling {:.1} s ({:.0}%), other host work in steps {:.1} s ({:.0}%), between steps {:.1} s ({:.0}%)\n\
              \u{20} tokens per step {:.1} (decoded {:.1}, prompt {:.1}); {:.1} generated per step, {:.1} sequences per decoding step; {} of {} sampled on the device\n\
              \u{20} prompt tokens computed {} of {} in the prompts; each distinct prefix once would be {}\n\
              \u{20} attention read {} cells and spanned {}: {:.0}% padding\n\
-             \u{20} llama.cpp micro-batches (passes over the weights) per step {:.2}, {} of {} on the graph of the one before; {:.1} idle streams filled per step to join runs",
+             \u{20} llama.cpp micro-batches (passes over the weights) per step {:.2}, {} of {} on the graph of the one before; {:.1} idle streams filled per step to join runs{refused}",
             self.steps,
             self.span,
             self.decode_seconds,
@@ -188,6 +197,7 @@ impl StepObserver for TraceWriter {
             "streams": r.streams, "kv_cells_used": r.kv_cells_used,
             "kv_cells_attended": r.kv_cells_attended, "micro_batches": r.micro_batches,
             "graphs_reused": r.graphs_reused, "gap_fillers": r.gap_fillers,
+            "decode_calls": r.decode_calls,
             "step_loop": r.step_loop,
             "decode_seconds": r.decode_seconds, "wait_seconds": r.wait_seconds,
             "sample_seconds": r.sample_seconds, "device_sampled_tokens": r.device_sampled_tokens,

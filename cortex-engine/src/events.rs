@@ -88,6 +88,10 @@ pub struct StepRecord {
     /// that their runs went in one micro-batch (see
     /// [`crate::EngineConfig::gap_fill`]); removed after the decode.
     pub gap_fillers: usize,
+    /// Decode calls the step made: one, or more when the backend refused
+    /// the step's batch and each stream was then decoded alone (a step
+    /// several times slower).
+    pub decode_calls: usize,
     /// Seconds in `llama_decode`: on the CPU the whole computation; on a GPU
     /// building the graph, setting its inputs and queueing its work.
     pub decode_seconds: f64,

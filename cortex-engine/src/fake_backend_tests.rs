@@ -59,6 +59,10 @@ struct FakeBackend {
     decodes: Arc<AtomicU64>,
     /// Counts the batches whose streams are not one run of consecutive ids.
     gapped_batches: Option<Arc<AtomicU64>>,
+    /// Refuses batches of more tokens, as llama.cpp refuses more than its
+    /// context's batch; the largest batch seen goes to `largest_batch`.
+    batch_limit: Option<usize>,
+    largest_batch: Option<Arc<AtomicU64>>,
 }
 
 impl FakeBackend {
@@ -128,6 +132,17 @@ impl Backend for FakeBackend {
         }
         if batch.iter().any(|t| t.token == STALL) {
             return Err(BackendError::NoKvSlot);
+        }
+        if let Some(largest) = &self.largest_batch {
+            largest.fetch_max(batch.len() as u64, Ordering::SeqCst);
+        }
+        if let Some(limit) = self.batch_limit
+            && batch.len() > limit
+        {
+            return Err(BackendError::Failed(format!(
+                "batch of {} tokens exceeds the context's {limit}",
+                batch.len()
+            )));
         }
         if let Some(gapped) = &self.gapped_batches {
             let mut streams: Vec<StreamId> = batch.iter().map(|t| t.stream).collect();
@@ -675,6 +690,42 @@ fn idle_streams_between_running_ones_are_filled_and_emptied_again() {
     };
     assert!(run(0) > 0, "the workload leaves gaps between streams");
     assert_eq!(run(usize::MAX), 0);
+}
+
+#[test]
+fn fillers_beside_a_full_plan_stay_within_what_a_decode_may_hold() {
+    // Prompts long enough to fill every step's token budget while other
+    // streams decode and gaps open between them: the fillers go on top of
+    // the plan, and a backend sized by `decode_tokens` takes every batch (a
+    // refused one would fail the step over to a decode per stream, which
+    // made such steps many times slower on a GPU).
+    let mut config = EngineConfig::for_fake_backend(8, 4);
+    config.gap_fill = Some(usize::MAX);
+    let limit = config.decode_tokens();
+    let largest = Arc::new(AtomicU64::new(0));
+    let seen = Arc::clone(&largest);
+    let decodes = Arc::new(AtomicU64::new(0));
+    let calls = Arc::clone(&decodes);
+    let engine = Engine::start_with_backend(config.clone(), move || {
+        Ok(FakeBackend {
+            batch_limit: Some(limit),
+            largest_batch: Some(Arc::clone(&seen)),
+            decodes: Arc::clone(&calls),
+            ..FakeBackend::default()
+        })
+    })
+    .unwrap();
+    random_workload(&engine, 17);
+    let stats = engine.stats();
+    assert_eq!(stats.requests_failed, 0);
+    let largest = largest.load(Ordering::SeqCst) as usize;
+    assert!(
+        largest > config.planned_tokens(),
+        "fillers went beyond a full plan ({largest} tokens at most)"
+    );
+    assert!(largest <= limit, "{largest} > {limit}");
+    // One decode per step: none fell back to a decode per stream.
+    assert_eq!(decodes.load(Ordering::SeqCst), stats.steps, "{stats:?}");
 }
 
 #[test]

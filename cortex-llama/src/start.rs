@@ -32,10 +32,9 @@ pub fn start_observed(
         let model = load_model(&load)?;
         launch.place(Arc::new(model.placement()));
         let each = load.for_device(model.on_discrete_gpu()).per_loop();
-        let max_batch_tokens = each.max_batch_tokens.max(each.parallel);
         let context = ContextConfig {
-            max_batch_tokens,
-            micro_batch_tokens: max_batch_tokens.min(EngineConfig::MICRO_BATCH_TOKENS),
+            max_batch_tokens: each.decode_tokens(),
+            micro_batch_tokens: each.micro_batch_tokens(),
             threads: load.effective_threads(),
             sample_on_device: load.sample_on_device,
         };

@@ -162,3 +162,61 @@ fn steady_steps_repeat_one_graph_and_change_no_output() {
     }
     assert_eq!(greedy_completions(&plain).len(), 24);
 }
+
+#[test]
+fn gap_fillers_beside_a_full_batch_are_decoded_in_it() {
+    // Requests of many lengths keep streams finishing beside running ones
+    // while new prompts fill each step's token budget: every gap is filled
+    // (--gap-fill 1000) on top of a full plan. The binding's batch takes
+    // the fillers too, so no step falls back to a decode per stream (which
+    // made such steps several times slower), and the texts are the greedy
+    // ones.
+    let cortex = Cortex::new();
+    let lines: String = (0..48)
+        .map(|i| {
+            format!(
+                "{}\n",
+                json!({"custom_id": format!("g{i}"),
+                    "prompt": format!("Story {i}: the lantern and the orchard were quiet. Then"),
+                    "max_tokens": 3 + (i * 7) % 13, "temperature": 0, "ignore_eos": true})
+            )
+        })
+        .collect();
+    cortex.write("job.jsonl", &lines);
+    let output = cortex.run(&[
+        "run",
+        "job.jsonl",
+        "-o",
+        "out.jsonl",
+        "--trace",
+        "trace.jsonl",
+        "--parallel",
+        "16",
+        "--batch-tokens",
+        "48",
+        "--gap-fill",
+        "1000",
+    ]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(!stderr.contains("stream by stream"), "{stderr}");
+    let steps = read_jsonl(&cortex.dir().join("trace.jsonl"));
+    let full_and_filled = steps
+        .iter()
+        .filter(|s| {
+            let planned =
+                s["decode_sequences"].as_u64().unwrap() + s["prefill_tokens"].as_u64().unwrap();
+            planned >= 40 && s["gap_fillers"].as_u64().unwrap() > 0
+        })
+        .count();
+    assert!(
+        full_and_filled > 0,
+        "no step filled gaps beside a full batch"
+    );
+    for step in &steps {
+        assert_eq!(step["decode_calls"], json!(1), "{step}");
+    }
+    let results = read_jsonl(&cortex.dir().join("out.jsonl"));
+    assert_eq!(results.len(), 48);
+    assert!(results.iter().all(|r| r["response"]["status_code"] == 200));
+}

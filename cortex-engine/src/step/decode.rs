@@ -55,11 +55,13 @@ impl StepLoop<'_> {
         let mut rows = Vec::with_capacity(plan.num_samples());
         let mut fillers = Vec::new();
         let steady = self.steady && !plan.decode.is_empty();
+        // Fillers beyond the plan's tokens, within what one decode may hold.
+        let room = self.decode_tokens.saturating_sub(plan.num_tokens());
         // Steady: from the first stream on, as if one before it ran.
         let mut previous: Option<StreamId> = steady.then_some(-1);
         for (stream, id, start, len, samples) in parts {
             if let Some(previous) = previous {
-                self.fill_gap(previous, stream, steady, &mut batch, &mut fillers);
+                self.fill_gap(previous, stream, steady, room, &mut batch, &mut fillers);
             }
             previous = Some(stream);
             let tokens = self.sched.tokens(id).expect("planned sequences exist");
@@ -82,26 +84,40 @@ impl StepLoop<'_> {
         }
         if steady {
             let end = StreamId::try_from(self.backend.kv_layout().streams).unwrap_or(StreamId::MAX);
-            self.fill_gap(previous.unwrap_or(-1), end, true, &mut batch, &mut fillers);
+            self.fill_gap(
+                previous.unwrap_or(-1),
+                end,
+                true,
+                room,
+                &mut batch,
+                &mut fillers,
+            );
         }
         (batch, rows, fillers)
     }
 
     /// Fills the idle streams strictly between `before` and `after` with a
     /// throwaway token each, when there are at most `gap_fill` of them (any
-    /// number when `steady`) and every one has room for it (else the gap
-    /// stays: one full stream keeps the runs apart anyway). Steady fillers
-    /// ask for logits, so the outputs keep their count.
+    /// number when `steady`), every one has room for it (else the gap
+    /// stays: one full stream keeps the runs apart anyway) and the batch
+    /// stays within [`crate::EngineConfig::decode_tokens`] (a larger one
+    /// the backend refuses, and the step falls back to a decode per
+    /// stream). Steady fillers ask for logits, so the outputs keep their
+    /// count.
     fn fill_gap(
         &self,
         before: StreamId,
         after: StreamId,
         steady: bool,
+        room: usize,
         batch: &mut Vec<BatchToken>,
         fillers: &mut Vec<(StreamId, usize)>,
     ) {
         let gap = (before + 1)..after;
-        if gap.is_empty() || (!steady && gap.len() > self.gap_fill) {
+        if gap.is_empty()
+            || (!steady && gap.len() > self.gap_fill)
+            || fillers.len() + gap.len() > room
+        {
             return;
         }
         let positions: Option<Vec<(StreamId, usize)>> = gap
@@ -135,6 +151,10 @@ impl StepLoop<'_> {
         match self.decode_and_wait(batch) {
             Ok(()) => self.sample_rows(rows),
             Err(error) => {
+                tracing::debug!(
+                    "a batch of {} tokens failed ({error}): decoding its streams one by one",
+                    batch.len()
+                );
                 self.forget_batch_kv(batch);
                 self.decode_one_by_one(batch, rows, &error)
             }
@@ -155,6 +175,7 @@ impl StepLoop<'_> {
             done.duration_since(submitted).as_secs_f64(),
         );
         self.tally.decoded_for(decode + wait);
+        self.step_times.decode_calls += 1;
         self.step_times.decode += decode;
         self.step_times.wait += wait;
         decoded

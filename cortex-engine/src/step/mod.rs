@@ -91,6 +91,9 @@ struct StepTimes {
     sample: f64,
     /// Tokens the device sampled (the rest were sampled on the host).
     device_sampled: usize,
+    /// Calls to the backend's decode: one, or more when it refused the
+    /// step's batch and each stream was decoded alone.
+    decode_calls: usize,
 }
 
 /// One completion (one scheduler sequence).
@@ -154,6 +157,9 @@ pub(crate) struct StepLoop<'b> {
     /// Idle streams a step fills at most per gap between running ones
     /// ([`EngineConfig::gap_fill`]).
     gap_fill: usize,
+    /// Tokens a decode call may hold ([`EngineConfig::decode_tokens`]):
+    /// fillers go only where they fit.
+    decode_tokens: usize,
     /// Whether every decoding step spans all streams, idle ones filled with
     /// a token whose logits are computed ([`EngineConfig::steady_steps`]).
     steady: bool,
@@ -200,6 +206,7 @@ impl<'b> StepLoop<'b> {
             info,
             timeout: config.request_timeout,
             gap_fill: config.gap_fill.unwrap_or(EngineConfig::CPU_GAP_FILL),
+            decode_tokens: config.decode_tokens(),
             steady: config.steady_steps > 0,
             commands,
             shared,
@@ -210,13 +217,7 @@ impl<'b> StepLoop<'b> {
             next_seq: 0,
             draining: false,
             tally: Tally::new(config.adaptive_threads().unwrap_or(0)),
-            timeline: Timeline::new(
-                observer,
-                config
-                    .max_batch_tokens
-                    .max(config.parallel)
-                    .min(EngineConfig::MICRO_BATCH_TOKENS),
-            ),
+            timeline: Timeline::new(observer, config.micro_batch_tokens()),
             step_times: StepTimes::default(),
             logits: Vec::new(),
         })

@@ -100,6 +100,7 @@ impl Timeline {
             record.wait_seconds = times.wait;
             record.sample_seconds = times.sample;
             record.device_sampled_tokens = times.device_sampled;
+            record.decode_calls = times.decode_calls;
             record.host_seconds = (ended.duration_since(started).as_secs_f64()
                 - times.decode
                 - times.wait
