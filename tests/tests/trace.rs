@@ -97,17 +97,17 @@ fn steady_steps_repeat_one_graph_and_change_no_output() {
     // its batch; with llama.cpp's, whose tiles move the last bits with the
     // batch's layout, equal up to near-ties.
     let cortex = Cortex::new();
-    let lines: String = (0..24)
-        .map(|i| {
-            format!(
-                "{}\n",
-                json!({"custom_id": format!("s{i}"), "prompt": format!("List {i} colours of a kite:"),
-                    "max_tokens": 6 + (i * 5) % 17, "temperature": 0, "ignore_eos": true,
-                    "logprobs": 5})
+    write_greedy_job(
+        &cortex,
+        (0..24).map(|i| {
+            (
+                format!("s{i}"),
+                format!("List {i} colours of a kite:"),
+                6 + (i * 5) % 17,
             )
-        })
-        .collect();
-    cortex.write("job.jsonl", &lines);
+        }),
+        &json!({"logprobs": 5}),
+    );
     let run = |name: &str, steady: &str| {
         let (output, trace) = (format!("{name}.jsonl"), format!("{name}.trace.jsonl"));
         let args = [
@@ -172,17 +172,14 @@ fn gap_fillers_beside_a_full_batch_are_decoded_in_it() {
     // made such steps several times slower), and the texts are the greedy
     // ones.
     let cortex = Cortex::new();
-    let lines: String = (0..48)
-        .map(|i| {
-            format!(
-                "{}\n",
-                json!({"custom_id": format!("g{i}"),
-                    "prompt": format!("Story {i}: the lantern and the orchard were quiet. Then"),
-                    "max_tokens": 3 + (i * 7) % 13, "temperature": 0, "ignore_eos": true})
-            )
-        })
-        .collect();
-    cortex.write("job.jsonl", &lines);
+    write_greedy_job(
+        &cortex,
+        (0..48).map(|i| {
+            let prompt = format!("Story {i}: the lantern and the orchard were quiet. Then");
+            (format!("g{i}"), prompt, 3 + (i * 7) % 13)
+        }),
+        &json!({}),
+    );
     let output = cortex.run(&[
         "run",
         "job.jsonl",
@@ -219,4 +216,24 @@ fn gap_fillers_beside_a_full_batch_are_decoded_in_it() {
     let results = read_jsonl(&cortex.dir().join("out.jsonl"));
     assert_eq!(results.len(), 48);
     assert!(results.iter().all(|r| r["response"]["status_code"] == 200));
+}
+
+/// `job.jsonl`: a greedy request (EOS ignored) for each `(custom_id, prompt,
+/// max_tokens)`, with `extra`'s fields besides.
+fn write_greedy_job(
+    cortex: &Cortex,
+    requests: impl Iterator<Item = (String, String, usize)>,
+    extra: &serde_json::Value,
+) {
+    let lines: String = requests
+        .map(|(id, prompt, max_tokens)| {
+            let mut line = json!({"custom_id": id, "prompt": prompt, "max_tokens": max_tokens,
+                "temperature": 0, "ignore_eos": true});
+            for (key, value) in extra.as_object().into_iter().flatten() {
+                line[key] = value.clone();
+            }
+            format!("{line}\n")
+        })
+        .collect();
+    cortex.write("job.jsonl", &lines);
 }
