@@ -175,6 +175,10 @@ pack)
     done
     cd "$root"
     echo "==> cargo build --release" >&2
+    # Without the binary cargo links it again from this tree: an earlier
+    # build of another checkout into this target directory may have left
+    # its own there, which a fresh build would not replace.
+    rm -f target/release/cortex
     cargo build --release --locked -p cortex-cli >&2
     [[ -f target/release/libggml-cuda.so ]] || { echo "no CUDA module: run 'bash scripts/gpu-kit.sh module' first" >&2; exit 1; }
     peers=$root/target/peers/build-cuda-modules/bin
