@@ -137,7 +137,10 @@
 //!     its AVX2 and AVX-512 builds: 16.95 and 16.89), checked by
 //!     `cortex_kernels_predict_text_as_well_as_llama_cpps`.
 //! - `sys` (the FFI owners: model, context, batch, threadpool, grammar
-//!   sampler, backend modules and devices), `Model` (load on a device, tokenize,
+//!   sampler, backend modules and devices; the device-side greedy sampler
+//!   that takes one argmax over a micro-batch's logit rows, `rows_argmax`;
+//!   the per-operation timer behind `cortex bench --profile-ops`, `profile`),
+//!   `Model` (load on a device, tokenize,
 //!   token bytes, end-of-generation, KV bytes per token, where it is), `chat` (`ChatRenderer`: the GGUF's Jinja template or a
 //!   `EngineConfig::chat_template` file through `cortex-chat`, a leading BOS
 //!   dropped when tokenizing adds one; a name llama.cpp knows, or a GGUF
