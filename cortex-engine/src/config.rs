@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::error::EngineError;
 use crate::placement::{CpuKernels, DeviceChoice, GpuLayers};
 
 /// How an engine is set up.
@@ -160,6 +161,15 @@ impl EngineConfig {
     /// ran 1.3x slower than at 512 (measured on an H200).
     pub const DEFAULT_BATCH_TOKENS: usize = 512;
 
+    /// Most tokens per decode call a setting may ask for (`max_batch_tokens`),
+    /// and most sequences (`parallel`): far beyond any machine's use, low
+    /// enough that a backend can allocate a batch of them.
+    pub const MOST_BATCH_TOKENS: usize = 1 << 20;
+
+    /// Most sequences `parallel` may ask for (see
+    /// [`EngineConfig::MOST_BATCH_TOKENS`]).
+    pub const MOST_PARALLEL: usize = 1 << 20;
+
     /// Tokens in one of llama.cpp's micro-batches (its `n_ubatch`) at most.
     pub const MICRO_BATCH_TOKENS: usize = 512;
 
@@ -248,7 +258,30 @@ impl EngineConfig {
     /// of which there are fewer than its sequences. A backend takes batches
     /// this large.
     pub fn decode_tokens(&self) -> usize {
-        self.planned_tokens() + self.parallel.max(1)
+        self.planned_tokens().saturating_add(self.parallel.max(1))
+    }
+
+    /// Refuses sizes no backend could allocate, naming the setting (checked
+    /// before anything is allocated for them).
+    pub fn check_limits(&self) -> Result<(), EngineError> {
+        let refuse = |setting: &str, value: usize, most: usize, what: &str| {
+            let flag = setting.replace('_', "-");
+            Err(EngineError::Model(format!(
+                "{setting} = {value} is more than the {most} {what} cortex allows: lower --{flag}"
+            )))
+        };
+        if self.max_batch_tokens > Self::MOST_BATCH_TOKENS {
+            return refuse(
+                "batch_tokens",
+                self.max_batch_tokens,
+                Self::MOST_BATCH_TOKENS,
+                "tokens per decode",
+            );
+        }
+        if self.parallel > Self::MOST_PARALLEL {
+            return refuse("parallel", self.parallel, Self::MOST_PARALLEL, "sequences");
+        }
+        Ok(())
     }
 
     /// Tokens in one of llama.cpp's micro-batches for these settings.
@@ -284,5 +317,36 @@ impl EngineConfig {
         } else {
             std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::EngineConfig;
+
+    #[test]
+    fn sizes_no_backend_could_allocate_are_refused_by_name() {
+        let mut config = EngineConfig::new("m");
+        assert!(config.check_limits().is_ok());
+        config.max_batch_tokens = usize::MAX;
+        let error = config.check_limits().unwrap_err().to_string();
+        assert!(
+            error.contains("batch_tokens = ") && error.contains("--batch-tokens"),
+            "{error}"
+        );
+        config.max_batch_tokens = EngineConfig::MOST_BATCH_TOKENS;
+        config.parallel = usize::MAX;
+        let error = config.check_limits().unwrap_err().to_string();
+        assert!(
+            error.contains("parallel = ") && error.contains("--parallel"),
+            "{error}"
+        );
+        // The largest allowed sizes still add up without overflow.
+        config.parallel = EngineConfig::MOST_PARALLEL;
+        assert!(config.check_limits().is_ok());
+        assert_eq!(
+            config.decode_tokens(),
+            EngineConfig::MOST_BATCH_TOKENS + EngineConfig::MOST_PARALLEL
+        );
     }
 }

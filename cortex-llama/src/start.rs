@@ -22,6 +22,7 @@ pub fn start_observed(
     config: &EngineConfig,
     observer: Option<Box<dyn StepObserver>>,
 ) -> Result<Engine, EngineError> {
+    config.check_limits()?;
     let chat_template = config
         .chat_template
         .as_deref()

@@ -45,6 +45,7 @@ impl Sizing {
     /// asks for cannot fit the memory of the device that holds it (so a job
     /// that does not fit fails at start, saying what to lower, never midway).
     pub(super) fn new(config: &EngineConfig, backend: &dyn Backend) -> Result<Self, EngineError> {
+        config.check_limits()?;
         let per_token = backend.kv_bytes_per_token().max(1);
         let parallel = config.parallel.max(1);
         let fixed = config
