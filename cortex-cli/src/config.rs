@@ -163,6 +163,10 @@ impl Config {
             OrAuto::Auto => None,
             OrAuto::Value(n) => Some(n),
         };
+        engine.even_chunks = match self.even_chunks.value {
+            OrAuto::Auto => None,
+            OrAuto::Value(even) => Some(even),
+        };
         engine.steady_steps = self.steady_steps.value;
         engine.threads = self.threads.value;
         engine.stream_tokens = (self.context.value > 0).then_some(self.context.value);

@@ -207,14 +207,32 @@ impl SettingValue for PathBuf {
     }
 }
 
-/// A number, or `auto`: chosen by what the setting depends on.
+/// A value, or `auto`: chosen by what the setting depends on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum OrAuto<T> {
     Auto,
     Value(T),
 }
 
-impl<T: FromStr> FromStr for OrAuto<T>
+/// What an [`OrAuto`] setting takes, for its error (`cause`: why the
+/// value did not parse).
+pub(crate) trait AutoAlternative {
+    fn expected(cause: &dyn fmt::Display) -> String;
+}
+
+impl AutoAlternative for usize {
+    fn expected(cause: &dyn fmt::Display) -> String {
+        format!("auto or a number ({cause})")
+    }
+}
+
+impl AutoAlternative for bool {
+    fn expected(_: &dyn fmt::Display) -> String {
+        "auto, true or false".to_owned()
+    }
+}
+
+impl<T: FromStr + AutoAlternative> FromStr for OrAuto<T>
 where
     T::Err: fmt::Display,
 {
@@ -227,7 +245,7 @@ where
         raw.trim()
             .parse()
             .map(OrAuto::Value)
-            .map_err(|e| format!("{raw:?}: expected auto or a number ({e})"))
+            .map_err(|e| format!("{raw:?}: expected {}", T::expected(&e)))
     }
 }
 
@@ -240,7 +258,7 @@ impl<T: fmt::Display> fmt::Display for OrAuto<T> {
     }
 }
 
-impl<T: FromStr + fmt::Display> SettingValue for OrAuto<T>
+impl<T: FromStr + AutoAlternative + fmt::Display> SettingValue for OrAuto<T>
 where
     T::Err: fmt::Display,
 {
@@ -470,6 +488,11 @@ settings! {
     /// (auto: every gap on a GPU, gaps of up to 4 on the CPU).
     gap_fill: OrAuto<usize> = OrAuto::Auto;
     Engine, "N|auto";
+    /// Cut each step's prompt chunks to one length, a shorter chunk's rest
+    /// going a token a step, so llama.cpp computes the step in two
+    /// micro-batches (auto: on a GPU, not on the CPU).
+    even_chunks: OrAuto<bool> = OrAuto::Auto;
+    Engine, "BOOL|auto";
     /// Steady steps (0: off; slower on the jobs measured so far): new sequences join only
     /// every N-th step and every decoding step spans all streams, so steps
     /// repeat one shape that llama.cpp and CUDA reuse instead of building

@@ -39,6 +39,7 @@ pub(crate) struct TraceSummary {
     micro_batches: u64,
     graphs_reused: u64,
     gap_fillers: u64,
+    chunks_evened: u64,
     /// Steps whose batch the backend refused (decoded again stream by stream).
     refused_batches: u64,
     prompt_tokens: u64,
@@ -76,6 +77,7 @@ impl TraceSummary {
         self.micro_batches += r.micro_batches as u64;
         self.graphs_reused += r.graphs_reused as u64;
         self.gap_fillers += r.gap_fillers as u64;
+        self.chunks_evened += r.chunks_evened as u64;
         self.refused_batches += u64::from(r.decode_calls > 1);
     }
 
@@ -114,6 +116,10 @@ impl TraceSummary {
                 share(part)
             }
         };
+        let evened = match self.chunks_evened {
+            0 => String::new(),
+            n => format!("; {n} prompt chunks cut to even out their steps"),
+        };
         let refused = match self.refused_batches {
             0 => String::new(),
             n => format!(
@@ -126,7 +132,7 @@ impl TraceSummary {
              \u{20} tokens per step {:.1} (decoded {:.1}, prompt {:.1}); {:.1} generated per step, {:.1} sequences per decoding step; {} of {} sampled on the device\n\
              \u{20} prompt tokens computed {} of {} in the prompts; each distinct prefix once would be {}\n\
              \u{20} attention read {} cells and spanned {}: {:.0}% padding\n\
-             \u{20} llama.cpp micro-batches (passes over the weights) per step {:.2}, {} of {} on the graph of the one before; {:.1} idle streams filled per step to join runs{refused}",
+             \u{20} llama.cpp micro-batches (passes over the weights) per step {:.2}, {} of {} on the graph of the one before; {:.1} idle streams filled per step to join runs{evened}{refused}",
             self.steps,
             self.span,
             self.decode_seconds,
@@ -197,6 +203,7 @@ impl StepObserver for TraceWriter {
             "streams": r.streams, "kv_cells_used": r.kv_cells_used,
             "kv_cells_attended": r.kv_cells_attended, "micro_batches": r.micro_batches,
             "graphs_reused": r.graphs_reused, "gap_fillers": r.gap_fillers,
+            "chunks_evened": r.chunks_evened,
             "decode_calls": r.decode_calls,
             "step_loop": r.step_loop,
             "decode_seconds": r.decode_seconds, "wait_seconds": r.wait_seconds,

@@ -61,6 +61,16 @@ pub struct EngineConfig {
     /// decode. `None`: for the device ([`EngineConfig::CPU_GAP_FILL`],
     /// [`EngineConfig::GPU_GAP_FILL`]).
     pub gap_fill: Option<usize>,
+    /// Cut a step's prompt chunks to one length where that has llama.cpp
+    /// compute the step in fewer micro-batches per token, counted on the
+    /// step's own streams (it takes an equal number of tokens from each
+    /// stream of a micro-batch, so uneven chunks cost one more each time the
+    /// shortest ends): a chunk at least that long is cut to it, one of at
+    /// most 16 tokens goes a token a step beside the decode tokens, a longer
+    /// one keeps its length; the rest of a cut prompt comes in later steps.
+    /// `None`: for the device ([`EngineConfig::CPU_EVEN_CHUNKS`],
+    /// [`EngineConfig::GPU_EVEN_CHUNKS`]).
+    pub even_chunks: Option<bool>,
     /// Steady steps: when above 0, waiting requests join only on every
     /// `steady_steps`-th step while others run, and every step that decodes
     /// spans all the loop's streams, each idle one with a throwaway token
@@ -153,6 +163,16 @@ impl EngineConfig {
     /// [`EngineConfig::gap_fill`]).
     pub const GPU_GAP_FILL: usize = usize::MAX;
 
+    /// Even chunks on the CPU by default (see [`EngineConfig::even_chunks`]).
+    pub const CPU_EVEN_CHUNKS: bool = false;
+
+    /// Even chunks on a GPU by default: a micro-batch there costs about a
+    /// step's fixed cost whatever it holds (10 ms on an H200 with the
+    /// default model). Counted on a CPU run planned as a GPU loop's, it took
+    /// the distinct, prefix and chat jobs in 6% fewer, 1% more and 4% fewer
+    /// micro-batches.
+    pub const GPU_EVEN_CHUNKS: bool = true;
+
     /// Tokens per decode call by default: every sequence's decode token and
     /// a prompt chunk or two beside them, on the CPU and on a GPU alike. On
     /// a GPU each micro-batch costs a step about the same whatever it holds,
@@ -185,6 +205,7 @@ impl EngineConfig {
             step_cells: Self::FOR_DEVICE,
             step_loops: Self::FOR_DEVICE,
             gap_fill: None,
+            even_chunks: None,
             steady_steps: 0,
             block_size: 16,
             max_batch_tokens: Self::DEFAULT_BATCH_TOKENS,
@@ -241,6 +262,11 @@ impl EngineConfig {
                 Self::GPU_GAP_FILL
             } else {
                 Self::CPU_GAP_FILL
+            })),
+            even_chunks: Some(self.even_chunks.unwrap_or(if on_gpu {
+                Self::GPU_EVEN_CHUNKS
+            } else {
+                Self::CPU_EVEN_CHUNKS
             })),
             ..self.clone()
         }

@@ -88,6 +88,10 @@ pub struct StepRecord {
     /// that their runs went in one micro-batch (see
     /// [`crate::EngineConfig::gap_fill`]); removed after the decode.
     pub gap_fillers: usize,
+    /// Prompt chunks the step cut to its one chunk length, or to a token,
+    /// so that its batch took fewer micro-batches per token (see
+    /// [`crate::EngineConfig::even_chunks`]); the rest runs in later steps.
+    pub chunks_evened: usize,
     /// Decode calls the step made: one, or more when the backend refused
     /// the step's batch and each stream was then decoded alone (a step
     /// several times slower).

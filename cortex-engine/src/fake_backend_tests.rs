@@ -729,6 +729,37 @@ fn fillers_beside_a_full_plan_stay_within_what_a_decode_may_hold() {
 }
 
 #[test]
+fn even_chunks_cut_steps_and_leave_outputs_exact() {
+    // A step's prompt chunks are cut to one length where that takes fewer
+    // micro-batches per token, the rest of each running in later steps;
+    // every output must still follow the fake model exactly.
+    let run = |even: bool| {
+        let records = Arc::new(std::sync::Mutex::new(Vec::<StepRecord>::new()));
+        let mut config = EngineConfig::for_fake_backend(8, 4);
+        config.gap_fill = Some(usize::MAX);
+        config.even_chunks = Some(even);
+        let engine = Engine::launch(
+            Some(Box::new(Recorder(Arc::clone(&records)))),
+            move |launch| {
+                launch.run(
+                    &config.for_device(false),
+                    vec![Box::new(FakeBackend::default())],
+                );
+                Ok(())
+            },
+        )
+        .unwrap();
+        random_workload(&engine, 19);
+        assert_eq!(engine.stats().requests_failed, 0);
+        drop(engine);
+        let records = records.lock().unwrap();
+        records.iter().map(|r| r.chunks_evened).sum::<usize>()
+    };
+    assert!(run(true) > 0, "no step was evened out");
+    assert_eq!(run(false), 0);
+}
+
+#[test]
 fn steady_steps_span_every_stream_and_leave_outputs_exact() {
     // With steady steps every step that decodes writes to all 8 streams
     // (idle ones with a throwaway token whose logits are computed), so its

@@ -142,7 +142,11 @@
 //!   logits asked for (`EngineConfig::steady_steps`: with the scheduler's
 //!   `admit_every`, consecutive steps keep one shape for llama.cpp's graph
 //!   reuse and CUDA graphs); failure isolation; parallel sampling; what each stream
-//!   computed, recorded before the scheduler's commit), `output` (stop
+//!   computed, recorded before the scheduler's commit), `even` (with
+//!   `EngineConfig::even_chunks`, a step's prompt chunks cut to one length
+//!   where the timeline's count of llama.cpp's micro-batches says that
+//!   carries more tokens per micro-batch, on the step's real streams; the
+//!   scheduler plans the rest of a cut chunk next), `output` (stop
 //!   conditions, streamed text), `lifecycle` (the one path that ends a request
 //!   and owns the in-flight count; a request that offered tools has the calls
 //!   in each completion's text parsed into `tool_calls`; publishing the

@@ -130,12 +130,15 @@ impl Streams {
         admissions.sort_by_key(|a| std::cmp::Reverse(a.reused.len()));
         let mut bound = Vec::with_capacity(admissions.len());
         let mut later = Vec::new();
+        let mut unbound = admissions.len();
+        let mut last_free = None;
         for admission in admissions {
+            unbound -= 1;
             if admission.reused.is_empty() {
                 later.push(admission);
             } else if let Some(stream) = self.take_over(&admission, false, kv, backend, orphans) {
                 bound.push((admission.seq, stream, Binding::TakenOver));
-            } else if let Some(stream) = self.free.pop_first() {
+            } else if let Some(stream) = self.take_free(unbound + later.len() + 1, &mut last_free) {
                 self.copy_into(stream, &admission, backend);
                 bound.push((admission.seq, stream, Binding::Copied));
             } else if let Some(stream) = self.take_over(&admission, true, kv, backend, orphans) {
@@ -144,8 +147,10 @@ impl Streams {
                 later.push(admission);
             }
         }
+        let mut unbound = later.len();
         for admission in later {
-            let stream = match self.free.pop_first() {
+            unbound -= 1;
+            let stream = match self.take_free(unbound + 1, &mut last_free) {
                 Some(stream) => stream,
                 None => self.reclaim(kv, backend, orphans),
             };
@@ -158,6 +163,39 @@ impl Streams {
             }
         }
         bound
+    }
+
+    /// A free stream for one of `wanted` sequences bound in one step: the
+    /// one after the last it took (`last`) when that is free, else the
+    /// first of a run of free streams that holds them all, else of the
+    /// longest run. Sequences admitted together sit side by side, so their
+    /// prompt chunks fall in one of llama.cpp's micro-batches (it splits a
+    /// batch at every gap between stream ids).
+    fn take_free(&mut self, wanted: usize, last: &mut Option<StreamId>) -> Option<StreamId> {
+        let next = last.map(|l| l + 1).filter(|n| self.free.contains(n));
+        let stream = next.or_else(|| {
+            let mut longest: Option<(usize, StreamId)> = None;
+            let mut run: Option<(usize, StreamId)> = None;
+            let mut previous = None;
+            for &id in &self.free {
+                run = match (run, previous) {
+                    (Some((len, start)), Some(p)) if id == p + 1 => Some((len + 1, start)),
+                    _ => Some((1, id)),
+                };
+                previous = Some(id);
+                let (len, start) = run.expect("set above");
+                if len >= wanted {
+                    return Some(start);
+                }
+                if longest.is_none_or(|(most, _)| len > most) {
+                    longest = Some((len, start));
+                }
+            }
+            longest.map(|(_, start)| start)
+        })?;
+        self.free.remove(&stream);
+        *last = Some(stream);
+        Some(stream)
     }
 
     /// Takes over a retired stream holding the admission's prefix, when what
@@ -459,4 +497,29 @@ fn is_live(kv: &KvCache, block: BlockId) -> bool {
         kv.block_state(block),
         Some(BlockState::Used | BlockState::Cached)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sequences_bound_together_take_free_streams_side_by_side() {
+        let mut streams = Streams::new(10, 64, 16);
+        streams.free = [0, 1, 5, 6, 7, 9].into_iter().collect();
+        let mut take = |wanted: usize, last: &mut Option<StreamId>| {
+            streams.take_free(wanted, last).expect("a stream is free")
+        };
+        // Three go to the first run that holds them all, side by side.
+        let mut last = None;
+        assert_eq!([3, 2, 1].map(|left| take(left, &mut last)), [5, 6, 7]);
+        // Two more: 8 is not free, so the first run that holds both.
+        let mut last = None;
+        assert_eq!([2, 1].map(|left| take(left, &mut last)), [0, 1]);
+        assert_eq!(take(1, &mut last), 9);
+        assert!(streams.take_free(1, &mut last).is_none());
+        // More than any run holds: the longest run first.
+        streams.free = [0, 1, 5, 6, 7, 9].into_iter().collect();
+        assert_eq!(streams.take_free(4, &mut None), Some(5));
+    }
 }

@@ -109,28 +109,11 @@ fn steady_steps_repeat_one_graph_and_change_no_output() {
         &json!({"logprobs": 5}),
     );
     let run = |name: &str, steady: &str| {
-        let (output, trace) = (format!("{name}.jsonl"), format!("{name}.trace.jsonl"));
-        let args = [
-            "run",
-            "job.jsonl",
-            "--parallel",
-            "8",
-            "--steady-steps",
-            steady,
-            "-o",
-            &output,
-            "--trace",
-            &trace,
-            // The same file again: a job of its own, not the finished one.
-            "--force",
-        ];
-        let output = cortex.run(&args);
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
+        let (_, steps) = run_traced(
+            &cortex,
+            name,
+            &["--parallel", "8", "--steady-steps", steady],
         );
-        let steps = read_jsonl(&cortex.dir().join(&trace));
         let total = |key: &str| -> u64 { steps.iter().map(|s| s[key].as_u64().unwrap()).sum() };
         let spanning_all = steps
             .iter()
@@ -147,20 +130,60 @@ fn steady_steps_repeat_one_graph_and_change_no_output() {
         "graphs reused: {steady_reuse:.2} steady, {plain_reuse:.2} plain"
     );
 
-    let (plain, steady) = (
-        cortex.dir().join("plain.jsonl"),
-        cortex.dir().join("steady.jsonl"),
+    assert_same_greedy_texts(
+        &cortex,
+        ("plain steps", "plain"),
+        ("steady steps", "steady"),
+        24,
     );
-    let devices: serde_json::Value =
-        serde_json::from_str(&cortex.ok(&["devices", "--json"])).unwrap();
-    if devices["cortex_kernels"] == "AVX-512 VNNI"
-        && std::env::var("CORTEX_CPU_KERNELS").as_deref() != Ok("llama")
-    {
-        assert_eq!(greedy_completions(&steady), greedy_completions(&plain));
-    } else {
-        assert_greedy_agrees(("plain steps", &plain), ("steady steps", &steady), 0.5, 0.3);
-    }
-    assert_eq!(greedy_completions(&plain).len(), 24);
+}
+
+#[test]
+fn even_chunks_cut_prompt_steps_and_change_no_output() {
+    // 24 greedy requests whose prompts differ in length, 8 streams, 96-token
+    // batches, every gap filled: steps take in several prompts of different
+    // lengths beside decodes. With even chunks some of those steps cut
+    // their chunks to one length (the rest runs later), and the texts stay
+    // those of plain steps.
+    let cortex = Cortex::new();
+    write_greedy_job(
+        &cortex,
+        (0..24).map(|i| {
+            let words = "red green blue ".repeat(1 + i % 7);
+            (format!("e{i}"), format!("{words}{i}:"), 4 + (i * 3) % 11)
+        }),
+        &json!({"logprobs": 5}),
+    );
+    let run = |name: &str, even: &str| {
+        let settings = [
+            "--parallel",
+            "8",
+            "--batch-tokens",
+            "96",
+            "--gap-fill",
+            "1000",
+            "--even-chunks",
+            even,
+        ];
+        let (stderr, steps) = run_traced(&cortex, name, &settings);
+        let evened: u64 = steps
+            .iter()
+            .map(|s| s["chunks_evened"].as_u64().unwrap())
+            .sum();
+        (
+            evened,
+            stderr.contains("prompt chunks cut to even out their steps"),
+        )
+    };
+    assert_eq!(run("plain", "false"), (0, false));
+    assert!(matches!(run("even", "true"), (n, true) if n > 0));
+
+    assert_same_greedy_texts(
+        &cortex,
+        ("plain steps", "plain"),
+        ("even chunks", "even"),
+        24,
+    );
 }
 
 #[test]
@@ -180,24 +203,16 @@ fn gap_fillers_beside_a_full_batch_are_decoded_in_it() {
         }),
         &json!({}),
     );
-    let output = cortex.run(&[
-        "run",
-        "job.jsonl",
-        "-o",
-        "out.jsonl",
-        "--trace",
-        "trace.jsonl",
+    let settings = [
         "--parallel",
         "16",
         "--batch-tokens",
         "48",
         "--gap-fill",
         "1000",
-    ]);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stderr}");
+    ];
+    let (stderr, steps) = run_traced(&cortex, "out", &settings);
     assert!(!stderr.contains("stream by stream"), "{stderr}");
-    let steps = read_jsonl(&cortex.dir().join("trace.jsonl"));
     let full_and_filled = steps
         .iter()
         .filter(|s| {
@@ -216,6 +231,55 @@ fn gap_fillers_beside_a_full_batch_are_decoded_in_it() {
     let results = read_jsonl(&cortex.dir().join("out.jsonl"));
     assert_eq!(results.len(), 48);
     assert!(results.iter().all(|r| r["response"]["status_code"] == 200));
+}
+
+/// The outputs `{a}.jsonl` and `{b}.jsonl` of one greedy job of `items`
+/// lines (with logprobs), run two ways, have the same texts: exactly with
+/// cortex's attention (AVX-512), where a row's result does not depend on its
+/// batch; with llama.cpp's, whose tiles move the last bits with the batch's
+/// layout, equal up to near-ties.
+fn assert_same_greedy_texts(
+    cortex: &Cortex,
+    (a_label, a): (&str, &str),
+    (b_label, b): (&str, &str),
+    items: usize,
+) {
+    let (a, b) = (
+        cortex.dir().join(format!("{a}.jsonl")),
+        cortex.dir().join(format!("{b}.jsonl")),
+    );
+    let devices: serde_json::Value =
+        serde_json::from_str(&cortex.ok(&["devices", "--json"])).unwrap();
+    if devices["cortex_kernels"] == "AVX-512 VNNI"
+        && std::env::var("CORTEX_CPU_KERNELS").as_deref() != Ok("llama")
+    {
+        assert_eq!(greedy_completions(&b), greedy_completions(&a));
+    } else {
+        assert_greedy_agrees((a_label, &a), (b_label, &b), 0.5, 0.3);
+    }
+    assert_eq!(greedy_completions(&a).len(), items);
+}
+
+/// `cortex run job.jsonl` with `settings`, writing `{name}.jsonl` and the
+/// trace `{name}.trace.jsonl`; fails unless it succeeds. Returns its
+/// standard error and the trace's steps. Each run of the same file is a
+/// job of its own (`--force`), not the finished one.
+fn run_traced(cortex: &Cortex, name: &str, settings: &[&str]) -> (String, Vec<serde_json::Value>) {
+    let (output, trace) = (format!("{name}.jsonl"), format!("{name}.trace.jsonl"));
+    let mut args = vec![
+        "run",
+        "job.jsonl",
+        "-o",
+        &output,
+        "--trace",
+        &trace,
+        "--force",
+    ];
+    args.extend_from_slice(settings);
+    let run = cortex.run(&args);
+    let stderr = String::from_utf8_lossy(&run.stderr).into_owned();
+    assert!(run.status.success(), "{stderr}");
+    (stderr, read_jsonl(&cortex.dir().join(&trace)))
 }
 
 /// `job.jsonl`: a greedy request (EOS ignored) for each `(custom_id, prompt,

@@ -18,6 +18,14 @@ pub(super) struct SampleRow {
     batch_index: usize,
 }
 
+/// A step's batch: its tokens by stream, the rows that sample, and the
+/// fillers (stream, position) to remove after the decode.
+pub(super) struct StepBatch {
+    pub(super) tokens: Vec<BatchToken>,
+    pub(super) rows: Vec<SampleRow>,
+    pub(super) fillers: Vec<(StreamId, usize)>,
+}
+
 impl StepLoop<'_> {
     /// The plan's tokens, ordered by stream: llama.cpp splits a non-unified
     /// batch into micro-batches of consecutive stream ids, so this order lets
@@ -29,10 +37,7 @@ impl StepLoop<'_> {
     /// step that decodes fills every idle stream, gaps and both ends, and
     /// asks for the fillers' logits, so that the decode micro-batch has the
     /// same tokens, streams and outputs from one step to the next.
-    pub(super) fn build_batch(
-        &self,
-        plan: &StepPlan,
-    ) -> (Vec<BatchToken>, Vec<SampleRow>, Vec<(StreamId, usize)>) {
+    pub(super) fn build_batch(&self, plan: &StepPlan) -> StepBatch {
         let mut parts: Vec<(StreamId, RequestId, usize, usize, bool)> = plan
             .decode
             .iter()
@@ -93,7 +98,11 @@ impl StepLoop<'_> {
                 &mut fillers,
             );
         }
-        (batch, rows, fillers)
+        StepBatch {
+            tokens: batch,
+            rows,
+            fillers,
+        }
     }
 
     /// Fills the idle streams strictly between `before` and `after` with a
@@ -135,7 +144,7 @@ impl StepLoop<'_> {
         }
     }
 
-    fn stream_of(&self, id: RequestId) -> StreamId {
+    pub(super) fn stream_of(&self, id: RequestId) -> StreamId {
         self.seqs[&id].stream.expect("running sequences are bound")
     }
 

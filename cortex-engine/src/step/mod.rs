@@ -21,6 +21,7 @@
 
 mod decode;
 mod embed;
+mod even;
 mod intake;
 mod lifecycle;
 mod output;
@@ -37,7 +38,7 @@ use std::time::{Duration, Instant};
 use cortex_kv::BlockId;
 use cortex_request::{Completion, RequestId, TokenId, TokenLogprob};
 use cortex_sample::Sampler;
-use cortex_sched::{SchedRequest, Scheduler, StepPlan};
+use cortex_sched::{Admission, SchedRequest, Scheduler, StepPlan};
 
 use crate::backend::{Backend, BatchToken, StreamId, TokenGrammar};
 use crate::config::EngineConfig;
@@ -47,6 +48,7 @@ use crate::protocol::{Command, EngineHealth, EngineInfo, EventSender, Shared, pa
 use crate::streams::{Streams, ToBind};
 use crate::text::{StopMatcher, Utf8Stream};
 
+use self::decode::StepBatch;
 use self::sizing::Sizing;
 use self::tally::Tally;
 use self::threads::ThreadGovernor;
@@ -157,6 +159,9 @@ pub(crate) struct StepLoop<'b> {
     /// Idle streams a step fills at most per gap between running ones
     /// ([`EngineConfig::gap_fill`]).
     gap_fill: usize,
+    /// Whether a step's prompt chunks are cut to one length where that
+    /// takes fewer micro-batches per token ([`EngineConfig::even_chunks`]).
+    even_chunks: bool,
     /// Tokens a decode call may hold ([`EngineConfig::decode_tokens`]):
     /// fillers go only where they fit.
     decode_tokens: usize,
@@ -206,6 +211,7 @@ impl<'b> StepLoop<'b> {
             info,
             timeout: config.request_timeout,
             gap_fill: config.gap_fill.unwrap_or(EngineConfig::CPU_GAP_FILL),
+            even_chunks: config.even_chunks.unwrap_or(EngineConfig::CPU_EVEN_CHUNKS),
             decode_tokens: config.decode_tokens(),
             steady: config.steady_steps > 0,
             commands,
@@ -291,7 +297,7 @@ impl<'b> StepLoop<'b> {
         if !self.oversize.is_empty() {
             self.grow_streams();
         }
-        let plan = self.sched.schedule();
+        let mut plan = self.sched.schedule();
         let step = self.tally.step();
         let mut record = self.timeline.begin(step, started, &plan);
         for &id in &plan.preempted {
@@ -301,8 +307,19 @@ impl<'b> StepLoop<'b> {
         self.drop_evicted();
         self.bind_admitted(&plan);
         if !plan.is_empty() {
-            let (batch, rows, fillers) = self.build_batch(&plan);
+            let (
+                StepBatch {
+                    tokens: batch,
+                    rows,
+                    fillers,
+                },
+                chunks_evened,
+            ) = self.build_even_batch(&mut plan);
             if let Some(record) = &mut record {
+                // Even chunks may have cut the plan's chunks.
+                record.prefill_tokens = plan.prefill.iter().map(|c| c.len).sum();
+                record.generated_tokens = plan.num_samples();
+                record.chunks_evened = chunks_evened;
                 (
                     record.streams,
                     record.kv_cells_used,
@@ -340,9 +357,16 @@ impl<'b> StepLoop<'b> {
             return;
         }
         let block_size = self.sizing.block_size();
-        let admissions = plan
-            .admitted
-            .iter()
+        // Longest first chunk first: the streams of a step's full chunks
+        // then sit side by side, not parted by a shorter one's, which ends
+        // a micro-batch sooner (the binding keeps this order among
+        // admissions that reuse as much).
+        let first_chunk: HashMap<RequestId, usize> =
+            plan.prefill.iter().map(|c| (c.id, c.len)).collect();
+        let mut admitted: Vec<&Admission> = plan.admitted.iter().collect();
+        admitted.sort_by_key(|a| std::cmp::Reverse(first_chunk.get(&a.id).copied()));
+        let admissions = admitted
+            .into_iter()
             .map(|a| ToBind {
                 seq: a.id,
                 reused: self

@@ -18,13 +18,24 @@ use crate::events::{StepObserver, StepRecord};
 /// between running streams, or a prompt chunk beside decodes, costs another
 /// pass. `batch` is ordered by stream, as the step builds it.
 fn micro_batches(batch: &[BatchToken], micro_batch_tokens: usize) -> usize {
-    let mut left: Vec<(StreamId, usize)> = Vec::new();
+    passes(&mut stream_tokens(batch), micro_batch_tokens)
+}
+
+/// Each stream of `batch` (ordered by stream) with its number of tokens.
+pub(super) fn stream_tokens(batch: &[BatchToken]) -> Vec<(StreamId, usize)> {
+    let mut counts: Vec<(StreamId, usize)> = Vec::new();
     for token in batch {
-        match left.last_mut() {
+        match counts.last_mut() {
             Some((stream, n)) if *stream == token.stream => *n += 1,
-            _ => left.push((token.stream, 1)),
+            _ => counts.push((token.stream, 1)),
         }
     }
+    counts
+}
+
+/// The micro-batches of [`micro_batches`] for a batch of `left` tokens per
+/// stream (ordered by stream; used up on the way).
+pub(super) fn passes(left: &mut [(StreamId, usize)], micro_batch_tokens: usize) -> usize {
     let mut passes = 0;
     while let Some(first) = left.iter().position(|&(_, n)| n > 0) {
         let mut end = first + 1;
@@ -64,6 +75,11 @@ impl Timeline {
     /// The micro-batches llama.cpp computes `batch` in (see [`micro_batches`]).
     pub(super) fn micro_batches(&self, batch: &[BatchToken]) -> usize {
         micro_batches(batch, self.micro_batch_tokens)
+    }
+
+    /// llama.cpp's micro-batch size in this engine's context.
+    pub(super) fn micro_batch_tokens(&self) -> usize {
+        self.micro_batch_tokens
     }
 
     /// A request's prompt was taken in.
