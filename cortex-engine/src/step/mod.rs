@@ -316,7 +316,6 @@ impl<'b> StepLoop<'b> {
                 chunks_evened,
             ) = self.build_even_batch(&mut plan);
             if let Some(record) = &mut record {
-                // Even chunks may have cut the plan's chunks.
                 record.prefill_tokens = plan.prefill.iter().map(|c| c.len).sum();
                 record.generated_tokens = plan.num_samples();
                 record.chunks_evened = chunks_evened;

@@ -90,16 +90,15 @@ impl Timeline {
     }
 
     /// The record of step number `step`, started at `started` with `plan`,
-    /// when the loop is watched.
+    /// when the loop is watched. Its prompt and generated tokens are set
+    /// once the batch is built (even chunks may cut the plan's chunks).
     pub(super) fn begin(&self, step: u64, started: Instant, plan: &StepPlan) -> Option<StepRecord> {
         self.observer.as_ref()?;
         Some(StepRecord {
             step,
             at: started.duration_since(self.started_at).as_secs_f64(),
             decode_sequences: plan.decode.len(),
-            generated_tokens: plan.num_samples(),
             prefill_chunks: plan.prefill.len(),
-            prefill_tokens: plan.prefill.iter().map(|c| c.len).sum(),
             gap_seconds: self
                 .last_step_end
                 .map_or(0.0, |end| started.duration_since(end).as_secs_f64()),
