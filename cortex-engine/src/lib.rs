@@ -166,8 +166,9 @@
 //!   (returning how the loop ended).
 //! - `protocol`: what the handle and the step loop share — the commands the
 //!   handle sends, the state both read (`Shared`: stats, in-flight count,
-//!   health), and the event channel (`event_channel`,
-//!   `EventSender`, `EventReceiver`: a caller never names the channel crate).
+//!   health), and the event channel (`event_channel`, `event_channel_batched`,
+//!   `EventSender`, `EventReceiver`: a caller never names the channel crate;
+//!   a step's events for a channel travel as one message).
 //!   `engine` starts the step loops (`step::StepLoop`) and talks to them only
 //!   through it; `step` never imports `engine` (tidy checks that no crate's
 //!   top-level modules import each other in a circle).
@@ -226,4 +227,5 @@ pub use events::{EngineEvent, EngineStats, StepObserver, StepRecord};
 pub use placement::{CpuKernels, Device, DeviceChoice, DeviceKind, GpuLayers, ModelPlacement};
 pub use protocol::{
     EngineHealth, EngineInfo, EventReceiver, EventSender, Events, Shutdown, event_channel,
+    event_channel_batched,
 };

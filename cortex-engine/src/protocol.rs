@@ -3,9 +3,10 @@
 //! request's events come back on. Both `engine` and `step` use this module;
 //! neither imports the other's internals.
 
+use std::collections::VecDeque;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicUsize};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use cortex_request::{RequestId, Work};
 
@@ -99,14 +100,36 @@ impl Shared {
 
 /// Where the events of submitted requests go. Clone it to gather the events
 /// of many requests in one place (each event names its request).
+///
+/// The step loop hands over a step's events for one channel together, in
+/// one message, at the step's end: a send that wakes a waiting receiver
+/// costs microseconds, which a one-sequence step on a GPU would pay per token.
 #[derive(Debug, Clone)]
-pub struct EventSender(flume::Sender<EngineEvent>);
+pub struct EventSender {
+    batches: flume::Sender<Vec<EngineEvent>>,
+    /// Which channel this is, the same for every clone: events bound for
+    /// one channel are gathered by it.
+    channel: u64,
+    /// How long token events may wait to travel with later ones (see
+    /// [`event_channel_batched`]); `None`: at the end of their step.
+    token_delay: Option<Duration>,
+}
 
 impl EventSender {
-    /// Hands `event` to the receiver; false when the receiver is gone (the
-    /// caller stopped listening, which is not the engine's failure).
-    pub(crate) fn send(&self, event: EngineEvent) -> bool {
-        self.0.send(event).is_ok()
+    /// Hands `events` to the receiver, in order; false when the receiver is
+    /// gone (the caller stopped listening, which is not the engine's failure).
+    pub(crate) fn send_all(&self, events: Vec<EngineEvent>) -> bool {
+        self.batches.send(events).is_ok()
+    }
+
+    /// The channel's identity, shared by its clones.
+    pub(crate) fn channel(&self) -> u64 {
+        self.channel
+    }
+
+    /// How long token events may wait; `None`: not past their step.
+    pub(crate) fn token_delay(&self) -> Option<Duration> {
+        self.token_delay
     }
 }
 
@@ -114,51 +137,106 @@ impl EventSender {
 /// order the engine made them. Unbounded: the engine never waits for a slow
 /// reader.
 #[derive(Debug)]
-pub struct EventReceiver(flume::Receiver<EngineEvent>);
+pub struct EventReceiver {
+    batches: flume::Receiver<Vec<EngineEvent>>,
+    /// The rest of the last batch received, handed out one at a time.
+    ready: Mutex<VecDeque<EngineEvent>>,
+}
 
-/// A new channel for engine events.
+/// A new channel for engine events: each step's events arrive at its end.
 pub fn event_channel() -> (EventSender, EventReceiver) {
+    new_channel(None)
+}
+
+/// A new channel for a reader that keeps whole responses and only counts
+/// tokens as they come (a batch worker's progress): token events may wait up
+/// to `token_delay` to travel together, so the engine wakes the reader a few
+/// times a second rather than at every step. A request's end is never held
+/// back (its tokens arrive first, as always).
+pub fn event_channel_batched(token_delay: Duration) -> (EventSender, EventReceiver) {
+    new_channel(Some(token_delay))
+}
+
+fn new_channel(token_delay: Option<Duration>) -> (EventSender, EventReceiver) {
+    static CHANNELS: AtomicU64 = AtomicU64::new(0);
     let (sender, receiver) = flume::unbounded();
-    (EventSender(sender), EventReceiver(receiver))
+    (
+        EventSender {
+            batches: sender,
+            channel: CHANNELS.fetch_add(1, Ordering::Relaxed),
+            token_delay,
+        },
+        EventReceiver {
+            batches: receiver,
+            ready: Mutex::new(VecDeque::new()),
+        },
+    )
 }
 
 impl EventReceiver {
     /// The next event, waiting for it; `None` once every sender is gone
     /// (the engine stopped and the caller holds none).
     pub fn recv(&self) -> Option<EngineEvent> {
-        self.0.recv().ok()
+        self.next_from(|| self.batches.recv().ok())
     }
 
     /// The next event, waiting at most `wait`.
     pub fn recv_timeout(&self, wait: Duration) -> Option<EngineEvent> {
-        self.0.recv_timeout(wait).ok()
+        let deadline = Instant::now() + wait;
+        self.next_from(|| self.batches.recv_deadline(deadline).ok())
     }
 
     /// The next event, awaited (on any async runtime).
     pub async fn recv_async(&self) -> Option<EngineEvent> {
-        self.0.recv_async().await.ok()
+        loop {
+            if let Some(event) = self.ready().pop_front() {
+                return Some(event);
+            }
+            let batch = self.batches.recv_async().await.ok()?;
+            self.ready().extend(batch);
+        }
     }
 
     /// The events already here, without waiting.
     pub fn try_iter(&self) -> impl Iterator<Item = EngineEvent> + '_ {
-        self.0.try_iter()
+        std::iter::from_fn(|| self.next_from(|| self.batches.try_recv().ok()))
     }
 
     /// Every event, waiting for each, until every sender is gone.
     pub fn iter(&self) -> Events<'_> {
-        Events(self.0.iter())
+        Events(self)
+    }
+
+    /// The rest of the last batch first, then what `receive` brings.
+    fn next_from(
+        &self,
+        mut receive: impl FnMut() -> Option<Vec<EngineEvent>>,
+    ) -> Option<EngineEvent> {
+        loop {
+            if let Some(event) = self.ready().pop_front() {
+                return Some(event);
+            }
+            let batch = receive()?;
+            self.ready().extend(batch);
+        }
+    }
+
+    fn ready(&self) -> std::sync::MutexGuard<'_, VecDeque<EngineEvent>> {
+        self.ready
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
 /// Every event of an [`EventReceiver`], waiting for each.
 #[derive(Debug)]
-pub struct Events<'a>(flume::Iter<'a, EngineEvent>);
+pub struct Events<'a>(&'a EventReceiver);
 
 impl Iterator for Events<'_> {
     type Item = EngineEvent;
 
     fn next(&mut self) -> Option<EngineEvent> {
-        self.0.next()
+        self.0.recv()
     }
 }
 

@@ -88,6 +88,11 @@ pub struct WorkerReport {
 /// status counts while they run).
 const PROGRESS_EVERY: Duration = Duration::from_secs(2);
 
+/// How long the engine may hold the in-flight items' token events, which
+/// only feed that count, to send them together: a worker woken at every
+/// step of a one-sequence job costs the step loop a wake-up each time.
+const TOKEN_EVENTS_DELAY: Duration = Duration::from_millis(500);
+
 /// How long in-flight items may run on after a stop request before they are released.
 const STOP_GRACE: Duration = Duration::from_secs(3);
 /// How often an idle worker looks for work.
@@ -460,7 +465,7 @@ pub fn work_queue(
     let mut worker = Worker {
         store,
         engine,
-        events: cortex_engine::event_channel(),
+        events: cortex_engine::event_channel_batched(TOKEN_EVENTS_DELAY),
         in_flight: HashMap::new(),
         generated: HashMap::new(),
         isolating: false,

@@ -26,8 +26,8 @@ impl StepLoop<'_> {
                     Err(flume::TryRecvError::Disconnected) => return self.has_work(),
                 }
             } else {
-                // About to block: make the idle state visible first.
-                self.publish_stats();
+                // About to block: make the idle state and every event visible first.
+                self.deliver(true);
                 if let Some(governor) = &mut self.threads {
                     governor.pause();
                 }

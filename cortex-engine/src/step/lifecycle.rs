@@ -13,15 +13,14 @@ use crate::events::EngineEvent;
 use crate::protocol::EventSender;
 
 impl StepLoop<'_> {
-    /// Sends a request's last event and counts its end.
+    /// Queues a request's last event and counts its end (the statistics
+    /// are published before the event is delivered).
     pub(super) fn report_end(&mut self, events: &EventSender, event: EngineEvent) {
         debug_assert!(event.is_terminal());
         self.tally
             .request_ended(matches!(event, EngineEvent::Failed { .. }));
         self.shared.in_flight.fetch_sub(1, Ordering::SeqCst);
-        // Whoever hears of the end sees it counted.
-        self.publish_stats();
-        let _ = events.send(event);
+        self.outbox.push(events, event);
     }
 
     /// Ends one completion; ends its request when it was the last.

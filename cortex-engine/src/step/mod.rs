@@ -10,6 +10,7 @@
 //! - `decode`: one batch from the plan, decode with failure isolation,
 //!   sampling, and what each stream computed;
 //! - `output`: stop conditions and the streamed text of each token;
+//! - `outbox`: a step's events, handed to each channel together;
 //! - `lifecycle`: the one path that ends a request (finished, failed,
 //!   cancelled, refused), timeouts, and publishing the statistics;
 //! - `tally`: the running figures behind `EngineStats`, one owner for them;
@@ -24,6 +25,7 @@ mod embed;
 mod even;
 mod intake;
 mod lifecycle;
+mod outbox;
 mod output;
 mod sizing;
 mod tally;
@@ -49,6 +51,7 @@ use crate::streams::{Streams, ToBind};
 use crate::text::{StopMatcher, Utf8Stream};
 
 use self::decode::StepBatch;
+use self::outbox::Outbox;
 use self::sizing::Sizing;
 use self::tally::Tally;
 use self::threads::ThreadGovernor;
@@ -175,7 +178,15 @@ pub(crate) struct StepLoop<'b> {
     step_times: StepTimes,
     /// Scratch: each sampled row's logits, reused between steps.
     logits: Vec<Vec<f32>>,
+    /// Events made since the last delivery.
+    outbox: Outbox,
+    /// When the statistics were last published.
+    stats_published: Instant,
 }
+
+/// How stale a busy loop's published statistics may grow (a request's end
+/// and going idle publish them at once).
+const STATS_EVERY: Duration = Duration::from_millis(50);
 
 impl<'b> StepLoop<'b> {
     pub(crate) fn new(
@@ -226,6 +237,8 @@ impl<'b> StepLoop<'b> {
             timeline: Timeline::new(observer, config.micro_batch_tokens()),
             step_times: StepTimes::default(),
             logits: Vec::new(),
+            outbox: Outbox::default(),
+            stats_published: Instant::now(),
         })
     }
 
@@ -262,9 +275,23 @@ impl<'b> StepLoop<'b> {
                 self.embed_step();
             }
             self.tally.busy_for(started.elapsed().as_secs_f64());
-            self.publish_stats();
+            self.deliver(false);
         }
-        self.publish_stats();
+        self.deliver(true);
+    }
+
+    /// Hands over the events that are due (all of them when `everything`:
+    /// the loop is about to wait or stop). The statistics are published
+    /// first when a request's end is among them, so whoever hears of an end
+    /// sees it counted, when the loop waits, and otherwise every
+    /// [`STATS_EVERY`]: reading the KV's figures walks all its blocks, which
+    /// on a GPU's large cache costs more than a short step's host work.
+    fn deliver(&mut self, everything: bool) {
+        if everything || self.outbox.holds_end() || self.stats_published.elapsed() >= STATS_EVERY {
+            self.publish_stats();
+            self.stats_published = Instant::now();
+        }
+        self.outbox.flush(everything);
     }
 
     /// Decodes with the cores other processes leave free (see `threads`).
@@ -474,7 +501,7 @@ impl<'b> StepLoop<'b> {
         }
         self.fail_embeddings(&error);
         self.refuse_pending(&error);
-        self.publish_stats();
+        self.deliver(true);
     }
 }
 

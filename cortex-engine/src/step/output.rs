@@ -55,13 +55,16 @@ impl StepLoop<'_> {
             .flatten();
         if let Some(live) = self.live.get_mut(&owner) {
             live.first_token.get_or_insert_with(Instant::now);
-            let _ = live.events.send(EngineEvent::Token {
-                id: owner,
-                index,
-                token,
-                text: delta,
-                logprob,
-            });
+            self.outbox.push(
+                &live.events,
+                EngineEvent::Token {
+                    id: owner,
+                    index,
+                    token,
+                    text: delta,
+                    logprob,
+                },
+            );
         }
         if let Some(reason) = finish {
             self.finish_seq(id, reason, !at_length);
