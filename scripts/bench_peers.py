@@ -271,8 +271,8 @@ def batched_bench(peers, model, threads, b, pp=32, tg=128):
     raise RuntimeError(f"no row in llama-batched-bench output:\n{out}")
 
 
-def cortex_bench(cortex, model, threads, b):
-    env = cortex_env(model, threads)
+def cortex_bench(cortex, model, threads, b, extra_env=None):
+    env = cortex_env(model, threads, extra_env)
     _, rss, out = run_timed([cortex, "bench", "--batch", str(b), "--no-prefix",
                              "--engine-only", "--json"], env)
     row = json.loads(out)["batched"][0]["engine"]
@@ -531,6 +531,8 @@ def main():
                         help="after each job's rounds, one more (untimed) run of each side "
                              "saying where its time went: cortex's --trace summary, "
                              "llama-server's /metrics and response timings")
+    parser.add_argument("--engine-variants", action="store_true",
+                        help="measure the --variant sides in the engine decode rows too")
     parser.add_argument("--variants-traced-only", action="store_true",
                         help="run the --variant sides only in --timelines (one traced run each), "
                              "not in the timed rounds")
@@ -543,6 +545,10 @@ def main():
 
     print(f"threads: {args.threads}   device: {args.device}   model: {args.model}   "
           f"rounds: {args.rounds} (medians, min-max)\n")
+    variants = []
+    for spec in args.variant:
+        name, _, settings = spec.partition(":")
+        variants.append((name, dict(pair.split("=", 1) for pair in settings.split(",") if pair)))
     batches = [int(b) for b in args.batches.split(",") if b]
     if batches:
         print("engine decode against llama-batched-bench (PP 32, TG 128), tokens/s")
@@ -556,6 +562,9 @@ def main():
         ]
         if args.compare:
             sides.append(("before", lambda b=b: cortex_bench(args.compare, args.model, args.threads, b)))
+        for variant, env in (variants if args.engine_variants else []):
+            sides.append((variant, lambda b=b, env=env: cortex_bench(
+                args.cortex, args.model, args.threads, b, env)))
         runs = interleaved(args.engine_rounds or args.rounds, sides)
         peer, ours = ok(runs["peer"]), ok(runs["cortex"])
         results["engine"].append({"b": b, **runs})
@@ -576,20 +585,18 @@ def main():
               f"| {median(pp(ours)) / median(pp(peer)):>5.2f} "
               f"| {mib(max(r['peak_rss_bytes'] for r in peer))} / "
               f"{mib(max(r['peak_rss_bytes'] for r in ours))} |", flush=True)
-        before = ok(runs.get("before", []))
-        if before:
-            print(f"|      | cortex before: S_TG {summary(tg(before))}, "
-                  f"now/before {median(tg(ours)) / median(tg(before)):.2f}; "
-                  f"S_PP {summary(pp(before))}, now/before {median(pp(ours)) / median(pp(before)):.2f} |",
-                  flush=True)
+        others = ["before"] + [variant for variant, _ in variants]
+        for side in others:
+            theirs = ok(runs.get(side, []))
+            if theirs:
+                print(f"|      | cortex {side}: S_TG {summary(tg(theirs))}, "
+                      f"now/{side} {median(tg(ours)) / median(tg(theirs)):.2f}; "
+                      f"S_PP {summary(pp(theirs))}, now/{side} {median(pp(ours)) / median(pp(theirs)):.2f} |",
+                      flush=True)
 
     slots = [int(s) for s in args.slots.split(",") if s]
     job_slots = {k: [int(v)] for k, v in (pair.split("=") for pair in args.job_slots.split(",") if pair)}
     job_scale = {k: int(v) for k, v in (pair.split("=") for pair in args.job_scale.split(",") if pair)}
-    variants = []
-    for spec in args.variant:
-        name, _, settings = spec.partition(":")
-        variants.append((name, dict(pair.split("=", 1) for pair in settings.split(",") if pair)))
     jobs = [j for j in args.jobs.split(",") if j]
     if jobs:
         print("\nwhole jobs: `cortex run` (defaults) against llama-server driven by one client per slot; seconds")

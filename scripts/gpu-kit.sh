@@ -33,7 +33,9 @@
 #       utilisation. KIT/bench.json keeps the figures. Settings not yet
 #       measured on a GPU go in as variants beside the defaults, e.g.
 #       `--variant loops4:CORTEX_STEP_LOOPS=4 --timelines` (the job times
-#       and each one's trace summary, against the default). Where a step's
+#       and each one's trace summary, against the default; with
+#       `--engine-variants` the engine decode rows too, e.g. the decode
+#       threads of a model wholly on the GPU, `t1:CORTEX_THREADS=1`). Where a step's
 #       device time goes, by graph operation: `KIT/bin/cortex bench --batch
 #       256 --no-prefix --profile-ops` there.
 #
