@@ -1,7 +1,8 @@
 //! The whole product through the `cortex` binary and the real model: a job
 //! from submit to export, kill -9 at random moments, two workers, cancel and
-//! resume, SIGTERM, and the user's mistakes. Each test takes the model in
-//! turn (two cores run one generating worker well, not several tests' worth).
+//! resume, SIGTERM, the user's mistakes, and a reader that stops early. Each
+//! test takes the model in turn (two cores run one generating worker well,
+//! not several tests' worth).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::process::ExitStatusExt;
@@ -606,4 +607,34 @@ fn a_users_mistakes_are_one_line_errors_and_lose_nothing() {
         .map(|j| j.id.0)
         .collect();
     assert_eq!(jobs, BTreeSet::from([1, 2]));
+}
+
+#[test]
+fn generate_piped_into_a_reader_that_stops_early_ends_quietly() {
+    use std::io::Read;
+    let _turn = turn();
+    let cortex = Cortex::new();
+    // `cortex generate ... | head -c 8`: a few bytes read, then the pipe closed.
+    let mut child = cortex.spawn(&[
+        "generate",
+        "--chat",
+        "Tell me a long story about a dragon.",
+        "--max-tokens",
+        "400",
+        "--temperature",
+        "0",
+    ]);
+    let mut first = [0u8; 8];
+    let read = child.stdout.take().unwrap().read_exact(&mut first);
+    if let Err(error) = read {
+        let output = child.wait_with_output().unwrap();
+        panic!("{error}: {}", String::from_utf8_lossy(&output.stderr));
+    }
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(
+        !stderr.contains("error") && !stderr.contains("panicked"),
+        "{stderr}"
+    );
 }

@@ -10,6 +10,7 @@ use cortex_request::{ChatMessage, Prompt, Request, RequestId};
 
 use crate::cli::GenerateArgs;
 use crate::config::Config;
+use crate::output;
 use crate::settings::Source;
 use crate::work::resolve_model;
 
@@ -79,11 +80,14 @@ pub(crate) fn generate(config: &Config, args: &GenerateArgs) -> anyhow::Result<(
     for event in &events {
         match event {
             EngineEvent::Token { text, .. } => {
-                stdout.write_all(text.as_bytes())?;
-                stdout.flush()?;
+                // A closed pipe (`| head`) ends the command quietly.
+                stdout
+                    .write_all(text.as_bytes())
+                    .and_then(|()| stdout.flush())
+                    .map_err(output::stdout_error)?;
             }
             EngineEvent::Finished(response) => {
-                writeln!(stdout)?;
+                writeln!(stdout).map_err(output::stdout_error)?;
                 let u = &response.usage;
                 let speed = response
                     .timings
