@@ -158,6 +158,7 @@ impl Config {
         let mut engine = cortex_engine::EngineConfig::new(&model.path);
         engine.parallel = self.parallel.value;
         engine.max_batch_tokens = self.batch_tokens.value;
+        engine.micro_batch_tokens = self.micro_batch_tokens.value;
         engine.step_loops = self.step_loops.value;
         engine.gap_fill = match self.gap_fill.value {
             OrAuto::Auto => None,

@@ -503,6 +503,11 @@ settings! {
     /// together (there is always room for every sequence's decode token).
     batch_tokens: usize = EngineConfig::DEFAULT_BATCH_TOKENS;
     Engine, "N";
+    /// Tokens llama.cpp computes in one pass over the weights at most, its
+    /// micro-batch (0: for the device, 512 on the CPU, a whole decode call
+    /// on a GPU).
+    micro_batch_tokens: usize = EngineConfig::FOR_DEVICE;
+    Engine, "N";
     /// KV cells per sequence, prompt plus generation (0: sized from the job,
     /// growing as longer requests come).
     context: usize = 0;

@@ -89,6 +89,14 @@ pub struct EngineConfig {
     /// Tokens per `llama_decode` call at most (decode tokens plus prompt
     /// chunks; there is always room for every running sequence's token).
     pub max_batch_tokens: usize,
+    /// Tokens in one of llama.cpp's micro-batches at most (its `n_ubatch`):
+    /// it computes a decode call in passes over the weights of at most this
+    /// many tokens. 0: for the device ([`EngineConfig::CPU_MICRO_BATCH_TOKENS`];
+    /// on a GPU a whole decode call, [`EngineConfig::GPU_MICRO_BATCH_TOKENS`],
+    /// because there a pass costs about the same at 256 tokens as at 512,
+    /// so a step that holds more, prompt chunks and fillers beside its
+    /// decode tokens, should not take two).
+    pub micro_batch_tokens: usize,
     /// CPU threads for llama.cpp; 0 means all available cores.
     pub threads: usize,
     /// Share the KV of common prompt prefixes between requests.
@@ -190,8 +198,13 @@ impl EngineConfig {
     /// [`EngineConfig::MOST_BATCH_TOKENS`]).
     pub const MOST_PARALLEL: usize = 1 << 20;
 
-    /// Tokens in one of llama.cpp's micro-batches (its `n_ubatch`) at most.
-    pub const MICRO_BATCH_TOKENS: usize = 512;
+    /// Tokens in one of llama.cpp's micro-batches (its `n_ubatch`) at most
+    /// on the CPU.
+    pub const CPU_MICRO_BATCH_TOKENS: usize = 512;
+
+    /// The same on a GPU: no bound but the decode call's own
+    /// ([`EngineConfig::decode_tokens`]).
+    pub const GPU_MICRO_BATCH_TOKENS: usize = usize::MAX;
 
     /// Defaults for `model`: sequences, step loops and KV span for the
     /// device, streams sized from the requests, 16-token blocks, 512-token
@@ -209,6 +222,7 @@ impl EngineConfig {
             steady_steps: 0,
             block_size: 16,
             max_batch_tokens: Self::DEFAULT_BATCH_TOKENS,
+            micro_batch_tokens: Self::FOR_DEVICE,
             threads: 0,
             prefix_sharing: true,
             request_timeout: Some(Duration::from_secs(600)),
@@ -258,6 +272,11 @@ impl EngineConfig {
             parallel,
             step_loops,
             step_cells: pick(self.step_cells, Self::CPU_STEP_CELLS, usize::MAX),
+            micro_batch_tokens: pick(
+                self.micro_batch_tokens,
+                Self::CPU_MICRO_BATCH_TOKENS,
+                Self::GPU_MICRO_BATCH_TOKENS,
+            ),
             gap_fill: Some(self.gap_fill.unwrap_or(if on_gpu {
                 Self::GPU_GAP_FILL
             } else {
@@ -310,9 +329,14 @@ impl EngineConfig {
         Ok(())
     }
 
-    /// Tokens in one of llama.cpp's micro-batches for these settings.
+    /// Tokens in one of llama.cpp's micro-batches for these settings (left
+    /// to the device and not yet sized for one: as on the CPU).
     pub fn micro_batch_tokens(&self) -> usize {
-        self.planned_tokens().min(Self::MICRO_BATCH_TOKENS)
+        let most = match self.micro_batch_tokens {
+            Self::FOR_DEVICE => Self::CPU_MICRO_BATCH_TOKENS,
+            most => most,
+        };
+        self.decode_tokens().min(most)
     }
 
     /// The settings of each of [`EngineConfig::step_loops`] loops (sized
@@ -373,6 +397,25 @@ mod tests {
         assert_eq!(
             config.decode_tokens(),
             EngineConfig::MOST_BATCH_TOKENS + EngineConfig::MOST_PARALLEL
+        );
+    }
+
+    #[test]
+    fn a_gpu_computes_a_whole_decode_call_in_one_micro_batch_and_the_cpu_in_512s() {
+        let mut config = EngineConfig::new("m");
+        config.max_batch_tokens = 2048;
+        let cpu = config.for_device(false).per_loop();
+        assert_eq!(cpu.micro_batch_tokens(), 512);
+        let gpu = config.for_device(true).per_loop();
+        assert_eq!(gpu.micro_batch_tokens(), gpu.decode_tokens());
+        assert_eq!(gpu.decode_tokens(), 2048 + EngineConfig::GPU_PARALLEL);
+        // A size given is kept on either device, within the decode call.
+        config.micro_batch_tokens = 1024;
+        assert_eq!(config.for_device(true).micro_batch_tokens(), 1024);
+        config.micro_batch_tokens = 100_000;
+        assert_eq!(
+            config.for_device(false).per_loop().micro_batch_tokens(),
+            2048 + 64
         );
     }
 }

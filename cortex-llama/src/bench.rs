@@ -116,7 +116,7 @@ impl<'m> PlainLoop<'m> {
                 cells,
                 sequences: 1,
                 batch: cells,
-                micro_batch: EngineConfig::MICRO_BATCH_TOKENS,
+                micro_batch: EngineConfig::CPU_MICRO_BATCH_TOKENS,
                 threads: cores(threads),
                 unified: true,
                 embeddings: None,
