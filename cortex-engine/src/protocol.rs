@@ -182,8 +182,11 @@ impl EventReceiver {
 
     /// The next event, waiting at most `wait`.
     pub fn recv_timeout(&self, wait: Duration) -> Option<EngineEvent> {
-        let deadline = Instant::now() + wait;
-        self.next_from(|| self.batches.recv_deadline(deadline).ok())
+        match Instant::now().checked_add(wait) {
+            Some(deadline) => self.next_from(|| self.batches.recv_deadline(deadline).ok()),
+            // Longer than a clock can count: no deadline.
+            None => self.recv(),
+        }
     }
 
     /// The next event, awaited (on any async runtime).
@@ -256,4 +259,43 @@ pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         .map(|s| (*s).to_owned())
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "unknown panic".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failed(id: u64) -> EngineEvent {
+        EngineEvent::Failed {
+            id: RequestId(id),
+            error: crate::EngineError::Stopped,
+        }
+    }
+
+    #[test]
+    fn a_receiver_hands_out_the_events_of_each_batch_one_at_a_time_in_order() {
+        let (sender, receiver) = event_channel();
+        assert!(sender.send_all(vec![failed(1), failed(2), failed(3)]));
+        assert!(sender.send_all(Vec::new()));
+        assert!(sender.send_all(vec![failed(4), failed(5)]));
+        assert_eq!(receiver.recv().map(|e| e.id().0), Some(1));
+        assert_eq!(
+            receiver.recv_timeout(Duration::MAX).map(|e| e.id().0),
+            Some(2)
+        );
+        assert_eq!(
+            receiver.try_iter().map(|e| e.id().0).collect::<Vec<_>>(),
+            [3, 4, 5],
+            "an empty batch is passed over"
+        );
+        assert!(receiver.recv_timeout(Duration::from_millis(10)).is_none());
+        assert!(sender.send_all(vec![failed(6)]));
+        drop(sender);
+        assert_eq!(
+            receiver.iter().map(|e| e.id().0).collect::<Vec<_>>(),
+            [6],
+            "the events end when every sender is gone"
+        );
+        assert!(receiver.recv().is_none());
+    }
 }
