@@ -15,7 +15,6 @@ use std::sync::{Arc, Mutex};
 use anyhow::Context;
 use cortex_engine::{StepObserver, StepRecord};
 use cortex_request::TokenId;
-use serde::Serialize;
 
 /// Totals over a trace.
 #[derive(Debug, Default)]
@@ -166,34 +165,6 @@ impl TraceSummary {
     }
 }
 
-/// One line of a trace: a step's record, written straight from this struct
-/// (a `serde_json::Value` built per step took tens of microseconds of the
-/// step loop's time, as much as a one-sequence GPU step's own host work).
-#[derive(Serialize)]
-struct TraceLine {
-    step: u64,
-    at: f64,
-    decode_sequences: usize,
-    generated_tokens: usize,
-    prefill_chunks: usize,
-    prefill_tokens: usize,
-    streams: usize,
-    kv_cells_used: usize,
-    kv_cells_attended: usize,
-    micro_batches: usize,
-    graphs_reused: usize,
-    gap_fillers: usize,
-    chunks_evened: usize,
-    decode_calls: usize,
-    step_loop: usize,
-    decode_seconds: f64,
-    wait_seconds: f64,
-    sample_seconds: f64,
-    device_sampled_tokens: usize,
-    host_seconds: f64,
-    gap_seconds: f64,
-}
-
 /// Writes each step as a JSON line to a file and keeps the totals.
 pub(crate) struct TraceWriter {
     out: BufWriter<File>,
@@ -224,31 +195,11 @@ impl TraceWriter {
 impl StepObserver for TraceWriter {
     fn step(&mut self, r: &StepRecord) {
         self.summary().add_step(r);
-        let line = TraceLine {
-            step: r.step,
-            at: r.at,
-            decode_sequences: r.decode_sequences,
-            generated_tokens: r.generated_tokens,
-            prefill_chunks: r.prefill_chunks,
-            prefill_tokens: r.prefill_tokens,
-            streams: r.streams,
-            kv_cells_used: r.kv_cells_used,
-            kv_cells_attended: r.kv_cells_attended,
-            micro_batches: r.micro_batches,
-            graphs_reused: r.graphs_reused,
-            gap_fillers: r.gap_fillers,
-            chunks_evened: r.chunks_evened,
-            decode_calls: r.decode_calls,
-            step_loop: r.step_loop,
-            decode_seconds: r.decode_seconds,
-            wait_seconds: r.wait_seconds,
-            sample_seconds: r.sample_seconds,
-            device_sampled_tokens: r.device_sampled_tokens,
-            host_seconds: r.host_seconds,
-            gap_seconds: r.gap_seconds,
-        };
-        // A trace that cannot be written loses lines, not the job.
-        if serde_json::to_writer(&mut self.out, &line).is_ok() {
+        // Written straight from the record: a `serde_json::Value` built per
+        // step took tens of microseconds of the step loop's time, as much as
+        // a one-sequence GPU step's own host work. A trace that cannot be
+        // written loses lines, not the job.
+        if serde_json::to_writer(&mut self.out, r).is_ok() {
             let _ = self.out.write_all(b"\n");
         }
     }

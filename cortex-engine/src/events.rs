@@ -53,6 +53,7 @@ impl EngineEvent {
 /// One step of the engine, as a trace records it: what went into the
 /// batch, what attention read, and where the time went.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
 pub struct StepRecord {
     /// The step's number, from 1.
