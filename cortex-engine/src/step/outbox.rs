@@ -13,10 +13,9 @@ use crate::protocol::EventSender;
 
 #[derive(Default)]
 pub(super) struct Outbox {
-    /// Each channel with events waiting, in the order first written to.
-    pending: Vec<Pending>,
-    /// Where each channel is in `pending`.
-    slots: HashMap<u64, usize>,
+    /// Each channel with events waiting, by its identity (order matters
+    /// only within a channel).
+    pending: HashMap<u64, Pending>,
     /// Whether a request's end waits (then its channel goes at the next flush).
     ends: bool,
 }
@@ -31,15 +30,11 @@ struct Pending {
 impl Outbox {
     /// Queues `event` for `to`'s channel.
     pub(super) fn push(&mut self, to: &EventSender, event: EngineEvent) {
-        let slot = *self.slots.entry(to.channel()).or_insert_with(|| {
-            self.pending.push(Pending {
-                to: to.clone(),
-                events: Vec::new(),
-                due: to.token_delay().map(|delay| Instant::now() + delay),
-            });
-            self.pending.len() - 1
+        let pending = self.pending.entry(to.channel()).or_insert_with(|| Pending {
+            to: to.clone(),
+            events: Vec::new(),
+            due: to.token_delay().map(|delay| Instant::now() + delay),
         });
-        let pending = &mut self.pending[slot];
         if event.is_terminal() {
             pending.due = None;
             self.ends = true;
@@ -59,7 +54,7 @@ impl Outbox {
             return;
         }
         let now = Instant::now();
-        self.pending.retain_mut(|pending| {
+        self.pending.retain(|_, pending| {
             let due = everything || pending.due.is_none_or(|due| due <= now);
             if due {
                 // A receiver that is gone stopped listening; not a failure.
@@ -68,10 +63,6 @@ impl Outbox {
             !due
         });
         self.ends = false;
-        self.slots.clear();
-        for (slot, pending) in self.pending.iter().enumerate() {
-            self.slots.insert(pending.to.channel(), slot);
-        }
     }
 }
 
