@@ -734,25 +734,10 @@ fn even_chunks_cut_steps_and_leave_outputs_exact() {
     // micro-batches per token, the rest of each running in later steps;
     // every output must still follow the fake model exactly.
     let run = |even: bool| {
-        let records = Arc::new(std::sync::Mutex::new(Vec::<StepRecord>::new()));
         let mut config = EngineConfig::for_fake_backend(8, 4);
         config.gap_fill = Some(usize::MAX);
         config.even_chunks = Some(even);
-        let engine = Engine::launch(
-            Some(Box::new(Recorder(Arc::clone(&records)))),
-            move |launch| {
-                launch.run(
-                    &config.for_device(false),
-                    vec![Box::new(FakeBackend::default())],
-                );
-                Ok(())
-            },
-        )
-        .unwrap();
-        random_workload(&engine, 19);
-        assert_eq!(engine.stats().requests_failed, 0);
-        drop(engine);
-        let records = records.lock().unwrap();
+        let records = recorded_workload(config, 19);
         records.iter().map(|r| r.chunks_evened).sum::<usize>()
     };
     assert!(run(true) > 0, "no step was evened out");
@@ -768,22 +753,9 @@ fn steady_steps_span_every_stream_and_leave_outputs_exact() {
     // behind would change a later output. Off, the workload does decode
     // with idle streams beside the running ones.
     let run = |steady_steps: usize| {
-        let records = Arc::new(std::sync::Mutex::new(Vec::<StepRecord>::new()));
         let mut config = EngineConfig::for_fake_backend(8, 4);
         config.steady_steps = steady_steps;
-        let engine = Engine::launch(
-            Some(Box::new(Recorder(Arc::clone(&records)))),
-            move |launch| {
-                let config = config.for_device(false);
-                launch.run(&config, vec![Box::new(FakeBackend::default())]);
-                Ok(())
-            },
-        )
-        .unwrap();
-        random_workload(&engine, 13);
-        assert_eq!(engine.stats().requests_failed, 0);
-        drop(engine);
-        let records = records.lock().unwrap();
+        let records = recorded_workload(config, 13);
         let decoding: Vec<&StepRecord> =
             records.iter().filter(|r| r.decode_sequences > 0).collect();
         assert!(decoding.len() > 20, "{} decoding steps", decoding.len());
@@ -798,6 +770,28 @@ fn steady_steps_span_every_stream_and_leave_outputs_exact() {
 
 /// Keeps every step record.
 struct Recorder(Arc<std::sync::Mutex<Vec<StepRecord>>>);
+
+/// [`random_workload`] with `seed` on an engine of `config` (sized as the
+/// CPU is) over the fake backend, none failing; every step's record.
+fn recorded_workload(config: EngineConfig, seed: u64) -> Vec<StepRecord> {
+    let records = Arc::new(std::sync::Mutex::new(Vec::<StepRecord>::new()));
+    let engine = Engine::launch(
+        Some(Box::new(Recorder(Arc::clone(&records)))),
+        move |launch| {
+            launch.run(
+                &config.for_device(false),
+                vec![Box::new(FakeBackend::default())],
+            );
+            Ok(())
+        },
+    )
+    .unwrap();
+    random_workload(&engine, seed);
+    assert_eq!(engine.stats().requests_failed, 0);
+    drop(engine);
+    let records = records.lock().unwrap();
+    records.clone()
+}
 
 impl crate::StepObserver for Recorder {
     fn step(&mut self, record: &StepRecord) {
