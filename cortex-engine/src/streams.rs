@@ -174,16 +174,17 @@ impl Streams {
     fn take_free(&mut self, wanted: usize, last: &mut Option<StreamId>) -> Option<StreamId> {
         let next = last.map(|l| l + 1).filter(|n| self.free.contains(n));
         let stream = next.or_else(|| {
+            // The free set is ordered: a run continues while ids follow on.
             let mut longest: Option<(usize, StreamId)> = None;
-            let mut run: Option<(usize, StreamId)> = None;
-            let mut previous = None;
+            let (mut start, mut len) = (0, 0);
+            let mut previous: Option<StreamId> = None;
             for &id in &self.free {
-                run = match (run, previous) {
-                    (Some((len, start)), Some(p)) if id == p + 1 => Some((len + 1, start)),
-                    _ => Some((1, id)),
-                };
+                if previous.is_some_and(|p| id == p + 1) {
+                    len += 1;
+                } else {
+                    (start, len) = (id, 1);
+                }
                 previous = Some(id);
-                let (len, start) = run.expect("set above");
                 if len >= wanted {
                     return Some(start);
                 }
