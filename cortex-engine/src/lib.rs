@@ -147,10 +147,13 @@
 //!   where the timeline's count of llama.cpp's micro-batches says that
 //!   carries more tokens per micro-batch, on the step's real streams; the
 //!   scheduler plans the rest of a cut chunk next), `output` (stop
-//!   conditions, streamed text), `lifecycle` (the one path that ends a request
+//!   conditions, streamed text), `outbox` (a step's events, each channel's
+//!   handed over in one message at the step's end; a batched channel's
+//!   tokens wait up to its delay, an end never), `lifecycle` (the one path that ends a request
 //!   and owns the in-flight count; a request that offered tools has the calls
 //!   in each completion's text parsed into `tool_calls`; publishing the
-//!   statistics), `tally` (every count, sum and mean behind `EngineStats`,
+//!   statistics, which the loop does with an end, before it waits, and every
+//!   50 ms), `tally` (every count, sum and mean behind `EngineStats`,
 //!   changed only through methods named for what happened), `timeline` (the
 //!   step records of a watched loop, for `cortex run --trace`), `threads` (on a shared machine
 //!   the engine decodes with the cores other processes leave free: llama.cpp's
