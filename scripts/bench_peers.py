@@ -509,7 +509,11 @@ def main():
     parser.add_argument("--cortex", required=True)
     parser.add_argument("--peers", required=True, help="directory of llama-batched-bench and llama-server")
     parser.add_argument("--model", required=True)
-    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--threads", type=int, default=os.cpu_count(),
+                        help="the peers' threads, and cortex's on the CPU")
+    parser.add_argument("--cortex-threads", type=int,
+                        help="cortex's threads (default: --threads on the CPU; on a GPU 0, "
+                             "cortex's own choice for the device)")
     parser.add_argument("--batches", default="1,16,64")
     parser.add_argument("--jobs", default=",".join(JOBS))
     parser.add_argument("--slots", default="16,64")
@@ -540,10 +544,15 @@ def main():
                         help="with --timelines, trace cortex's runs only (no llama-server runs)")
     args = parser.parse_args()
     DEVICE = args.device
-    results = {"threads": args.threads, "device": args.device, "rounds": args.rounds,
+    cortex_threads = args.cortex_threads
+    if cortex_threads is None:
+        cortex_threads = args.threads if args.device == "cpu" else 0
+    results = {"threads": args.threads, "cortex_threads": cortex_threads, "device": args.device,
+               "rounds": args.rounds,
                "engine": [], "jobs": []}
 
-    print(f"threads: {args.threads}   device: {args.device}   model: {args.model}   "
+    print(f"threads: {args.threads} (cortex: {cortex_threads or 'for the device'})   "
+          f"device: {args.device}   model: {args.model}   "
           f"rounds: {args.rounds} (medians, min-max)\n")
     variants = []
     for spec in args.variant:
@@ -558,13 +567,13 @@ def main():
         log(f"engine: B = {b}")
         sides = [
             ("peer", lambda b=b: batched_bench(args.peers, args.model, args.threads, b)),
-            ("cortex", lambda b=b: cortex_bench(args.cortex, args.model, args.threads, b)),
+            ("cortex", lambda b=b: cortex_bench(args.cortex, args.model, cortex_threads, b)),
         ]
         if args.compare:
-            sides.append(("before", lambda b=b: cortex_bench(args.compare, args.model, args.threads, b)))
+            sides.append(("before", lambda b=b: cortex_bench(args.compare, args.model, cortex_threads, b)))
         for variant, env in (variants if args.engine_variants else []):
             sides.append((variant, lambda b=b, env=env: cortex_bench(
-                args.cortex, args.model, args.threads, b, env)))
+                args.cortex, args.model, cortex_threads, b, env)))
         runs = interleaved(args.engine_rounds or args.rounds, sides)
         peer, ours = ok(runs["peer"]), ok(runs["cortex"])
         results["engine"].append({"b": b, **runs})
@@ -608,12 +617,12 @@ def main():
         # of this English text), in llama.cpp's 256-token granules.
         slot_tokens = min(8192, max(
             (prompt_chars(i) // 3 + 32 + i["max_tokens"] + 255) // 256 * 256 for i in items))
-        sides = [("cortex run", lambda: cortex_run(args.cortex, args.model, args.threads, items))]
+        sides = [("cortex run", lambda: cortex_run(args.cortex, args.model, cortex_threads, items))]
         for variant, env in ([] if args.variants_traced_only else variants):
             sides.append((f"cortex {variant}", lambda env=env: cortex_run(
-                args.cortex, args.model, args.threads, items, extra_env=env)))
+                args.cortex, args.model, cortex_threads, items, extra_env=env)))
         if args.compare:
-            sides.append(("cortex before", lambda: cortex_run(args.compare, args.model, args.threads,
+            sides.append(("cortex before", lambda: cortex_run(args.compare, args.model, cortex_threads,
                                                               items)))
         for n in job_slots.get(name, slots):
             sides.append((f"llama-server -np{n}", lambda n=n: server_run(
@@ -641,11 +650,11 @@ def main():
                   flush=True)
         if args.timelines:
             log(f"job {name}: timelines")
-            ours = cortex_run(args.cortex, args.model, args.threads, items, trace=True)
+            ours = cortex_run(args.cortex, args.model, cortex_threads, items, trace=True)
             print(f"\nwhere the time goes, job {name} (one untimed run each):\n"
                   f"cortex run ({ours['seconds']:.1f} s with --trace)\n{ours['trace']}")
             for variant, env in variants:
-                theirs = cortex_run(args.cortex, args.model, args.threads, items, extra_env=env,
+                theirs = cortex_run(args.cortex, args.model, cortex_threads, items, extra_env=env,
                                     trace=True)
                 print(f"cortex {variant} ({theirs['seconds']:.1f} s with --trace)\n{theirs['trace']}")
             if not args.timelines_cortex_only:

@@ -35,7 +35,9 @@
 #       `--variant loops4:CORTEX_STEP_LOOPS=4 --timelines` (the job times
 #       and each one's trace summary, against the default; with
 #       `--engine-variants` the engine decode rows too, e.g. the decode
-#       threads of a model wholly on the GPU, `t1:CORTEX_THREADS=1`). Where a step's
+#       threads of a model wholly on the GPU, one a loop by default, against
+#       every core, `t16:CORTEX_THREADS=16`). cortex's threads are its own
+#       choice for the device unless `--cortex-threads N`. Where a step's
 #       device time goes, by graph operation: `KIT/bin/cortex bench --batch
 #       256 --no-prefix --profile-ops` there.
 #

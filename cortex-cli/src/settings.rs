@@ -471,8 +471,10 @@ settings! {
     /// `:`-separated.
     model_dirs: String = String::new();
     Model, "DIRS";
-    /// llama.cpp threads (0: every core, adapting to other processes' load).
-    threads: usize = 0;
+    /// llama.cpp threads of each step loop (0: for the device, every core,
+    /// adapting to other processes' load; one on a GPU that holds the whole
+    /// model, where llama.cpp computes only the input embeddings on the CPU).
+    threads: usize = EngineConfig::FOR_DEVICE;
     Engine, "N";
     /// Sequences decoded at once, over every step loop (0: for the device,
     /// 64 on the CPU, 256 a loop on a GPU).

@@ -97,7 +97,9 @@ pub struct EngineConfig {
     /// so a step that holds more, prompt chunks and fillers beside its
     /// decode tokens, should not take two).
     pub micro_batch_tokens: usize,
-    /// CPU threads for llama.cpp; 0 means all available cores.
+    /// CPU threads for llama.cpp, each step loop's. 0: for the device: every
+    /// available core, adapting to the load of other processes, unless a GPU
+    /// holds the whole model ([`EngineConfig::GPU_THREADS`]).
     pub threads: usize,
     /// Share the KV of common prompt prefixes between requests.
     pub prefix_sharing: bool,
@@ -130,6 +132,19 @@ pub struct EngineConfig {
     /// `llama3`, `gemma`, ...: `chat_template_names`), a file holding one, or
     /// the template's text (Jinja).
     pub chat_template: Option<String>,
+}
+
+/// What computes a model's layers: the device [`EngineConfig::for_device`]
+/// sizes settings for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ComputedOn {
+    /// The CPU, or a GPU sized as the CPU is: an integrated one, which shares
+    /// the CPU's memory, or one drawn in software, at the CPU's speed.
+    Cpu,
+    /// A GPU with memory of its own, some layers left to the CPU.
+    GpuAndCpu,
+    /// A GPU with memory of its own holding every layer.
+    Gpu,
 }
 
 impl EngineConfig {
@@ -206,6 +221,16 @@ impl EngineConfig {
     /// ([`EngineConfig::decode_tokens`]).
     pub const GPU_MICRO_BATCH_TOKENS: usize = usize::MAX;
 
+    /// llama.cpp threads of each step loop when a GPU holds the whole model:
+    /// one. All that llama.cpp computes on the CPU then is the input
+    /// embeddings (a row looked up per token, microseconds a step), yet a
+    /// pool of threads makes every decode wake them, and between graphs
+    /// ggml's threads poll for work for far longer than a GPU step lasts, so
+    /// they never rest: two loops of one thread per core kept twice as many
+    /// threads spinning as the machine has cores, beside the loops' own host
+    /// work and the GPU's launches.
+    pub const GPU_THREADS: usize = 1;
+
     /// Defaults for `model`: sequences, step loops and KV span for the
     /// device, streams sized from the requests, 16-token blocks, 512-token
     /// batches, all cores, prefix sharing on, a 10-minute stall timeout.
@@ -252,10 +277,10 @@ impl EngineConfig {
         }
     }
 
-    /// These settings with every size left to the device chosen for it: a
-    /// GPU with memory of its own (`on_gpu`), or the CPU (an integrated GPU
-    /// shares the CPU's memory and is sized as the CPU is).
-    pub fn for_device(&self, on_gpu: bool) -> Self {
+    /// These settings with every size left to the device chosen for the one
+    /// that computes the model (`computed_on`).
+    pub fn for_device(&self, computed_on: ComputedOn) -> Self {
+        let on_gpu = computed_on != ComputedOn::Cpu;
         let pick = |value: usize, cpu: usize, gpu: usize| match value {
             Self::FOR_DEVICE if on_gpu => gpu,
             Self::FOR_DEVICE => cpu,
@@ -268,9 +293,14 @@ impl EngineConfig {
             Self::FOR_DEVICE => Self::CPU_PARALLEL * step_loops,
             parallel => parallel,
         };
+        let threads = match self.threads {
+            0 if computed_on == ComputedOn::Gpu => Self::GPU_THREADS,
+            threads => threads,
+        };
         Self {
             parallel,
             step_loops,
+            threads,
             step_cells: pick(self.step_cells, Self::CPU_STEP_CELLS, usize::MAX),
             micro_batch_tokens: pick(
                 self.micro_batch_tokens,
@@ -372,7 +402,7 @@ impl EngineConfig {
 
 #[cfg(test)]
 mod tests {
-    use super::EngineConfig;
+    use super::{ComputedOn, EngineConfig};
 
     #[test]
     fn sizes_no_backend_could_allocate_are_refused_by_name() {
@@ -404,18 +434,41 @@ mod tests {
     fn a_gpu_computes_a_whole_decode_call_in_one_micro_batch_and_the_cpu_in_512s() {
         let mut config = EngineConfig::new("m");
         config.max_batch_tokens = 2048;
-        let cpu = config.for_device(false).per_loop();
+        let cpu = config.for_device(ComputedOn::Cpu).per_loop();
         assert_eq!(cpu.micro_batch_tokens(), 512);
-        let gpu = config.for_device(true).per_loop();
+        let gpu = config.for_device(ComputedOn::Gpu).per_loop();
         assert_eq!(gpu.micro_batch_tokens(), gpu.decode_tokens());
         assert_eq!(gpu.decode_tokens(), 2048 + EngineConfig::GPU_PARALLEL);
         // A size given is kept on either device, within the decode call.
         config.micro_batch_tokens = 1024;
-        assert_eq!(config.for_device(true).micro_batch_tokens(), 1024);
+        assert_eq!(
+            config.for_device(ComputedOn::Gpu).micro_batch_tokens(),
+            1024
+        );
         config.micro_batch_tokens = 100_000;
         assert_eq!(
-            config.for_device(false).per_loop().micro_batch_tokens(),
+            config
+                .for_device(ComputedOn::Cpu)
+                .per_loop()
+                .micro_batch_tokens(),
             2048 + 64
         );
+    }
+
+    #[test]
+    fn a_gpu_holding_the_whole_model_decodes_with_one_thread_a_loop() {
+        let mut config = EngineConfig::new("m");
+        assert_eq!(config.for_device(ComputedOn::Gpu).per_loop().threads, 1);
+        // Where the CPU computes layers, every core, adapting to the load.
+        for computed_on in [ComputedOn::Cpu, ComputedOn::GpuAndCpu] {
+            let sized = config.for_device(computed_on).per_loop();
+            assert_eq!(sized.threads, 0);
+            assert_eq!(sized.adaptive_threads(), Some(sized.effective_threads()));
+        }
+        // A count given is kept everywhere.
+        config.threads = 6;
+        for computed_on in [ComputedOn::Cpu, ComputedOn::GpuAndCpu, ComputedOn::Gpu] {
+            assert_eq!(config.for_device(computed_on).per_loop().threads, 6);
+        }
     }
 }

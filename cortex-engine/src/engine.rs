@@ -147,7 +147,7 @@ impl Engine {
     {
         Self::launch(None, move |launch| {
             let backend = make()?;
-            let mut config = config.for_device(false);
+            let mut config = config.for_device(crate::config::ComputedOn::Cpu);
             config.step_loops = 1;
             launch.run(&config, vec![Box::new(backend)]);
             Ok(())

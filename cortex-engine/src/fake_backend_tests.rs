@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::{
-    Backend, BackendError, BatchToken, Engine, EngineConfig, EngineError, EngineEvent,
+    Backend, BackendError, BatchToken, ComputedOn, Engine, EngineConfig, EngineError, EngineEvent,
     EngineHealth, KvLayout, StepRecord, StreamId,
 };
 use cortex_request::{
@@ -779,7 +779,7 @@ fn recorded_workload(config: EngineConfig, seed: u64) -> Vec<StepRecord> {
         Some(Box::new(Recorder(Arc::clone(&records)))),
         move |launch| {
             launch.run(
-                &config.for_device(false),
+                &config.for_device(ComputedOn::Cpu),
                 vec![Box::new(FakeBackend::default())],
             );
             Ok(())

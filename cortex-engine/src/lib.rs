@@ -36,7 +36,7 @@
 //! Here, a model that answers `!` to everything:
 //!
 //! ```
-//! use cortex_engine::{Backend, BackendError, BatchToken, Engine, EngineConfig, EngineEvent};
+//! use cortex_engine::{Backend, BackendError, BatchToken, ComputedOn, Engine, EngineConfig, EngineEvent};
 //! use cortex_engine::{KvLayout, StreamId};
 //! use cortex_request::{ChatMessage, Request, RequestId, SamplingParams, TokenId};
 //!
@@ -76,7 +76,7 @@
 //!     let mut logits = vec![0.0; 256];
 //!     logits[usize::from(b'!')] = 1.0;
 //!     let layout = KvLayout { streams: 1, capacity: 64 };
-//!     let sized = config.for_device(false).per_loop();
+//!     let sized = config.for_device(ComputedOn::Cpu).per_loop();
 //!     launch.run(&sized, vec![Box::new(Exclaim { layout, logits })]);
 //!     Ok(())
 //! })?;
@@ -223,7 +223,7 @@ pub mod toy;
 pub use backend::{
     Backend, BackendError, BatchToken, EMBED_SEQUENCES, KvLayout, StreamId, TokenGrammar,
 };
-pub use config::EngineConfig;
+pub use config::{ComputedOn, EngineConfig};
 pub use engine::{Engine, Launch};
 pub use error::EngineError;
 pub use events::{EngineEvent, EngineStats, StepObserver, StepRecord};

@@ -51,8 +51,9 @@ impl BenchRow {
 /// Settings shared by both sides of a comparison.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BenchSettings {
-    /// CPU threads; 0: every core, adapted by the engine to other processes'
-    /// load (the plain loop uses every core).
+    /// CPU threads; 0: the engine's for the device (every core, adapted to
+    /// other processes' load; one a loop on a GPU that holds the whole
+    /// model), and every core for the plain loop.
     pub threads: usize,
     /// Prompt tokens per sequence.
     pub pp: usize,

@@ -3,7 +3,9 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use cortex_engine::{CpuKernels, Device, DeviceChoice, EngineError, GpuLayers, ModelPlacement};
+use cortex_engine::{
+    ComputedOn, CpuKernels, Device, DeviceChoice, EngineError, GpuLayers, ModelPlacement,
+};
 use cortex_models::read_gguf;
 use cortex_request::TokenId;
 
@@ -160,12 +162,21 @@ impl Model {
                 .is_some_and(|gpu| gpu.supports_argmax(self.n_vocab()))
     }
 
-    /// Whether its layers run on a GPU with memory of its own (not the CPU,
-    /// nor an integrated GPU that shares the CPU's memory, nor a GPU drawn
-    /// in software, which computes at the CPU's speed).
-    pub(crate) fn on_discrete_gpu(&self) -> bool {
-        self.gpu
-            .is_some_and(|gpu| gpu.kind() == RawDeviceKind::Gpu && !gpu.is_software())
+    /// What computes its layers, for sizing: a GPU with memory of its own,
+    /// all of them or some beside the CPU, or else the CPU (an integrated
+    /// GPU shares the CPU's memory, and one drawn in software computes at
+    /// the CPU's speed).
+    pub(crate) fn computed_on(&self) -> ComputedOn {
+        let discrete = self
+            .gpu
+            .is_some_and(|gpu| gpu.kind() == RawDeviceKind::Gpu && !gpu.is_software());
+        if !discrete {
+            ComputedOn::Cpu
+        } else if self.gpu_share >= 1.0 {
+            ComputedOn::Gpu
+        } else {
+            ComputedOn::GpuAndCpu
+        }
     }
 
     /// The GPU's free and total memory now, bytes; `None` on the CPU.

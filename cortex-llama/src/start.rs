@@ -32,11 +32,11 @@ pub fn start_observed(
     Engine::launch(observer, move |launch| {
         let model = load_model(&load)?;
         launch.place(Arc::new(model.placement()));
-        let each = load.for_device(model.on_discrete_gpu()).per_loop();
+        let each = load.for_device(model.computed_on()).per_loop();
         let context = ContextConfig {
             max_batch_tokens: each.decode_tokens(),
             micro_batch_tokens: each.micro_batch_tokens(),
-            threads: load.effective_threads(),
+            threads: each.effective_threads(),
             sample_on_device: load.sample_on_device,
         };
         let mut backends: Vec<Box<dyn Backend + Send + '_>> = Vec::new();

@@ -62,7 +62,7 @@ fn report_tables(report: &BenchReport) -> String {
         "model: {}\nthreads: {}\ndevice: {}, CPU kernels: {}\nbest of {} runs per row{}\n",
         report.model.display(),
         match report.plan.engine.threads {
-            0 => "every core, adapted to other processes' load".to_owned(),
+            0 => "for the device (every core, adapted to other processes' load; on a GPU that holds the whole model, one a step loop)".to_owned(),
             n => n.to_string(),
         },
         report.plan.engine.device,
