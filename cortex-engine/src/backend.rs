@@ -20,6 +20,21 @@ pub struct BatchToken {
     pub logits: bool,
 }
 
+/// A stream whose first cells are a copy of another stream's (a prompt
+/// prefix several sequences share, copied by [`Backend::copy_stream`]), so
+/// attention may read the other's cells for it: see
+/// [`Backend::share_prefixes`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PrefixShare {
+    /// The stream holding the copy.
+    pub stream: StreamId,
+    /// The stream it copies (the lowest id holding those cells; perhaps
+    /// `stream` itself).
+    pub source: StreamId,
+    /// Positions `0..cells` are the same bytes in both.
+    pub cells: usize,
+}
+
 /// Most inputs one [`Backend::embed`] call takes (sequences of the
 /// embedding context).
 pub const EMBED_SEQUENCES: usize = 64;
@@ -155,6 +170,17 @@ pub trait Backend {
     /// backend queues the work and returns): what the loop times as the
     /// device's share of a step.
     fn synchronize(&mut self) {}
+    /// Whether the backend's attention can read a prefix that several
+    /// streams of a decode hold copies of once for all of them (then the
+    /// loop tells it which before every decode, see
+    /// [`Backend::share_prefixes`]).
+    fn reads_shared_prefixes(&self) -> bool {
+        false
+    }
+    /// The streams of the next decodes that hold copies of another
+    /// stream's first cells. A backend may read the source's cells in their
+    /// place, as long as every result stays what the stream's own cells give.
+    fn share_prefixes(&mut self, _shares: &[PrefixShare]) {}
     /// Replaces everything `dst` holds with a copy of what `src` holds (in
     /// llama.cpp a copy of the whole stream's buffer, done at the next decode,
     /// before that decode writes anything).

@@ -221,7 +221,8 @@ mod text;
 pub mod toy;
 
 pub use backend::{
-    Backend, BackendError, BatchToken, EMBED_SEQUENCES, KvLayout, StreamId, TokenGrammar,
+    Backend, BackendError, BatchToken, EMBED_SEQUENCES, KvLayout, PrefixShare, StreamId,
+    TokenGrammar,
 };
 pub use config::{ComputedOn, EngineConfig};
 pub use engine::{Engine, Launch};

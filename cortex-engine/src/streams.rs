@@ -28,7 +28,7 @@ use std::collections::{BTreeSet, HashMap};
 use cortex_kv::{BlockId, BlockState, KvCache};
 use cortex_request::RequestId;
 
-use crate::backend::{Backend, StreamId};
+use crate::backend::{Backend, PrefixShare, StreamId};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Role {
@@ -388,6 +388,31 @@ impl Streams {
         }
     }
 
+    /// Of `streams`, those whose first blocks another stream holds too (a
+    /// copy of a shared prompt prefix): with the lowest id among the holders
+    /// of their deepest such block, and its cells. Streams that share a
+    /// block share every block before it, so the holders of a block hold
+    /// the same bytes up to its end.
+    pub(crate) fn shared_prefixes(&self, streams: &[StreamId]) -> Vec<PrefixShare> {
+        let held = |block: &BlockId| self.holders.get(block).map_or(0, Vec::len);
+        streams
+            .iter()
+            .filter_map(|&stream| {
+                let chain = &self.stream(stream).chain;
+                // Holders only fall with depth: the deepest shared block is
+                // the last of the run held twice or more.
+                let depth = chain.partition_point(|b| held(b) >= 2);
+                let deepest = chain.get(depth.checked_sub(1)?)?;
+                let source = *self.holders[deepest].iter().min()?;
+                Some(PrefixShare {
+                    stream,
+                    source,
+                    cells: depth * self.block_size,
+                })
+            })
+            .collect()
+    }
+
     /// The position at which `stream` can take a throwaway token (see
     /// [`crate::EngineConfig::gap_fill`]): where its cells end, unless it is
     /// full.
@@ -522,5 +547,32 @@ mod tests {
         // More than any run holds: the longest run first.
         streams.free = [0, 1, 5, 6, 7, 9].into_iter().collect();
         assert_eq!(streams.take_free(4, &mut None), Some(5));
+    }
+
+    #[test]
+    fn streams_that_hold_copies_of_a_prefix_name_its_lowest_holder_and_its_cells() {
+        let mut streams = Streams::new(6, 256, 16);
+        // Stream 0 keeps a prefix of three blocks; 1 and 2 copied all of it,
+        // 3 its first two; 4 and 5 share nothing.
+        for (stream, chain) in [
+            (0, vec![10, 11, 12]),
+            (1, vec![10, 11, 12, 20]),
+            (2, vec![10, 11, 12, 21]),
+            (3, vec![10, 11, 30]),
+            (4, vec![40]),
+        ] {
+            assert!(streams.set_chain(stream, &chain).is_empty());
+        }
+        let share = |stream, source, cells| PrefixShare {
+            stream,
+            source,
+            cells,
+        };
+        assert_eq!(
+            streams.shared_prefixes(&[1, 2, 3, 4, 5]),
+            [share(1, 0, 48), share(2, 0, 48), share(3, 0, 32)]
+        );
+        // The lowest holder even when it is the stream itself.
+        assert_eq!(streams.shared_prefixes(&[0]), [share(0, 0, 48)]);
     }
 }

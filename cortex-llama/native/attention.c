@@ -1,7 +1,9 @@
 // cortex's CPU attention kernel (see attention.h for the contract).
 //
 // Two passes per work item (one KV head, one block of query rows, all the
-// heads of that KV head's group):
+// heads of that KV head's group; or the queries of several sequences that
+// hold copies of one prompt prefix, whose blocks are converted once for all
+// of them, see ck_attention_group):
 // 1. Scores. Per block of 16 cells, K is converted from fp16 and transposed
 //    once (lane c of row d holds cell c's element d), so a query's 16 scores
 //    are dk fused multiply-adds with its elements broadcast; scaled, masked,
@@ -32,9 +34,11 @@ int64_t ck_attention_items(const struct ck_attention * a) {
 }
 
 // Per thread: scores and weights (R x cells), K transposed (dk x 16),
-// V converted (16 x dv), the queries (R x dk), the sums (R x (dv + 16)).
+// V converted (16 x dv), the queries (R x dk), the sums (R x (dv + 16)),
+// for the most queries an item has (a group's included).
 size_t ck_attention_scratch_floats(const struct ck_attention * a) {
-    const int64_t r = group_size(a) * CK_ATTENTION_ROWS;
+    const int64_t own = group_size(a) * CK_ATTENTION_ROWS;
+    const int64_t r = own > CK_ATTENTION_GROUP_QUERIES ? own : CK_ATTENTION_GROUP_QUERIES;
     const int64_t cells = (a->cells + BLOCK - 1) / BLOCK * BLOCK;
     return (size_t)(r * cells + a->dk * BLOCK + BLOCK * a->dv + r * a->dk + r * (a->dv + BLOCK) + 64);
 }
@@ -180,10 +184,113 @@ CK_ATT static void accumulate_any(const float * vf, const float * p, float * sum
     }
 }
 
-CK_ATT static void attention_item(const struct ck_attention * a, int64_t index, float * scratch) {
-    const struct item it = item_of(a, index);
+// Scores of queries lo..hi-1 over the block of n cells at c0, K row c of the
+// block at kbase + (c0 + c) * k_nb[1]; false (and their scores -inf) when
+// every one of them is masked there.
+CK_ATT static bool score_queries(const struct ck_attention * a, const char * kbase, int64_t c0, int n, int64_t lo,
+                                 int64_t hi, const uint16_t * const * masks, const float * qs, float * scores,
+                                 int64_t padded, float * kt, __m512 scale) {
+    const int64_t dk = a->dk;
+    bool any = false;
+    for (int64_t r = lo; r < hi; r++) {
+        const __m512 m = mask16(masks[r], c0, n);
+        _mm512_storeu_ps(scores + r * padded + c0, m);
+        any |= _mm512_cmp_ps_mask(m, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ) != 0;
+    }
+    if (!any) {
+        return false;  // every query's scores stay -inf here
+    }
+    for (int64_t d0 = 0; d0 < dk; d0 += BLOCK) {
+        __m512 rows[BLOCK];
+        for (int c = 0; c < BLOCK; c++) {
+            rows[c] = c < n ? _mm512_cvtph_ps(_mm256_loadu_si256(
+                                  (const __m256i *)((const uint16_t *)(kbase + (c0 + c) * (int64_t)a->k_nb[1]) + d0)))
+                            : _mm512_setzero_ps();
+        }
+        transpose16(rows);
+        for (int d = 0; d < BLOCK; d++) {
+            _mm512_storeu_ps(kt + (d0 + d) * BLOCK, rows[d]);
+        }
+    }
+    // Three queries at a time, each over d in four interleaved partial
+    // sums (twelve independent chains), added in a fixed order: a query's
+    // score is the same whichever others share the call.
+    for (int64_t r0 = lo; r0 < hi; r0 += 3) {
+        float * first = scores + r0 * padded + c0;
+        switch (hi - r0 < 3 ? hi - r0 : 3) {
+            case 1: score_block(kt, qs + r0 * dk, dk, first, padded, scale, 1); break;
+            case 2: score_block(kt, qs + r0 * dk, dk, first, padded, scale, 2); break;
+            default: score_block(kt, qs + r0 * dk, dk, first, padded, scale, 3); break;
+        }
+    }
+    return true;
+}
+
+// Weights of queries lo..hi-1 over the block of n cells at c0 (their scores
+// become exp(score - max)), then the block's values, V row c at vbase +
+// (c0 + c) * v_nb[1], added to their sums cell by cell.
+CK_ATT static void weigh_queries(const struct ck_attention * a, const char * vbase, int64_t c0, int n, int64_t lo,
+                                 int64_t hi, const float * maxima, float * scores, int64_t padded, float * vf,
+                                 float * sums) {
+    const int64_t dv = a->dv;
+    bool any = false;
+    for (int64_t r = lo; r < hi; r++) {
+        float * s = scores + r * padded + c0;
+        if (maxima[r] == -INFINITY) {
+            continue;
+        }
+        const __m512 p = exp16(_mm512_sub_ps(_mm512_loadu_ps(s), _mm512_set1_ps(maxima[r])));
+        _mm512_storeu_ps(s, p);
+        any |= _mm512_cmp_ps_mask(p, _mm512_setzero_ps(), _CMP_NEQ_OQ) != 0;
+    }
+    if (!any) {
+        return;
+    }
+    for (int c = 0; c < n; c++) {
+        const uint16_t * vr = (const uint16_t *)(vbase + (c0 + c) * (int64_t)a->v_nb[1]);
+        for (int64_t d0 = 0; d0 < dv; d0 += BLOCK) {
+            _mm512_storeu_ps(vf + c * dv + d0, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vr + d0))));
+        }
+    }
+    const int64_t chunks = dv / BLOCK;
+    // Queries whose sums fit in registers together (24 of the 32); each
+    // query's sums are its own chains, in cell order, whoever shares the call.
+    const int64_t per_group = chunks == 4 ? 4 : chunks == 8 ? 2 : 1;
+    for (int64_t r0 = lo; r0 < hi; r0 += per_group) {
+        const int nq = (int)(hi - r0 < per_group ? hi - r0 : per_group);
+        const float * p = scores + r0 * padded + c0;
+        float * acc = sums + r0 * (dv + BLOCK);
+        switch (chunks * 8 + nq) {
+#    define CK_ACC(ch, q) \
+        case (ch) * 8 + (q): accumulate_block(vf, p, padded, acc, n, ch, q); break;
+            CK_ACC(4, 1) CK_ACC(4, 2) CK_ACC(4, 3) CK_ACC(4, 4)
+            CK_ACC(8, 1) CK_ACC(8, 2)
+            CK_ACC(16, 1)
+#    undef CK_ACC
+            default:
+                for (int j = 0; j < nq; j++) {
+                    accumulate_any(vf, p + j * padded, acc + j * (dv + BLOCK), n, chunks);
+                }
+                break;
+        }
+    }
+}
+
+// The queries of n work items of one KV head (`its`, one row block each
+// when n > 1), computed together: cells below `shared` (a multiple of 16)
+// from the stream whose K and V lie `k_off` and `v_off` bytes from a->k and
+// a->v (each member holds a copy of them), once for every query; the rest
+// from each member's own stream. A query's operations are the same as
+// alone, so its result is too, bit for bit.
+CK_ATT static void attend(const struct ck_attention * a, const struct item * its, int64_t n, int64_t shared,
+                          ptrdiff_t k_off, ptrdiff_t v_off, float * scratch) {
     const int64_t group = group_size(a);
-    const int64_t R = group * it.nrows;
+    int64_t first[CK_ATTENTION_GROUP_SEQS + 1];
+    first[0] = 0;
+    for (int64_t m = 0; m < n; m++) {
+        first[m + 1] = first[m] + group * its[m].nrows;
+    }
+    const int64_t R = first[n];
     const int64_t dk = a->dk, dv = a->dv;
     const int64_t cells = a->cells;
     const int64_t padded = (cells + BLOCK - 1) / BLOCK * BLOCK;
@@ -193,110 +300,63 @@ CK_ATT static void attention_item(const struct ck_attention * a, int64_t index, 
     float * qs = vf + BLOCK * dv;                  // R x dk
     float * sums = qs + R * dk;                    // R x (dv + 16)
     const uint16_t * masks[MAX_QUERIES];
-    for (int64_t r = 0; r < R; r++) {
-        const int64_t head = head_of(a, &it, r), row = row_of(&it, r, group);
-        memcpy(qs + r * dk, query(a, &it, head, row), sizeof(float) * (size_t)dk);
-        masks[r] = mask_row(a, &it, head, row);
+    for (int64_t m = 0; m < n; m++) {
+        for (int64_t r = 0; r < first[m + 1] - first[m]; r++) {
+            const int64_t head = head_of(a, &its[m], r), row = row_of(&its[m], r, group);
+            memcpy(qs + (first[m] + r) * dk, query(a, &its[m], head, row), sizeof(float) * (size_t)dk);
+            masks[first[m] + r] = mask_row(a, &its[m], head, row);
+        }
     }
     const __m512 scale = _mm512_set1_ps(a->scale);
+    const int64_t g = its[0].g;
+    const char * shared_k = (const char *)a->k + k_off + g * (int64_t)a->k_nb[2];
+    const char * shared_v = (const char *)a->v + v_off + g * (int64_t)a->v_nb[2];
+#    define OWN_K(m) ((const char *)k_row(a, &its[m], 0))
+#    define OWN_V(m) ((const char *)v_row(a, &its[m], 0))
 
     // Pass 1: scores.
     for (int64_t c0 = 0; c0 < cells; c0 += BLOCK) {
-        const int n = (int)(cells - c0 < BLOCK ? cells - c0 : BLOCK);
-        bool any = false;
-        for (int64_t r = 0; r < R; r++) {
-            const __m512 m = mask16(masks[r], c0, n);
-            _mm512_storeu_ps(scores + r * padded + c0, m);
-            any |= _mm512_cmp_ps_mask(m, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ) != 0;
+        const int nc = (int)(cells - c0 < BLOCK ? cells - c0 : BLOCK);
+        if (c0 < shared) {
+            score_queries(a, shared_k, c0, nc, 0, R, masks, qs, scores, padded, kt, scale);
+            continue;
         }
-        if (!any) {
-            continue;  // every query's scores stay -inf here
-        }
-        for (int64_t d0 = 0; d0 < dk; d0 += BLOCK) {
-            __m512 rows[BLOCK];
-            for (int c = 0; c < BLOCK; c++) {
-                rows[c] = c < n ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(k_row(a, &it, c0 + c) + d0)))
-                                : _mm512_setzero_ps();
-            }
-            transpose16(rows);
-            for (int d = 0; d < BLOCK; d++) {
-                _mm512_storeu_ps(kt + (d0 + d) * BLOCK, rows[d]);
-            }
-        }
-        // Three queries at a time, each over d in four interleaved partial
-        // sums (twelve independent chains), added in a fixed order.
-        for (int64_t r0 = 0; r0 < R; r0 += 3) {
-            float * first = scores + r0 * padded + c0;
-            switch (R - r0 < 3 ? R - r0 : 3) {
-                case 1: score_block(kt, qs + r0 * dk, dk, first, padded, scale, 1); break;
-                case 2: score_block(kt, qs + r0 * dk, dk, first, padded, scale, 2); break;
-                default: score_block(kt, qs + r0 * dk, dk, first, padded, scale, 3); break;
-            }
+        for (int64_t m = 0; m < n; m++) {
+            score_queries(a, OWN_K(m), c0, nc, first[m], first[m + 1], masks, qs, scores, padded, kt, scale);
         }
     }
 
     // Pass 2: weights, then values cell by cell.
     float maxima[MAX_QUERIES];
     for (int64_t r = 0; r < R; r++) {
-        __m512 m = _mm512_set1_ps(-INFINITY);
+        __m512 mx = _mm512_set1_ps(-INFINITY);
         for (int64_t c0 = 0; c0 < padded; c0 += BLOCK) {
-            m = _mm512_max_ps(m, _mm512_loadu_ps(scores + r * padded + c0));
+            mx = _mm512_max_ps(mx, _mm512_loadu_ps(scores + r * padded + c0));
         }
-        maxima[r] = _mm512_reduce_max_ps(m);
+        maxima[r] = _mm512_reduce_max_ps(mx);
         memset(sums + r * (dv + BLOCK), 0, sizeof(float) * (size_t)(dv + BLOCK));
     }
-    const int64_t chunks = dv / BLOCK;
-    // Queries whose sums fit in registers together (24 of the 32).
-    const int64_t per_group = chunks == 4 ? 4 : chunks == 8 ? 2 : 1;
     for (int64_t c0 = 0; c0 < cells; c0 += BLOCK) {
-        const int n = (int)(cells - c0 < BLOCK ? cells - c0 : BLOCK);
-        bool any = false;
-        for (int64_t r = 0; r < R; r++) {
-            float * s = scores + r * padded + c0;
-            if (maxima[r] == -INFINITY) {
-                continue;
-            }
-            const __m512 p = exp16(_mm512_sub_ps(_mm512_loadu_ps(s), _mm512_set1_ps(maxima[r])));
-            _mm512_storeu_ps(s, p);
-            any |= _mm512_cmp_ps_mask(p, _mm512_setzero_ps(), _CMP_NEQ_OQ) != 0;
-        }
-        if (!any) {
+        const int nc = (int)(cells - c0 < BLOCK ? cells - c0 : BLOCK);
+        if (c0 < shared) {
+            weigh_queries(a, shared_v, c0, nc, 0, R, maxima, scores, padded, vf, sums);
             continue;
         }
-        for (int c = 0; c < n; c++) {
-            const uint16_t * vr = v_row(a, &it, c0 + c);
-            for (int64_t d0 = 0; d0 < dv; d0 += BLOCK) {
-                _mm512_storeu_ps(vf + c * dv + d0, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vr + d0))));
-            }
-        }
-        // A few queries at a time with their sums in registers, cells in
-        // order: independent chains, each query's sums in cell order.
-        for (int64_t r0 = 0; r0 < R; r0 += per_group) {
-            const int nq = (int)(R - r0 < per_group ? R - r0 : per_group);
-            const float * p = scores + r0 * padded + c0;
-            float * acc = sums + r0 * (dv + BLOCK);
-            switch (chunks * 8 + nq) {
-#    define CK_ACC(ch, q) \
-        case (ch) * 8 + (q): accumulate_block(vf, p, padded, acc, n, ch, q); break;
-                CK_ACC(4, 1) CK_ACC(4, 2) CK_ACC(4, 3) CK_ACC(4, 4)
-                CK_ACC(8, 1) CK_ACC(8, 2)
-                CK_ACC(16, 1)
-#    undef CK_ACC
-                default:
-                    for (int j = 0; j < nq; j++) {
-                        accumulate_any(vf, p + j * padded, acc + j * (dv + BLOCK), n, chunks);
-                    }
-                    break;
-            }
+        for (int64_t m = 0; m < n; m++) {
+            weigh_queries(a, OWN_V(m), c0, nc, first[m], first[m + 1], maxima, scores, padded, vf, sums);
         }
     }
-    for (int64_t r = 0; r < R; r++) {
-        float * out = output(a, &it, head_of(a, &it, r), row_of(&it, r, group));
-        const float * acc = sums + r * (dv + BLOCK);
-        const float total = acc[dv];
-        const __m512 inv = _mm512_set1_ps(total == 0.0f ? 0.0f : 1.0f / total);
-        for (int64_t d0 = 0; d0 < dv; d0 += BLOCK) {
-            _mm512_storeu_ps(out + d0, _mm512_mul_ps(_mm512_loadu_ps(acc + d0), inv));
+#    undef OWN_K
+#    undef OWN_V
+    for (int64_t m = 0; m < n; m++) {
+        for (int64_t r = 0; r < first[m + 1] - first[m]; r++) {
+            float * out = output(a, &its[m], head_of(a, &its[m], r), row_of(&its[m], r, group));
+            const float * acc = sums + (first[m] + r) * (dv + BLOCK);
+            const float total = acc[dv];
+            const __m512 inv = _mm512_set1_ps(total == 0.0f ? 0.0f : 1.0f / total);
+            for (int64_t d0 = 0; d0 < dv; d0 += BLOCK) {
+                _mm512_storeu_ps(out + d0, _mm512_mul_ps(_mm512_loadu_ps(acc + d0), inv));
+            }
         }
     }
 }
@@ -305,10 +365,25 @@ CK_ATT static void attention_item(const struct ck_attention * a, int64_t index, 
 
 void ck_attention_item(const struct ck_attention * a, int64_t item, float * scratch) {
 #if CK_ATTENTION_X86
-    attention_item(a, item, scratch);
+    const struct item it = item_of(a, item);
+    attend(a, &it, 1, 0, 0, 0, scratch);
 #else
     (void)a, (void)item, (void)scratch;
     abort();  // registered only on x86 with AVX-512
+#endif
+}
+
+void ck_attention_group_item(const struct ck_attention * a, const struct ck_attention_group * group, float * scratch) {
+#if CK_ATTENTION_X86
+    struct item its[CK_ATTENTION_GROUP_SEQS];
+    for (int64_t m = 0; m < group->n; m++) {
+        // Each member's one row block at KV head g.
+        its[m] = item_of(a, (group->seqs[m] * a->kv_heads + group->g) * row_blocks(a));
+    }
+    attend(a, its, group->n, group->cells, group->k_offset, group->v_offset, scratch);
+#else
+    (void)a, (void)group, (void)scratch;
+    abort();
 #endif
 }
 

@@ -10,7 +10,10 @@
 // the batch, unlike llama.cpp's CPU kernel, whose online softmax rescales
 // at its 16-cell tile boundaries. Queries that share a KV head (grouped-
 // query attention) and a block of rows share each converted block of K
-// and V.
+// and V; so do the queries of sequences whose streams hold copies of one
+// prompt prefix, for the prefix's cells (ck_attention_group): each block of
+// the prefix is read and converted once for all of them instead of once
+// per sequence.
 
 #ifndef CORTEX_ATTENTION_H
 #define CORTEX_ATTENTION_H
@@ -39,6 +42,30 @@ struct ck_attention {
 
 // Work items: (seq, kv head, block of rows), numbered 0..ck_attention_items.
 int64_t ck_attention_items(const struct ck_attention * a);
+
+// Queries one group's work item holds at most, and so members (sequences of
+// one row block each) at most.
+#define CK_ATTENTION_GROUP_QUERIES 48
+#define CK_ATTENTION_GROUP_SEQS CK_ATTENTION_GROUP_QUERIES
+
+// Sequences whose first `cells` cells are copies of one stream's (a shared
+// prompt prefix), with their queries at one KV head: one work item that
+// reads the stream's K and V for those cells once for all of them and each
+// member's own for the rest. Each member's result is the one its own items
+// give, bit for bit (its cells there are copies of the same bytes).
+struct ck_attention_group {
+    // Bytes from a->k and a->v to the stream's K and V (the place of a
+    // sequence at that stream); it need not be one of this attention's.
+    ptrdiff_t k_offset, v_offset;
+    int64_t cells;  // a multiple of 16
+    int64_t g;      // the KV head
+    int64_t n;      // members, at most CK_ATTENTION_GROUP_SEQS
+    int64_t seqs[CK_ATTENTION_GROUP_SEQS];
+};
+
+// Computes a group's item (a->rows at most CK_ATTENTION_ROWS, and
+// n * heads / kv_heads * rows at most CK_ATTENTION_GROUP_QUERIES).
+void ck_attention_group_item(const struct ck_attention * a, const struct ck_attention_group * group, float * scratch);
 // Floats of scratch one thread needs.
 size_t ck_attention_scratch_floats(const struct ck_attention * a);
 // Computes work item `item` with `scratch` (ck_attention_scratch_floats).

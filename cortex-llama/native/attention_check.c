@@ -141,6 +141,52 @@ static void run_all(const struct ck_attention * a) {
     free(scratch);
 }
 
+// Sequences that hold copies of another's first `shared` cells, computed
+// as groups reading that one's cells: every member's output must equal its
+// own items' bit for bit. The last sequence is the source, the others the
+// members (in groups of at most what one item holds).
+static int check_groups(int64_t dk, int64_t heads, int64_t kv_heads, int64_t seqs, int64_t rows, int64_t cells,
+                        int64_t len, int64_t shared, uint64_t seed, char * why, size_t why_len) {
+    struct layout l = make_layout(dk, dk, heads, kv_heads, seqs, rows, cells, len, 0, seed, seed + 1);
+    struct ck_attention * a = &l.a;
+    const int64_t src = seqs - 1;
+    for (int64_t s = 0; s < src; s++) {
+        for (int64_t g = 0; g < kv_heads; g++) {
+            for (int64_t c = 0; c < shared; c++) {
+                memcpy(l.k + ((s * kv_heads + g) * cells + c) * dk, l.k + ((src * kv_heads + g) * cells + c) * dk, 2 * (size_t)dk);
+                memcpy(l.v + ((s * kv_heads + g) * cells + c) * dk, l.v + ((src * kv_heads + g) * cells + c) * dk, 2 * (size_t)dk);
+            }
+        }
+    }
+    const size_t n = (size_t)(dk * heads * rows * seqs);
+    run_all(a);
+    float * alone = malloc(sizeof(float) * n);
+    memcpy(alone, l.out, sizeof(float) * n);
+    memset(l.out, 0, sizeof(float) * n);
+    float * scratch = malloc(sizeof(float) * ck_attention_scratch_floats(a));
+    const int64_t per_item = CK_ATTENTION_GROUP_QUERIES / (heads / kv_heads * rows);
+    for (int64_t g = 0; g < kv_heads; g++) {
+        for (int64_t s0 = 0; s0 < src; s0 += per_item) {
+            struct ck_attention_group group = {(ptrdiff_t)(src * a->k_nb[3]), (ptrdiff_t)(src * a->v_nb[3]), shared, g, 0, {0}};
+            for (int64_t s = s0; s < src && s < s0 + per_item; s++) {
+                group.seqs[group.n++] = s;
+            }
+            ck_attention_group_item(a, &group, scratch);
+        }
+    }
+    int failures = 0;
+    const size_t per_seq = n / (size_t)seqs;
+    if (memcmp(l.out, alone, sizeof(float) * per_seq * (size_t)src) != 0) {
+        failures = 1;
+        snprintf(why, why_len, "%lld sequences sharing %lld of %lld cells: a group's result differs from the items alone",
+                 (long long)src, (long long)shared, (long long)len);
+    }
+    free(scratch);
+    free(alone);
+    free_layout(&l);
+    return failures;
+}
+
 int ck_attention_self_check(char * why, size_t why_len) {
     // dk/dv, heads, kv heads, seqs, rows, cells, own cells, offset
     static const int64_t cases[][8] = {
@@ -181,6 +227,21 @@ int ck_attention_self_check(char * why, size_t why_len) {
         }
         free(got);
         free_layout(&l);
+    }
+    // dk, heads, kv heads, seqs (the last the source), rows, cells, own cells, shared
+    static const int64_t groups[][8] = {
+        {64, 9, 3, 7, 1, 256, 200, 160},    // decode, grouped heads
+        {64, 9, 3, 40, 1, 512, 300, 288},   // more members than one item holds
+        {128, 4, 4, 5, 3, 96, 70, 32},      // a short chunk each, plain heads
+        {64, 6, 2, 4, 1, 64, 17, 16},       // one shared block
+    };
+    for (size_t t = 0; t < sizeof groups / sizeof groups[0]; t++) {
+        const int64_t * c = groups[t];
+        if (failures == 0) {
+            failures += check_groups(c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], 31 + t, why, why_len);
+        } else {
+            failures += check_groups(c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], 31 + t, NULL, 0);
+        }
     }
     return failures;
 }

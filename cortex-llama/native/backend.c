@@ -40,6 +40,17 @@ static _Thread_local void * thread_pool = NULL;
 static _Thread_local int thread_places_weights = 1;
 
 void cortex_kernels_set_threadpool(void * pool) { thread_pool = pool; }
+
+// The prefix shares of the streams the calling thread's next decodes
+// compute (see ck_prefix_shares); the arrays stay cortex's and must outlive
+// those decodes. `streams` 0 clears them.
+static _Thread_local struct ck_prefix_shares thread_shares = {NULL, NULL, 0};
+
+void cortex_kernels_set_prefix_shares(const int32_t * source, const int32_t * cells, int32_t streams) {
+    thread_shares.source = source;
+    thread_shares.cells = cells;
+    thread_shares.streams = source != NULL && cells != NULL && streams > 0 ? streams : 0;
+}
 void cortex_kernels_place_weights(int place) { thread_places_weights = place; }
 
 // ---------------------------------------------------------------- operations
@@ -105,7 +116,7 @@ static void backend_free(ggml_backend_t backend) {
 }
 
 static enum ggml_status backend_graph_compute(ggml_backend_t backend, struct ggml_cgraph * cgraph) {
-    return ck_compute_graph(backend->context, cgraph, thread_pool);
+    return ck_compute_graph(backend->context, cgraph, thread_pool, thread_shares.streams > 0 ? &thread_shares : NULL);
 }
 
 static const struct ggml_backend_i backend_interface = {

@@ -29,9 +29,20 @@ struct ck_compute;
 struct ck_compute * ck_compute_new(void);
 void ck_compute_free(struct ck_compute * compute);
 void ck_compute_set_threads(struct ck_compute * compute, int n_threads);
+// Which streams of a KV cache hold copies of another's first cells (a shared
+// prompt prefix), as cortex set them for the calling thread's decode:
+// stream s holds stream source[s]'s first cells[s] cells (source[s] < 0:
+// none); `streams` entries.
+struct ck_prefix_shares {
+    const int32_t * source;
+    const int32_t * cells;
+    int32_t streams;
+};
 // Runs a split of the graph (products, attention, row lookups) on `pool`
-// (the caller's ggml threadpool; NULL: one of the instance's own).
-enum ggml_status ck_compute_graph(struct ck_compute * compute, struct ggml_cgraph * graph, void * pool);
+// (the caller's ggml threadpool; NULL: one of the instance's own), its
+// attention reading shared prefixes once where `shares` (or NULL) says.
+enum ggml_status ck_compute_graph(struct ck_compute * compute, struct ggml_cgraph * graph, void * pool,
+                                  const struct ck_prefix_shares * shares);
 // Operations that only relabel memory (nothing to compute).
 bool ck_is_layout_only(enum ggml_op op);
 

@@ -119,21 +119,180 @@ struct attention_run {
     float * scratch;  // per thread
     size_t floats_per_thread;
     size_t capacity;  // floats
+    // The groups' items first (sequences that read a shared prefix once),
+    // then the items of every other sequence (plain[i]: its index).
+    struct ck_attention_group * groups;
+    int64_t n_groups, groups_capacity;
+    int64_t * plain;
+    int64_t n_plain, plain_capacity;
     int64_t items;
     atomic_llong next_item;
 };
+
+// Work items of groups computed so far, in this process (for the tests:
+// that shared prefixes reach the kernel).
+static atomic_llong group_items = 0;
+
+long long cortex_kernels_attention_group_items(void) { return atomic_load(&group_items); }
 
 static void attention_task(struct ggml_tensor * dst, int ith, int nth, void * userdata) {
     (void)dst, (void)nth;
     struct attention_run * run = userdata;
     float * scratch = run->scratch + (size_t)ith * run->floats_per_thread;
+    const struct ck_attention * a = &run->shape;
+    const int64_t per_seq = a->kv_heads * ((a->rows + CK_ATTENTION_ROWS - 1) / CK_ATTENTION_ROWS);
     for (;;) {
         const int64_t item = atomic_fetch_add_explicit(&run->next_item, 1, memory_order_relaxed);
         if (item >= run->items) {
             return;
         }
-        ck_attention_item(&run->shape, item, scratch);
+        if (item < run->n_groups) {
+            ck_attention_group_item(a, &run->groups[item], scratch);
+            atomic_fetch_add_explicit(&group_items, 1, memory_order_relaxed);
+        } else {
+            const int64_t i = item - run->n_groups;
+            ck_attention_item(a, run->plain[i / per_seq] * per_seq + i % per_seq, scratch);
+        }
     }
+}
+
+// A sequence's shared prefix: the stream it copies and the cells (whole
+// 16-cell blocks within the attention's), or cells 0 for none.
+struct share {
+    int64_t seq, source, cells;
+};
+
+static bool same_prefix(const struct share * a, const struct share * b) {
+    return a->source == b->source && a->cells == b->cells;
+}
+
+// By source, then cells, then sequence.
+static int by_prefix(const void * x, const void * y) {
+    const struct share * a = x;
+    const struct share * b = y;
+    if (a->source != b->source) {
+        return a->source < b->source ? -1 : 1;
+    }
+    if (a->cells != b->cells) {
+        return a->cells < b->cells ? -1 : 1;
+    }
+    return a->seq < b->seq ? -1 : a->seq > b->seq;
+}
+
+// The stream a view of a layer's KV cache starts at and how many streams
+// the cache holds: llama.cpp's cache tensors (`cache_k_l<n>`, `cache_v_l<n>`)
+// are [row, cells, streams], and attention reads a view of streams s0..;
+// false for anything else (a copy, another layout), which is then not
+// grouped.
+static bool streams_of(const struct ggml_tensor * view, int64_t * first, int64_t * total) {
+    const struct ggml_tensor * root = view->view_src;
+    if (root == NULL || strncmp(root->name, "cache_", 6) != 0 || view->nb[3] == 0 || view->nb[3] != root->nb[2] ||
+        view->view_offs % view->nb[3] != 0) {
+        return false;
+    }
+    *first = (int64_t)(view->view_offs / view->nb[3]);
+    *total = root->ne[2];
+    return *first + view->ne[3] <= *total;
+}
+
+static bool grow(void ** array, int64_t * capacity, int64_t needed, size_t size) {
+    if (needed <= *capacity) {
+        return true;
+    }
+    void * bigger = realloc(*array, (size_t)needed * size);
+    if (bigger == NULL) {
+        return false;
+    }
+    *array = bigger;
+    *capacity = needed;
+    return true;
+}
+
+// Splits the attention's work into items: sequences that hold copies of one
+// stream's first cells (by `shares`) in groups that read those cells once,
+// the rest alone. A group is cut into pieces enough for the threads to
+// share (each piece reads the prefix once).
+static bool plan_attention(struct attention_run * run, const struct ggml_tensor * op,
+                           const struct ck_prefix_shares * shares, int n_threads) {
+    const struct ck_attention * a = &run->shape;
+    const int64_t group = a->heads / a->kv_heads;
+    const int64_t per_item = group * a->rows > 0 ? CK_ATTENTION_GROUP_QUERIES / (group * a->rows) : 0;
+    run->n_groups = 0;
+    run->n_plain = 0;
+    if (!grow((void **)&run->plain, &run->plain_capacity, a->seqs, sizeof(int64_t))) {
+        return false;
+    }
+    int64_t k0 = 0, v0 = 0, k_total = 0, v_total = 0;
+    const bool grouping = shares != NULL && a->seqs >= 2 && a->kv_seqs == a->seqs && a->rows <= CK_ATTENTION_ROWS &&
+                          per_item >= 2 && streams_of(op->src[1], &k0, &k_total) &&
+                          streams_of(op->src[2], &v0, &v_total) && k0 == v0;
+    struct share * found = grouping ? malloc(sizeof(struct share) * (size_t)a->seqs) : NULL;
+    int64_t n_found = 0;
+    for (int64_t seq = 0; seq < a->seqs; seq++) {
+        const int64_t stream = k0 + seq;
+        int64_t source = -1, cells = 0;
+        if (found != NULL && stream < shares->streams) {
+            source = shares->source[stream];
+            cells = shares->cells[stream] < a->cells ? shares->cells[stream] : a->cells;
+            cells -= cells % 16;
+        }
+        if (source >= 0 && source < k_total && source < v_total && cells > 0) {
+            found[n_found++] = (struct share){seq, source, cells};
+        } else {
+            run->plain[run->n_plain++] = seq;
+        }
+    }
+    if (n_found > 0) {
+        qsort(found, (size_t)n_found, sizeof *found, by_prefix);
+    }
+    // Runs of one source and length; each a group unless alone.
+    int64_t runs = 0;
+    for (int64_t i = 0; i < n_found; i++) {
+        runs += i == 0 || !same_prefix(&found[i], &found[i - 1]);
+    }
+    // Pieces per group: enough to hold its members, and about two items per
+    // thread over all groups, but at least two members a piece.
+    const int64_t wanted = runs > 0 ? (2 * (int64_t)n_threads + a->kv_heads * runs - 1) / (a->kv_heads * runs) : 1;
+    for (int64_t i = 0; i < n_found;) {
+        int64_t end = i + 1;
+        while (end < n_found && same_prefix(&found[end], &found[i])) {
+            end++;
+        }
+        const int64_t n = end - i;
+        if (n < 2) {
+            run->plain[run->n_plain++] = found[i].seq;
+            i = end;
+            continue;
+        }
+        int64_t pieces = (n + per_item - 1) / per_item;
+        const int64_t most = n / 2;
+        if (pieces < wanted) {
+            pieces = wanted < most ? wanted : most;
+        }
+        const int64_t size = (n + pieces - 1) / pieces;
+        for (int64_t p0 = i; p0 < end; p0 += size) {
+            for (int64_t g = 0; g < a->kv_heads; g++) {
+                if (!grow((void **)&run->groups, &run->groups_capacity, run->n_groups + 1, sizeof *run->groups)) {
+                    free(found);
+                    return false;
+                }
+                struct ck_attention_group * piece = &run->groups[run->n_groups++];
+                piece->k_offset = (ptrdiff_t)(found[i].source - k0) * (ptrdiff_t)op->src[1]->nb[3];
+                piece->v_offset = (ptrdiff_t)(found[i].source - v0) * (ptrdiff_t)op->src[2]->nb[3];
+                piece->cells = found[i].cells;
+                piece->g = g;
+                piece->n = 0;
+                for (int64_t m = p0; m < end && m < p0 + size; m++) {
+                    piece->seqs[piece->n++] = found[m].seq;
+                }
+            }
+        }
+        i = end;
+    }
+    free(found);
+    const int64_t per_seq = a->kv_heads * ((a->rows + CK_ATTENTION_ROWS - 1) / CK_ATTENTION_ROWS);
+    run->items = run->n_groups + run->n_plain * per_seq;
+    return true;
 }
 
 static struct ck_attention attention_shape(const struct ggml_tensor * op) {
@@ -270,10 +429,13 @@ static enum ggml_status run_on_threads(struct ck_compute * ctx, ggml_custom_op_t
     return status;
 }
 
-static enum ggml_status run_attention(struct ck_compute * ctx, struct ggml_tensor * op) {
+static enum ggml_status run_attention(struct ck_compute * ctx, struct ggml_tensor * op,
+                                      const struct ck_prefix_shares * shares) {
     struct attention_run * run = &ctx->attention;
     run->shape = attention_shape(op);
-    run->items = ck_attention_items(&run->shape);
+    if (!plan_attention(run, op, shares, ctx->n_threads)) {
+        return GGML_STATUS_ALLOC_FAILED;
+    }
     run->floats_per_thread = (ck_attention_scratch_floats(&run->shape) + 15) & ~(size_t)15;
     if (!prepare_cpu(ctx)) {
         return GGML_STATUS_ALLOC_FAILED;
@@ -369,10 +531,13 @@ void ck_compute_free(struct ck_compute * ctx) {
     }
     free(ctx->scratch);
     free(ctx->attention.scratch);
+    free(ctx->attention.groups);
+    free(ctx->attention.plain);
     free(ctx);
 }
 
-enum ggml_status ck_compute_graph(struct ck_compute * ctx, struct ggml_cgraph * cgraph, void * pool) {
+enum ggml_status ck_compute_graph(struct ck_compute * ctx, struct ggml_cgraph * cgraph, void * pool,
+                                  const struct ck_prefix_shares * shares) {
     ctx->pool = pool;
     ctx->batch.n_products = 0;
     for (int i = 0; i < ggml_graph_n_nodes(cgraph); i++) {
@@ -398,7 +563,7 @@ enum ggml_status ck_compute_graph(struct ck_compute * ctx, struct ggml_cgraph * 
         if (node->op == GGML_OP_GET_ROWS) {
             get_rows(node);
         } else if (node->op == GGML_OP_FLASH_ATTN_EXT) {
-            const enum ggml_status attended = run_attention(ctx, node);
+            const enum ggml_status attended = run_attention(ctx, node, shares);
             if (attended != GGML_STATUS_SUCCESS) {
                 return attended;
             }

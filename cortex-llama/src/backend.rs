@@ -3,7 +3,8 @@
 use std::path::{Path, PathBuf};
 
 use cortex_engine::{
-    Backend, BackendError, BatchToken, EMBED_SEQUENCES, KvLayout, StreamId, TokenGrammar,
+    Backend, BackendError, BatchToken, EMBED_SEQUENCES, KvLayout, PrefixShare, StreamId,
+    TokenGrammar,
 };
 use cortex_request::{ChatMessage, TokenId};
 
@@ -281,6 +282,19 @@ impl Backend for LlamaEngineBackend<'_> {
                 "llama_decode failed with code {code}"
             ))),
         }
+    }
+
+    fn reads_shared_prefixes(&self) -> bool {
+        self.model.attention_on_cortex_kernels()
+    }
+
+    fn share_prefixes(&mut self, shares: &[PrefixShare]) {
+        let streams = self.layout.streams;
+        let shares: Vec<(i32, i32, usize)> = shares
+            .iter()
+            .map(|s| (s.stream, s.source, s.cells))
+            .collect();
+        self.ctx_mut().share_prefixes(streams, &shares);
     }
 
     fn sample_on_device(&mut self, stream: StreamId, greedy: bool) -> bool {

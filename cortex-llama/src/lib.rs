@@ -169,3 +169,12 @@ mod sys;
 pub use devices::{Backends, LoadedModule, devices, load_backends};
 pub use model::Model;
 pub use start::{start, start_observed};
+
+/// Work items of cortex's attention kernel so far, in this process, that
+/// read a prompt prefix several sequences hold copies of once for all of
+/// them (0 where the kernel does not run: no AVX-512, a GPU,
+/// `--cpu-kernels llama`). A diagnostic: the tests check with it that
+/// shared prefixes reach the kernel.
+pub fn shared_prefix_attention_items() -> u64 {
+    sys::kernels::attention_group_items()
+}

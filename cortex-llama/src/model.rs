@@ -162,6 +162,13 @@ impl Model {
                 .is_some_and(|gpu| gpu.supports_argmax(self.n_vocab()))
     }
 
+    /// Whether cortex's attention kernel (AVX-512) computes attention over
+    /// a KV cache in host memory: the model wholly on the CPU with cortex's
+    /// kernels.
+    pub(crate) fn attention_on_cortex_kernels(&self) -> bool {
+        self.gpu.is_none() && self.cortex_kernels == Some(sys::kernels::KernelIsa::Avx512.name())
+    }
+
     /// What computes its layers, for sizing: a GPU with memory of its own,
     /// all of them or some beside the CPU, or else the CPU (an integrated
     /// GPU shares the CPU's memory, and one drawn in software computes at

@@ -453,7 +453,14 @@ fn shared_prefixes_are_computed_once_and_give_the_same_greedy_outputs() {
     // All at once: the first computes the prefix, the others wait for it
     // (rather than computing it again) and then reuse it.
     let concurrent = engine(|c| c.prefix_sharing = true);
+    let grouped_before = cortex_llama::shared_prefix_attention_items();
     let outcomes = run_all(&concurrent, requests());
+    // Where cortex's attention kernel runs, the sequences' queries read the
+    // prefix they share once (the same results, bit for bit: the kernel's
+    // own check).
+    if concurrent.cortex_kernels() == Some("AVX-512 VNNI") {
+        assert!(cortex_llama::shared_prefix_attention_items() > grouped_before);
+    }
     assert!(
         outcomes
             .iter()

@@ -173,6 +173,12 @@ impl StepLoop<'_> {
     /// One decode, and the wait for its results on the host, each timed.
     fn decode_and_wait(&mut self, batch: &[BatchToken]) -> Result<(), BackendError> {
         let started = Instant::now();
+        if self.backend.reads_shared_prefixes() {
+            let mut streams: Vec<StreamId> = batch.iter().map(|t| t.stream).collect();
+            streams.dedup();
+            let shares = self.streams.shared_prefixes(&streams);
+            self.backend.share_prefixes(&shares);
+        }
         let decoded = self.backend.decode(batch);
         let submitted = Instant::now();
         if decoded.is_ok() {

@@ -53,6 +53,11 @@ pub(crate) struct RawContext<'m> {
     rows_argmax: Box<RowsArgmax>,
     n_vocab: usize,
     threads: usize,
+    /// For each stream, the stream whose copy of its first cells it holds
+    /// (-1: none) and how many cells (see [`RawContext::share_prefixes`]);
+    /// empty when nothing is shared.
+    prefix_sources: Vec<i32>,
+    prefix_cells: Vec<i32>,
     _model: PhantomData<&'m RawModel>,
 }
 
@@ -103,6 +108,8 @@ impl<'m> RawContext<'m> {
             rows_argmax: RowsArgmax::new(),
             n_vocab: model.n_vocab(),
             threads: params.threads.max(1),
+            prefix_sources: Vec::new(),
+            prefix_cells: Vec::new(),
             _model: PhantomData,
         };
         if !cfg!(feature = "openmp") {
@@ -142,14 +149,39 @@ impl<'m> RawContext<'m> {
     /// Decodes a batch: 0 on success, 1 when no KV slot was found, other
     /// values for errors (llama.cpp's codes).
     pub(crate) fn decode(&mut self, batch: &RawBatch) -> i32 {
-        // cortex's kernels run on this context's threads too.
+        // cortex's kernels run on this context's threads too, and read the
+        // prefixes its streams share once.
         super::kernels::set_threadpool(
             self.threadpool
                 .map_or(std::ptr::null_mut(), |(pool, _)| pool.as_ptr()),
         );
+        super::kernels::set_prefix_shares(&self.prefix_sources, &self.prefix_cells);
         // SAFETY: the batch's arrays hold `n_tokens` initialised entries and
         // stay alive for the call; the context is live and used by one thread.
-        unsafe { ffi::llama_decode(self.ptr.as_ptr(), batch.raw) }
+        let result = unsafe { ffi::llama_decode(self.ptr.as_ptr(), batch.raw) };
+        super::kernels::set_prefix_shares(&[], &[]);
+        result
+    }
+
+    /// The streams whose first cells are copies of another stream's, as
+    /// (stream, source, cells), for the decodes from now on: cortex's
+    /// attention reads the source's cells once for all of them. Streams
+    /// outside the context's are ignored.
+    pub(crate) fn share_prefixes(&mut self, streams: usize, shares: &[(i32, i32, usize)]) {
+        self.prefix_sources.clear();
+        self.prefix_cells.clear();
+        if shares.is_empty() {
+            return;
+        }
+        self.prefix_sources.resize(streams, -1);
+        self.prefix_cells.resize(streams, 0);
+        for &(stream, source, cells) in shares {
+            let in_range = |s: i32| usize::try_from(s).is_ok_and(|s| s < streams);
+            if in_range(stream) && in_range(source) {
+                self.prefix_sources[stream as usize] = source;
+                self.prefix_cells[stream as usize] = i32::try_from(cells).unwrap_or(i32::MAX);
+            }
+        }
     }
 
     /// Whether the next decodes take the argmax of sequence `seq`'s logits on

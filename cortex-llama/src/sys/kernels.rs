@@ -13,6 +13,8 @@ unsafe extern "C" {
     #[cfg_attr(not(test), allow(dead_code))]
     fn cortex_kernels_detect_isa() -> c_int;
     fn cortex_kernels_set_threadpool(pool: *mut c_void);
+    fn cortex_kernels_set_prefix_shares(source: *const i32, cells: *const i32, streams: i32);
+    fn cortex_kernels_attention_group_items() -> std::ffi::c_longlong;
     fn cortex_kernels_place_weights(place: c_int);
     fn cortex_kernels_self_check(isa: c_int, why: *mut c_char, why_len: usize) -> c_int;
     #[cfg_attr(not(test), allow(dead_code))]
@@ -65,6 +67,25 @@ pub(crate) fn set_threadpool(pool: *mut ffi::ggml_threadpool) {
     // SAFETY: stores a pointer in a thread-local; the pool outlives the
     // decodes it is used for (the context that owns it frees it last).
     unsafe { cortex_kernels_set_threadpool(pool.cast()) }
+}
+
+/// The prefix shares of the streams the calling thread's next decodes
+/// compute: stream `s` holds a copy of stream `source[s]`'s first
+/// `cells[s]` cells (`source[s]` < 0: none). Empty slices clear them. The
+/// slices must outlive those decodes: the context that owns them sets them
+/// before each decode and clears them after.
+pub(crate) fn set_prefix_shares(source: &[i32], cells: &[i32]) {
+    let streams = i32::try_from(source.len().min(cells.len())).unwrap_or(0);
+    // SAFETY: stores the pointers in a thread-local, read only during the
+    // decodes they are set for, while the slices live.
+    unsafe { cortex_kernels_set_prefix_shares(source.as_ptr(), cells.as_ptr(), streams) }
+}
+
+/// Work items of the attention kernel that read a shared prefix once for
+/// several sequences, so far in this process.
+pub(crate) fn attention_group_items() -> u64 {
+    // SAFETY: reads an atomic counter.
+    u64::try_from(unsafe { cortex_kernels_attention_group_items() }).unwrap_or(0)
 }
 
 /// Whether models loaded on this thread from now on keep their Q4_1 and
