@@ -376,6 +376,12 @@ void ck_attention_item(const struct ck_attention * a, int64_t item, float * scra
 void ck_attention_group_item(const struct ck_attention * a, const struct ck_attention_group * group, float * scratch) {
 #if CK_ATTENTION_X86
     struct item its[CK_ATTENTION_GROUP_SEQS];
+    // More queries than the scratch holds is a planning error: stop rather
+    // than write past it.
+    if (group->n < 1 || a->rows > CK_ATTENTION_ROWS ||
+        group->n * group_size(a) * a->rows > CK_ATTENTION_GROUP_QUERIES) {
+        abort();
+    }
     for (int64_t m = 0; m < group->n; m++) {
         // Each member's one row block at KV head g.
         its[m] = item_of(a, (group->seqs[m] * a->kv_heads + group->g) * row_blocks(a));

@@ -264,10 +264,12 @@ static bool plan_attention(struct attention_run * run, const struct ggml_tensor 
             i = end;
             continue;
         }
+        // As many pieces as hold its members at most, or more to spread the
+        // work, never so many that a piece has one member.
         int64_t pieces = (n + per_item - 1) / per_item;
-        const int64_t most = n / 2;
-        if (pieces < wanted) {
-            pieces = wanted < most ? wanted : most;
+        const int64_t spread = wanted < n / 2 ? wanted : n / 2;
+        if (pieces < spread) {
+            pieces = spread;
         }
         const int64_t size = (n + pieces - 1) / pieces;
         for (int64_t p0 = i; p0 < end; p0 += size) {
