@@ -294,7 +294,7 @@ impl EngineConfig {
             parallel => parallel,
         };
         let threads = match self.threads {
-            0 if computed_on == ComputedOn::Gpu => Self::GPU_THREADS,
+            Self::FOR_DEVICE if computed_on == ComputedOn::Gpu => Self::GPU_THREADS,
             threads => threads,
         };
         Self {

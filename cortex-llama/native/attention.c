@@ -29,9 +29,9 @@ bool ck_attention_supported(int64_t dk, int64_t dv, int64_t heads, int64_t kv_he
            kv_heads > 0 && heads % kv_heads == 0 && heads / kv_heads <= MAX_GROUP;
 }
 
-int64_t ck_attention_items(const struct ck_attention * a) {
-    return a->seqs * a->kv_heads * row_blocks(a);
-}
+int64_t ck_attention_items_per_seq(const struct ck_attention * a) { return a->kv_heads * row_blocks(a); }
+
+int64_t ck_attention_items(const struct ck_attention * a) { return a->seqs * ck_attention_items_per_seq(a); }
 
 // Per thread: scores and weights (R x cells), K transposed (dk x 16),
 // V converted (16 x dv), the queries (R x dk), the sums (R x (dv + 16)),

@@ -40,8 +40,10 @@ struct ck_attention {
 // group): larger blocks share more K/V conversion but hold more scores.
 #define CK_ATTENTION_ROWS 8
 
-// Work items: (seq, kv head, block of rows), numbered 0..ck_attention_items.
+// Work items: (seq, kv head, block of rows), numbered 0..ck_attention_items;
+// a sequence's are ck_attention_items_per_seq in a row.
 int64_t ck_attention_items(const struct ck_attention * a);
+int64_t ck_attention_items_per_seq(const struct ck_attention * a);
 
 // Queries one group's work item holds at most, and so members (sequences of
 // one row block each) at most.

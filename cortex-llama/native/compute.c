@@ -140,7 +140,7 @@ static void attention_task(struct ggml_tensor * dst, int ith, int nth, void * us
     struct attention_run * run = userdata;
     float * scratch = run->scratch + (size_t)ith * run->floats_per_thread;
     const struct ck_attention * a = &run->shape;
-    const int64_t per_seq = a->kv_heads * ((a->rows + CK_ATTENTION_ROWS - 1) / CK_ATTENTION_ROWS);
+    const int64_t per_seq = ck_attention_items_per_seq(a);
     for (;;) {
         const int64_t item = atomic_fetch_add_explicit(&run->next_item, 1, memory_order_relaxed);
         if (item >= run->items) {
@@ -292,7 +292,7 @@ static bool plan_attention(struct attention_run * run, const struct ggml_tensor 
         i = end;
     }
     free(found);
-    const int64_t per_seq = a->kv_heads * ((a->rows + CK_ATTENTION_ROWS - 1) / CK_ATTENTION_ROWS);
+    const int64_t per_seq = ck_attention_items_per_seq(a);
     run->items = run->n_groups + run->n_plain * per_seq;
     return true;
 }

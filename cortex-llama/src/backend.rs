@@ -290,11 +290,10 @@ impl Backend for LlamaEngineBackend<'_> {
 
     fn share_prefixes(&mut self, shares: &[PrefixShare]) {
         let streams = self.layout.streams;
-        let shares: Vec<(i32, i32, usize)> = shares
-            .iter()
-            .map(|s| (s.stream, s.source, s.cells))
-            .collect();
-        self.ctx_mut().share_prefixes(streams, &shares);
+        self.ctx_mut().share_prefixes(
+            streams,
+            shares.iter().map(|s| (s.stream, s.source, s.cells)),
+        );
     }
 
     fn sample_on_device(&mut self, stream: StreamId, greedy: bool) -> bool {

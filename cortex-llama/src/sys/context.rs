@@ -167,15 +167,19 @@ impl<'m> RawContext<'m> {
     /// (stream, source, cells), for the decodes from now on: cortex's
     /// attention reads the source's cells once for all of them. Streams
     /// outside the context's are ignored.
-    pub(crate) fn share_prefixes(&mut self, streams: usize, shares: &[(i32, i32, usize)]) {
+    pub(crate) fn share_prefixes(
+        &mut self,
+        streams: usize,
+        shares: impl ExactSizeIterator<Item = (i32, i32, usize)>,
+    ) {
         self.prefix_sources.clear();
         self.prefix_cells.clear();
-        if shares.is_empty() {
+        if shares.len() == 0 {
             return;
         }
         self.prefix_sources.resize(streams, -1);
         self.prefix_cells.resize(streams, 0);
-        for &(stream, source, cells) in shares {
+        for (stream, source, cells) in shares {
             let in_range = |s: i32| usize::try_from(s).is_ok_and(|s| s < streams);
             if in_range(stream) && in_range(source) {
                 self.prefix_sources[stream as usize] = source;
