@@ -71,13 +71,14 @@ pub(crate) enum Command {
     Results {
         /// The job's id.
         job: i64,
-        /// The output file (default: results-JOB.jsonl); a `.parquet` name writes
-        /// one table of results and errors. A local path or a URL (s3://, gs://,
-        /// az://): an object appears whole, once written.
+        /// The output file (default: results-JOB.jsonl; `-`: stdout); a `.parquet`
+        /// name writes one table of results and errors. A local path or a URL
+        /// (s3://, gs://, az://): a file or an object appears whole, once
+        /// written; a device or a pipe is written into.
         #[arg(short, long, value_name = "FILE|URL")]
         output: Option<String>,
         /// The error file for failed, cancelled and invalid requests (default:
-        /// errors-JOB.jsonl); a local path or a URL.
+        /// errors-JOB.jsonl; `-`: stdout, after the results); a local path or a URL.
         #[arg(long, value_name = "FILE|URL")]
         errors: Option<String>,
         /// Export what is done even though the job is still running.
@@ -360,10 +361,12 @@ pub(crate) struct BenchArgs {
 pub(crate) struct RunArgs {
     #[command(flatten)]
     pub(crate) submit: SubmitArgs,
-    /// The output file (default: FILE's name with .results.jsonl, here); a
-    /// `.parquet` name writes one table of results and errors. A local path
-    /// or a URL (s3://, gs://, az://): an object appears whole, once written;
-    /// the error file goes beside it.
+    /// The output file (default: FILE's name with .results.jsonl, here; `-`:
+    /// stdout); a `.parquet` name writes one table of results and errors. A
+    /// local path or a URL (s3://, gs://, az://): a file or an object appears
+    /// whole, once written; a device or a pipe is written into. The error
+    /// file goes beside it, named after it (OUT.errors.jsonl; for stdout or
+    /// a device, FILE's name with .errors.jsonl, here).
     #[arg(short, long, value_name = "FILE|URL")]
     pub(crate) output: Option<String>,
     /// For a Parquet input and a .parquet output: input columns to carry into

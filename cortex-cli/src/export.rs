@@ -1,6 +1,7 @@
 //! Writing a job's results where the user asked: a local file, written under
-//! a temporary name and renamed, or an object, staged here and uploaded as
-//! one multipart upload that appears whole when it completes.
+//! a temporary name and renamed (a device, a pipe or stdout, `-`, written
+//! into as it is: `cortex_queue::OutputFile`), or an object, staged here and
+//! uploaded as one multipart upload that appears whole when it completes.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -10,7 +11,7 @@ use anyhow::Context as _;
 use cortex_objects::{Location, ObjectLocation, PART_SIZE};
 use cortex_openai::ExportJsonl;
 use cortex_parquet::KeptColumns;
-use cortex_queue::{JobId, Queue, failpoint};
+use cortex_queue::{Destination, JobId, OutputFile, Queue, failpoint};
 use cortex_webhooks::Exporter;
 
 /// What an export wrote.
@@ -19,8 +20,56 @@ pub(crate) struct Exported {
     pub(crate) errors_to: Location,
     pub(crate) results: u64,
     pub(crate) errors: u64,
-    /// The first result lines (JSONL outputs), for a taste of the answers.
+    /// The first result lines (JSONL outputs), for a taste of the answers
+    /// (none when they went to a stream, which cannot be read back).
     pub(crate) first_lines: Vec<String>,
+}
+
+impl Exported {
+    /// Whether the results went to this process's stdout, where nothing
+    /// else may be printed.
+    pub(crate) fn on_stdout(&self) -> bool {
+        is_stdout(&self.output)
+    }
+}
+
+/// The name of stdout as an output (`-o -`).
+pub(crate) const STDOUT: &str = "-";
+
+/// Where an output named on the command line goes: `-` is stdout.
+pub(crate) fn output_location(text: &str) -> anyhow::Result<Location> {
+    if text == STDOUT {
+        return Ok(Location::Local(PathBuf::from("/dev/stdout")));
+    }
+    Ok(Location::parse(text)?)
+}
+
+/// Whether `location` is this process's stdout.
+pub(crate) fn is_stdout(location: &Location) -> bool {
+    location.local().is_some_and(|path| {
+        [
+            Path::new("/dev/stdout"),
+            Path::new("/dev/fd/1"),
+            Path::new("/proc/self/fd/1"),
+        ]
+        .contains(&path)
+    })
+}
+
+/// The error file that goes with `output`: beside it, named after it
+/// (`sub/titles.parquet`: `sub/titles.errors.jsonl`; the default
+/// `in.results.jsonl`: `in.errors.jsonl`), or, when the results go to a
+/// stream (stdout, a device), `{input_stem}.errors.jsonl` here.
+pub(crate) fn errors_beside(output: &Location, input_stem: &str) -> Location {
+    let streamed = output
+        .local()
+        .is_some_and(|path| matches!(Destination::of(path), Ok(Destination::Stream)));
+    if streamed {
+        return Location::Local(PathBuf::from(format!("{input_stem}.errors.jsonl")));
+    }
+    let stem = output.file_stem().unwrap_or_else(|| input_stem.to_owned());
+    let stem = stem.strip_suffix(".results").unwrap_or(&stem);
+    output.with_file_name(&format!("{stem}.errors.jsonl"))
 }
 
 /// Exports a job to `output`: OpenAI's JSONL, or, for a `.parquet` name,
@@ -50,7 +99,8 @@ pub(crate) fn export_job(
     };
     let output_path = local(output, "results.jsonl");
     let mut errors_path = local(errors, "errors.jsonl");
-    if errors_path == output_path {
+    let replaces_files = |path: &Path| matches!(Destination::of(path), Ok(Destination::Replace(_)));
+    if errors_path == output_path && replaces_files(&output_path) {
         errors_path.set_extension("errors.jsonl");
     }
     let table = is_table(&output_path);
@@ -62,17 +112,18 @@ pub(crate) fn export_job(
         None => None,
     };
     let summary = if table {
-        let staged = output_path.with_extension("parquet.results.jsonl");
+        let staging = tempfile::tempdir().context("cannot make a folder to stage the table in")?;
+        let staged = staging.path().join("results.jsonl");
         let summary = store.export(job, &staged, Some(&errors_path), partial)?;
-        let written = cortex_parquet::write_results(&staged, &errors_path, &output_path, kept)
-            .with_context(|| format!("cannot write {}", output_path.display()));
-        let _ = std::fs::remove_file(&staged);
-        written?;
+        let mut file = OutputFile::create(&output_path)?;
+        cortex_parquet::write_results(&staged, &errors_path, file.writer(), kept)
+            .with_context(|| format!("cannot write {}", output_path.display()))?;
+        file.finish()?;
         summary
     } else {
         store.export(job, &output_path, Some(&errors_path), partial)?
     };
-    let first_lines = if table {
+    let first_lines = if table || !replaces_files(&output_path) {
         Vec::new()
     } else {
         BufReader::new(File::open(&output_path)?)
@@ -154,8 +205,7 @@ pub(crate) fn export_to_destination(
     url: &str,
 ) -> anyhow::Result<Exported> {
     let output = Location::parse(url)?;
-    let stem = output.file_stem().unwrap_or_else(|| "results".into());
-    let errors = output.with_file_name(&format!("{stem}.errors.jsonl"));
+    let errors = errors_beside(&output, "results");
     export_job(store, job, &output, &errors, false, None)
 }
 

@@ -18,8 +18,8 @@
 //! Out: [`write_results`] turns a job's exported JSONL (results and errors)
 //! into one table in input order: `custom_id`, `text` (the first choice),
 //! `finish_reason`, `prompt_tokens`, `completion_tokens`, `error`, and
-//! `response` (the whole response body as JSON), written to a temporary
-//! file and renamed, so a reader never sees half a file.
+//! `response` (the whole response body as JSON), into any writer (the CLI
+//! hands it a file that replaces its name whole once written).
 //!
 //! # Design notes
 //!
@@ -160,7 +160,13 @@ mod tests {
             ],
         );
         let kept = KeptColumns::open(&input, &["text".into(), "n".into()]).unwrap();
-        let written = write_results(&results, &errors, &out, Some(kept)).unwrap();
+        let written = write_results(
+            &results,
+            &errors,
+            std::fs::File::create(&out).unwrap(),
+            Some(kept),
+        )
+        .unwrap();
         assert_eq!(
             written,
             ResultTable {

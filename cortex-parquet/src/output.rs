@@ -1,7 +1,7 @@
 //! A job's results as a table.
 
 use std::fs::File;
-use std::io::{self, BufRead, BufReader};
+use std::io::{self, BufRead, BufReader, Write};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -252,41 +252,30 @@ impl Rows {
 }
 
 /// Writes the table of a job's exported `results` and `errors` (JSONL, as
-/// `cortex results` writes them, each in input order) to `output`, in input
-/// order, atomically: the two files are merged a row at a time, so memory
-/// holds one batch of rows, whatever the job's size. With `kept`, each row
+/// `cortex results` writes them, each in input order) into `output`, in
+/// input order: the two files are merged a row at a time, so memory holds
+/// one batch of rows, whatever the job's size. With `kept`, each row
 /// carries those columns of its input row (the job's input, every row
-/// answered: a finished job).
-pub fn write_results(
+/// answered: a finished job). Where the bytes go, and whether they replace
+/// a file whole, is the caller's (`cortex_queue::OutputFile`).
+pub fn write_results<W: Write + Send>(
     results: &Path,
     errors: &Path,
-    output: &Path,
+    output: W,
     kept: Option<KeptColumns>,
 ) -> io::Result<ResultTable> {
-    let name = output
-        .file_name()
-        .map_or_else(|| "results".into(), |n| n.to_string_lossy().into_owned());
-    let partial = output.with_file_name(format!(".{name}.partial-{}", std::process::id()));
-    let written = Rows::open(results)
-        .and_then(|results| Ok((results, Rows::open(errors)?)))
-        .and_then(|(results, errors)| write_table(results, errors, kept, &partial))
-        .and_then(|counted| std::fs::rename(&partial, output).map(|()| counted));
-    if written.is_err() {
-        let _ = std::fs::remove_file(&partial);
-    }
-    written
+    write_table(Rows::open(results)?, Rows::open(errors)?, kept, output)
 }
 
 fn write_table(
     mut results: Rows,
     mut errors: Rows,
     mut kept: Option<KeptColumns>,
-    path: &Path,
+    output: impl Write + Send,
 ) -> io::Result<ResultTable> {
     let schema = schema(kept.as_ref());
-    let file = File::create(path)?;
     let mut writer =
-        ArrowWriter::try_new(file, Arc::clone(&schema), None).map_err(io::Error::other)?;
+        ArrowWriter::try_new(output, Arc::clone(&schema), None).map_err(io::Error::other)?;
     let mut counted = ResultTable {
         results: 0,
         errors: 0,
@@ -332,8 +321,8 @@ fn write_table(
     Ok(counted)
 }
 
-fn write_batch(
-    writer: &mut ArrowWriter<File>,
+fn write_batch<W: Write + Send>(
+    writer: &mut ArrowWriter<W>,
     schema: &Arc<Schema>,
     chunk: &[Row],
     kept: Option<&mut KeptColumns>,

@@ -1,13 +1,14 @@
 //! A job's output and error files, written so that a crash or a full disk
-//! never leaves a half-written file under the final name. The lines' format
+//! never leaves a half-written file under the final name (an
+//! [`OutputFile`]: a device or a pipe is written into as it is). The lines' format
 //! is the caller's ([`ExportFormat`]); the queue supplies what each says.
 
-use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use cortex_request::Response;
 
+use crate::output_file::OutputFile;
 use crate::{ItemId, Job, JobCounts, QueueError, Result};
 
 /// What an export wrote.
@@ -73,89 +74,6 @@ pub trait ExportFormat {
     fn error_line(&self, job: &Job, error: &ExportedError) -> String;
 }
 
-/// A file being written through a temporary file beside it, renamed over
-/// it once whole: a reader never sees half a file, and a failure leaves the
-/// file as it was.
-struct AtomicFile {
-    path: PathBuf,
-    temp: PathBuf,
-    writer: Option<BufWriter<File>>,
-}
-
-impl AtomicFile {
-    /// Creates the temporary file; a place where no file can be made is
-    /// refused here, before anything is written anywhere.
-    fn create(path: &Path) -> Result<Self> {
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "output".into());
-        let temp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
-        let refused = |source: std::io::Error| {
-            let dir = path
-                .parent()
-                .filter(|d| !d.as_os_str().is_empty())
-                .unwrap_or(Path::new("."));
-            QueueError::Export {
-                path: path.to_path_buf(),
-                detail: if path.is_dir() {
-                    "it is a directory".into()
-                } else {
-                    format!("no file can be created in {} ({source})", dir.display())
-                },
-            }
-        };
-        if path.is_dir() {
-            return Err(refused(std::io::Error::other("a directory")));
-        }
-        let file = File::create(&temp).map_err(refused)?;
-        Ok(Self {
-            path: path.to_path_buf(),
-            writer: Some(BufWriter::with_capacity(1 << 16, file)),
-            temp,
-        })
-    }
-
-    fn io_error(&self, source: std::io::Error) -> QueueError {
-        QueueError::Io {
-            path: self.path.clone(),
-            source,
-        }
-    }
-
-    fn writer(&mut self) -> &mut BufWriter<File> {
-        self.writer.as_mut().expect("written before it is finished")
-    }
-
-    /// Flushes and fsyncs the temporary file.
-    fn flush(&mut self) -> Result<()> {
-        let writer = self.writer.take().expect("flushed once");
-        let file = writer
-            .into_inner()
-            .map_err(|e| self.io_error(e.into_error()))?;
-        file.sync_all().map_err(|e| self.io_error(e))
-    }
-
-    /// Renames it over the file asked for, durably.
-    fn commit(self) -> Result<()> {
-        std::fs::rename(&self.temp, &self.path).map_err(|e| self.io_error(e))?;
-        if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            // Makes the rename itself durable; not every platform can open a directory.
-            if let Ok(dir) = File::open(dir) {
-                let _ = dir.sync_all();
-            }
-        }
-        Ok(())
-    }
-}
-
-impl Drop for AtomicFile {
-    fn drop(&mut self) {
-        // Not committed: the temporary file goes (after a commit it is gone).
-        let _ = std::fs::remove_file(&self.temp);
-    }
-}
-
 /// Refuses to export a job that is still running, unless `partial`.
 pub fn check_exportable(job: &Job, partial: bool) -> Result<()> {
     if partial || job.state.is_terminal() {
@@ -191,8 +109,8 @@ pub fn export_files<R, E: From<QueueError>>(
 ) -> Result<ExportSummary, E> {
     // Both files or neither: each is made first, and both are renamed into
     // place only once both are whole.
-    let mut output_file = AtomicFile::create(output)?;
-    let mut errors_file = errors.map(AtomicFile::create).transpose()?;
+    let mut output_file = OutputFile::create(output)?;
+    let mut errors_file = errors.map(OutputFile::create).transpose()?;
     let results = write_lines(
         &mut output_file,
         |sink| results(reader, sink),
@@ -226,7 +144,7 @@ pub fn export_files<R, E: From<QueueError>>(
 /// Writes one line per row that `rows` hands over into `file`, as `line`
 /// renders it; returns how many.
 fn write_lines<T, E: From<QueueError>>(
-    file: &mut AtomicFile,
+    file: &mut OutputFile,
     rows: impl FnOnce(RowSink<'_, T, E>) -> Result<(), E>,
     line: impl Fn(&T) -> String,
 ) -> Result<u64, E> {

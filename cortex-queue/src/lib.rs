@@ -100,6 +100,7 @@ mod inspect;
 pub mod failpoint;
 mod jobs;
 mod lease;
+mod output_file;
 mod process;
 mod submit;
 mod webhook;
@@ -118,6 +119,7 @@ pub use jobs::{
     ItemRecord, Job, JobCounts, JobDefaults, JobFilter, JobPage, JobStatus, JobTimes, RunningTokens,
 };
 pub use lease::{ClaimOptions, ClaimedItem, FailOutcome, ItemFailure, Lease, LeaseStatus};
+pub use output_file::{Destination, OutputFile};
 pub use submit::{ItemSource, LineResult, NewItem, SubmitOptions, Submitted};
 pub use webhook::{
     EXPORT_EVENT, WEBHOOK_ATTEMPTS, WebhookEvent, WebhookStore, webhook_retry_after,

@@ -638,3 +638,88 @@ fn generate_piped_into_a_reader_that_stops_early_ends_quietly() {
         "{stderr}"
     );
 }
+
+#[test]
+fn results_go_where_they_are_named_without_replacing_devices_pipes_or_links() {
+    use std::os::unix::fs::FileTypeExt;
+    let _turn = turn();
+    let cortex = Cortex::new();
+    cortex.write("p.jsonl", &prompts(3, 4));
+    cortex.ok(&["submit", "p.jsonl"]);
+    cortex.ok(&["worker"]);
+    let reference = {
+        cortex.ok(&[
+            "results",
+            "1",
+            "-o",
+            "ref.jsonl",
+            "--errors",
+            "ref-err.jsonl",
+        ]);
+        std::fs::read_to_string(cortex.dir().join("ref.jsonl")).unwrap()
+    };
+    assert_eq!(reference.lines().count(), 3);
+
+    // `-o -`: the lines on stdout, the report on stderr.
+    let output = cortex.run(&["results", "1", "-o", "-", "--errors", "/dev/null"]);
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(String::from_utf8_lossy(&output.stdout), reference);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("3 results -> /dev/stdout"), "{stderr}");
+    assert!(!cortex.dir().join("-").exists());
+    // /dev/stdout and /dev/null stay what they are.
+    let output = cortex.run(&["results", "1", "-o", "/dev/stdout", "--errors", "/dev/null"]);
+    assert_eq!(String::from_utf8_lossy(&output.stdout), reference);
+    for device in ["/dev/null", "/dev/stdout"] {
+        let kind = std::fs::metadata(device).unwrap().file_type();
+        assert!(
+            kind.is_char_device() || kind.is_fifo(),
+            "{device}: {kind:?}"
+        );
+    }
+    assert!(
+        std::fs::symlink_metadata("/dev/stdout")
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+
+    // A FIFO is written into; a reader gets the lines.
+    let fifo = cortex.dir().join("pipe");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read_to_string(fifo).unwrap())
+    };
+    cortex.ok(&["results", "1", "-o", "pipe", "--errors", "/dev/null"]);
+    assert_eq!(reader.join().unwrap(), reference);
+    assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo());
+
+    // A link stays a link; its target gets the lines.
+    std::fs::write(cortex.dir().join("target.jsonl"), "old\n").unwrap();
+    std::os::unix::fs::symlink("target.jsonl", cortex.dir().join("link.jsonl")).unwrap();
+    cortex.ok(&["results", "1", "-o", "link.jsonl", "--errors", "e.jsonl"]);
+    let link = std::fs::symlink_metadata(cortex.dir().join("link.jsonl")).unwrap();
+    assert!(link.file_type().is_symlink());
+    assert_eq!(
+        std::fs::read_to_string(cortex.dir().join("target.jsonl")).unwrap(),
+        reference
+    );
+
+    // `run -o -`: the results on stdout, the errors named after the input, here.
+    let output = cortex.run(&["run", "p.jsonl", "-o", "-"]);
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(String::from_utf8_lossy(&output.stdout), reference);
+    assert!(cortex.dir().join("p.errors.jsonl").is_file());
+    // A named output names its error file: sub/titles.jsonl, sub/titles.errors.jsonl.
+    std::fs::create_dir(cortex.dir().join("sub")).unwrap();
+    cortex.ok(&["run", "p.jsonl", "-o", "sub/titles.jsonl"]);
+    assert!(cortex.dir().join("sub/titles.errors.jsonl").is_file());
+    assert!(!cortex.dir().join("sub/p.errors.jsonl").exists());
+}

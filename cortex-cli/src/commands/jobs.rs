@@ -11,7 +11,7 @@ use cortex_queue::{JobFilter, JobId, JobState, Queue, QueueError, SubmitOptions,
 use super::open_store;
 use crate::cli::SubmitArgs;
 use crate::config::Config;
-use crate::export::export_job;
+use crate::export::{export_job, output_location};
 use crate::output;
 use crate::settings::Source;
 use crate::work::identify_model;
@@ -217,8 +217,8 @@ pub(crate) fn results(
     json: bool,
 ) -> anyhow::Result<()> {
     let mut store = open_store(config)?;
-    let output_to = Location::parse(&output_to.unwrap_or_else(|| format!("results-{job}.jsonl")))?;
-    let errors = Location::parse(&errors.unwrap_or_else(|| format!("errors-{job}.jsonl")))?;
+    let output_to = output_location(&output_to.unwrap_or_else(|| format!("results-{job}.jsonl")))?;
+    let errors = output_location(&errors.unwrap_or_else(|| format!("errors-{job}.jsonl")))?;
     let exported = export_job(
         store.as_mut(),
         JobId(job),

@@ -12,7 +12,7 @@ use super::jobs::submit_job;
 use super::open_store;
 use crate::cli::RunArgs;
 use crate::config::Config;
-use crate::export::{check_kept_columns, export_job};
+use crate::export::{check_kept_columns, errors_beside, export_job, output_location};
 use crate::output;
 use crate::work::{
     Interrupted, StopFlag, WorkerScope, finish_deliveries, resolve_model, run_worker,
@@ -26,10 +26,10 @@ pub(crate) fn run_file(config: &Config, args: &RunArgs) -> anyhow::Result<()> {
     let input = Location::parse(&args.submit.file)?;
     let stem = input.file_stem().unwrap_or_else(|| "job".into());
     let output_to = match &args.output {
-        Some(text) => Location::parse(text)?,
+        Some(text) => output_location(text)?,
         None => Location::Local(PathBuf::from(format!("{stem}.results.jsonl"))),
     };
-    let errors_to = output_to.with_file_name(&format!("{stem}.errors.jsonl"));
+    let errors_to = errors_beside(&output_to, &stem);
     // Columns to keep are checked before any work, not after it.
     if !args.keep_columns.is_empty() {
         check_kept_columns(&input, &output_to, &args.keep_columns)?;

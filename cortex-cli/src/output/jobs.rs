@@ -207,15 +207,28 @@ pub(crate) fn jobs(jobs: &[Job], json: bool) -> anyhow::Result<()> {
 
 /// Where `cortex results` wrote a job's results and errors.
 pub(crate) fn exported(job: i64, exported: &Exported, json: bool) -> anyhow::Result<()> {
-    if json {
-        return print_json(&json!({
+    let text = if json {
+        serde_json::to_string_pretty(&json!({
             "job": job, "results": exported.results, "output": exported.output.to_string(),
             "errors": exported.errors, "errors_file": exported.errors_to.to_string(),
-        }));
+        }))?
+    } else {
+        format!(
+            "{} results -> {}\n{} errors  -> {}",
+            exported.results, exported.output, exported.errors, exported.errors_to
+        )
+    };
+    report(exported, &text)
+}
+
+/// Prints what an export did, on stderr when the results themselves went
+/// to stdout (`-o -`), so the two never mix.
+fn report(exported: &Exported, text: &str) -> anyhow::Result<()> {
+    if exported.on_stdout() {
+        eprintln!("{text}");
+        return Ok(());
     }
-    outln!("{} results -> {}", exported.results, exported.output)?;
-    outln!("{} errors  -> {}", exported.errors, exported.errors_to)?;
-    Ok(())
+    outln!("{text}")
 }
 
 /// A job after a command changed it (`what`: "cancelled", "resumed (…)").
@@ -241,20 +254,25 @@ pub(crate) fn run_summary(
     took: Duration,
     generated: u64,
 ) -> anyhow::Result<()> {
-    outln!(
-        "job {} {}: {} of {} requests completed in {} ({generated} tokens generated here, {:.0} tokens/s)",
+    use std::fmt::Write as _;
+    let mut text = format!(
+        "job {} {}: {} of {} requests completed in {} ({generated} tokens generated here, {:.0} tokens/s)\n",
         job.id,
         job.state,
         job.counts.completed,
         job.counts.total,
         duration(took),
         generated as f64 / took.as_secs_f64().max(1e-3)
+    );
+    writeln!(
+        text,
+        "results: {} ({} lines)",
+        exported.output, exported.results
     )?;
-    outln!("results: {} ({} lines)", exported.output, exported.results)?;
-    outln!(
+    write!(
+        text,
         "errors:  {} ({} lines)",
-        exported.errors_to,
-        exported.errors
+        exported.errors_to, exported.errors
     )?;
     // A taste of the output (a table is for other tools to read).
     for line in &exported.first_lines {
@@ -273,10 +291,11 @@ pub(crate) fn run_summary(
         if answer.trim().chars().count() > 70 {
             short.push('…');
         }
-        outln!(
-            "  {:<12} {short}",
+        write!(
+            text,
+            "\n  {:<12} {short}",
             value["custom_id"].as_str().unwrap_or_default()
         )?;
     }
-    Ok(())
+    report(exported, &text)
 }
