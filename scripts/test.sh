@@ -26,6 +26,10 @@ echo "==> python env (the openai package, to validate output shapes)"
 CORTEX_TEST_PYTHON=$(bash scripts/python-env.sh)
 export CORTEX_TEST_PYTHON
 
+echo "==> llama.cpp's source (its 70 chat templates, which the chat-template tests render)"
+CORTEX_LLAMA_CPP_SOURCE=$(NO_INSTALL=1 NO_BUILD=1 bash scripts/build-peers.sh)/llama_cpp_python-0.3.36/vendor/llama.cpp
+export CORTEX_LLAMA_CPP_SOURCE CORTEX_REQUIRE_LLAMA_CPP_SOURCE=1
+
 echo "==> an S3-compatible server (s3s-fs), which the object-store tests start on loopback"
 CORTEX_TEST_S3_SERVER=$(bash scripts/s3-server.sh)
 export CORTEX_TEST_S3_SERVER CORTEX_REQUIRE_S3=1

@@ -4,6 +4,8 @@
 //! - Hermes / Qwen / SmolLM3: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`
 //!   blocks (the closing tag may be missing at the very end);
 //! - Mistral: `[TOOL_CALLS]` followed by a JSON array of calls;
+//! - LFM2: `<|tool_call_start|>[name(key='value')]<|tool_call_end|>`;
+//! - Granite 3: `<|tool_call|>` followed by a JSON array of calls;
 //! - Llama 3.x and grammar-forced calls: the whole text is one JSON call
 //!   (or an array of them), `arguments` or `parameters`, optionally after
 //!   `<|python_tag|>`.
@@ -19,6 +21,17 @@ const CLOSE: &str = "</tool_call>";
 pub fn parse_tool_calls(text: &str) -> Option<(String, Vec<ToolCall>)> {
     if text.contains(OPEN) {
         return hermes(text);
+    }
+    if let Some((before, after)) = text.split_once("<|tool_call_start|>") {
+        // LFM2: `[name(key='value')]`, Python's call syntax.
+        let inside = after.split("<|tool_call_end|>").next().unwrap_or(after);
+        let calls = crate::native::python_call_list(inside.trim())?;
+        return Some((before.trim().to_owned(), calls));
+    }
+    if let Some((before, after)) = text.split_once("<|tool_call|>") {
+        // Granite 3: a JSON array of calls.
+        let calls = calls_of(&serde_json::from_str(after.trim()).ok()?)?;
+        return Some((before.trim().to_owned(), calls));
     }
     if let Some((before, after)) = text.split_once("[TOOL_CALLS]") {
         let calls = calls_of(&serde_json::from_str(after.trim()).ok()?)?;

@@ -15,13 +15,14 @@
 //! # Example
 //!
 //! ```
-//! use cortex_chat::{ChatTemplate, parse_tool_calls};
+//! use cortex_chat::{ChatTemplate, Conversation, parse_tool_calls};
 //! use cortex_request::ChatMessage;
 //!
 //! let source = "{% for m in messages %}<|{{ m.role }}|>{{ m.content | trim }}\n{% endfor %}\
 //!               {% if add_generation_prompt %}<|assistant|>{% endif %}";
 //! let template = ChatTemplate::new(source, "<s>", "</s>")?;
-//! let prompt = template.render(&[ChatMessage::user("  Hi!  ")], None, true)?;
+//! let messages = [ChatMessage::user("  Hi!  ")];
+//! let prompt = template.render(&Conversation::new(&messages), true)?;
 //! assert_eq!(prompt, "<|user|>Hi!\n<|assistant|>");
 //! assert!(!template.takes_tools());
 //!
@@ -52,7 +53,16 @@
 #![forbid(unsafe_code)]
 
 mod calls;
+mod capabilities;
+mod conversation;
+mod native;
+mod python;
+mod render;
+mod syntax;
 mod template;
 
 pub use calls::parse_tool_calls;
+pub use conversation::Conversation;
+pub use render::RenderedChat;
+pub use syntax::{OutputSyntax, ParsedOutput};
 pub use template::{ChatTemplate, TemplateError};

@@ -1,8 +1,12 @@
 //! Rendering a Jinja chat template as `transformers` does.
 
 use cortex_request::ChatMessage;
+use minijinja::value::ValueKind;
 use minijinja::{Environment, ErrorKind, Value};
-use serde_json::json;
+
+use crate::capabilities::{self, Capabilities};
+use crate::conversation::Conversation;
+use crate::python;
 
 /// Why a template cannot be used or rendered.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -15,31 +19,38 @@ pub enum TemplateError {
     /// something it was not given).
     #[error("the chat template failed to render: {0}")]
     Render(String),
-    /// Tools were offered to a template that does not render them.
-    #[error(
-        "the chat template takes no tools (it never reads `tools`); choose one that does with --chat-template FILE"
-    )]
-    NoTools,
+    /// What the caller handed to the template is not what it must be
+    /// (tools that are not a JSON array, variables that are not an object).
+    #[error("{0}")]
+    Input(String),
 }
 
-/// A compiled chat template.
+/// A compiled chat template, and what it was found to render.
 pub struct ChatTemplate {
     env: Environment<'static>,
     bos_token: String,
     eos_token: String,
-    takes_tools: bool,
+    /// It reads `functions` and `datetime`, which Fireworks' FireFunction
+    /// templates take from their server (the tools as JSON text, today).
+    reads_functions: bool,
+    pub(crate) capabilities: Capabilities,
 }
 
 impl std::fmt::Debug for ChatTemplate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ChatTemplate")
-            .field("takes_tools", &self.takes_tools)
+            .field("capabilities", &self.capabilities)
             .finish_non_exhaustive()
     }
 }
 
 /// The name the template is compiled under.
 const NAME: &str = "chat";
+
+/// The most template instructions one render may run: far more than any
+/// real template spends on a long chat with many tools, so a render always
+/// ends (a template's loops are over its input, but `range` takes any number).
+const FUEL: u64 = 20_000_000;
 
 impl ChatTemplate {
     /// Compiles `source`; `bos_token` and `eos_token` are the texts of the
@@ -49,54 +60,101 @@ impl ChatTemplate {
         // transformers renders with trim_blocks and lstrip_blocks on.
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
-        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.set_fuel(Some(FUEL));
+        env.set_unknown_method_callback(python::unknown_method);
+        env.set_formatter(python::formatter);
+        env.add_filter("tojson", python::tojson);
+        env.add_filter("string", python::string);
+        env.add_filter("length", python::length);
+        env.add_filter("count", python::length);
+        env.add_filter("indent", python::indent);
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
-        env.add_template_owned(NAME, source.to_owned())
+        env.add_template_owned(NAME, without_generation_tags(source))
             .map_err(|e| TemplateError::Syntax(describe(&e)))?;
-        let takes_tools = env
+        let reads_functions = env
             .get_template(NAME)
             .map_err(|e| TemplateError::Syntax(describe(&e)))?
             .undeclared_variables(false)
-            .contains("tools");
-        Ok(Self {
+            .contains("functions");
+        let mut template = Self {
             env,
             bos_token: bos_token.to_owned(),
             eos_token: eos_token.to_owned(),
-            takes_tools,
-        })
+            reads_functions,
+            capabilities: Capabilities::default(),
+        };
+        template.capabilities = Capabilities::probe(
+            |conversation| template.render(conversation, false).ok(),
+            source,
+        );
+        Ok(template)
     }
 
-    /// Whether the template renders `tools` (a model trained to call functions).
+    /// How the template writes `calls` in an assistant's turn: the text a
+    /// model trained on it generates to make them (what its output parser
+    /// reads back); `None` when it does not write calls.
+    pub fn write_calls(&self, calls: &[cortex_request::ToolCall]) -> Option<String> {
+        capabilities::written_calls(|conversation| self.render(conversation, false).ok(), calls)
+    }
+
+    /// Whether the template renders the functions on offer (a model
+    /// trained to call them); others get cortex's generic tools preamble.
     pub fn takes_tools(&self) -> bool {
-        self.takes_tools
+        self.capabilities.takes_tools
     }
 
-    /// Renders `messages`, with `tools` (a JSON array of OpenAI function
-    /// definitions) on offer, ending with the assistant's turn opened when
+    /// Renders `conversation`, ending with the assistant's turn opened when
     /// `add_generation_prompt`.
     pub fn render(
         &self,
-        messages: &[ChatMessage],
-        tools: Option<&str>,
+        conversation: &Conversation<'_>,
         add_generation_prompt: bool,
     ) -> Result<String, TemplateError> {
-        let tools = match tools {
-            None => None,
-            Some(_) if !self.takes_tools => return Err(TemplateError::NoTools),
-            Some(text) => Some(
-                serde_json::from_str::<serde_json::Value>(text)
-                    .map_err(|e| TemplateError::Render(format!("tools are not JSON: {e}")))?,
-            ),
-        };
-        let messages: Vec<serde_json::Value> = messages.iter().map(message_value).collect();
-        let context = minijinja::context! {
-            messages => Value::from_serialize(&messages),
-            tools => tools.map(|t| Value::from_serialize(&t)),
-            add_generation_prompt => add_generation_prompt,
-            bos_token => self.bos_token.as_str(),
-            eos_token => self.eos_token.as_str(),
-        };
+        let mut context: Vec<(String, Value)> = Vec::new();
+        if let Some(text) = conversation.variables {
+            let variables: Value = serde_json::from_str(text).map_err(|e| {
+                TemplateError::Input(format!("template variables are not JSON: {e}"))
+            })?;
+            if variables.kind() != ValueKind::Map {
+                return Err(TemplateError::Input(
+                    "template variables must be a JSON object".into(),
+                ));
+            }
+            for key in variables.try_iter().into_iter().flatten() {
+                let value = variables.get_item(&key).unwrap_or_default();
+                context.push((key.to_string(), value));
+            }
+        }
+        if self.reads_functions {
+            // As llama.cpp hands them: the tools as indented JSON, and the date.
+            let functions = match conversation.tools {
+                Some(tools) => serde_json::from_str::<serde_json::Value>(&tools.definitions)
+                    .ok()
+                    .and_then(|t| serde_json::to_string_pretty(&t).ok())
+                    .unwrap_or_default(),
+                None => String::new(),
+            };
+            context.push(("functions".into(), Value::from(functions)));
+            context.push((
+                "datetime".into(),
+                Value::from(strftime_now("%b %d %Y %H:%M:%S GMT")),
+            ));
+        }
+        if let Some(tools) = conversation.tools {
+            let tools: serde_json::Value = serde_json::from_str(&tools.definitions)
+                .map_err(|e| TemplateError::Input(format!("tools are not JSON: {e}")))?;
+            context.push(("tools".into(), Value::from_serialize(with_defaults(tools))));
+        }
+        let messages: Vec<Value> = conversation.messages.iter().map(message_value).collect();
+        context.push(("messages".into(), Value::from(messages)));
+        context.push((
+            "add_generation_prompt".into(),
+            Value::from(add_generation_prompt),
+        ));
+        context.push(("bos_token".into(), Value::from(self.bos_token.as_str())));
+        context.push(("eos_token".into(), Value::from(self.eos_token.as_str())));
+        let context: Value = context.into_iter().collect();
         self.env
             .get_template(NAME)
             .and_then(|t| t.render(context))
@@ -104,30 +162,108 @@ impl ChatTemplate {
     }
 }
 
+/// Tools as llama.cpp hands them to templates: every function with a
+/// `description` (empty when the client gave none) and `parameters`
+/// (templates write `"..." + tool.description`, which fails on nothing).
+fn with_defaults(mut tools: serde_json::Value) -> serde_json::Value {
+    for tool in tools.as_array_mut().into_iter().flatten() {
+        if let Some(function) = tool.get_mut("function").and_then(|f| f.as_object_mut()) {
+            function
+                .entry("description")
+                .or_insert_with(|| serde_json::Value::from(""));
+            function
+                .entry("parameters")
+                .or_insert_with(|| serde_json::json!({"type": "object", "properties": {}}));
+        }
+    }
+    tools
+}
+
+/// `transformers` marks the assistant's text with `{% generation %}` ...
+/// `{% endgeneration %}` (to find it for training masks); rendering is the
+/// same with them as an `if true` block, whitespace control kept.
+fn without_generation_tags(source: &str) -> String {
+    let mut out = String::with_capacity(source.len());
+    let mut rest = source;
+    while let Some(start) = rest.find("{%") {
+        let after = &rest[start + 2..];
+        let Some(end) = after.find("%}") else {
+            break;
+        };
+        let tag = &after[..end];
+        let open = if tag.starts_with(['-', '+']) {
+            &tag[..1]
+        } else {
+            ""
+        };
+        let close = if tag.ends_with(['-', '+']) {
+            &tag[tag.len() - 1..]
+        } else {
+            ""
+        };
+        let replacement = match tag[open.len()..tag.len() - close.len()].trim() {
+            "generation" => Some(" if true "),
+            "endgeneration" => Some(" endif "),
+            _ => None,
+        };
+        out.push_str(&rest[..start + 2]);
+        match replacement {
+            Some(keyword) => {
+                out.push_str(open);
+                out.push_str(keyword);
+                out.push_str(close);
+                out.push_str("%}");
+                rest = &after[end + 2..];
+            }
+            None => rest = after,
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 /// A message as templates read it (Hugging Face's shape): `role`,
-/// `content`, and `tool_calls` (arguments as objects) or `tool_call_id`
-/// only when present, since templates test whether they are defined.
-fn message_value(message: &ChatMessage) -> serde_json::Value {
-    let mut value = json!({ "role": message.role, "content": message.content });
+/// `content`, and `tool_calls` (arguments as objects, in their own key
+/// order) or `tool_call_id` only when present, since templates test
+/// whether they are defined.
+fn message_value(message: &ChatMessage) -> Value {
+    let mut fields: Vec<(&str, Value)> = vec![
+        ("role", Value::from(message.role.as_str())),
+        ("content", Value::from(message.content.as_str())),
+    ];
     if !message.tool_calls.is_empty() {
-        value["tool_calls"] = message
+        let calls: Vec<Value> = message
             .tool_calls
             .iter()
             .map(|call| {
-                let arguments = serde_json::from_str::<serde_json::Value>(&call.arguments)
-                    .unwrap_or_else(|_| serde_json::Value::String(call.arguments.clone()));
-                json!({
-                    "id": call.id,
-                    "type": "function",
-                    "function": { "name": call.name, "arguments": arguments },
-                })
+                let arguments = serde_json::from_str::<Value>(&call.arguments)
+                    .unwrap_or_else(|_| Value::from(call.arguments.as_str()));
+                let function: Value = [
+                    ("name", Value::from(call.name.as_str())),
+                    ("arguments", arguments),
+                ]
+                .into_iter()
+                .collect();
+                [
+                    ("id", Value::from(call.id.as_str())),
+                    ("type", Value::from("function")),
+                    ("function", function),
+                ]
+                .into_iter()
+                .collect()
             })
             .collect();
+        fields.push(("tool_calls", Value::from(calls)));
     }
     if let Some(id) = &message.tool_call_id {
-        value["tool_call_id"] = json!(id);
+        fields.push(("tool_call_id", Value::from(id.as_str())));
     }
-    value
+    if let Some(thinking) = &message.reasoning_content {
+        // As transformers hands it: under both names templates read.
+        fields.insert(0, ("thinking", Value::from(thinking.as_str())));
+        fields.push(("reasoning_content", Value::from(thinking.as_str())));
+    }
+    fields.into_iter().collect()
 }
 
 /// The error with the template line it happened on, when known.
@@ -218,7 +354,7 @@ fn strftime(format: &str, seconds: u64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use cortex_request::ToolCall;
+    use cortex_request::{ToolCall, Tools};
 
     use super::*;
 
@@ -228,18 +364,37 @@ mod tests {
     #[test]
     fn the_default_models_template_renders_as_transformers_does() {
         let template = ChatTemplate::new(SMOLLM2, "<|im_start|>", "<|im_end|>").unwrap();
-        let prompt = template
-            .render(&[ChatMessage::user("Hi")], None, true)
-            .unwrap();
+        let hi = [ChatMessage::user("Hi")];
+        let prompt = template.render(&Conversation::new(&hi), true).unwrap();
         assert_eq!(
             prompt,
             "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
         );
         assert!(!template.takes_tools());
-        assert_eq!(
-            template.render(&[ChatMessage::user("Hi")], Some("[]"), true),
-            Err(TemplateError::NoTools)
+        // Tools it cannot render are offered by the generic preamble, the
+        // answer held to its JSON envelope.
+        let tools = Tools {
+            definitions: r#"[{"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}}}}]"#.into(),
+            choice: cortex_request::ToolChoice::Required,
+            parallel: true,
+        };
+        let rendered = template
+            .render_chat(&Conversation {
+                messages: &hi,
+                tools: Some(&tools),
+                variables: None,
+            })
+            .unwrap();
+        assert!(
+            rendered
+                .prompt
+                .starts_with("<|im_start|>system\nYou can call these functions")
         );
+        assert!(rendered.grammar.unwrap().contains("tool_calls"));
+        let parsed = rendered
+            .syntax
+            .parse(r#"{"tool_calls": [{"name": "add", "arguments": {"a": 1}}]}"#);
+        assert_eq!(parsed.tool_calls[0].arguments, r#"{"a":1}"#);
     }
 
     #[test]
@@ -263,22 +418,47 @@ mod tests {
         }];
         let mut result = ChatMessage::new("tool", "2");
         result.tool_call_id = Some("c1".into());
+        let tools = Tools {
+            definitions: r#"[{"type": "function", "function": {"name": "add"}}]"#.into(),
+            choice: cortex_request::ToolChoice::Auto,
+            parallel: true,
+        };
         let prompt = template
             .render(
-                &[ChatMessage::user("  one plus one"), call, result],
-                Some(r#"[{"type": "function", "function": {"name": "add"}}]"#),
+                &Conversation {
+                    messages: &[ChatMessage::user("  one plus one"), call, result],
+                    tools: Some(&tools),
+                    variables: None,
+                },
                 true,
             )
             .unwrap();
         assert_eq!(
             prompt,
-            r#"USER:one plus one;CALL add {"a":1};RESULT c1=2;TOOLS add "#
+            r#"USER:one plus one;CALL add {"a": 1};RESULT c1=2;TOOLS add "#
         );
-        let refused = template.render(&[ChatMessage::system(" x ")], None, true);
+        let refused = template.render(&Conversation::new(&[ChatMessage::system(" x ")]), true);
         assert_eq!(
             refused,
             Err(TemplateError::Render("line 2: no system role: x".into()))
         );
+    }
+
+    #[test]
+    fn variables_python_printing_and_generation_tags() {
+        let source = "{% generation %}{{ flag }} {{ {'a': [1, none]} }}{%- endgeneration %} {{ messages | length }}";
+        let template = ChatTemplate::new(source, "", "").unwrap();
+        let prompt = template
+            .render(
+                &Conversation {
+                    messages: &[],
+                    tools: None,
+                    variables: Some(r#"{"flag": true}"#),
+                },
+                true,
+            )
+            .unwrap();
+        assert_eq!(prompt, "True {'a': [1, None]} 0");
     }
 
     #[test]

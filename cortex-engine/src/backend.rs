@@ -1,6 +1,7 @@
 //! The seam between the step loop and what computes logits.
 
-use cortex_request::{ChatMessage, TokenId};
+use cortex_chat::{Conversation, RenderedChat};
+use cortex_request::TokenId;
 use cortex_sample::TokenFilter;
 
 /// A KV stream of the backend, which is also the id of the sequence that runs
@@ -129,14 +130,21 @@ pub trait Backend {
             "this backend does not compute embeddings".into(),
         ))
     }
-    /// Renders a chat with the model's template, ending with the assistant's
-    /// turn; `tools` (a JSON array of function definitions) are offered to
-    /// the model through the template, which must take them.
+    /// Renders a chat with the model's template for generation: the
+    /// prompt (ending with the assistant's turn opened), how its output is
+    /// read (thinking, calls) and the grammar the tools' choice asks for
+    /// (`cortex_chat::ChatTemplate::render_chat`).
     fn apply_chat_template(
         &self,
-        messages: &[ChatMessage],
-        tools: Option<&str>,
-    ) -> Result<String, BackendError>;
+        conversation: &Conversation<'_>,
+    ) -> Result<RenderedChat, BackendError>;
+    /// The text of a control token (`<|channel|>`, `[TOOL_CALLS]`), which
+    /// [`Backend::token_bytes`] renders as nothing: kept where a chat's
+    /// output syntax needs it. Backends without control tokens give the
+    /// token's bytes.
+    fn control_token_text(&self, token: TokenId) -> Vec<u8> {
+        self.token_bytes(token)
+    }
     /// Computes a batch. On error the KV of the batch's positions is undefined
     /// and the caller truncates the streams involved.
     fn decode(&mut self, batch: &[BatchToken]) -> Result<(), BackendError>;

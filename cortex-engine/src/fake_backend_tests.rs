@@ -8,9 +8,9 @@ use crate::{
     Backend, BackendError, BatchToken, ComputedOn, Engine, EngineConfig, EngineError, EngineEvent,
     EngineHealth, KvLayout, StepRecord, StreamId,
 };
+use cortex_chat::{Conversation, OutputSyntax, RenderedChat};
 use cortex_request::{
-    ChatMessage, EmbeddingRequest, FinishReason, Prompt, Request, RequestId, SamplingParams,
-    TokenId, Work,
+    EmbeddingRequest, FinishReason, Prompt, Request, RequestId, SamplingParams, TokenId, Work,
 };
 
 const VOCAB: usize = 32;
@@ -120,10 +120,17 @@ impl Backend for FakeBackend {
     }
     fn apply_chat_template(
         &self,
-        messages: &[ChatMessage],
-        _tools: Option<&str>,
-    ) -> Result<String, BackendError> {
-        Ok(messages.iter().map(|m| m.content.as_str()).collect())
+        conversation: &Conversation<'_>,
+    ) -> Result<RenderedChat, BackendError> {
+        Ok(RenderedChat {
+            prompt: conversation
+                .messages
+                .iter()
+                .map(|m| m.content.as_str())
+                .collect(),
+            syntax: OutputSyntax::plain(),
+            grammar: None,
+        })
     }
     fn decode(&mut self, batch: &[BatchToken]) -> Result<(), BackendError> {
         let call = self.decodes.fetch_add(1, Ordering::SeqCst) + 1;

@@ -62,8 +62,9 @@
 //! #       Ok(())
 //! #   }
 //! #   fn is_end_of_generation(&self, _token: TokenId) -> bool { false }
-//! #   fn apply_chat_template(&self, m: &[ChatMessage], _: Option<&str>) -> Result<String, BackendError> {
-//! #       Ok(m.iter().map(|m| m.content.as_str()).collect())
+//! #   fn apply_chat_template(&self, c: &cortex_chat::Conversation<'_>) -> Result<cortex_chat::RenderedChat, BackendError> {
+//! #       let prompt = c.messages.iter().map(|m| m.content.as_str()).collect();
+//! #       Ok(cortex_chat::RenderedChat { prompt, syntax: cortex_chat::OutputSyntax::plain(), grammar: None })
 //! #   }
 //! #   fn copy_stream(&mut self, _src: StreamId, _dst: StreamId) {}
 //! #   fn truncate_stream(&mut self, _stream: StreamId, _from: usize) {}

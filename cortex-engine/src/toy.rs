@@ -7,7 +7,8 @@
 
 use std::time::Duration;
 
-use cortex_request::{ChatMessage, TokenId};
+use cortex_chat::{Conversation, OutputSyntax, RenderedChat};
+use cortex_request::TokenId;
 
 use crate::backend::{Backend, BackendError, BatchToken, KvLayout, StreamId};
 
@@ -90,10 +91,17 @@ impl Backend for ToyBackend {
     }
     fn apply_chat_template(
         &self,
-        messages: &[ChatMessage],
-        _tools: Option<&str>,
-    ) -> Result<String, BackendError> {
-        Ok(messages.iter().map(|m| m.content.as_str()).collect())
+        conversation: &Conversation<'_>,
+    ) -> Result<RenderedChat, BackendError> {
+        Ok(RenderedChat {
+            prompt: conversation
+                .messages
+                .iter()
+                .map(|m| m.content.as_str())
+                .collect(),
+            syntax: OutputSyntax::plain(),
+            grammar: None,
+        })
     }
     fn decode(&mut self, batch: &[BatchToken]) -> Result<(), BackendError> {
         self.decodes += 1;

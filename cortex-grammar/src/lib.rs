@@ -85,4 +85,4 @@ mod schema;
 pub mod testing;
 
 pub use gbnf::{GrammarError, check};
-pub use schema::{SchemaError, from_json_schema, json_object};
+pub use schema::{Part, SchemaError, from_json_schema, json_object, sequence};

@@ -184,6 +184,53 @@ pub fn from_json_schema(schema: &Value) -> Result<String, SchemaError> {
     Ok(grammar)
 }
 
+/// One part of a [`sequence`].
+#[derive(Debug, Clone)]
+pub enum Part<'a> {
+    /// This text, exactly.
+    Text(&'a str),
+    /// A JSON document valid against this schema (compiled as
+    /// [`from_json_schema`] compiles it).
+    Json(&'a Value),
+    /// Any one of these sequences.
+    OneOf(Vec<Vec<Part<'a>>>),
+    /// A GBNF expression written by the caller (`[a-zA-Z0-9]{9}`), which
+    /// [`check`](crate::check) then checks with the rest.
+    Expression(&'a str),
+}
+
+/// The grammar of `parts` one after the other: how a model's markers frame
+/// JSON (a function call as `<tool_call>` JSON `</tool_call>`, or a name,
+/// `[ARGS]` and its arguments), with the same refusals and limits as
+/// [`from_json_schema`].
+///
+/// ```
+/// use cortex_grammar::Part;
+/// use serde_json::json;
+///
+/// let arguments = json!({"type": "object", "properties": {"city": {"type": "string"}}});
+/// let grammar = cortex_grammar::sequence(&[
+///     Part::Text("[TOOL_CALLS]"),
+///     Part::OneOf(vec![vec![Part::Text("weather[ARGS]"), Part::Json(&arguments)]]),
+/// ])
+/// .unwrap();
+/// assert!(grammar.starts_with(r#"root ::= "[TOOL_CALLS]" ( "weather[ARGS]" "#));
+/// cortex_grammar::check(&grammar).unwrap();
+/// ```
+pub fn sequence(parts: &[Part<'_>]) -> Result<String, SchemaError> {
+    let mut converter = Converter::new(&Value::Null);
+    let root = converter.parts(parts, "")?;
+    let grammar = converter.finish(&root);
+    crate::check(&grammar).map_err(|e| SchemaError {
+        path: String::new(),
+        message: format!(
+            "it compiles to a grammar past cortex's limits: {}",
+            e.message
+        ),
+    })?;
+    Ok(grammar)
+}
+
 struct Converter<'a> {
     document: &'a Value,
     /// Rule name → body, in the order they were made.
@@ -216,6 +263,37 @@ impl<'a> Converter<'a> {
             depth: 0,
             nodes: 0,
         }
+    }
+
+    /// The expression of `parts` in sequence; each schema is its own
+    /// document (its `$ref`s resolve inside it).
+    fn parts(&mut self, parts: &[Part<'a>], path: &str) -> Result<String, SchemaError> {
+        let mut out = Vec::with_capacity(parts.len());
+        for (i, part) in parts.iter().enumerate() {
+            let at = format!("{path}[{i}]");
+            out.push(match part {
+                Part::Text(text) => literal_text(text),
+                Part::Expression(expression) => format!("( {expression} )"),
+                Part::Json(schema) => {
+                    self.document = schema;
+                    self.refs.clear();
+                    self.visit(schema, "json", &at)?
+                }
+                Part::OneOf(choices) => {
+                    let choices = choices
+                        .iter()
+                        .enumerate()
+                        .map(|(j, choice)| self.parts(choice, &format!("{at}[{j}]")))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    format!("( {} )", choices.join(" | "))
+                }
+            });
+        }
+        Ok(if out.is_empty() {
+            "\"\"".into()
+        } else {
+            out.join(" ")
+        })
     }
 
     /// The grammar: `root ::= <root>` first, then every rule made.

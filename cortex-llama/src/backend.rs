@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
+use cortex_chat::{Conversation, RenderedChat};
 use cortex_engine::{
     Backend, BackendError, BatchToken, EMBED_SEQUENCES, KvLayout, PrefixShare, StreamId,
     TokenGrammar,
@@ -73,7 +74,7 @@ impl<'m> LlamaEngineBackend<'m> {
     /// not compile, or renders no chat, is refused here.
     pub(crate) fn with_chat_template(mut self, template: &str) -> Result<Self, BackendError> {
         let chat = ChatRenderer::new(self.model, Some(template))?;
-        chat.render(&[ChatMessage::user("hi")], None)?;
+        chat.render(&Conversation::new(&[ChatMessage::user("hi")]))?;
         self.chat = chat;
         Ok(self)
     }
@@ -249,10 +250,13 @@ impl Backend for LlamaEngineBackend<'_> {
 
     fn apply_chat_template(
         &self,
-        messages: &[ChatMessage],
-        tools: Option<&str>,
-    ) -> Result<String, BackendError> {
-        self.chat.render(messages, tools)
+        conversation: &Conversation<'_>,
+    ) -> Result<RenderedChat, BackendError> {
+        self.chat.render(conversation)
+    }
+
+    fn control_token_text(&self, token: TokenId) -> Vec<u8> {
+        self.model.control_token_text(token)
     }
 
     fn grammar(&self, gbnf: &str) -> Result<Box<dyn TokenGrammar>, BackendError> {

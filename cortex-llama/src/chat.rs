@@ -5,9 +5,8 @@
 
 use std::path::Path;
 
-use cortex_chat::{ChatTemplate, TemplateError};
+use cortex_chat::{ChatTemplate, Conversation, OutputSyntax, RenderedChat, TemplateError};
 use cortex_engine::{BackendError, EngineError};
-use cortex_request::ChatMessage;
 
 use crate::Model;
 use crate::sys;
@@ -61,33 +60,35 @@ impl ChatRenderer {
         })
     }
 
-    /// Renders `messages` (with `tools`, a JSON array of function
-    /// definitions, on offer) ending with the assistant's turn opened.
+    /// Renders `conversation` for generation: the prompt, how its output
+    /// is read, the grammar its tools ask for.
     pub(crate) fn render(
         &self,
-        messages: &[ChatMessage],
-        tools: Option<&str>,
-    ) -> Result<String, BackendError> {
+        conversation: &Conversation<'_>,
+    ) -> Result<RenderedChat, BackendError> {
         match self {
             Self::Jinja {
                 template,
                 strip_bos,
             } => {
-                let text = template
-                    .render(messages, tools, true)
+                let mut rendered = template
+                    .render_chat(conversation)
                     .map_err(|e| BackendError::Failed(e.to_string()))?;
-                Ok(match strip_bos.as_deref().and_then(|b| text.strip_prefix(b)) {
-                    Some(rest) => rest.to_owned(),
-                    None => text,
-                })
+                if let Some(rest) = strip_bos
+                    .as_deref()
+                    .and_then(|b| rendered.prompt.strip_prefix(b))
+                {
+                    rendered.prompt = rest.to_owned();
+                }
+                Ok(rendered)
             }
             Self::Builtin(template) => {
-                if tools.is_some() {
-                    return Err(BackendError::Failed(format!(
-                        "{}; llama.cpp's built-in templates take none",
-                        TemplateError::NoTools
-                    )));
+                if conversation.tools.is_some() {
+                    return Err(BackendError::Failed(
+                        "llama.cpp's built-in templates take no tools; leave --chat-template unset to use the model's own, or give a Jinja file".into(),
+                    ));
                 }
+                let messages = conversation.messages;
                 if messages.iter().any(|m| !m.tool_calls.is_empty()) {
                     return Err(BackendError::Failed(
                         "the chat has tool calls, which llama.cpp's built-in templates cannot render; choose a template that takes tools with --chat-template FILE".into(),
@@ -97,8 +98,13 @@ impl ChatRenderer {
                     .iter()
                     .map(|m| (m.role.as_str(), m.content.as_str()))
                     .collect();
-                sys::apply_chat_template(template, &pairs, true)
-                    .map_err(|e| BackendError::Failed(format!("chat template: {e}")))
+                let prompt = sys::apply_chat_template(template, &pairs, true)
+                    .map_err(|e| BackendError::Failed(format!("chat template: {e}")))?;
+                Ok(RenderedChat {
+                    prompt,
+                    syntax: OutputSyntax::plain(),
+                    grammar: None,
+                })
             }
             Self::Missing => Err(BackendError::Failed(
                 "the model has no chat template of its own; choose one with --chat-template (e.g. chatml, gemma, llama3, or a Jinja file)".into(),

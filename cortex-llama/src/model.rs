@@ -232,6 +232,11 @@ impl Model {
         self.raw.token_bytes(token as i32)
     }
 
+    /// The text of a token, a control token's too (`<|channel|>`).
+    pub fn control_token_text(&self, token: TokenId) -> Vec<u8> {
+        self.raw.control_token_text(token as i32)
+    }
+
     /// Whether the token ends generation.
     pub fn is_end_of_generation(&self, token: TokenId) -> bool {
         self.raw.is_end_of_generation(token as i32)

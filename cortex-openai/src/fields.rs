@@ -34,7 +34,6 @@ const HARMLESS: &[(&str, &str)] = &[
         "service_tier",
         "OpenAI's processing tier; one machine has one",
     ),
-    ("parallel_tool_calls", "only matters with tools"),
 ];
 
 /// What a field of `endpoint` means to cortex, if it is one OpenAI documents
@@ -72,10 +71,6 @@ pub(crate) fn check(endpoint: Endpoint, key: &str, value: &Value) -> Result<bool
         ),
         "background" if responses => off(is_falsy, "a batch runs in the background anyway"),
         "prompt" if responses => off(value.is_null(), "stored prompt templates are OpenAI's"),
-        "reasoning" if responses => off(
-            value.is_null() || value.get("effort").is_some_and(Value::is_null),
-            "it is for OpenAI's reasoning models; a local model takes no such setting",
-        ),
         "tools" if responses => off(
             value.is_null() || value.as_array().is_some_and(Vec::is_empty),
             "tool calling is implemented for /v1/chat/completions lines, not /v1/responses yet",
@@ -104,7 +99,7 @@ pub(crate) fn check(endpoint: Endpoint, key: &str, value: &Value) -> Result<bool
         "audio" if chat => off(value.is_null(), "cortex generates text only"),
         "prediction" if chat => off(value.is_null(), "predicted outputs are not implemented"),
         "web_search_options" if chat => off(value.is_null(), "a local model has no web search"),
-        "reasoning_effort" | "verbosity" if chat => off(
+        "verbosity" if chat => off(
             value.is_null(),
             "it is for OpenAI's reasoning models; a local model takes no such setting",
         ),

@@ -5,7 +5,7 @@ use std::io::BufRead;
 
 use cortex_queue::{JobDefaults, LineError, LineResult, NewItem};
 use cortex_request::{
-    Limits, Prompt, Request, RequestId, SamplingParams, StopConditions, TokenId, Work,
+    Limits, Prompt, Request, RequestId, SamplingParams, StopConditions, TokenId, ToolChoice, Work,
 };
 use serde_json::{Map, Value};
 
@@ -16,11 +16,13 @@ mod embedding;
 mod format;
 mod prompt;
 mod tools;
+mod variables;
 
 use embedding::{EmbeddingLine, embedding_from};
 use format::{constraint_fields, grammar_of};
 use prompt::{completion_prompt, messages, response_input};
 use tools::{TOOL_FIELDS, tools_of};
+use variables::{template_variables, variable_fields};
 
 /// Sampling and stop fields accepted on both formats.
 const SAMPLING_FIELDS: [&str; 17] = [
@@ -292,6 +294,7 @@ fn request_from(
             || logprob_fields(endpoint).contains(&key.as_str())
             || constraint_fields(endpoint).contains(&key.as_str())
             || (endpoint == Endpoint::ChatCompletions && TOOL_FIELDS.contains(&key.as_str()))
+            || variable_fields(endpoint).contains(&key.as_str())
             || extra_allowed.contains(&key.as_str())
             || crate::fields::check(endpoint, key, value)?
         {
@@ -327,12 +330,15 @@ fn request_from(
     request.logprobs = logprobs_of(fields, endpoint)?;
     request.grammar = grammar_of(fields, endpoint)?;
     if endpoint == Endpoint::ChatCompletions {
-        let (tools, forced) = tools_of(fields)?;
-        if forced.is_some() && request.grammar.is_some() {
+        let tools = tools_of(fields)?;
+        let forced = tools.as_ref().is_some_and(|t| t.choice != ToolChoice::Auto);
+        if forced && request.grammar.is_some() {
             return Err("a forced tool call (tool_choice required or a function) and a response_format or grammar cannot both constrain the output".into());
         }
-        request.grammar = forced.or(request.grammar.take());
         request.tools = tools;
+    }
+    if matches!(endpoint, Endpoint::ChatCompletions | Endpoint::Responses) {
+        request.template_variables = template_variables(fields, endpoint)?;
     }
     if endpoint == Endpoint::Responses {
         if let Some(v) = unsigned(fields, "max_output_tokens", u64::from(u32::MAX))? {

@@ -79,6 +79,10 @@ pub(crate) fn body_of(
 /// when there was no text around them, finish reason `tool_calls`).
 fn chat_choice(key: &str, c: &Completion) -> Value {
     let mut message = json!({ "role": "assistant", "content": c.text, "refusal": null });
+    if let Some(reasoning) = &c.reasoning {
+        // As llama-server, vLLM and DeepSeek's API name the model's thinking.
+        message["reasoning_content"] = json!(reasoning);
+    }
     let mut finish_reason = c.finish_reason.as_openai();
     if !c.tool_calls.is_empty() {
         message["tool_calls"] = tool_calls(key, c, false);
@@ -132,6 +136,27 @@ pub(crate) fn response_object(key: &str, model: &str, created: i64, response: &R
         "completed"
     };
     let usage = &response.usage;
+    let mut output = Vec::new();
+    if let Some(reasoning) = completion.and_then(|c| c.reasoning.as_deref()) {
+        output.push(json!({
+            "type": "reasoning",
+            "id": format!("rs_{key}"),
+            "summary": [],
+            "content": [{"type": "reasoning_text", "text": reasoning}],
+        }));
+    }
+    output.push(json!({
+        "type": "message",
+        "id": format!("msg_{key}"),
+        "status": status,
+        "role": "assistant",
+        "content": [{
+            "type": "output_text",
+            "text": completion.map_or("", |c| c.text.as_str()),
+            "annotations": [],
+            "logprobs": completion.and_then(logprob_entries).unwrap_or_default(),
+        }],
+    }));
     json!({
         "id": format!("resp_{key}"),
         "object": "response",
@@ -142,18 +167,7 @@ pub(crate) fn response_object(key: &str, model: &str, created: i64, response: &R
         "instructions": null,
         "max_output_tokens": null,
         "model": model,
-        "output": [{
-            "type": "message",
-            "id": format!("msg_{key}"),
-            "status": status,
-            "role": "assistant",
-            "content": [{
-                "type": "output_text",
-                "text": completion.map_or("", |c| c.text.as_str()),
-                "annotations": [],
-                "logprobs": completion.and_then(logprob_entries).unwrap_or_default(),
-            }],
-        }],
+        "output": output,
         "parallel_tool_calls": true,
         "previous_response_id": null,
         "temperature": null,
@@ -348,6 +362,7 @@ mod tests {
                     },
                 ]),
                 tool_calls: Vec::new(),
+                reasoning: None,
             }],
             usage: Usage {
                 prompt_tokens: 5,

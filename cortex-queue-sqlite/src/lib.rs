@@ -115,6 +115,7 @@
 //!             finish_reason: FinishReason::Eos,
 //!             logprobs: None,
 //!             tool_calls: Vec::new(),
+//!             reasoning: None,
 //!         }],
 //!         usage: Usage { prompt_tokens: 5, completion_tokens: 2, cached_prompt_tokens: 0 },
 //!         timings: Timings::default(),

@@ -120,6 +120,14 @@ pub struct Request {
         serde(default, skip_serializing_if = "Option::is_none")
     )]
     pub tools: Option<Tools>,
+    /// More variables for the chat template: a JSON object (a request's
+    /// `chat_template_kwargs`, such as Qwen3's `enable_thinking`, and its
+    /// `reasoning_effort`), each key a variable the template reads.
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Option::is_none")
+    )]
+    pub template_variables: Option<String>,
     /// Which requests may reuse this one's cached prompt prefix, and whose it
     /// may reuse: only those of the same scope. A server gives each project
     /// its own, so that no project learns another's prompts from how fast
@@ -170,6 +178,7 @@ impl Request {
             logprobs: None,
             grammar: None,
             tools: None,
+            template_variables: None,
             cache_scope: CacheScope::SHARED,
         }
     }
@@ -234,6 +243,13 @@ pub struct Completion {
         serde(default, skip_serializing_if = "Vec::is_empty")
     )]
     pub tool_calls: Vec<ToolCall>,
+    /// The model's thinking, split from `text` (for a chat whose template
+    /// marks thinking: `<think>`, gpt-oss's analysis channel, ...).
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Option::is_none")
+    )]
+    pub reasoning: Option<String>,
 }
 
 /// The outcome of a request: its completions, usage and timings.

@@ -83,6 +83,14 @@ pub struct ChatMessage {
         serde(default, skip_serializing_if = "Option::is_none")
     )]
     pub tool_call_id: Option<String>,
+    /// An earlier `assistant` turn's thinking, for templates that render
+    /// it (`reasoning_content`; OpenAI-compatible servers also call it
+    /// `reasoning`, gpt-oss's templates `thinking`).
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Option::is_none")
+    )]
+    pub reasoning_content: Option<String>,
 }
 
 impl ChatMessage {
@@ -96,6 +104,7 @@ impl ChatMessage {
             content: content.into(),
             tool_calls: Vec::new(),
             tool_call_id: None,
+            reasoning_content: None,
         }
     }
 

@@ -45,4 +45,13 @@ pub struct Tools {
     /// How the model must choose.
     #[cfg_attr(feature = "serde", serde(default))]
     pub choice: ToolChoice,
+    /// Whether one answer may make several calls (`parallel_tool_calls`,
+    /// true unless a request says otherwise, as OpenAI's default).
+    #[cfg_attr(feature = "serde", serde(default = "several"))]
+    pub parallel: bool,
+}
+
+#[cfg(feature = "serde")]
+fn several() -> bool {
+    true
 }

@@ -41,6 +41,7 @@ fn response(id: cortex_request::RequestId) -> Response {
             finish_reason: FinishReason::Stop,
             logprobs: None,
             tool_calls: Vec::new(),
+            reasoning: None,
         }],
         usage: Usage {
             prompt_tokens: 24,

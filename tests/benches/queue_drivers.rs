@@ -68,6 +68,7 @@ fn answer(id: RequestId) -> Response {
             finish_reason: FinishReason::Length,
             logprobs: None,
             tool_calls: Vec::new(),
+            reasoning: None,
         }],
         usage: Usage {
             prompt_tokens: 20,

@@ -43,6 +43,7 @@ fn complete_all(cortex: &Cortex) {
                     finish_reason: FinishReason::Stop,
                     logprobs: None,
                     tool_calls: Vec::new(),
+                    reasoning: None,
                 }],
                 usage: Usage {
                     prompt_tokens: 20,

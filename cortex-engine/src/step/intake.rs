@@ -1,13 +1,16 @@
 //! Commands in: submissions are validated, rendered, tokenized and queued
 //! as one scheduler sequence per completion; cancellations and shutdowns.
 
+use std::sync::Arc;
 use std::time::Instant;
+
+use cortex_chat::{Conversation, OutputSyntax};
 
 use cortex_request::{Limits, Prompt, Request, RequestId, TokenId, Work};
 use cortex_sample::Sampler;
 use cortex_sched::{SchedError, SchedRequest};
 
-use super::{Live, SampledAt, Seq, StepLoop};
+use super::{ChatReading, Live, SampledAt, Seq, StepLoop};
 use crate::backend::TokenGrammar;
 use crate::error::EngineError;
 use crate::events::EngineEvent;
@@ -136,7 +139,7 @@ impl StepLoop<'_> {
                 message: e.to_string(),
             })?;
         }
-        let prompts = self.tokenize_prompts(request)?;
+        let (prompts, chat) = self.tokenize_prompts(request)?;
         let limit = self.info.max_sequence_tokens;
         if let Some(long) = prompts.iter().find(|p| p.len() >= limit) {
             return Err(EngineError::PromptTooLong {
@@ -148,11 +151,14 @@ impl StepLoop<'_> {
         for prompt in &prompts {
             self.timeline.prompt(prompt);
         }
+        // The request's own grammar (response_format, grammar), else the one
+        // the chat's tools ask for (a forced call, the generic tools format).
+        let gbnf = request
+            .grammar
+            .as_deref()
+            .or_else(|| chat.as_ref().and_then(|c| c.grammar.as_deref()));
         let grammar = |backend: &dyn crate::backend::Backend| {
-            request
-                .grammar
-                .as_deref()
-                .map(|gbnf| backend.grammar(gbnf))
+            gbnf.map(|gbnf| backend.grammar(gbnf))
                 .transpose()
                 .map_err(|e| EngineError::Invalid {
                     id,
@@ -206,16 +212,21 @@ impl StepLoop<'_> {
                 self.oversize.push(sched_request);
             }
             let grammar = grammars.next().expect("one grammar per completion");
+            let reading = chat.as_ref().map(|c| Arc::clone(&c.reading));
             self.seqs
-                .insert(seq_id, new_seq(request, index, grammar, now));
+                .insert(seq_id, new_seq(request, index, grammar, reading, now));
             seqs.push(seq_id);
         }
         Ok((seqs, prompts.iter().map(Vec::len).collect()))
     }
 
     /// Each prompt's tokens: one for a text, tokens or chat prompt, one per
-    /// entry of a prompt list.
-    fn tokenize_prompts(&self, request: &Request) -> Result<Vec<Vec<TokenId>>, EngineError> {
+    /// entry of a prompt list; for a chat, how its output is read and the
+    /// grammar its tools ask for.
+    fn tokenize_prompts(
+        &self,
+        request: &Request,
+    ) -> Result<(Vec<Vec<TokenId>>, Option<ChatOutput>), EngineError> {
         if request.tools.is_some() && !matches!(request.prompt, Prompt::Chat(_)) {
             return Err(EngineError::Invalid {
                 id: request.id,
@@ -224,9 +235,35 @@ impl StepLoop<'_> {
                     .into(),
             });
         }
+        if let Prompt::Chat(messages) = &request.prompt {
+            let conversation = Conversation {
+                messages,
+                tools: request.tools.as_ref(),
+                variables: request.template_variables.as_deref(),
+            };
+            let rendered = self
+                .backend
+                .apply_chat_template(&conversation)
+                .map_err(|e| EngineError::Invalid {
+                    id: request.id,
+                    field: "messages".into(),
+                    message: e.to_string(),
+                })?;
+            let tokens = self.backend.tokenize(&rendered.prompt, true, true);
+            self.check_prompt(request, &tokens, "messages")?;
+            let kept = self.kept_tokens(&rendered.syntax);
+            let chat = ChatOutput {
+                reading: Arc::new(ChatReading {
+                    syntax: rendered.syntax,
+                    kept,
+                }),
+                grammar: rendered.grammar,
+            };
+            return Ok((vec![tokens], Some(chat)));
+        }
         let several = matches!(request.prompt, Prompt::Several(_));
         let parts = request.prompt.parts();
-        parts
+        let prompts = parts
             .iter()
             .enumerate()
             .map(|(i, part)| {
@@ -237,7 +274,8 @@ impl StepLoop<'_> {
                 };
                 self.tokenize_prompt(request, part, &field)
             })
-            .collect()
+            .collect::<Result<_, _>>()?;
+        Ok((prompts, None))
     }
 
     fn tokenize_prompt(
@@ -257,20 +295,19 @@ impl StepLoop<'_> {
                     })?;
                 tokens.clone()
             }
-            Prompt::Chat(messages) => {
-                let tools = request.tools.as_ref().map(|t| t.definitions.as_str());
-                let text = self
-                    .backend
-                    .apply_chat_template(messages, tools)
-                    .map_err(|e| EngineError::Invalid {
-                        id: request.id,
-                        field: "messages".into(),
-                        message: e.to_string(),
-                    })?;
-                self.backend.tokenize(&text, true, true)
-            }
+            Prompt::Chat(_) => unreachable!("chats are rendered by tokenize_prompts"),
             Prompt::Several(_) => unreachable!("lists do not nest: refused by validate"),
         };
+        self.check_prompt(request, &tokens, field)?;
+        Ok(tokens)
+    }
+
+    fn check_prompt(
+        &self,
+        request: &Request,
+        tokens: &[TokenId],
+        field: &str,
+    ) -> Result<(), EngineError> {
         if tokens.is_empty() {
             return Err(EngineError::Invalid {
                 id: request.id,
@@ -278,8 +315,33 @@ impl StepLoop<'_> {
                 message: "the prompt has no tokens".into(),
             });
         }
-        Ok(tokens)
+        Ok(())
     }
+
+    /// The control tokens a chat's output syntax writes as its markers
+    /// (`<|channel|>`, `[TOOL_CALLS]`): each marker that is one token the
+    /// vocabulary renders as nothing, kept as text in this output.
+    fn kept_tokens(&self, syntax: &OutputSyntax) -> Vec<TokenId> {
+        let mut kept: Vec<TokenId> = syntax
+            .marker_texts()
+            .into_iter()
+            .filter_map(
+                |marker| match self.backend.tokenize(marker, false, true)[..] {
+                    [token] if self.backend.token_bytes(token).is_empty() => Some(token),
+                    _ => None,
+                },
+            )
+            .collect();
+        kept.sort_unstable();
+        kept.dedup();
+        kept
+    }
+}
+
+/// How a chat's completions are read, and the grammar its tools ask for.
+struct ChatOutput {
+    reading: Arc<ChatReading>,
+    grammar: Option<String>,
 }
 
 impl StepLoop<'_> {
@@ -315,6 +377,7 @@ fn new_seq(
     request: &Request,
     index: u32,
     grammar: Option<Box<dyn TokenGrammar>>,
+    reading: Option<Arc<ChatReading>>,
     now: Instant,
 ) -> Seq {
     // Each completion has its own stream of random numbers: seed + index, or
@@ -346,7 +409,7 @@ fn new_seq(
         text: String::new(),
         tokens: Vec::new(),
         top_logprobs: request.logprobs.map(|top| top as usize),
-        reads_tool_calls: request.tools.is_some(),
+        reading,
         logprobs: Vec::new(),
         grammar,
         stream: None,

@@ -54,21 +54,21 @@ impl StepLoop<'_> {
             }
             logprobs
         });
-        let (text, tool_calls) = match seq
-            .reads_tool_calls
-            .then(|| cortex_chat::parse_tool_calls(&seq.text))
-            .flatten()
-        {
-            Some((content, calls)) => (content, calls),
-            None => (seq.text, Vec::new()),
+        let parsed = match &seq.reading {
+            Some(reading) if !reading.syntax.is_plain() => reading.syntax.parse(&seq.text),
+            _ => cortex_chat::ParsedOutput {
+                content: seq.text,
+                ..Default::default()
+            },
         };
         live.completions[seq.index as usize] = Some(Completion {
             index: seq.index,
-            text,
+            text: parsed.content,
             tokens: seq.tokens,
             finish_reason: reason,
             logprobs,
-            tool_calls,
+            tool_calls: parsed.tool_calls,
+            reasoning: parsed.reasoning,
         });
         if live.completions.iter().all(Option::is_some) {
             self.finish_request(seq.owner);

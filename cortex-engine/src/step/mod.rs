@@ -101,6 +101,13 @@ struct StepTimes {
     decode_calls: usize,
 }
 
+/// How a chat's output is read, shared by its completions.
+struct ChatReading {
+    syntax: cortex_chat::OutputSyntax,
+    /// Control tokens kept as their text (the syntax's markers).
+    kept: Vec<TokenId>,
+}
+
 /// One completion (one scheduler sequence).
 struct Seq {
     owner: RequestId,
@@ -120,8 +127,8 @@ struct Seq {
     /// probabilities, and those of each token sampled so far.
     top_logprobs: Option<usize>,
     logprobs: Vec<TokenLogprob>,
-    /// The request offered tools: calls in the text become tool calls.
-    reads_tool_calls: bool,
+    /// For a chat: how its text is read (thinking, calls) when it ends.
+    reading: Option<Arc<ChatReading>>,
     /// The request's grammar, in this completion's state.
     grammar: Option<Box<dyn TokenGrammar>>,
     /// The KV stream it runs in, while running.

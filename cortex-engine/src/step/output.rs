@@ -29,7 +29,16 @@ impl StepLoop<'_> {
         };
         let mut delta = String::new();
         if finish.is_none() {
-            let text = seq.utf8.push(&self.backend.token_bytes(token));
+            let kept = seq
+                .reading
+                .as_ref()
+                .is_some_and(|r| r.kept.binary_search(&token).is_ok());
+            let bytes = if kept {
+                self.backend.control_token_text(token)
+            } else {
+                self.backend.token_bytes(token)
+            };
+            let text = seq.utf8.push(&bytes);
             match seq.stops.push(&text) {
                 StopScan::Continue(released) => delta = released,
                 StopScan::Stopped(released) => {

@@ -193,6 +193,11 @@ impl RawModel {
         self.piece(token, false)
     }
 
+    /// The bytes a token stands for, a control token's text included.
+    pub(crate) fn control_token_text(&self, token: i32) -> Vec<u8> {
+        self.piece(token, true)
+    }
+
     /// A token's bytes; control tokens as their text when `special`.
     fn piece(&self, token: i32, special: bool) -> Vec<u8> {
         let mut buf = vec![0u8; 32];

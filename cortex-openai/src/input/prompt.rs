@@ -123,6 +123,9 @@ pub(super) fn messages(value: &Value) -> Result<Vec<ChatMessage>, String> {
                     "tool_calls",
                     "tool_call_id",
                     "refusal",
+                    "reasoning_content",
+                    "reasoning",
+                    "thinking",
                 ]
                 .contains(&k.as_str())
             }) {
@@ -176,9 +179,30 @@ pub(super) fn messages(value: &Value) -> Result<Vec<ChatMessage>, String> {
                     ));
                 }
             };
+            // An earlier turn's thinking, under any name servers give it.
+            let reasoning = ["reasoning_content", "reasoning", "thinking"]
+                .iter()
+                .find_map(|key| m.get(*key).filter(|v| !v.is_null()).map(|v| (*key, v)));
+            let reasoning_content = match reasoning {
+                None => None,
+                Some((_, Value::String(text))) if role == "assistant" => Some(text.clone()),
+                Some((key, Value::String(_))) => {
+                    return Err(format!(
+                        "messages[{i}] has {key} but is not an assistant message"
+                    ));
+                }
+                Some((key, other)) => {
+                    return Err(type_error(
+                        &format!("messages[{i}].{key}"),
+                        "a string",
+                        other,
+                    ));
+                }
+            };
             let mut message = ChatMessage::new(role, content);
             message.tool_calls = tool_calls;
             message.tool_call_id = tool_call_id;
+            message.reasoning_content = reasoning_content;
             Ok(message)
         })
         .collect()

@@ -1,7 +1,6 @@
 //! Chat `tools` and `tool_choice`: the function definitions handed to the
-//! chat template, and for `tool_choice` `required` or a named function a
-//! grammar that forces a call, `{"name": ..., "arguments": {...}}`, whose
-//! arguments match the function's `parameters` schema.
+//! chat template, and how the model must choose (the grammar that forces a
+//! call is the chat template's business: it knows the model's syntax).
 
 use cortex_request::{ToolChoice, Tools};
 use serde_json::{Value, json};
@@ -10,11 +9,11 @@ use super::format::only;
 use super::{Fields, type_error};
 
 /// The chat fields this module reads.
-pub(super) const TOOL_FIELDS: [&str; 2] = ["tools", "tool_choice"];
+pub(super) const TOOL_FIELDS: [&str; 3] = ["tools", "tool_choice", "parallel_tool_calls"];
 
 /// What a chat body's tool fields ask for: the tools on offer (none for
-/// `tool_choice: "none"`) and the grammar of a forced call.
-pub(super) fn tools_of(fields: &Fields) -> Result<(Option<Tools>, Option<String>), String> {
+/// `tool_choice: "none"`) and how the model must choose among them.
+pub(super) fn tools_of(fields: &Fields) -> Result<Option<Tools>, String> {
     let tools = match fields.get("tools") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(tools)) => tools.clone(),
@@ -59,21 +58,24 @@ pub(super) fn tools_of(fields: &Fields) -> Result<(Option<Tools>, Option<String>
         return Err("tool_choice \"required\" needs tools".into());
     }
     let Some(choice) = choice.filter(|_| !tools.is_empty()) else {
-        return Ok((None, None));
+        return Ok(None);
     };
-    let forced = match &choice {
-        ToolChoice::Auto => None,
-        ToolChoice::Required => Some(call_grammar(&tools, None)?),
-        ToolChoice::Function(name) => Some(call_grammar(&tools, Some(name))?),
+    // A forced call is held to the functions' schemas by a grammar: each
+    // must be one (refused here, at submit, rather than when it runs).
+    if choice != ToolChoice::Auto {
+        call_grammar(&tools)?;
+    }
+    let parallel = match fields.get("parallel_tool_calls") {
+        None | Some(Value::Null) => true,
+        Some(Value::Bool(parallel)) => *parallel,
+        Some(other) => return Err(type_error("parallel_tool_calls", "a boolean", other)),
     };
     let definitions = Value::Array(tools).to_string();
-    Ok((
-        Some(Tools {
-            definitions,
-            choice,
-        }),
-        forced,
-    ))
+    Ok(Some(Tools {
+        definitions,
+        choice,
+        parallel,
+    }))
 }
 
 /// Checks one `{"type": "function", "function": {"name", "description",
@@ -158,17 +160,15 @@ fn check_size(schema: &Value, at: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// The grammar of one call, `{"name": N, "arguments": A}`, of `only` or of
-/// any of `tools`, with A matching that function's parameters.
-fn call_grammar(tools: &[Value], only: Option<&str>) -> Result<String, String> {
+/// The grammar of one call, `{"name": N, "arguments": A}`, of any of
+/// `tools`, with A matching that function's parameters: refused at submit
+/// when a schema cannot be one (as any forced or generic call must).
+fn call_grammar(tools: &[Value]) -> Result<String, String> {
     let calls: Vec<Value> = tools
         .iter()
         .filter_map(|tool| {
             let function = &tool["function"];
             let name = function["name"].as_str()?;
-            if only.is_some_and(|o| o != name) {
-                return None;
-            }
             let parameters = match &function["parameters"] {
                 Value::Null => json!({"type": "object"}),
                 schema => schema.clone(),
@@ -194,7 +194,7 @@ fn call_grammar(tools: &[Value], only: Option<&str>) -> Result<String, String> {
 mod tests {
     use super::*;
 
-    fn parse(body: Value) -> Result<(Option<Tools>, Option<String>), String> {
+    fn parse(body: Value) -> Result<Option<Tools>, String> {
         let Value::Object(fields) = body else {
             unreachable!()
         };
@@ -208,29 +208,21 @@ mod tests {
 
     #[test]
     fn choices() {
-        let (tools, grammar) = parse(json!({"tools": weather()})).unwrap();
-        let tools = tools.unwrap();
+        let tools = parse(json!({"tools": weather()})).unwrap().unwrap();
         assert_eq!(tools.choice, ToolChoice::Auto);
         assert!(tools.definitions.contains("get_weather"));
-        assert_eq!(grammar, None);
-        let (tools, grammar) =
-            parse(json!({"tools": weather(), "tool_choice": "required"})).unwrap();
+        let tools = parse(json!({"tools": weather(), "tool_choice": "required"})).unwrap();
         assert_eq!(tools.unwrap().choice, ToolChoice::Required);
-        let grammar = grammar.unwrap();
-        assert!(
-            grammar.contains("get_weather") && grammar.contains("city"),
-            "{grammar}"
-        );
-        let (tools, _) = parse(json!({"tools": weather(), "tool_choice": {"type": "function", "function": {"name": "get_weather"}}})).unwrap();
+        let tools = parse(json!({"tools": weather(), "tool_choice": {"type": "function", "function": {"name": "get_weather"}}})).unwrap();
         assert_eq!(
             tools.unwrap().choice,
             ToolChoice::Function("get_weather".into())
         );
         assert_eq!(
             parse(json!({"tools": weather(), "tool_choice": "none"})).unwrap(),
-            (None, None)
+            None
         );
-        assert_eq!(parse(json!({"tool_choice": "auto"})).unwrap(), (None, None));
+        assert_eq!(parse(json!({"tool_choice": "auto"})).unwrap(), None);
     }
 
     #[test]
@@ -284,8 +276,10 @@ mod tests {
         );
         let pattern = json!([{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"x": {"type": "string", "pattern": "a+"}}}}}]);
         assert!(
-            error(json!({"tools": pattern, "tool_choice": "required"}))
+            error(json!({"tools": pattern.clone(), "tool_choice": "required"}))
                 .starts_with("tools: a forced call cannot be constrained")
         );
+        // The model chooses: no grammar holds its call to the schema.
+        assert!(parse(json!({"tools": pattern})).is_ok());
     }
 }

@@ -41,6 +41,7 @@ pub fn response_for(item: &ClaimedItem) -> Response {
             finish_reason: FinishReason::Length,
             logprobs: None,
             tool_calls: Vec::new(),
+            reasoning: None,
         }],
         usage: Usage {
             prompt_tokens: 7,

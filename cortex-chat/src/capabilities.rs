@@ -1,0 +1,196 @@
+//! What a template renders, found by rendering probe conversations once
+//! when it is compiled (as llama.cpp's template capabilities are): whether
+//! it takes a system message, the tools on offer, earlier tool calls; how
+//! it writes calls and thinking.
+
+use cortex_request::{ChatMessage, ToolCall, Tools};
+
+use crate::conversation::Conversation;
+use crate::native::{self, NativeCalls, probe};
+use crate::syntax::ReasoningMarkers;
+
+/// What a template was found to render.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Capabilities {
+    /// It renders a system message (some refuse one, some drop it).
+    pub(crate) system_role: bool,
+    /// It renders the tools on offer.
+    pub(crate) takes_tools: bool,
+    /// It renders an assistant turn's tool calls and a tool's result.
+    pub(crate) renders_calls: bool,
+    /// How it writes calls, when that could be read from it.
+    pub(crate) native_calls: Option<NativeCalls>,
+    /// gpt-oss's channels (`<|channel|>`): calls and thinking are messages.
+    pub(crate) channels: bool,
+    /// How it marks thinking.
+    pub(crate) reasoning: Option<ReasoningMarkers>,
+}
+
+/// An answer no template writes on its own.
+const ANSWER: &str = "ZQXJ answer";
+const QUESTION: &str = "ZQXJ question";
+const SYSTEM: &str = "ZQXJ system";
+
+impl Capabilities {
+    /// What the template `source` renders, as `render` (it, without a
+    /// generation prompt) shows.
+    pub(crate) fn probe(
+        render: impl Fn(&Conversation<'_>) -> Option<String>,
+        source: &str,
+    ) -> Self {
+        let tools = probe_tools();
+        let render = |messages: &[ChatMessage], tools: Option<&Tools>| {
+            render(&Conversation {
+                messages,
+                tools,
+                variables: None,
+            })
+        };
+        let user = ChatMessage::user(QUESTION);
+        let system_role = render(&[ChatMessage::system(SYSTEM), user.clone()], None)
+            .is_some_and(|text| text.contains(SYSTEM));
+        let takes_tools = render(std::slice::from_ref(&user), Some(&tools))
+            .is_some_and(|text| text.contains(probe::FIRST));
+        let answered = render(
+            &[user.clone(), ChatMessage::assistant(ANSWER)],
+            Some(&tools),
+        );
+        let one = calls_text(
+            answered.as_deref(),
+            render(&[user.clone(), call_turn(false)], Some(&tools)).as_deref(),
+        );
+        let two = calls_text(
+            answered.as_deref(),
+            render(&[user, call_turn(true)], Some(&tools)).as_deref(),
+        );
+        let renders_calls = one.as_deref().is_some_and(|t| t.contains(probe::FIRST));
+        let reasoning = ReasoningMarkers::of_template(source);
+        // The calls as a model writes them after its thinking.
+        let after_thinking = |text: &str| match &reasoning {
+            Some(markers) => markers.after(text).to_owned(),
+            None => text.to_owned(),
+        };
+        let native_calls = match &one {
+            Some(one) if renders_calls => native::learn(
+                &after_thinking(one),
+                two.as_deref().map(after_thinking).as_deref(),
+            ),
+            _ => None,
+        };
+        Self {
+            system_role,
+            takes_tools,
+            renders_calls,
+            native_calls,
+            channels: source.contains("<|channel|>"),
+            reasoning,
+        }
+    }
+}
+
+/// How a template (`render`) writes `calls` in an assistant's turn.
+pub(crate) fn written_calls(
+    render: impl Fn(&Conversation<'_>) -> Option<String>,
+    calls: &[ToolCall],
+) -> Option<String> {
+    let tools = probe_tools();
+    let render = |messages: &[ChatMessage]| {
+        render(&Conversation {
+            messages,
+            tools: Some(&tools),
+            variables: None,
+        })
+    };
+    let user = ChatMessage::user(QUESTION);
+    let mut turn = ChatMessage::assistant("");
+    turn.tool_calls = calls.to_vec();
+    let answered = render(&[user.clone(), ChatMessage::assistant(ANSWER)]);
+    calls_text(answered.as_deref(), render(&[user, turn]).as_deref())
+        .filter(|text| calls.iter().all(|c| text.contains(&c.name)))
+}
+
+/// Tools offering the two probe functions.
+fn probe_tools() -> Tools {
+    let function = |name: &str| {
+        serde_json::json!({"type": "function", "function": {
+            "name": name,
+            "description": "A probe.",
+            "parameters": {"type": "object", "properties": {
+                probe::KEY_A: {"type": "string"},
+                probe::KEY_B: {"type": "string"},
+            }},
+        }})
+    };
+    Tools {
+        definitions: serde_json::json!([function(probe::FIRST), function(probe::SECOND)])
+            .to_string(),
+        choice: cortex_request::ToolChoice::Auto,
+        parallel: true,
+    }
+}
+
+/// An assistant turn calling the first probe function with one argument,
+/// or (`two`) with two and then the second with one.
+fn call_turn(two: bool) -> ChatMessage {
+    let call = |id: &str, name: &str, arguments: serde_json::Value| ToolCall {
+        id: id.to_owned(),
+        name: name.to_owned(),
+        arguments: arguments.to_string(),
+    };
+    let mut turn = ChatMessage::assistant("");
+    turn.tool_calls = if two {
+        vec![
+            call(
+                probe::ID_FIRST,
+                probe::FIRST,
+                serde_json::json!({probe::KEY_A: probe::VALUE_A, probe::KEY_B: probe::VALUE_B}),
+            ),
+            call(
+                probe::ID_SECOND,
+                probe::SECOND,
+                serde_json::json!({probe::KEY_A: probe::VALUE_A}),
+            ),
+        ]
+    } else {
+        vec![call(
+            probe::ID_FIRST,
+            probe::FIRST,
+            serde_json::json!({probe::KEY_A: probe::VALUE_A}),
+        )]
+    };
+    turn
+}
+
+/// What a template wrote for a turn of calls (`calls`) where it would have
+/// written the answer (`answered`): the two renders without what they
+/// share before and after, widened to whole markers (`<|START_ACTION|>`
+/// and `<|START_RESPONSE|>` share `<|START_`).
+fn calls_text(answered: Option<&str>, calls: Option<&str>) -> Option<String> {
+    let (answered, calls) = (answered?, calls?);
+    let mut start = answered
+        .char_indices()
+        .zip(calls.chars())
+        .find(|((_, a), c)| a != c)
+        .map_or(answered.len().min(calls.len()), |((i, _), _)| i);
+    let suffix = answered[start..]
+        .chars()
+        .rev()
+        .zip(calls[start..].chars().rev())
+        .take_while(|(a, c)| a == c)
+        .map(|(a, _)| a.len_utf8())
+        .sum::<usize>();
+    let mut end = calls.len() - suffix;
+    // A marker opened before the cut and not closed: start at its opening.
+    if let Some(open) = calls[..start].rfind(['<', '['])
+        && !calls[open..start].contains(['>', ']'])
+    {
+        start = open;
+    }
+    // A marker closed after the cut and not opened: end after its closing.
+    if let Some(close) = calls[end..].find(['>', ']'])
+        && !calls[end..end + close].contains(['<', '['])
+    {
+        end += close + 1;
+    }
+    Some(calls[start..end].to_owned())
+}

@@ -1,0 +1,500 @@
+//! What chat templates expect of Python's Jinja, where minijinja differs:
+//! values print as Python's `str()` prints them (`True`, `None`,
+//! `{'a': 1}`), `tojson` is `json.dumps` as `transformers` calls it (`", "`
+//! and `": "` between items, no ASCII escaping, `indent`, `separators`,
+//! `sort_keys`), an undefined value has length 0, and the string methods
+//! pycompat lacks (`rsplit`, `removeprefix`, ...).
+
+use std::fmt::Write as _;
+
+use minijinja::value::{Kwargs, Rest, ValueKind};
+use minijinja::{Error, ErrorKind, State, Value};
+
+/// Python's `str(value)`: a string as it is, anything else as `repr`.
+pub(crate) fn str_of(value: &Value) -> String {
+    match value.kind() {
+        ValueKind::String => value.as_str().unwrap_or_default().to_owned(),
+        ValueKind::Undefined => String::new(),
+        _ => repr(value),
+    }
+}
+
+/// Python's `repr(value)` of the JSON-like values templates see.
+pub(crate) fn repr(value: &Value) -> String {
+    let mut out = String::new();
+    write_repr(&mut out, value);
+    out
+}
+
+fn write_repr(out: &mut String, value: &Value) {
+    match value.kind() {
+        ValueKind::Undefined => {}
+        ValueKind::None => out.push_str("None"),
+        ValueKind::Bool => out.push_str(if value.is_true() { "True" } else { "False" }),
+        ValueKind::String => write_str_repr(out, value.as_str().unwrap_or_default()),
+        ValueKind::Number => write_number(out, value),
+        ValueKind::Seq | ValueKind::Iterable => {
+            out.push('[');
+            for (i, item) in value.try_iter().into_iter().flatten().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                write_repr(out, &item);
+            }
+            out.push(']');
+        }
+        ValueKind::Map => {
+            out.push('{');
+            for (i, key) in value.try_iter().into_iter().flatten().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                write_repr(out, &key);
+                out.push_str(": ");
+                write_repr(out, &value.get_item(&key).unwrap_or_default());
+            }
+            out.push('}');
+        }
+        _ => {
+            let _ = write!(out, "{value}");
+        }
+    }
+}
+
+/// A string as Python quotes it: single quotes unless it holds one and no
+/// double quote.
+fn write_str_repr(out: &mut String, text: &str) {
+    let quote = if text.contains('\'') && !text.contains('"') {
+        '"'
+    } else {
+        '\''
+    };
+    out.push(quote);
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c == quote => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push(quote);
+}
+
+/// A number as Python prints it: floats always with a point or exponent.
+fn write_number(out: &mut String, value: &Value) {
+    if value.is_integer() {
+        let _ = write!(out, "{value}");
+        return;
+    }
+    match f64::try_from(value.clone()) {
+        Ok(f) if f.is_nan() => out.push_str("nan"),
+        Ok(f) if f.is_infinite() => out.push_str(if f > 0.0 { "inf" } else { "-inf" }),
+        Ok(f) => out.push_str(&python_float(f)),
+        Err(_) => {
+            let _ = write!(out, "{value}");
+        }
+    }
+}
+
+/// `repr(float)`: the shortest round-trip digits, in Python's layout
+/// (`1.0`, `0.0001`, `1e-05`, `1e+16`).
+fn python_float(f: f64) -> String {
+    if f == 0.0 {
+        return if f.is_sign_negative() { "-0.0" } else { "0.0" }.into();
+    }
+    // Rust's `{:e}` gives the shortest round-trip digits, as Python does.
+    let scientific = format!("{f:e}");
+    let (mantissa, exponent) = scientific.split_once('e').expect("{:e} has an exponent");
+    let exponent: i32 = exponent.parse().expect("an integer exponent");
+    if (-4..16).contains(&exponent) {
+        let plain = format!("{f}");
+        if plain.contains('.') {
+            plain
+        } else {
+            format!("{plain}.0")
+        }
+    } else {
+        let sign = if exponent < 0 { '-' } else { '+' };
+        format!("{mantissa}e{sign}{:02}", exponent.abs())
+    }
+}
+
+/// Prints a value as Jinja under Python prints it.
+pub(crate) fn formatter(
+    out: &mut minijinja::Output<'_>,
+    _state: &State<'_, '_>,
+    value: &Value,
+) -> Result<(), Error> {
+    out.write_str(&str_of(value))
+        .map_err(|e| Error::new(ErrorKind::WriteFailure, e.to_string()))
+}
+
+/// `| string`: Python's `str()`.
+pub(crate) fn string(value: &Value) -> String {
+    str_of(value)
+}
+
+/// `| indent(width, first, blank)` as Jinja under Python indents: every
+/// line but the first (and the first too with `first`), blank lines only
+/// with `blank`; a text that ends with a newline keeps it.
+// minijinja hands a filter its arguments by value.
+#[allow(clippy::needless_pass_by_value)]
+pub(crate) fn indent(text: &str, args: Rest<Value>, kwargs: Kwargs) -> Result<String, Error> {
+    let argument = |i: usize, name: &str| -> Result<Option<Value>, Error> {
+        match args.get(i) {
+            Some(value) => Ok(Some(value.clone())),
+            None => kwargs.get::<Option<Value>>(name),
+        }
+    };
+    let width = argument(0, "width")?;
+    let first = argument(1, "first")?.is_some_and(|v| v.is_true());
+    let blank = argument(2, "blank")?.is_some_and(|v| v.is_true());
+    kwargs.assert_all_used()?;
+    let indention = match width {
+        None => "    ".to_owned(),
+        Some(w) => match w.as_str() {
+            Some(text) => text.to_owned(),
+            None => " ".repeat(usize::try_from(w)?),
+        },
+    };
+    // Python's `str.splitlines` of the text with a newline added.
+    let with_newline = format!("{text}\n");
+    let lines: Vec<&str> = with_newline.lines().collect();
+    let mut out = String::new();
+    for (i, line) in lines.iter().enumerate() {
+        if i > 0 {
+            out.push('\n');
+            if blank || !line.is_empty() {
+                out.push_str(&indention);
+            }
+        }
+        out.push_str(line);
+    }
+    if first {
+        out.insert_str(0, &indention);
+    }
+    Ok(out)
+}
+
+/// `| length` and `| count`: an undefined value is empty, as Jinja's
+/// `Undefined` is; `None` has no length, as in Python.
+pub(crate) fn length(value: &Value) -> Result<usize, Error> {
+    if value.is_undefined() {
+        return Ok(0);
+    }
+    value.len().ok_or_else(|| {
+        Error::new(
+            ErrorKind::InvalidOperation,
+            format!("object of type {} has no len()", value.kind()),
+        )
+    })
+}
+
+/// `| tojson`: `json.dumps(value, ensure_ascii=False, indent=None,
+/// separators=None, sort_keys=False)`, as `transformers` defines it.
+// minijinja hands a filter its arguments by value.
+#[allow(clippy::needless_pass_by_value)]
+pub(crate) fn tojson(
+    value: &Value,
+    indent: Option<Value>,
+    kwargs: Kwargs,
+) -> Result<String, Error> {
+    let indent = match indent {
+        Some(indent) => Some(indent),
+        None => kwargs.get::<Option<Value>>("indent")?,
+    };
+    let indent: Option<String> = match indent {
+        None => None,
+        Some(v) if v.is_none() => None,
+        Some(v) => match v.as_str() {
+            Some(text) => Some(text.to_owned()),
+            None => Some(" ".repeat(usize::try_from(v)?)),
+        },
+    };
+    let ensure_ascii = kwargs.get::<Option<bool>>("ensure_ascii")?.unwrap_or(false);
+    let sort_keys = kwargs.get::<Option<bool>>("sort_keys")?.unwrap_or(false);
+    let separators: Option<Vec<String>> = kwargs.get("separators")?;
+    kwargs.assert_all_used()?;
+    let (item, key) = match separators.as_deref() {
+        Some([item, key]) => (item.clone(), key.clone()),
+        Some(_) => {
+            return Err(Error::new(
+                ErrorKind::InvalidOperation,
+                "separators must be (item_separator, key_separator)",
+            ));
+        }
+        // Python's defaults: ", " on one line, "," where an indent breaks lines.
+        None if indent.is_some() => (",".into(), ": ".into()),
+        None => (", ".into(), ": ".into()),
+    };
+    let style = JsonStyle {
+        indent,
+        item,
+        key,
+        ensure_ascii,
+        sort_keys,
+    };
+    let mut out = String::new();
+    style.write(&mut out, value, 0)?;
+    Ok(out)
+}
+
+struct JsonStyle {
+    indent: Option<String>,
+    item: String,
+    key: String,
+    ensure_ascii: bool,
+    sort_keys: bool,
+}
+
+impl JsonStyle {
+    fn newline(&self, out: &mut String, depth: usize) {
+        if let Some(indent) = &self.indent {
+            out.push('\n');
+            for _ in 0..depth {
+                out.push_str(indent);
+            }
+        }
+    }
+
+    fn write(&self, out: &mut String, value: &Value, depth: usize) -> Result<(), Error> {
+        match value.kind() {
+            ValueKind::Undefined | ValueKind::None => out.push_str("null"),
+            ValueKind::Bool => out.push_str(if value.is_true() { "true" } else { "false" }),
+            ValueKind::Number => {
+                if value.is_integer() {
+                    let _ = write!(out, "{value}");
+                } else {
+                    match f64::try_from(value.clone()) {
+                        Ok(f) if f.is_nan() => out.push_str("NaN"),
+                        Ok(f) if f.is_infinite() => {
+                            out.push_str(if f > 0.0 { "Infinity" } else { "-Infinity" });
+                        }
+                        Ok(f) => out.push_str(&python_float(f)),
+                        Err(_) => {
+                            let _ = write!(out, "{value}");
+                        }
+                    }
+                }
+            }
+            ValueKind::String => self.write_string(out, value.as_str().unwrap_or_default()),
+            ValueKind::Seq | ValueKind::Iterable => {
+                let items: Vec<Value> = value.try_iter()?.collect();
+                if items.is_empty() {
+                    out.push_str("[]");
+                    return Ok(());
+                }
+                out.push('[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(&self.item);
+                    }
+                    self.newline(out, depth + 1);
+                    self.write(out, item, depth + 1)?;
+                }
+                self.newline(out, depth);
+                out.push(']');
+            }
+            ValueKind::Map => {
+                let mut keys: Vec<Value> = value.try_iter()?.collect();
+                if self.sort_keys {
+                    keys.sort();
+                }
+                if keys.is_empty() {
+                    out.push_str("{}");
+                    return Ok(());
+                }
+                out.push('{');
+                for (i, key) in keys.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(&self.item);
+                    }
+                    self.newline(out, depth + 1);
+                    match key.as_str() {
+                        Some(text) => self.write_string(out, text),
+                        // json.dumps turns other keys into strings.
+                        None => self.write_string(out, &json_key(key)),
+                    }
+                    out.push_str(&self.key);
+                    self.write(out, &value.get_item(key)?, depth + 1)?;
+                }
+                self.newline(out, depth);
+                out.push('}');
+            }
+            _ => {
+                return Err(Error::new(
+                    ErrorKind::InvalidOperation,
+                    format!("Object of type {} is not JSON serializable", value.kind()),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn write_string(&self, out: &mut String, text: &str) {
+        out.push('"');
+        for c in text.chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                '\t' => out.push_str("\\t"),
+                '\u{08}' => out.push_str("\\b"),
+                '\u{0c}' => out.push_str("\\f"),
+                c if (c as u32) < 0x20 => {
+                    let _ = write!(out, "\\u{:04x}", c as u32);
+                }
+                c if self.ensure_ascii && !c.is_ascii() => {
+                    let mut units = [0u16; 2];
+                    for unit in c.encode_utf16(&mut units) {
+                        let _ = write!(out, "\\u{unit:04x}");
+                    }
+                }
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+    }
+}
+
+/// A map key that is not a string, as `json.dumps` names it.
+fn json_key(key: &Value) -> String {
+    match key.kind() {
+        ValueKind::None => "null".into(),
+        ValueKind::Bool => if key.is_true() { "true" } else { "false" }.into(),
+        _ => key.to_string(),
+    }
+}
+
+/// Python's string methods that minijinja-contrib's pycompat leaves out,
+/// then pycompat's own.
+pub(crate) fn unknown_method(
+    state: &State<'_, '_>,
+    value: &Value,
+    method: &str,
+    args: &[Value],
+) -> Result<Value, Error> {
+    if let Some(text) = value.as_str() {
+        let arg = |i: usize| args.get(i).and_then(Value::as_str);
+        match (method, args.len()) {
+            ("rsplit", 0..=2) => {
+                let limit = match args.get(1) {
+                    Some(v) => usize::try_from(v.clone()).ok(),
+                    None => None,
+                };
+                let parts: Vec<Value> = match (arg(0), limit) {
+                    (Some(sep), Some(limit)) => {
+                        let mut parts: Vec<&str> = text.rsplitn(limit + 1, sep).collect();
+                        parts.reverse();
+                        parts.into_iter().map(Value::from).collect()
+                    }
+                    (Some(sep), None) => text.split(sep).map(Value::from).collect(),
+                    (None, _) => text.split_whitespace().map(Value::from).collect(),
+                };
+                return Ok(Value::from(parts));
+            }
+            ("removeprefix", 1) => {
+                let prefix = arg(0).unwrap_or_default();
+                return Ok(Value::from(text.strip_prefix(prefix).unwrap_or(text)));
+            }
+            ("removesuffix", 1) => {
+                let suffix = arg(0).unwrap_or_default();
+                return Ok(Value::from(text.strip_suffix(suffix).unwrap_or(text)));
+            }
+            ("partition" | "rpartition", 1) => {
+                let sep = arg(0).unwrap_or_default();
+                let split = if method == "partition" {
+                    text.split_once(sep)
+                } else {
+                    text.rsplit_once(sep)
+                };
+                let parts = match split {
+                    Some((before, after)) => [before, sep, after],
+                    None if method == "partition" => [text, "", ""],
+                    None => ["", "", text],
+                };
+                return Ok(Value::from(
+                    parts.into_iter().map(Value::from).collect::<Vec<_>>(),
+                ));
+            }
+            _ => {}
+        }
+    }
+    minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn value(json: &str) -> Value {
+        serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn values_print_as_python_prints_them() {
+        assert_eq!(
+            str_of(&value(r#"{"a": [1, 2.5, true, null, "it's"], "b": "x"}"#)),
+            r#"{'a': [1, 2.5, True, None, "it's"], 'b': 'x'}"#
+        );
+        assert_eq!(str_of(&value("\"plain\"")), "plain");
+        assert_eq!(python_float(1.0), "1.0");
+        assert_eq!(python_float(1e-5), "1e-05");
+        assert_eq!(python_float(1e16), "1e+16");
+        assert_eq!(python_float(0.1), "0.1");
+    }
+
+    #[test]
+    fn indent_keeps_a_final_newline_as_python_does() {
+        let indent = |text: &str, args: Vec<Value>, kwargs: Vec<(&str, Value)>| {
+            indent(text, Rest(args), Kwargs::from_iter(kwargs)).unwrap()
+        };
+        let four = Value::from(4);
+        assert_eq!(
+            indent("{\n", vec![four], vec![("first", Value::from(true))]),
+            "    {\n"
+        );
+        assert_eq!(indent("a\n\nb", vec![Value::from(2)], vec![]), "a\n\n  b");
+        assert_eq!(
+            indent(
+                "a\n\nb",
+                vec![Value::from(2), Value::from(false), Value::from(true)],
+                vec![]
+            ),
+            "a\n  \n  b"
+        );
+    }
+
+    #[test]
+    fn tojson_is_json_dumps() {
+        let v = value(r#"{"b": 1, "a": {"x": [1, "é"]}, "c": []}"#);
+        let dumps =
+            |kwargs: Vec<(&str, Value)>| tojson(&v, None, Kwargs::from_iter(kwargs)).unwrap();
+        assert_eq!(dumps(vec![]), r#"{"b": 1, "a": {"x": [1, "é"]}, "c": []}"#);
+        assert_eq!(
+            dumps(vec![("indent", Value::from(2))]),
+            "{\n  \"b\": 1,\n  \"a\": {\n    \"x\": [\n      1,\n      \"é\"\n    ]\n  },\n  \"c\": []\n}"
+        );
+        assert_eq!(
+            dumps(vec![
+                ("ensure_ascii", Value::from(true)),
+                ("sort_keys", Value::from(true)),
+                (
+                    "separators",
+                    Value::from(vec![Value::from(","), Value::from(":")])
+                )
+            ]),
+            r#"{"a":{"x":[1,"\u00e9"]},"b":1,"c":[]}"#
+        );
+    }
+}
