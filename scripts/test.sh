@@ -26,6 +26,10 @@ echo "==> python env (the openai package, to validate output shapes)"
 CORTEX_TEST_PYTHON=$(bash scripts/python-env.sh)
 export CORTEX_TEST_PYTHON
 
+echo "==> python env of the clients people use for tools (LangChain, instructor, LiteLLM)"
+CORTEX_TEST_CLIENTS_PYTHON=$(bash scripts/clients-env.sh)
+export CORTEX_TEST_CLIENTS_PYTHON CORTEX_REQUIRE_CLIENTS=1
+
 echo "==> llama.cpp's source (its 70 chat templates, which the chat-template tests render)"
 CORTEX_LLAMA_CPP_SOURCE=$(NO_INSTALL=1 NO_BUILD=1 bash scripts/build-peers.sh)/llama_cpp_python-0.3.36/vendor/llama.cpp
 export CORTEX_LLAMA_CPP_SOURCE CORTEX_REQUIRE_LLAMA_CPP_SOURCE=1

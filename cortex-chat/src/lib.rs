@@ -58,11 +58,13 @@ mod conversation;
 mod native;
 mod python;
 mod render;
+mod stream;
 mod syntax;
 mod template;
 
 pub use calls::parse_tool_calls;
 pub use conversation::Conversation;
 pub use render::RenderedChat;
+pub use stream::{OutputDelta, OutputStream};
 pub use syntax::{OutputSyntax, ParsedOutput};
 pub use template::{ChatTemplate, TemplateError};

@@ -291,6 +291,29 @@ impl NativeCalls {
         (!calls.is_empty()).then_some(Found { content, calls })
     }
 
+    /// Of an output still being written: where its first call starts, and
+    /// the calls written whole so far.
+    pub(crate) fn calls_so_far(&self, text: &str) -> Option<(usize, Vec<ToolCall>)> {
+        let (start, mut pos) = self.first_call(text)?;
+        let mut calls = Vec::new();
+        while let Some((call, end)) = self.call_at(text, pos, calls.len()) {
+            // A JSON value ends where it ends; a call whose close is still
+            // to come may yet grow (a name then arguments between markers).
+            let closed = match self.call_close.match_at(text, end) {
+                Some(after) => after,
+                None if matches!(self.body, Body::Json(_)) => end,
+                None => break,
+            };
+            calls.extend(call);
+            pos = match self.call_open.match_at(text, closed) {
+                Some(next) if !self.call_open.is_empty() => next,
+                _ if self.call_open.is_empty() => closed,
+                _ => break,
+            };
+        }
+        Some((start, calls))
+    }
+
     /// Where the first call starts (its section's opening) and where its
     /// body begins.
     fn first_call(&self, text: &str) -> Option<(usize, usize)> {

@@ -155,6 +155,9 @@ impl OutputSyntax {
             return channels(text);
         }
         let (reasoning, answer) = self.split_reasoning(text);
+        // An answer read for thinking or calls starts at its first word (so
+        // does what a stream tells of it).
+        let answer = answer.trim_start();
         let (content, tool_calls) = match &self.calls {
             CallSyntax::None => (answer.to_owned(), Vec::new()),
             CallSyntax::Generic => generic(answer),
@@ -175,6 +178,83 @@ impl OutputSyntax {
             reasoning,
             tool_calls,
         }
+    }
+
+    /// Of an output still being written: the answer and thinking so far
+    /// (without what may yet be a marker, or trailing space), the calls
+    /// written whole; each a start of what [`OutputSyntax::parse`] gives of
+    /// the whole output.
+    pub(crate) fn so_far(&self, text: &str) -> ParsedOutput {
+        let mut parsed = ParsedOutput::default();
+        if self.calls == CallSyntax::Channels {
+            return channels_so_far(text);
+        }
+        let answer = match &self.reasoning {
+            None => text,
+            Some(markers) => {
+                let start = text.trim_start();
+                let thinking = if is_partial(start, markers.open) {
+                    // `<thi`: thinking or not, it cannot be told yet.
+                    return parsed;
+                } else if let Some(rest) = start.strip_prefix(markers.open) {
+                    Some(rest)
+                } else if self.starts_in_reasoning {
+                    Some(start)
+                } else {
+                    None
+                };
+                match thinking {
+                    None => text,
+                    Some(thinking) => match thinking.find(markers.close) {
+                        Some(end) => {
+                            let reasoning = thinking[..end].trim();
+                            parsed.reasoning =
+                                (!reasoning.is_empty()).then(|| reasoning.to_owned());
+                            &thinking[end + markers.close.len()..]
+                        }
+                        None => {
+                            let so_far = held_back(thinking, &[markers.close]).trim();
+                            parsed.reasoning = (!so_far.is_empty()).then(|| so_far.to_owned());
+                            return parsed;
+                        }
+                    },
+                }
+            }
+        };
+        let answer = answer.trim_start();
+        match &self.calls {
+            CallSyntax::None => parsed.content = answer.trim_end().to_owned(),
+            CallSyntax::Generic => parsed.tool_calls = completed_calls(answer),
+            CallSyntax::Native(native) => {
+                let learned = native.as_ref().and_then(|n| n.calls_so_far(answer));
+                let common = COMMON_MARKERS
+                    .iter()
+                    .filter_map(|marker| answer.find(marker))
+                    .chain(answer.starts_with(['{', '[']).then_some(0))
+                    .min();
+                let start = match (&learned, common) {
+                    (Some((start, _)), Some(common)) => (*start).min(common),
+                    (Some((start, _)), None) => *start,
+                    (None, common) => common.unwrap_or(answer.len()),
+                };
+                if let Some((learned_start, calls)) = learned
+                    && learned_start == start
+                {
+                    parsed.tool_calls = calls;
+                }
+                let before = &answer[..start];
+                let before = if start == answer.len() {
+                    let mut markers = self.marker_texts();
+                    markers.extend(COMMON_MARKERS);
+                    held_back(before, &markers)
+                } else {
+                    before
+                };
+                parsed.content = before.trim_end().to_owned();
+            }
+            CallSyntax::Channels => unreachable!("read above"),
+        }
+        parsed
     }
 
     /// The thinking at the start of `text` (or all of it, unfinished), and
@@ -209,6 +289,34 @@ impl OutputSyntax {
             ),
         }
     }
+}
+
+/// The markers of the calls most models write, whatever their template says.
+const COMMON_MARKERS: [&str; 5] = [
+    "<tool_call>",
+    "[TOOL_CALLS]",
+    "<|tool_call_start|>",
+    "<|tool_call|>",
+    "<|python_tag|>",
+];
+
+/// Whether `text` is the start of `marker`, and not all of it.
+fn is_partial(text: &str, marker: &str) -> bool {
+    !text.is_empty() && text.len() < marker.len() && marker.starts_with(text)
+}
+
+/// `text` without an end that may be the start of one of `markers`.
+fn held_back<'t>(text: &'t str, markers: &[&str]) -> &'t str {
+    let longest = markers
+        .iter()
+        .flat_map(|marker| {
+            (1..marker.len())
+                .filter(|&n| marker.is_char_boundary(n))
+                .filter(|&n| text.ends_with(&marker[..n]))
+        })
+        .max()
+        .unwrap_or(0);
+    &text[..text.len() - longest]
 }
 
 /// Calls in the forms most models use, whatever their template says:
@@ -301,11 +409,35 @@ const CHANNEL_MARKERS: [&str; 7] = [
     "<|return|>",
 ];
 
+/// [`channels`] of an output still being written: the messages so far,
+/// the last one's text without what may be a marker, calls only once
+/// written whole (`<|call|>`).
+fn channels_so_far(text: &str) -> ParsedOutput {
+    let text = held_back(text, &CHANNEL_MARKERS);
+    if !text.contains("<|message|>") {
+        if text.trim_start().starts_with("<|") {
+            // A header being written.
+            return ParsedOutput::default();
+        }
+        return ParsedOutput {
+            content: text.trim().to_owned(),
+            ..ParsedOutput::default()
+        };
+    }
+    channels_of(text, false)
+}
+
 /// gpt-oss's harmony format: messages `<|channel|>NAME<|message|>TEXT`
 /// ended by `<|end|>`, `<|call|>` or `<|return|>`; `analysis` is thinking,
 /// `final` the answer, `commentary to=functions.NAME` a call. Text outside
 /// any channel (a model that skipped them) is the answer.
 fn channels(text: &str) -> ParsedOutput {
+    channels_of(text, true)
+}
+
+/// [`channels`]; a call whose message has not ended is left out unless
+/// the output has (`ended`).
+fn channels_of(text: &str, ended: bool) -> ParsedOutput {
     let mut parsed = ParsedOutput::default();
     let mut reasoning = String::new();
     let mut rest = text;
@@ -323,17 +455,18 @@ fn channels(text: &str) -> ParsedOutput {
     while let Some(message) = rest.find("<|message|>") {
         let header = &rest[..message];
         let body_start = message + "<|message|>".len();
-        let body_len = ["<|end|>", "<|call|>", "<|return|>", "<|start|>"]
+        let body_end = ["<|end|>", "<|call|>", "<|return|>", "<|start|>"]
             .iter()
             .filter_map(|end| rest[body_start..].find(end))
-            .min()
-            .unwrap_or(rest.len() - body_start);
+            .min();
+        let body_len = body_end.unwrap_or(rest.len() - body_start);
         let body = &rest[body_start..body_start + body_len];
         let recipient = header
             .split("to=")
             .nth(1)
             .map(|r| r.split([' ', '<']).next().unwrap_or_default());
         match recipient {
+            Some(to) if !to.is_empty() && !ended && body_end.is_none() => {}
             Some(to) if !to.is_empty() => parsed.tool_calls.push(ToolCall {
                 id: String::new(),
                 name: to.strip_prefix("functions.").unwrap_or(to).to_owned(),

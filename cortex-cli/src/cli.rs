@@ -269,6 +269,12 @@ pub(crate) struct SubmitArgs {
     /// Submit even if the same file with the same parameters was submitted before.
     #[arg(long)]
     pub(crate) force: bool,
+    /// Run lines that name another model (a file made for a hosted API:
+    /// "model": "gpt-4o-mini") on the job's model, saying so once; without
+    /// it such a file is refused. A file whose lines name a model of the
+    /// registry runs on that model when --model is not given.
+    #[arg(long)]
+    pub(crate) ignore_line_models: bool,
     /// How long the job has to finish (24h, 90m, 1h30m, 45s): requests not
     /// finished by then fail with batch_expired and the job is expired,
     /// keeping what finished. Default: no limit.

@@ -143,6 +143,17 @@ impl Config {
         cortex_models::Registry::default_location().with_model_dirs(dirs)
     }
 
+    /// This configuration with the model a job's input names (`line` the
+    /// first line that names it), when no other was chosen.
+    pub(crate) fn with_input_model(&self, name: &str, line: u64) -> Config {
+        let mut config = self.clone();
+        config.settings.model = Setting {
+            value: name.to_owned(),
+            source: Source::Input(line),
+        };
+        config
+    }
+
     /// Whether a model was chosen (by file, environment or flag): a worker
     /// without one works every model's jobs.
     pub(crate) fn model_chosen(&self) -> bool {

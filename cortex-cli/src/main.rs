@@ -54,6 +54,9 @@ fn exit_code(error: &anyhow::Error) -> u8 {
     if error.downcast_ref::<work::Interrupted>().is_some() {
         return 130;
     }
+    if error.downcast_ref::<commands::BadInput>().is_some() {
+        return 3;
+    }
     match error.downcast_ref::<QueueError>() {
         Some(QueueError::InvalidInput(_) | QueueError::DuplicateJob { .. }) => 3,
         Some(QueueError::NoSuchJob(_)) => 4,

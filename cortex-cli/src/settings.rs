@@ -26,6 +26,8 @@ pub(crate) enum Source {
     File(PathBuf),
     Env(String),
     Flag,
+    /// The model the input file's lines name (from this line).
+    Input(u64),
 }
 
 impl fmt::Display for Source {
@@ -35,6 +37,7 @@ impl fmt::Display for Source {
             Source::File(path) => write!(f, "file {}", path.display()),
             Source::Env(name) => write!(f, "environment variable {name}"),
             Source::Flag => f.write_str("command-line flag"),
+            Source::Input(line) => write!(f, "the input's line {line}"),
         }
     }
 }

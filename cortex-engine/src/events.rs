@@ -1,6 +1,6 @@
 //! What the engine tells its callers: per-request events and engine-wide statistics.
 
-use cortex_request::{RequestId, Response, TokenId, TokenLogprob};
+use cortex_request::{RequestId, Response, TokenId, TokenLogprob, ToolCall};
 
 use crate::EngineError;
 
@@ -17,8 +17,14 @@ pub enum EngineEvent {
         index: u32,
         /// The token.
         token: TokenId,
-        /// New text, never splitting a character and never part of a stop string.
+        /// New text of the answer, never splitting a character and never
+        /// part of a stop string (for a chat whose output is read for
+        /// thinking or calls, without them: see `reasoning` and `calls`).
         text: String,
+        /// New text of the model's thinking (a chat whose template marks it).
+        reasoning: String,
+        /// Calls written whole with this token (a chat offering tools).
+        calls: Vec<ToolCall>,
         /// The token's log probability and the most likely alternatives,
         /// when the request asked for them (not for the token that ended
         /// the completion, EOS or a stop id, which is not part of it).

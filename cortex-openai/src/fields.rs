@@ -71,17 +71,9 @@ pub(crate) fn check(endpoint: Endpoint, key: &str, value: &Value) -> Result<bool
         ),
         "background" if responses => off(is_falsy, "a batch runs in the background anyway"),
         "prompt" if responses => off(value.is_null(), "stored prompt templates are OpenAI's"),
-        "tools" if responses => off(
-            value.is_null() || value.as_array().is_some_and(Vec::is_empty),
-            "tool calling is implemented for /v1/chat/completions lines, not /v1/responses yet",
-        ),
-        "tool_choice" if responses => off(
-            value.is_null() || value == "none" || value == "auto",
-            "tool calling is implemented for /v1/chat/completions lines, not /v1/responses yet",
-        ),
         "max_tool_calls" if responses => off(
             value.is_null(),
-            "tool calling is implemented for /v1/chat/completions lines, not /v1/responses yet",
+            "a batch line makes one answer; give parallel_tool_calls: false for one call",
         ),
         "stream" => off(
             is_falsy,

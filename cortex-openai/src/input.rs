@@ -21,7 +21,7 @@ mod variables;
 use embedding::{EmbeddingLine, embedding_from};
 use format::{constraint_fields, grammar_of};
 use prompt::{completion_prompt, messages, response_input};
-use tools::{TOOL_FIELDS, tools_of};
+use tools::{TOOL_FIELDS, response_tools_of, tools_of};
 use variables::{template_variables, variable_fields};
 
 /// Sampling and stop fields accepted on both formats.
@@ -293,7 +293,8 @@ fn request_from(
             || SAMPLING_FIELDS.contains(&key.as_str())
             || logprob_fields(endpoint).contains(&key.as_str())
             || constraint_fields(endpoint).contains(&key.as_str())
-            || (endpoint == Endpoint::ChatCompletions && TOOL_FIELDS.contains(&key.as_str()))
+            || (matches!(endpoint, Endpoint::ChatCompletions | Endpoint::Responses)
+                && TOOL_FIELDS.contains(&key.as_str()))
             || variable_fields(endpoint).contains(&key.as_str())
             || extra_allowed.contains(&key.as_str())
             || crate::fields::check(endpoint, key, value)?
@@ -329,8 +330,12 @@ fn request_from(
     apply_sampling(fields, &mut request)?;
     request.logprobs = logprobs_of(fields, endpoint)?;
     request.grammar = grammar_of(fields, endpoint)?;
-    if endpoint == Endpoint::ChatCompletions {
-        let tools = tools_of(fields)?;
+    if matches!(endpoint, Endpoint::ChatCompletions | Endpoint::Responses) {
+        let tools = if endpoint == Endpoint::Responses {
+            response_tools_of(fields)?
+        } else {
+            tools_of(fields)?
+        };
         let forced = tools.as_ref().is_some_and(|t| t.choice != ToolChoice::Auto);
         if forced && request.grammar.is_some() {
             return Err("a forced tool call (tool_choice required or a function) and a response_format or grammar cannot both constrain the output".into());
@@ -840,8 +845,34 @@ mod tests {
         );
         assert_eq!(
             line(r#"{"input": [{"type": "function_call_output", "call_id": "c"}]}"#).unwrap_err(),
-            "body: input[0] has type \"function_call_output\"; only message items are supported (no tool calls or files)"
+            "body: input[0].output is missing"
         );
+        assert_eq!(
+            line(r#"{"input": [{"type": "input_file", "file_id": "f"}]}"#).unwrap_err(),
+            "body: input[0] has type \"input_file\"; message, function_call and function_call_output items are supported (no files or built-in tools)"
+        );
+        // Function tools, a call and its result in the input, as chats have them.
+        let item = line(
+            r#"{"input": [{"role": "user", "content": "Weather?"},
+                {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"},
+                {"type": "function_call_output", "call_id": "call_1", "output": "sunny"}],
+                "tools": [{"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}],
+                "tool_choice": {"type": "function", "name": "get_weather"}}"#,
+        )
+        .unwrap();
+        let request = item.request.as_generate().unwrap();
+        let tools = request.tools.as_ref().unwrap();
+        assert_eq!(tools.choice, ToolChoice::Function("get_weather".into()));
+        assert!(
+            tools
+                .definitions
+                .contains(r#""function":{"name":"get_weather""#)
+        );
+        let Prompt::Chat(messages) = &request.prompt else {
+            unreachable!()
+        };
+        assert_eq!(messages[1].tool_calls[0].name, "get_weather");
+        assert_eq!(messages[2].tool_call_id.as_deref(), Some("call_1"));
         assert_eq!(
             line(r#"{"input": "Hi", "text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": "string", "format": "email"}}}}"#).unwrap_err(),
             "body: text.format: schema at format: format \"email\" is not supported (supported: date, time, date-time, uuid)"

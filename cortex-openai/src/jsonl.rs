@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
-use std::io::{BufReader, Read};
+use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
 use cortex_queue::{
@@ -301,5 +301,67 @@ mod tests {
                 .message
                 .contains("differs from the batch's endpoint")
         );
+    }
+}
+
+/// The model a file's lines name (`body.model`, or `model` on a plain
+/// line), with the first line that names it: one model per file, as
+/// OpenAI's Batch API requires (`m` and `m:latest` are one); `None` when
+/// no line names one. Lines that do not parse are left to the submit's own
+/// checks.
+pub fn named_model(reader: impl BufRead) -> Result<Option<NamedModel>, String> {
+    let mut named = named_models(reader)?.into_iter();
+    let first = named.next();
+    if let (Some(first), Some(second)) = (&first, named.next()) {
+        return Err(format!(
+            "line {} names the model {}, line {} names {}: a batch file names one model, as OpenAI requires",
+            second.line, second.name, first.line, first.name
+        ));
+    }
+    Ok(first)
+}
+
+/// Every model a file's lines name, each with the first line naming it,
+/// in that order (`m` and `m:latest` are one).
+pub fn named_models(reader: impl BufRead) -> Result<Vec<NamedModel>, String> {
+    let mut named: Vec<NamedModel> = Vec::new();
+    for (index, line) in reader.split(b'\n').enumerate() {
+        let line = line.map_err(|e| e.to_string())?;
+        let Ok(value) = serde_json::from_slice::<serde_json::Value>(&line) else {
+            continue;
+        };
+        let model = value
+            .pointer("/body/model")
+            .or_else(|| value.get("model"))
+            .and_then(serde_json::Value::as_str);
+        let Some(model) = model.filter(|m| !m.is_empty()) else {
+            continue;
+        };
+        if !named.iter().any(|n| model_key(&n.name) == model_key(model)) {
+            named.push(NamedModel {
+                name: model.to_owned(),
+                line: index as u64 + 1,
+            });
+        }
+    }
+    Ok(named)
+}
+
+/// A model a file's lines name, and the first line that does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamedModel {
+    /// The name as the line gives it.
+    pub name: String,
+    /// The first line naming it (1-based).
+    pub line: u64,
+}
+
+/// `m` and `m:latest` are one model, whatever the case.
+fn model_key(name: &str) -> String {
+    let name = name.to_ascii_lowercase();
+    if name.contains(':') {
+        name
+    } else {
+        format!("{name}:latest")
     }
 }

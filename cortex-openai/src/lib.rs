@@ -90,7 +90,7 @@ pub use batch::{
 };
 pub use endpoint::Endpoint;
 pub use input::{InputReader, parse_line};
-pub use jsonl::{ExportJsonl, SubmitJsonl, check_batch};
+pub use jsonl::{ExportJsonl, NamedModel, SubmitJsonl, check_batch, named_model, named_models};
 pub use online::{
     BodyError, ChunkHead, OnlineRequest, ResponseEvents, StreamOptions, error_body, model_object,
     online_body, parse_request, parse_request_with, response_deleted_object,

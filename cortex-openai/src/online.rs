@@ -4,14 +4,16 @@
 //! events, and OpenAI's error object.
 
 use cortex_queue::JobDefaults;
-use cortex_request::{Completion, RequestId, Response, Timings, TokenLogprob, Usage, Work};
+use cortex_request::{
+    Completion, RequestId, Response, Timings, TokenLogprob, ToolCall, Usage, Work,
+};
 use serde_json::{Value, json};
 
 use crate::Endpoint;
 use crate::endpoint::parse_output_tag;
 use crate::input::{Fields, body_work};
 use crate::output::{
-    body_of, chat_logprobs_of, completion_logprobs_of, response_object, tool_calls,
+    body_of, call_id, chat_logprobs_of, completion_logprobs_of, response_object, tool_calls,
 };
 
 /// An online request as read from its body.
@@ -269,16 +271,47 @@ impl ChunkHead {
         self.chunk(endpoint, json!([choice]))
     }
 
+    /// More of a chat choice's thinking (`reasoning_content`, as
+    /// llama-server and vLLM stream it).
+    pub fn reasoning(&self, index: u32, text: &str) -> Value {
+        self.chunk(
+            Endpoint::ChatCompletions,
+            json!([{ "index": index, "delta": { "reasoning_content": text }, "logprobs": null, "finish_reason": null }]),
+        )
+    }
+
+    /// Calls of chat choice `index` written whole, the first of them its
+    /// `first`-th: each with its id, name and arguments.
+    pub fn calls(&self, index: u32, first: usize, calls: &[ToolCall]) -> Value {
+        let calls: Vec<Value> = calls
+            .iter()
+            .enumerate()
+            .map(|(k, call)| {
+                let k = first + k;
+                json!({
+                    "index": k,
+                    "id": call_id(&self.key, index, k),
+                    "type": "function",
+                    "function": { "name": call.name, "arguments": call.arguments },
+                })
+            })
+            .collect();
+        self.chunk(
+            Endpoint::ChatCompletions,
+            json!([{ "index": index, "delta": { "tool_calls": calls }, "logprobs": null, "finish_reason": null }]),
+        )
+    }
+
     /// The last chunk of a choice: its finish reason, the log probabilities
     /// not sent with its text (the first `logprobs_sent` were, their tokens
     /// `offset` characters long), and for chat the tool calls the
-    /// completion made (found only once it ended).
+    /// completion made that were not sent (the first `calls_sent` were).
     pub fn finish(
         &self,
         endpoint: Endpoint,
         completion: &Completion,
-        logprobs_sent: usize,
-        offset: usize,
+        (logprobs_sent, offset): (usize, usize),
+        calls_sent: usize,
     ) -> Value {
         let mut finish_reason = completion.finish_reason.as_openai();
         let rest = completion
@@ -293,7 +326,15 @@ impl ChunkHead {
             _ => {
                 let mut delta = json!({});
                 if !completion.tool_calls.is_empty() {
-                    delta["tool_calls"] = tool_calls(&self.key, completion, true);
+                    if calls_sent < completion.tool_calls.len() {
+                        let calls = tool_calls(&self.key, completion, true);
+                        delta["tool_calls"] = Value::Array(
+                            calls
+                                .as_array()
+                                .map_or(&[][..], |c| &c[calls_sent..])
+                                .to_vec(),
+                        );
+                    }
                     if finish_reason == "stop" {
                         finish_reason = "tool_calls";
                     }

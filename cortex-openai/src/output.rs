@@ -101,6 +101,11 @@ fn chat_choice(key: &str, c: &Completion) -> Value {
     })
 }
 
+/// The id of choice `index`'s `k`-th call in the answer `key`.
+pub(crate) fn call_id(key: &str, index: u32, k: usize) -> String {
+    format!("call_{key}_{index}_{k}")
+}
+
 /// A completion's function calls as OpenAI's `tool_calls` (ids
 /// `call_KEY_CHOICE_K`); streamed deltas also carry each call's `index`.
 pub(crate) fn tool_calls(key: &str, c: &Completion, indexed: bool) -> Value {
@@ -109,7 +114,7 @@ pub(crate) fn tool_calls(key: &str, c: &Completion, indexed: bool) -> Value {
         .enumerate()
         .map(|(k, call)| {
             let mut value = json!({
-                "id": format!("call_{key}_{}_{k}", c.index),
+                "id": call_id(key, c.index, k),
                 "type": "function",
                 "function": { "name": call.name, "arguments": call.arguments },
             });
@@ -145,18 +150,32 @@ pub(crate) fn response_object(key: &str, model: &str, created: i64, response: &R
             "content": [{"type": "reasoning_text", "text": reasoning}],
         }));
     }
-    output.push(json!({
-        "type": "message",
-        "id": format!("msg_{key}"),
-        "status": status,
-        "role": "assistant",
-        "content": [{
-            "type": "output_text",
-            "text": completion.map_or("", |c| c.text.as_str()),
-            "annotations": [],
-            "logprobs": completion.and_then(logprob_entries).unwrap_or_default(),
-        }],
-    }));
+    let calls = completion.map_or(&[][..], |c| c.tool_calls.as_slice());
+    let text = completion.map_or("", |c| c.text.as_str());
+    if !text.is_empty() || calls.is_empty() {
+        output.push(json!({
+            "type": "message",
+            "id": format!("msg_{key}"),
+            "status": status,
+            "role": "assistant",
+            "content": [{
+                "type": "output_text",
+                "text": text,
+                "annotations": [],
+                "logprobs": completion.and_then(logprob_entries).unwrap_or_default(),
+            }],
+        }));
+    }
+    for (k, call) in calls.iter().enumerate() {
+        output.push(json!({
+            "type": "function_call",
+            "id": format!("fc_{key}_{k}"),
+            "call_id": call_id(key, 0, k),
+            "name": call.name,
+            "arguments": call.arguments,
+            "status": "completed",
+        }));
+    }
     json!({
         "id": format!("resp_{key}"),
         "object": "response",

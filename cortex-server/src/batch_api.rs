@@ -404,44 +404,12 @@ fn job_batch(job: &Job) -> Value {
     batch_object(job, &files_of(job))
 }
 
-/// The model a batch file's lines name (`body.model`, or `model` on a plain
-/// line): one model per file, as OpenAI requires; `None` when no line names
-/// one (the server's default model). Lines that do not parse are left to
-/// the batch's own checks.
+/// The model a batch file's lines name (`cortex_openai::named_model`).
 fn batch_model(path: &std::path::Path) -> Result<Option<String>, ApiError> {
-    use std::io::BufRead as _;
     let file = std::fs::File::open(path).map_err(|e| io_error(&e))?;
-    let mut named: Option<(String, String)> = None;
-    for line in std::io::BufReader::new(file).split(b'\n') {
-        let line = line.map_err(|e| io_error(&e))?;
-        let Ok(value) = serde_json::from_slice::<Value>(&line) else {
-            continue;
-        };
-        let model = value
-            .pointer("/body/model")
-            .or_else(|| value.get("model"))
-            .and_then(Value::as_str);
-        let Some(model) = model.filter(|m| !m.is_empty()) else {
-            continue;
-        };
-        // `m` and `m:latest` are one model.
-        let key = model
-            .parse::<cortex_models::ModelName>()
-            .map_or_else(|_| model.to_owned(), |n| n.to_string().to_ascii_lowercase());
-        match &named {
-            None => named = Some((key, model.to_owned())),
-            Some((first, shown)) if *first != key => {
-                return Err(ApiError::invalid(
-                    format!(
-                        "the batch's lines name two models, {shown} and {model}: a batch file names one model, as OpenAI requires"
-                    ),
-                    Some("input_file_id".into()),
-                ));
-            }
-            Some(_) => {}
-        }
-    }
-    Ok(named.map(|(_, shown)| shown))
+    cortex_openai::named_model(std::io::BufReader::new(file))
+        .map(|named| named.map(|n| n.name))
+        .map_err(|message| ApiError::invalid(message, Some("input_file_id".into())))
 }
 
 pub(crate) async fn create_batch(

@@ -3,8 +3,9 @@
 //! IP address, `localhost`, this machine's name or an allowed name), call
 //! it from a foreign origin (`Origin` must be a loopback page, the server's
 //! own, or an allowed one), or post a body a form can send without a
-//! preflight (bodies must say `application/json`; uploads
-//! `multipart/form-data`). Allowed origins get CORS answers.
+//! preflight (bodies must say `application/json`, or, from no web page,
+//! nothing at all; uploads `multipart/form-data`). Allowed origins get
+//! CORS answers.
 
 use std::net::IpAddr;
 use std::sync::{Arc, OnceLock};
@@ -85,9 +86,20 @@ fn has_body(headers: &HeaderMap) -> bool {
             .is_some_and(|v| v.trim() != "0")
 }
 
-/// The media type a body to `path` must have, if it is not that.
-fn wrong_body_type(method: &Method, path: &str, headers: &HeaderMap) -> Option<String> {
+/// The media type a body to `path` must have, if it is not that. A body
+/// without any type is taken when no web page sent it (no `Origin`: every
+/// browser names the page a POST comes from), as Ollama takes the bodies
+/// LiteLLM's Ollama providers post without one.
+fn wrong_body_type(
+    method: &Method,
+    path: &str,
+    headers: &HeaderMap,
+    from_a_page: bool,
+) -> Option<String> {
     if !matches!(*method, Method::POST | Method::PUT | Method::PATCH) || !has_body(headers) {
+        return None;
+    }
+    if !from_a_page && !headers.contains_key(header::CONTENT_TYPE) {
         return None;
     }
     let expected = if path == crate::files::ROUTE {
@@ -186,7 +198,8 @@ pub(crate) async fn guard(
     {
         return preflight(origin, headers);
     }
-    if let Some(message) = wrong_body_type(request.method(), &path, headers) {
+    let from_a_page = headers.contains_key(header::ORIGIN);
+    if let Some(message) = wrong_body_type(request.method(), &path, headers, from_a_page) {
         return ApiError::refused(StatusCode::UNSUPPORTED_MEDIA_TYPE, message).for_path(&path);
     }
     let mut response = next.run(request).await;

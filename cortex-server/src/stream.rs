@@ -179,10 +179,9 @@ struct SseState {
     head: ChunkHead,
     endpoint: Endpoint,
     options: StreamOptions,
-    /// With tools offered the text may turn out to be a call: hold it
-    /// back and send either the text or the calls at the end.
-    hold_text: bool,
     sent: HashMap<u32, String>,
+    /// Per chat choice, the calls sent so far.
+    calls_sent: HashMap<u32, usize>,
     /// Per choice, the log probabilities of tokens whose text is not sent
     /// yet (held back in a character or a possible stop string); `None`
     /// when the request asked for none.
@@ -245,10 +244,7 @@ impl SseState {
             self.sent.entry(index).or_default().push_str(text);
             return;
         }
-        if self.endpoint == Endpoint::ChatCompletions && !self.sent.contains_key(&index) {
-            let role = self.head.chat_role(index);
-            self.push(&role);
-        }
+        self.open_choice(index);
         let (logprobs, offset) = match &logprobs {
             Some((logprobs, offset)) => (Some(logprobs.as_slice()), *offset),
             None => (None, 0),
@@ -258,33 +254,53 @@ impl SseState {
         self.sent.entry(index).or_default().push_str(text);
     }
 
+    /// Opens chat choice `index` (its role chunk) before anything of it.
+    fn open_choice(&mut self, index: u32) {
+        if self.endpoint == Endpoint::ChatCompletions && !self.sent.contains_key(&index) {
+            let role = self.head.chat_role(index);
+            self.push(&role);
+            self.sent.insert(index, String::new());
+        }
+    }
+
     fn on_event(&mut self, event: EngineEvent) {
         match event {
             EngineEvent::Token {
                 index,
                 text,
+                reasoning,
+                calls,
                 logprob,
                 ..
-            } if !self.hold_text => {
+            } => {
                 if let (Some(all), Some(logprob)) = (&mut self.logprobs, logprob) {
                     all.entry(index).or_default().pending.push(logprob);
                 }
+                // A chat's thinking and whole calls go out as they come
+                // (the answer's text in `text`, below).
+                if self.endpoint == Endpoint::ChatCompletions && self.responses.is_none() {
+                    if !reasoning.is_empty() {
+                        self.open_choice(index);
+                        let chunk = self.head.reasoning(index, &reasoning);
+                        self.push(&chunk);
+                    }
+                    if !calls.is_empty() {
+                        self.open_choice(index);
+                        let first = self.calls_sent.get(&index).copied().unwrap_or(0);
+                        let chunk = self.head.calls(index, first, &calls);
+                        self.push(&chunk);
+                        *self.calls_sent.entry(index).or_default() += calls.len();
+                    }
+                }
                 self.text(index, &text);
             }
-            EngineEvent::Token { .. } => {}
             EngineEvent::Finished(response) => {
                 for completion in &response.completions {
-                    // Text held back (tools) or released only at the end.
+                    // Text released only at the end (a stop string that did not match).
                     let sent = self.sent.get(&completion.index).map_or("", String::as_str);
                     let rest = completion.text.strip_prefix(sent).unwrap_or("").to_owned();
-                    if completion.tool_calls.is_empty() {
-                        self.text(completion.index, &rest);
-                    } else if self.endpoint == Endpoint::ChatCompletions
-                        && !self.sent.contains_key(&completion.index)
-                    {
-                        let role = self.head.chat_role(completion.index);
-                        self.push(&role);
-                    }
+                    self.text(completion.index, &rest);
+                    self.open_choice(completion.index);
                 }
                 if let Some(mut events) = self.responses.take() {
                     let last = events.finish(&response);
@@ -300,9 +316,13 @@ impl SseState {
                             .as_ref()
                             .and_then(|all| all.get(&index))
                             .map_or((0, 0), |l| (l.sent, l.sent_chars));
-                        let chunk =
-                            self.head
-                                .finish(self.endpoint, completion, logprobs_sent, offset);
+                        let calls_sent = self.calls_sent.get(&index).copied().unwrap_or(0);
+                        let chunk = self.head.finish(
+                            self.endpoint,
+                            completion,
+                            (logprobs_sent, offset),
+                            calls_sent,
+                        );
                         self.push(&chunk);
                     }
                     if self.options.include_usage {
@@ -331,7 +351,6 @@ pub(crate) fn sse(
     options: StreamOptions,
     keep: Option<String>,
 ) -> Response {
-    let hold_text = matches!(&request.work, Work::Generate(r) if r.tools.is_some());
     let responses =
         (request.endpoint == Endpoint::Responses).then(|| ResponseEvents::new(head.clone()));
     let mut state = SseState {
@@ -340,8 +359,8 @@ pub(crate) fn sse(
         head,
         endpoint: request.endpoint,
         options,
-        hold_text,
         sent: HashMap::new(),
+        calls_sent: HashMap::new(),
         logprobs: matches!(&request.work, Work::Generate(r) if r.logprobs.is_some())
             .then(HashMap::new),
         responses,

@@ -82,7 +82,7 @@ fn embeddings_lines_give_unit_vectors_that_do_not_depend_on_their_batch() {
         &json!({"input": [[1, 2, 3, 4, 5], [6, 7, 8]], "user": "u-1"}),
     );
     let input = cortex.write("in.jsonl", &text);
-    cortex.ok(&["run", "in.jsonl", "-o", "out.jsonl"]);
+    cortex.ok(&["run", "in.jsonl", "-o", "out.jsonl", "--ignore-line-models"]);
     let out_path = cortex.dir().join("out.jsonl");
     let outputs = read_jsonl(&out_path);
     assert_eq!(outputs.len(), 51);

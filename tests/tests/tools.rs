@@ -5,12 +5,24 @@
 //! `tool_choice: "required"` or a named function always gives a call whose
 //! arguments match the function's parameters, earlier calls and their
 //! results render into the prompt, and every body is a valid
-//! `ChatCompletion` for the official `openai` package.
+//! `ChatCompletion` for the official `openai` package. Through `cortex
+//! serve`, the clients people use for tools (the `openai` and `ollama`
+//! packages, LangChain, instructor, LiteLLM) call them, streamed and not.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
 
-use cortex_tests::{Cortex, python_check, read_jsonl};
+use cortex_tests::{Cortex, Server, python_check, read_jsonl};
 use serde_json::{Value, json};
+
+static TURN: Mutex<()> = Mutex::new(());
+
+/// The model in turn (two cores run one generating server well).
+fn turn() -> std::sync::MutexGuard<'static, ()> {
+    TURN.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 fn tools() -> Value {
     json!([
@@ -26,7 +38,8 @@ fn tools() -> Value {
 }
 
 fn line(custom_id: &str, messages: Value, extra: Value) -> String {
-    let mut body = json!({"model": "m", "max_tokens": 80, "temperature": 0, "tools": tools()});
+    let mut body =
+        json!({"model": "smollm2-135m", "max_tokens": 80, "temperature": 0, "tools": tools()});
     body["messages"] = messages;
     if let Value::Object(extra) = extra {
         for (key, value) in extra {
@@ -54,6 +67,7 @@ const QUESTIONS: [&str; 6] = [
 
 #[test]
 fn forced_calls_match_their_functions_with_or_without_a_template_that_takes_tools() {
+    let _turn = turn();
     let cortex = Cortex::new();
     let mut text = String::new();
     for (i, question) in QUESTIONS.iter().enumerate() {
@@ -164,4 +178,47 @@ fn check_calls(cortex: &Cortex, input: &Path, output: &str) {
             assert!(call["id"].as_str().unwrap().starts_with("call_"));
         }
     }
+}
+
+/// The interpreter of the clients' environment (`scripts/clients-env.sh`,
+/// which `scripts/test.sh` runs): `None`, after saying so, when there is
+/// none and none is required.
+fn clients_python() -> Option<PathBuf> {
+    match std::env::var_os("CORTEX_TEST_CLIENTS_PYTHON") {
+        Some(python) => Some(PathBuf::from(python)),
+        None => {
+            assert!(
+                std::env::var_os("CORTEX_REQUIRE_CLIENTS").is_none(),
+                "CORTEX_REQUIRE_CLIENTS is set but CORTEX_TEST_CLIENTS_PYTHON is not"
+            );
+            eprintln!(
+                "no clients' Python (CORTEX_TEST_CLIENTS_PYTHON): bash scripts/clients-env.sh makes one"
+            );
+            None
+        }
+    }
+}
+
+#[test]
+fn tools_work_in_the_clients_people_use_with_the_default_model() {
+    let Some(python) = clients_python() else {
+        return;
+    };
+    let _turn = turn();
+    let cortex = Cortex::new();
+    let key = "tools-key-0123";
+    let server = Server::start(&cortex, &["--api-key", key, "--parallel", "4"]);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/tool_clients.py");
+    let output = Command::new(python)
+        .arg(&script)
+        .args([&server.url(), key, "smollm2-135m"])
+        .output()
+        .expect("run the clients");
+    let printed = String::from_utf8_lossy(&output.stdout);
+    println!("{printed}");
+    assert!(
+        output.status.success() && printed.contains("ALL CHECKS PASSED"),
+        "{printed}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
 }

@@ -8,7 +8,7 @@ use cortex_openai::SubmitJsonl;
 use cortex_parquet::{RowLines, TableInput};
 use cortex_queue::{JobFilter, JobId, JobState, Queue, QueueError, SubmitOptions, Submitted};
 
-use super::open_store;
+use super::{BadInput, open_store};
 use crate::cli::SubmitArgs;
 use crate::config::Config;
 use crate::export::{export_job, output_location};
@@ -45,6 +45,79 @@ fn submit_options(config: &Config, args: &SubmitArgs) -> anyhow::Result<SubmitOp
     let chosen = &config.chat_template.value;
     options.chats_refused = model.chat_refusal((!chosen.is_empty()).then_some(chosen.as_str()));
     Ok(options)
+}
+
+/// The configuration a job of `args.file` runs with: the model its lines
+/// name (one per file, as OpenAI's Batch API requires) when none was
+/// chosen; refused when they name another than the one chosen (or one the
+/// registry does not have), unless `--ignore-line-models`, which says once
+/// which names it set aside. Only a local JSONL file is read for this.
+pub(crate) fn for_input(config: &Config, args: &SubmitArgs) -> anyhow::Result<Config> {
+    let Location::Local(path) = Location::parse(&args.file)? else {
+        return Ok(config.clone());
+    };
+    if cortex_parquet::is_parquet(&path).unwrap_or(false) {
+        return Ok(config.clone());
+    }
+    let Ok(file) = std::fs::File::open(&path) else {
+        // The submit says why it cannot read it.
+        return Ok(config.clone());
+    };
+    let reader = std::io::BufReader::new(file);
+    if args.ignore_line_models {
+        // Whatever the lines name runs on the job's model, said once.
+        let named = cortex_openai::named_models(reader)
+            .map_err(|message| BadInput(format!("{}: {message}", args.file)))?;
+        let job = identify_model(config)?;
+        let registry = config.registry();
+        let others: Vec<String> = named
+            .iter()
+            .filter(|n| {
+                cortex_worker::identify(&n.name, &registry).map_or(true, |m| m.sha256 != job.sha256)
+            })
+            .map(|n| format!("{} (line {})", n.name, n.line))
+            .collect();
+        if !others.is_empty() {
+            eprintln!(
+                "the lines name {}: they run on {} (--ignore-line-models)",
+                others.join(", "),
+                job.name
+            );
+        }
+        return Ok(config.clone());
+    }
+    let named = cortex_openai::named_model(reader)
+        .map_err(|message| BadInput(format!("{}: {message}", args.file)))?;
+    let Some(named) = named else {
+        return Ok(config.clone());
+    };
+    let registry = config.registry();
+    let line_model = cortex_worker::identify(&named.name, &registry);
+    if !config.model_chosen() {
+        return match line_model {
+            Ok(_) => Ok(config.with_input_model(&named.name, named.line)),
+            Err(e) => Err(BadInput(format!(
+                "{} line {}: the lines name the model {}, which is not here ({e}); give --model NAME to run the file on a model of yours, or --ignore-line-models to run it on the default model",
+                args.file, named.line, named.name
+            ))
+            .into()),
+        };
+    }
+    let job = identify_model(config)?;
+    match line_model {
+        Ok(line) if line.sha256 == job.sha256 => Ok(config.clone()),
+        _ => Err(BadInput(format!(
+            "{} line {}: the lines name the model {}, but the job runs {} (set by {}); a job runs one model: give --model {} to run the file on it, or --ignore-line-models to run it on {}",
+            args.file,
+            named.line,
+            named.name,
+            job.name,
+            config.model.source,
+            named.name,
+            job.name
+        ))
+        .into()),
+    }
 }
 
 pub(super) fn submit_job(
@@ -109,6 +182,7 @@ pub(crate) fn submit(
     output: Option<&str>,
 ) -> anyhow::Result<()> {
     let output_url = output.map(destination).transpose()?;
+    let config = &for_input(config, args)?;
     let mut store = open_store(config)?;
     let submitted = submit_job(store.as_mut(), config, args, output_url)?;
     let worker = live_worker(store.as_mut(), config, &submitted)?;

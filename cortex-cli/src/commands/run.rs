@@ -8,7 +8,7 @@ use anyhow::bail;
 use cortex_objects::Location;
 use cortex_queue::{JobState, QueueError};
 
-use super::jobs::submit_job;
+use super::jobs::{for_input, submit_job};
 use super::open_store;
 use crate::cli::RunArgs;
 use crate::config::Config;
@@ -34,6 +34,7 @@ pub(crate) fn run_file(config: &Config, args: &RunArgs) -> anyhow::Result<()> {
     if !args.keep_columns.is_empty() {
         check_kept_columns(&input, &output_to, &args.keep_columns)?;
     }
+    let config = &for_input(config, &args.submit)?;
     // Fetch the model before anything is stored, so a missing model fails early.
     let model = resolve_model(config)?;
     let mut store = open_store(config)?;

@@ -409,6 +409,10 @@ fn new_seq(
         text: String::new(),
         tokens: Vec::new(),
         top_logprobs: request.logprobs.map(|top| top as usize),
+        output: reading
+            .as_ref()
+            .filter(|r| !r.syntax.is_plain())
+            .map(|r| cortex_chat::OutputStream::new(r.syntax.clone())),
         reading,
         logprobs: Vec::new(),
         grammar,

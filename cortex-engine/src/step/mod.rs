@@ -129,6 +129,8 @@ struct Seq {
     logprobs: Vec<TokenLogprob>,
     /// For a chat: how its text is read (thinking, calls) when it ends.
     reading: Option<Arc<ChatReading>>,
+    /// For a chat read for thinking or calls: its text read as it comes.
+    output: Option<cortex_chat::OutputStream>,
     /// The request's grammar, in this completion's state.
     grammar: Option<Box<dyn TokenGrammar>>,
     /// The KV stream it runs in, while running.

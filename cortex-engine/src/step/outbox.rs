@@ -82,6 +82,8 @@ mod tests {
             index: 0,
             token: 7,
             text: String::new(),
+            reasoning: String::new(),
+            calls: Vec::new(),
             logprob: None,
         }
     }

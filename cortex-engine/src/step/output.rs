@@ -57,6 +57,24 @@ impl StepLoop<'_> {
             delta.push_str(&seq.stops.finish());
         }
         seq.text.push_str(&delta);
+        // A chat read for thinking or calls tells what it can of its text so
+        // far, and the rest when it ends.
+        let told = match &mut seq.output {
+            Some(output) => {
+                let mut told = output.push(&delta);
+                if finish.is_some() {
+                    let rest = output.finish();
+                    told.content.push_str(&rest.content);
+                    told.reasoning.push_str(&rest.reasoning);
+                    told.calls.extend(rest.calls);
+                }
+                told
+            }
+            None => cortex_chat::OutputDelta {
+                content: delta,
+                ..Default::default()
+            },
+        };
         let index = seq.index;
         // Sampling recorded this token's log probabilities last.
         let logprob = (seq.top_logprobs.is_some() && !is_end && !is_stop_token)
@@ -70,7 +88,9 @@ impl StepLoop<'_> {
                     id: owner,
                     index,
                     token,
-                    text: delta,
+                    text: told.content,
+                    reasoning: told.reasoning,
+                    calls: told.calls,
                     logprob,
                 },
             );

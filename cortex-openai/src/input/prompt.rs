@@ -21,7 +21,26 @@ pub(super) fn response_input(fields: &Fields) -> Result<Vec<ChatMessage>, String
         Some(Value::String(text)) => out.push(ChatMessage::user(text.clone())),
         Some(Value::Array(items)) => {
             for (i, item) in items.iter().enumerate() {
-                out.push(input_item(item, i)?);
+                match item.get("type").and_then(Value::as_str) {
+                    Some("function_call") => {
+                        let call = function_call_item(item, i)?;
+                        // Calls made together are one assistant turn.
+                        match out.last_mut() {
+                            Some(turn)
+                                if turn.role == "assistant" && !turn.tool_calls.is_empty() =>
+                            {
+                                turn.tool_calls.push(call);
+                            }
+                            _ => {
+                                let mut turn = ChatMessage::assistant("");
+                                turn.tool_calls.push(call);
+                                out.push(turn);
+                            }
+                        }
+                    }
+                    Some("function_call_output") => out.push(function_output_item(item, i)?),
+                    _ => out.push(input_item(item, i)?),
+                }
             }
         }
         Some(other) => {
@@ -33,6 +52,52 @@ pub(super) fn response_input(fields: &Fields) -> Result<Vec<ChatMessage>, String
         }
     }
     Ok(out)
+}
+
+/// A `{"type": "function_call", "call_id", "name", "arguments"}` item: a
+/// call the model made in an earlier turn.
+fn function_call_item(item: &Value, i: usize) -> Result<ToolCall, String> {
+    let at = format!("input[{i}]");
+    let Value::Object(m) = item else {
+        return Err(type_error(&at, "a function_call item", item));
+    };
+    only(
+        &["type", "call_id", "name", "arguments", "id", "status"],
+        &at,
+        m,
+    )?;
+    let text = |key: &str| {
+        m.get(key)
+            .and_then(Value::as_str)
+            .ok_or_else(|| format!("{at}.{key} is missing (a string)"))
+    };
+    Ok(ToolCall {
+        id: text("call_id")?.to_owned(),
+        name: text("name")?.to_owned(),
+        arguments: text("arguments")?.to_owned(),
+    })
+}
+
+/// A `{"type": "function_call_output", "call_id", "output"}` item: a call's
+/// result, as a `tool` message.
+fn function_output_item(item: &Value, i: usize) -> Result<ChatMessage, String> {
+    let at = format!("input[{i}]");
+    let Value::Object(m) = item else {
+        return Err(type_error(&at, "a function_call_output item", item));
+    };
+    only(&["type", "call_id", "output", "id", "status"], &at, m)?;
+    let call_id = m
+        .get("call_id")
+        .and_then(Value::as_str)
+        .ok_or_else(|| format!("{at}.call_id is missing (a string)"))?;
+    let output = match m.get("output") {
+        Some(Value::String(text)) => text.clone(),
+        Some(other) => return Err(type_error(&format!("{at}.output"), "a string", other)),
+        None => return Err(format!("{at}.output is missing")),
+    };
+    let mut message = ChatMessage::new("tool", output);
+    message.tool_call_id = Some(call_id.to_owned());
+    Ok(message)
 }
 
 /// One message item of a `/v1/responses` input: `{"role", "content"}` with
@@ -47,7 +112,7 @@ fn input_item(item: &Value, i: usize) -> Result<ChatMessage, String> {
         None | Some("message") => {}
         Some(kind) => {
             return Err(format!(
-                "{at} has type {kind:?}; only message items are supported (no tool calls or files)"
+                "{at} has type {kind:?}; message, function_call and function_call_output items are supported (no files or built-in tools)"
             ));
         }
     }

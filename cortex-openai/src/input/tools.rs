@@ -8,8 +8,67 @@ use serde_json::{Value, json};
 use super::format::only;
 use super::{Fields, type_error};
 
-/// The chat fields this module reads.
+/// The chat fields this module reads (a response's too).
 pub(super) const TOOL_FIELDS: [&str; 3] = ["tools", "tool_choice", "parallel_tool_calls"];
+
+/// A `/v1/responses` body's tool fields, whose shapes are flat
+/// (`{"type": "function", "name", "parameters"}`, a choice
+/// `{"type": "function", "name"}`), read as a chat's.
+pub(super) fn response_tools_of(fields: &Fields) -> Result<Option<Tools>, String> {
+    let mut chat = Fields::new();
+    if let Some(tools) = fields.get("tools").filter(|t| !t.is_null()) {
+        let Value::Array(tools) = tools else {
+            return Err(type_error("tools", "an array of function tools", tools));
+        };
+        let tools: Vec<Value> = tools
+            .iter()
+            .enumerate()
+            .map(|(i, tool)| {
+                let at = format!("tools[{i}]");
+                let Value::Object(tool) = tool else {
+                    return Err(type_error(&at, "a function tool object", tool));
+                };
+                match tool.get("type").and_then(Value::as_str) {
+                    Some("function") => {}
+                    Some(other) => {
+                        return Err(format!(
+                            "{at}.type {other:?} is not supported; only function tools (OpenAI's built-in tools run on its servers)"
+                        ));
+                    }
+                    None => return Err(format!("{at} has no type")),
+                }
+                only(
+                    &["type", "name", "description", "parameters", "strict"],
+                    &at,
+                    tool,
+                )?;
+                let function: serde_json::Map<String, Value> = tool
+                    .iter()
+                    .filter(|(key, _)| key.as_str() != "type")
+                    .map(|(key, value)| (key.clone(), value.clone()))
+                    .collect();
+                Ok(json!({"type": "function", "function": function}))
+            })
+            .collect::<Result<_, String>>()?;
+        chat.insert("tools".into(), Value::Array(tools));
+    }
+    if let Some(choice) = fields.get("tool_choice") {
+        let choice = match choice {
+            Value::Object(named)
+                if named.get("type").and_then(Value::as_str) == Some("function") =>
+            {
+                only(&["type", "name"], "tool_choice", named)?;
+                json!({"type": "function", "function": {"name": named.get("name").cloned().unwrap_or(Value::Null)}})
+            }
+            other => other.clone(),
+        };
+        chat.insert("tool_choice".into(), choice);
+    }
+    if let Some(parallel) = fields.get("parallel_tool_calls") {
+        chat.insert("parallel_tool_calls".into(), parallel.clone());
+    }
+    tools_of(&chat)
+}
 
 /// What a chat body's tool fields ask for: the tools on offer (none for
 /// `tool_choice: "none"`) and how the model must choose among them.

@@ -14,11 +14,13 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use cortex_engine::EngineEvent;
 use cortex_request::{
-    ChatMessage, FinishReason, Limits, Prompt, Request, RequestId, Response as Finished, Work,
+    ChatMessage, FinishReason, Limits, Prompt, Request, RequestId, Response as Finished, ToolCall,
+    Work,
 };
 use cortex_worker::ModelIdentity;
 use serde_json::{Value, json};
 
+use super::chat_shape as shapes;
 use super::shape::{
     OllamaError, apply_options, bad, format_grammar, keep_alive, object, text_field, timestamp,
 };
@@ -56,9 +58,8 @@ fn parse(models: &ModelPool, body: &[u8], chat: bool) -> Result<OllamaRequest, O
             {
                 return Err(bad(format!("{key} = {value}: expected true or false")));
             }
-            "model" | "stream" | "format" | "options" | "keep_alive" => {}
-            "think" if matches!(value, Value::Null | Value::Bool(false)) => {}
-            "suffix" | "template" | "images" | "context" | "tools"
+            "model" | "stream" | "format" | "options" | "keep_alive" | "think" => {}
+            "suffix" | "template" | "images" | "context"
                 if !value.is_null() && value != "" && value != &json!([]) =>
             {
                 return Err(bad(format!("{key} is not supported by cortex")));
@@ -73,31 +74,7 @@ fn parse(models: &ModelPool, body: &[u8], chat: bool) -> Result<OllamaRequest, O
     let defaults = cortex_worker::model_defaults(&model.settings);
     let stream = !matches!(fields.get("stream"), Some(Value::Bool(false)));
     let prompt = if chat {
-        let messages = match fields.get("messages") {
-            None | Some(Value::Null) => Vec::new(),
-            Some(Value::Array(messages)) => messages.clone(),
-            Some(other) => {
-                return Err(bad(format!(
-                    "messages = {other}: expected an array of {{role, content}}"
-                )));
-            }
-        };
-        let mut messages = messages
-            .iter()
-            .enumerate()
-            .map(|(i, m)| {
-                let role = m["role"]
-                    .as_str()
-                    .ok_or_else(|| bad(format!("messages[{i}].role: expected a string")))?;
-                let content = m["content"].as_str().unwrap_or_default();
-                if m.get("images").is_some_and(|v| !v.is_null()) {
-                    return Err(bad(format!(
-                        "messages[{i}].images: cortex runs text models only"
-                    )));
-                }
-                Ok(ChatMessage::new(role, content))
-            })
-            .collect::<Result<Vec<_>, OllamaError>>()?;
+        let mut messages = shapes::messages(fields.get("messages"))?;
         if messages.is_empty() {
             None
         } else {
@@ -133,6 +110,10 @@ fn parse(models: &ModelPool, body: &[u8], chat: bool) -> Result<OllamaRequest, O
                 apply_options(options, &mut request)?;
             }
             request.grammar = format_grammar(fields.get("format"))?;
+            request.template_variables = shapes::think(fields.get("think"))?;
+            if chat {
+                request.tools = shapes::tools(fields.get("tools"))?;
+            }
             request
                 .validate(&Limits::default())
                 .map_err(|e| bad(e.to_string()))?;
@@ -147,21 +128,29 @@ fn parse(models: &ModelPool, body: &[u8], chat: bool) -> Result<OllamaRequest, O
     })
 }
 
-/// What both endpoints share in every line.
-fn line(model: &str, chat: bool, text: &str) -> Value {
+/// What both endpoints share in every line: the text, and a chat answer's
+/// thinking and whole calls.
+fn line(model: &str, chat: bool, text: &str, thinking: &str, calls: &[ToolCall]) -> Value {
     let mut line =
         json!({ "model": model, "created_at": timestamp(cortex_queue::now_ms()), "done": false });
     if chat {
-        line["message"] = json!({ "role": "assistant", "content": text });
+        let mut message = serde_json::Map::new();
+        message.insert("role".into(), json!("assistant"));
+        message.insert("content".into(), json!(text));
+        shapes::answer_fields(&mut message, thinking, calls);
+        line["message"] = Value::Object(message);
     } else {
         line["response"] = json!(text);
+        if !thinking.is_empty() {
+            line["thinking"] = json!(thinking);
+        }
     }
     line
 }
 
 /// The last line: `done`, why, and the counts and durations (nanoseconds).
 fn done_line(model: &str, chat: bool, text: &str, response: &Finished, total_ns: u64) -> Value {
-    let mut last = line(model, chat, text);
+    let mut last = line(model, chat, text, "", &[]);
     let reason = match response.completions.first().map(|c| c.finish_reason) {
         Some(FinishReason::Length) => "length",
         Some(FinishReason::Cancelled) => "cancelled",
@@ -210,9 +199,19 @@ async fn run(
     let mut call = Call::submit(&state, &caller, held, Work::Generate(request), endpoint)?;
     if !stream {
         let response = call.finish().await?;
-        let text = response.completions.first().map_or("", |c| c.text.as_str());
+        let first = response.completions.first();
+        let text = first.map_or("", |c| c.text.as_str());
         let total = call.elapsed().as_nanos() as u64;
-        return Ok(Json(done_line(&model, chat, text, &response, total)).into_response());
+        let mut last = done_line(&model, chat, text, &response, total);
+        match last.get_mut("message").and_then(Value::as_object_mut) {
+            Some(message) => shapes::completion_fields(message, first),
+            None => {
+                if let Some(thinking) = first.and_then(|c| c.reasoning.as_deref()) {
+                    last["thinking"] = json!(thinking);
+                }
+            }
+        }
+        return Ok(Json(last).into_response());
     }
     call.first().await?;
     let lines = futures_util::stream::unfold(
@@ -225,10 +224,17 @@ async fn run(
                 }
                 loop {
                     let (value, done) = match call.next().await {
-                        Some(EngineEvent::Token { text, .. }) if text.is_empty() => continue,
-                        Some(EngineEvent::Token { text, .. }) => {
+                        Some(EngineEvent::Token {
+                            text,
+                            reasoning,
+                            calls,
+                            ..
+                        }) => {
+                            if text.is_empty() && reasoning.is_empty() && calls.is_empty() {
+                                continue;
+                            }
                             sent.push_str(&text);
-                            (line(&model, chat, &text), false)
+                            (line(&model, chat, &text, &reasoning, &calls), false)
                         }
                         Some(EngineEvent::Finished(response)) => {
                             let full = response.completions.first().map_or("", |c| c.text.as_str());

@@ -1,7 +1,9 @@
-//! Ollama's API on the loaded models: generation (`generate`), model
-//! management on the registry (`manage`), embeddings (`embed`), and what
-//! they share (`shape`: errors as `{"error": "..."}`, options, times).
+//! Ollama's API on the loaded models: generation (`generate`; a chat's
+//! messages, tools and thinking in `chat_shape`), model management on the
+//! registry (`manage`), embeddings (`embed`), and what they share
+//! (`shape`: errors as `{"error": "..."}`, options, times).
 
+mod chat_shape;
 mod embed;
 mod generate;
 mod manage;
