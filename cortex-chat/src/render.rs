@@ -116,12 +116,7 @@ impl ChatTemplate {
             ));
         }
         let compiled = if generic {
-            cortex_grammar::from_json_schema(&generic_schema(
-                &wanted,
-                &tools.choice,
-                tools.parallel,
-            ))
-            .or_else(|_| {
+            one_line(&generic_schema(&wanted, &tools.choice, tools.parallel)).or_else(|_| {
                 // A schema no grammar can hold (a `pattern`; forced
                 // calls were refused at submit): any object as arguments.
                 let loose: Vec<Function> = wanted
@@ -133,21 +128,15 @@ impl ChatTemplate {
                     })
                     .collect();
                 let loose: Vec<&Function> = loose.iter().collect();
-                cortex_grammar::from_json_schema(&generic_schema(
-                    &loose,
-                    &tools.choice,
-                    tools.parallel,
-                ))
+                one_line(&generic_schema(&loose, &tools.choice, tools.parallel))
             })
         } else if tools.choice == ToolChoice::Auto {
             return Ok(None);
         } else {
             match self.capabilities.native_calls.as_ref() {
                 Some(native) if !self.capabilities.channels => native_grammar(native, &wanted)
-                    .unwrap_or_else(|| {
-                        cortex_grammar::from_json_schema(&bare_call_schema(&wanted))
-                    }),
-                _ => cortex_grammar::from_json_schema(&bare_call_schema(&wanted)),
+                    .unwrap_or_else(|| one_line(&bare_call_schema(&wanted))),
+                _ => one_line(&bare_call_schema(&wanted)),
             }
         };
         compiled.map(Some).map_err(|e| {
@@ -209,6 +198,12 @@ fn one_of(mut schemas: Vec<Value>) -> Value {
     } else {
         json!({ "anyOf": schemas })
     }
+}
+
+/// The grammar of one JSON document of `schema`, written on one line (as
+/// calls are: a model cannot spend its tokens on blanks).
+fn one_line(schema: &Value) -> Result<String, cortex_grammar::SchemaError> {
+    cortex_grammar::sequence(&[Part::Json(schema)])
 }
 
 /// The most calls one answer in the generic format may make.

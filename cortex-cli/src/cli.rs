@@ -275,6 +275,11 @@ pub(crate) struct SubmitArgs {
     /// registry runs on that model when --model is not given.
     #[arg(long)]
     pub(crate) ignore_line_models: bool,
+    /// Leave a reasoning model's thinking out of the results (each chat's
+    /// reasoning_content), as include_reasoning: false on every line that
+    /// does not say; the answer is the same.
+    #[arg(long)]
+    pub(crate) omit_reasoning: bool,
     /// How long the job has to finish (24h, 90m, 1h30m, 45s): requests not
     /// finished by then fail with batch_expired and the job is expired,
     /// keeping what finished. Default: no limit.

@@ -35,6 +35,12 @@ impl fmt::Display for SchemaError {
 /// indent (bounded so that a model cannot spend its tokens on blanks).
 const SPACE: &str = r#"| " " | "\n" [ \t]{0,20}"#;
 
+/// Whitespace between the tokens of a call (a [`sequence`]): none or one
+/// space, on one line, as models write calls: at most one character a
+/// token, so even a model with nothing to say (random weights) ends a call
+/// whose strings are bounded within a few dozen tokens.
+const COMPACT_SPACE: &str = r#"| " ""#;
+
 /// The shared primitive rules, each with the rules it uses.
 const PRIMITIVES: &[(&str, &str, &[&str])] = &[
     ("space", SPACE, &[]),
@@ -202,7 +208,8 @@ pub enum Part<'a> {
 /// The grammar of `parts` one after the other: how a model's markers frame
 /// JSON (a function call as `<tool_call>` JSON `</tool_call>`, or a name,
 /// `[ARGS]` and its arguments), with the same refusals and limits as
-/// [`from_json_schema`].
+/// [`from_json_schema`], and JSON written on one line (at most one space
+/// between tokens).
 ///
 /// ```
 /// use cortex_grammar::Part;
@@ -219,6 +226,7 @@ pub enum Part<'a> {
 /// ```
 pub fn sequence(parts: &[Part<'_>]) -> Result<String, SchemaError> {
     let mut converter = Converter::new(&Value::Null);
+    converter.space = COMPACT_SPACE;
     let root = converter.parts(parts, "")?;
     let grammar = converter.finish(&root);
     crate::check(&grammar).map_err(|e| SchemaError {
@@ -248,6 +256,8 @@ struct Converter<'a> {
     depth: usize,
     /// Schema nodes visited so far.
     nodes: usize,
+    /// The body of the `space` rule.
+    space: &'static str,
 }
 
 impl<'a> Converter<'a> {
@@ -262,6 +272,7 @@ impl<'a> Converter<'a> {
             refs: HashMap::new(),
             depth: 0,
             nodes: 0,
+            space: SPACE,
         }
     }
 
@@ -312,6 +323,7 @@ impl<'a> Converter<'a> {
                 .iter()
                 .find(|(n, _, _)| *n == name)
                 .expect("a known primitive");
+            let body = if name == "space" { self.space } else { body };
             self.names.insert(name.to_owned());
             self.rules.push((name.to_owned(), (*body).to_owned()));
             for used in *uses {

@@ -22,7 +22,7 @@ use embedding::{EmbeddingLine, embedding_from};
 use format::{constraint_fields, grammar_of};
 use prompt::{completion_prompt, messages, response_input};
 use tools::{TOOL_FIELDS, response_tools_of, tools_of};
-use variables::{template_variables, variable_fields};
+use variables::{omit_reasoning, template_variables, variable_fields};
 
 /// Sampling and stop fields accepted on both formats.
 const SAMPLING_FIELDS: [&str; 17] = [
@@ -344,6 +344,7 @@ fn request_from(
     }
     if matches!(endpoint, Endpoint::ChatCompletions | Endpoint::Responses) {
         request.template_variables = template_variables(fields, endpoint)?;
+        request.omit_reasoning = omit_reasoning(fields, defaults.omit_reasoning)?;
     }
     if endpoint == Endpoint::Responses {
         if let Some(v) = unsigned(fields, "max_output_tokens", u64::from(u32::MAX))? {

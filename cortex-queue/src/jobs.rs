@@ -310,4 +310,8 @@ pub struct JobDefaults {
     /// model's `SYSTEM`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub system: Option<String>,
+    /// Leave the model's thinking out of chat results (`include_reasoning:
+    /// false` on every line that does not say).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub omit_reasoning: bool,
 }

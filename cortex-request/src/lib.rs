@@ -128,6 +128,13 @@ pub struct Request {
         serde(default, skip_serializing_if = "Option::is_none")
     )]
     pub template_variables: Option<String>,
+    /// Leave the model's thinking out of the completions (vLLM's
+    /// `include_reasoning: false`): it is split from the answer and dropped.
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "std::ops::Not::not")
+    )]
+    pub omit_reasoning: bool,
     /// Which requests may reuse this one's cached prompt prefix, and whose it
     /// may reuse: only those of the same scope. A server gives each project
     /// its own, so that no project learns another's prompts from how fast
@@ -179,6 +186,7 @@ impl Request {
             grammar: None,
             tools: None,
             template_variables: None,
+            omit_reasoning: false,
             cache_scope: CacheScope::SHARED,
         }
     }

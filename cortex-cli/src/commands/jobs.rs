@@ -32,6 +32,7 @@ fn submit_options(config: &Config, args: &SubmitArgs) -> anyhow::Result<SubmitOp
         options.defaults.sampling.top_p = v;
     }
     options.defaults.sampling.seed = args.seed;
+    options.defaults.omit_reasoning = args.omit_reasoning;
     options.priority = args.priority;
     options.max_attempts = config.max_attempts.value;
     options.metadata = args.metadata.iter().cloned().collect();

@@ -409,6 +409,7 @@ fn new_seq(
         text: String::new(),
         tokens: Vec::new(),
         top_logprobs: request.logprobs.map(|top| top as usize),
+        omit_reasoning: request.omit_reasoning,
         output: reading
             .as_ref()
             .filter(|r| !r.syntax.is_plain())

@@ -54,13 +54,16 @@ impl StepLoop<'_> {
             }
             logprobs
         });
-        let parsed = match &seq.reading {
+        let mut parsed = match &seq.reading {
             Some(reading) if !reading.syntax.is_plain() => reading.syntax.parse(&seq.text),
             _ => cortex_chat::ParsedOutput {
                 content: seq.text,
                 ..Default::default()
             },
         };
+        if seq.omit_reasoning {
+            parsed.reasoning = None;
+        }
         live.completions[seq.index as usize] = Some(Completion {
             index: seq.index,
             text: parsed.content,

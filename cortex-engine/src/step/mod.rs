@@ -131,6 +131,8 @@ struct Seq {
     reading: Option<Arc<ChatReading>>,
     /// For a chat read for thinking or calls: its text read as it comes.
     output: Option<cortex_chat::OutputStream>,
+    /// Its thinking is left out (told neither as it comes nor at the end).
+    omit_reasoning: bool,
     /// The request's grammar, in this completion's state.
     grammar: Option<Box<dyn TokenGrammar>>,
     /// The KV stream it runs in, while running.

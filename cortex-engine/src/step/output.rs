@@ -68,6 +68,9 @@ impl StepLoop<'_> {
                     told.reasoning.push_str(&rest.reasoning);
                     told.calls.extend(rest.calls);
                 }
+                if seq.omit_reasoning {
+                    told.reasoning.clear();
+                }
                 told
             }
             None => cortex_chat::OutputDelta {

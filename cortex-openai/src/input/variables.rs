@@ -2,7 +2,8 @@
 //! llama-server's field, such as Qwen3's `enable_thinking`), and
 //! `reasoning_effort` (a Responses body's `reasoning.effort`), which
 //! templates that take it read (gpt-oss's), `none` also switching thinking
-//! off where a template reads `enable_thinking`.
+//! off where a template reads `enable_thinking`; and `include_reasoning`
+//! (vLLM's), false to leave the thinking out of the answer.
 
 use serde_json::{Map, Value};
 
@@ -12,14 +13,28 @@ use crate::Endpoint;
 /// The fields this module reads, by endpoint.
 pub(super) fn variable_fields(endpoint: Endpoint) -> &'static [&'static str] {
     match endpoint {
-        Endpoint::ChatCompletions => &["chat_template_kwargs", "reasoning_effort"],
-        Endpoint::Responses => &["chat_template_kwargs", "reasoning"],
+        Endpoint::ChatCompletions => &[
+            "chat_template_kwargs",
+            "reasoning_effort",
+            "include_reasoning",
+        ],
+        Endpoint::Responses => &["chat_template_kwargs", "reasoning", "include_reasoning"],
         Endpoint::Completions | Endpoint::Embeddings => &[],
     }
 }
 
 /// The efforts OpenAI's reasoning models take.
 const EFFORTS: [&str; 6] = ["none", "minimal", "low", "medium", "high", "xhigh"];
+
+/// Whether the body leaves the thinking out (`include_reasoning: false`),
+/// else the job's default.
+pub(super) fn omit_reasoning(fields: &Fields, default: bool) -> Result<bool, String> {
+    match fields.get("include_reasoning") {
+        None | Some(Value::Null) => Ok(default),
+        Some(Value::Bool(include)) => Ok(!include),
+        Some(other) => Err(type_error("include_reasoning", "a boolean", other)),
+    }
+}
 
 /// The template variables a body sets, as a JSON object's text.
 pub(super) fn template_variables(
