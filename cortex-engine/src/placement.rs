@@ -97,8 +97,9 @@ impl fmt::Display for DeviceChoice {
 /// CPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CpuKernels {
-    /// cortex's kernels for the weight formats they have (Q4_1 and Q8_0, on
-    /// an x86-64 CPU with AVX2 or AVX-512 VNNI), llama.cpp's for the rest.
+    /// cortex's kernels for the weight formats they have (Q4_0, Q4_1, Q4_K,
+    /// Q5_0, Q5_1, Q5_K, Q6_K and Q8_0, on an x86-64 CPU with AVX2 or
+    /// AVX-512 VNNI), llama.cpp's for the rest.
     /// On the default model they multiply several times faster than
     /// llama.cpp's own, with the same results to float rounding.
     #[default]

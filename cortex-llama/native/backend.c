@@ -4,8 +4,10 @@
 // - Placement. llama.cpp offers each CPU-resident weight to an
 //   accelerator's buffer type first, asking the device whether it would
 //   run the weight's operation. This device says yes for the matrix
-//   products of Q4_1 and Q8_0 weights (shapes in whole panels), so those
-//   weights are stored here, and packed into panels as they are loaded.
+//   products of the weights it can pack (Q4_1 and Q8_0, and what
+//   convert.c turns into them: Q4_0, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K; shapes
+//   in whole panels), so those weights are stored here, converted and
+//   packed into panels as they are loaded.
 //   Every other weight stays with the CPU backend.
 // - Scheduling. ggml runs an operation where its weight lives, so every
 //   product with a packed weight comes here (and a row lookup in one, which
@@ -280,7 +282,7 @@ int cortex_kernels_register(void) {
         const enum ck_isa isa = ck_detect_isa();
         if (isa != CK_ISA_NONE) {
             ck_buffer_type.device = device_of_registry();
-            snprintf(description, sizeof description, "cortex kernels for Q4_1 and Q8_0 weights%s (%s)",
+            snprintf(description, sizeof description, "cortex kernels for 4- to 8-bit weights%s (%s)",
                      isa == CK_ISA_AVX512 ? " and attention" : "", ck_isa_name(isa));
             ggml_backend_register(&registry);
             ck_kernels_isa = isa;

@@ -38,16 +38,29 @@ enum ck_isa {
 enum ck_isa ck_detect_isa(void);
 const char * ck_isa_name(enum ck_isa isa);
 
-// Bytes a packed matrix of `rows` x `cols` takes (Q4_1: as in ggml; Q8_0:
-// plus a 16-bit sum of each row's block, 576 bytes per panel block instead
-// of 544). Returns 0 for a shape the kernels do not take.
-size_t ck_packed_size(enum ck_format format, int64_t rows, int64_t cols);
-// Whether a matrix of this format and shape can be packed.
+// Other ggml formats are packed as one of the two (convert.c): Q4_0 and
+// Q4_K as Q4_1, Q5_0 (exactly), Q5_1, Q5_K and Q6_K (requantized) as Q8_0.
+bool ck_convertible(int type);
+// The panel format a ggml type is packed as.
+enum ck_format ck_panel_format(int type);
+// Weights per block of a ggml type (32, or 256 for the k-quants).
+int64_t ck_type_block(int type);
+// Rows of a convertible type -> rows of its panel format's ggml blocks, and
+// back (as ggml's quantizer writes the values they hold).
+void ck_convert(int type, const void * src, void * dst, int64_t rows, int64_t cols);
+void ck_convert_back(int type, const void * src, void * dst, int64_t rows, int64_t cols);
+
+// Bytes a packed matrix of ggml type `type` and `rows` x `cols` takes (in
+// its panel format; Q4_1: as in ggml; Q8_0: plus a 16-bit sum of each row's
+// block, 576 bytes per panel block instead of 544). Returns 0 for a shape
+// the kernels do not take.
+size_t ck_packed_size(int type, int64_t rows, int64_t cols);
+// Whether a matrix of this type and shape can be packed.
 bool ck_packable(int type, int64_t rows, int64_t cols);
 
-// ggml's row-major blocks -> panels, and back.
-void ck_pack(enum ck_format format, const void * src, void * dst, int64_t rows, int64_t cols);
-void ck_unpack(enum ck_format format, const void * src, void * dst, int64_t rows, int64_t cols);
+// ggml's row-major blocks of `type` -> panels, and back.
+void ck_pack(int type, const void * src, void * dst, int64_t rows, int64_t cols);
+void ck_unpack(int type, const void * src, void * dst, int64_t rows, int64_t cols);
 // Rows of a packed matrix as floats (for GET_ROWS).
 void ck_dequantize_row(enum ck_format format, const void * packed, int64_t rows, int64_t cols,
                        int64_t row, float * out);

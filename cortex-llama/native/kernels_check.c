@@ -1,6 +1,7 @@
 // The matrix kernels' self-check (see kernels.h): a scalar reference doing
 // the same arithmetic one element at a time, and random matrices of both
-// formats at many batch sizes against it.
+// formats at many batch sizes against it; and the formats packed as them
+// against llama.cpp's own values of their weights.
 
 #include <math.h>
 #include <stdio.h>
@@ -8,6 +9,7 @@
 #include <string.h>
 
 #include "fp16.h"
+#include "ggml.h"
 #include "panels.h"
 
 // The same arithmetic as the vector kernels, one element at a time: a
@@ -72,6 +74,104 @@ static void random_matrix(enum ck_format format, uint8_t * m, int64_t rows, int6
             }
         }
     }
+}
+
+// The formats packed as a panel format (see convert.c), against what
+// llama.cpp computes with them: random weights quantized by ggml, packed,
+// multiplied by the kernels of `isa`, and compared with the dot products of
+// ggml's own dequantization (exact for the lossless conversions, within a
+// quarter of the format's step for the others) with the float activations,
+// to 1% of the sum of the products' magnitudes (the activations' 8-bit
+// quantization alone costs about 0.4%; llama.cpp's own tolerance for a
+// format's dot product is 2% of the vector's length).
+static int check_converted(enum ck_isa isa, char * why, size_t why_len, uint64_t * state, int mismatches) {
+    static const int types[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
+                                GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
+    static const int64_t shapes[][2] = {{16, 256}, {48, 512}, {32, 768}};
+    static const int64_t batches[] = {1, 3, 8, 9};
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        const int type = types[t];
+        const enum ck_format format = ck_panel_format(type);
+        // How far a packed weight may be from ggml's value, relative to the
+        // row's largest: exact, fp16-rounded scales, or half an 8-bit step
+        // (and the fp16 rounding of its scale).
+        const float weight_tolerance =
+            type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q5_0 ? 0.0f
+            : type == GGML_TYPE_Q4_K                         ? 2e-3f
+                                                              : 0.6f / 127.0f;
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            const int64_t rows = shapes[s][0], cols = shapes[s][1];
+            float * w = malloc(sizeof(float) * (size_t)(rows * cols));
+            for (int64_t i = 0; i < rows * cols; i++) {
+                w[i] = random_unit(state) * (i % 5 == 0 ? 2.0f : 1.0f);
+            }
+            uint8_t * raw = malloc(ggml_row_size((enum ggml_type)type, cols) * (size_t)rows);
+            ggml_quantize_chunk((enum ggml_type)type, w, raw, 0, rows, cols, NULL);
+            uint8_t * packed = malloc(ck_packed_size(type, rows, cols));
+            ck_pack(type, raw, packed, rows, cols);
+            // ggml's values of the weights, and the kernels' row.
+            float * values = malloc(sizeof(float) * (size_t)(rows * cols));
+            float * row = malloc(sizeof(float) * (size_t)cols);
+            const size_t raw_row = ggml_row_size((enum ggml_type)type, cols);
+            for (int64_t r = 0; r < rows; r++) {
+                ggml_get_type_traits((enum ggml_type)type)->to_float(raw + (size_t)r * raw_row,
+                                                                     values + r * cols, cols);
+                ck_dequantize_row(format, packed, rows, cols, r, row);
+                float largest = 0.0f;
+                for (int64_t k = 0; k < cols; k++) {
+                    largest = fmaxf(largest, fabsf(values[r * cols + k]));
+                }
+                for (int64_t k = 0; k < cols; k++) {
+                    const float off = fabsf(row[k] - values[r * cols + k]);
+                    if (off > weight_tolerance * largest && mismatches++ == 0) {
+                        snprintf(why, why_len, "%s: packed weight (%lld, %lld) is %.9g, ggml's %.9g",
+                                 ggml_type_name((enum ggml_type)type), (long long)r, (long long)k, row[k],
+                                 values[r * cols + k]);
+                    }
+                }
+            }
+            for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++) {
+                const int64_t n = batches[bi];
+                const size_t astride = ck_activation_bytes(cols);
+                uint8_t * act = aligned_alloc(64, astride * (size_t)n);
+                float * x = malloc(sizeof(float) * (size_t)(cols * n));
+                for (int64_t i = 0; i < cols * n; i++) {
+                    x[i] = random_unit(state);
+                }
+                for (int64_t c = 0; c < n; c++) {
+                    ck_quantize_column(isa, format, x + c * cols, cols, act + (size_t)c * astride);
+                }
+                float * out = malloc(sizeof(float) * (size_t)(rows * n));
+                ck_gemm(isa, format, packed, cols, 0, rows / CK_PANEL_ROWS, act, n, out, rows);
+                for (int64_t c = 0; c < n; c++) {
+                    for (int64_t r = 0; r < rows; r++) {
+                        double expected = 0.0, magnitude = 0.0;
+                        for (int64_t k = 0; k < cols; k++) {
+                            const double product = (double)values[r * cols + k] * (double)x[c * cols + k];
+                            expected += product;
+                            magnitude += fabs(product);
+                        }
+                        const double got = out[c * rows + r];
+                        if (fabs(got - expected) > 0.01 * magnitude && mismatches++ == 0) {
+                            snprintf(why, why_len,
+                                     "%s %s %lldx%lld batch %lld: row %lld column %lld is %.6g, llama.cpp's %.6g",
+                                     ck_isa_name(isa), ggml_type_name((enum ggml_type)type), (long long)rows,
+                                     (long long)cols, (long long)n, (long long)r, (long long)c, got, expected);
+                        }
+                    }
+                }
+                free(out);
+                free(x);
+                free(act);
+            }
+            free(row);
+            free(values);
+            free(packed);
+            free(raw);
+            free(w);
+        }
+    }
+    return mismatches;
 }
 
 int ck_self_check(enum ck_isa isa, char * why, size_t why_len) {
@@ -177,5 +277,5 @@ int ck_self_check(enum ck_isa isa, char * why, size_t why_len) {
             free(raw);
         }
     }
-    return mismatches;
+    return check_converted(isa, why, why_len, &state, mismatches);
 }

@@ -2,6 +2,7 @@
 // and back, a row read out as floats, and which instruction set runs the
 // kernels (see kernels.h).
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "fp16.h"
@@ -31,15 +32,15 @@ const char * ck_isa_name(enum ck_isa isa) {
 }
 
 bool ck_packable(int type, int64_t rows, int64_t cols) {
-    return (type == CK_Q4_1 || type == CK_Q8_0) && rows > 0 && cols > 0 &&
-           rows % CK_PANEL_ROWS == 0 && cols % CK_BLOCK == 0;
+    return (type == CK_Q4_1 || type == CK_Q8_0 || ck_convertible(type)) && rows > 0 && cols > 0 &&
+           rows % CK_PANEL_ROWS == 0 && cols % ck_type_block(type) == 0;
 }
 
-size_t ck_packed_size(enum ck_format format, int64_t rows, int64_t cols) {
-    if (!ck_packable((int)format, rows, cols)) {
+size_t ck_packed_size(int type, int64_t rows, int64_t cols) {
+    if (!ck_packable(type, rows, cols)) {
         return 0;
     }
-    return (size_t)(rows / CK_PANEL_ROWS) * (size_t)(cols / CK_BLOCK) * panel_block_bytes(format);
+    return (size_t)(rows / CK_PANEL_ROWS) * (size_t)(cols / CK_BLOCK) * panel_block_bytes(ck_panel_format(type));
 }
 
 // Where row r's block b lives in ggml's layout, and in the panels.
@@ -88,7 +89,7 @@ static void unpack_block(enum ck_format format, const uint8_t * in, int r, uint8
     }
 }
 
-void ck_pack(enum ck_format format, const void * src, void * dst, int64_t rows, int64_t cols) {
+static void pack_panel_format(enum ck_format format, const void * src, void * dst, int64_t rows, int64_t cols) {
     const int64_t nb = cols / CK_BLOCK;
     for (int64_t p = 0; p < rows / CK_PANEL_ROWS; p++) {
         for (int64_t b = 0; b < nb; b++) {
@@ -97,7 +98,7 @@ void ck_pack(enum ck_format format, const void * src, void * dst, int64_t rows, 
     }
 }
 
-void ck_unpack(enum ck_format format, const void * src, void * dst, int64_t rows, int64_t cols) {
+static void unpack_panel_format(enum ck_format format, const void * src, void * dst, int64_t rows, int64_t cols) {
     const int64_t nb = cols / CK_BLOCK;
     for (int64_t r = 0; r < rows; r++) {
         for (int64_t b = 0; b < nb; b++) {
@@ -106,6 +107,39 @@ void ck_unpack(enum ck_format format, const void * src, void * dst, int64_t rows
             unpack_block(format, in, (int)(r % CK_PANEL_ROWS), (uint8_t *)ggml_block(format, dst, cols, r, b));
         }
     }
+}
+
+// The panel format's ggml blocks of a whole converted matrix, for a while.
+static void * converted_buffer(enum ck_format format, int64_t rows, int64_t cols) {
+    void * buffer = malloc((size_t)rows * (size_t)(cols / CK_BLOCK) * block_bytes(format));
+    if (buffer == NULL) {
+        abort();
+    }
+    return buffer;
+}
+
+void ck_pack(int type, const void * src, void * dst, int64_t rows, int64_t cols) {
+    const enum ck_format format = ck_panel_format(type);
+    if (!ck_convertible(type)) {
+        pack_panel_format(format, src, dst, rows, cols);
+        return;
+    }
+    void * converted = converted_buffer(format, rows, cols);
+    ck_convert(type, src, converted, rows, cols);
+    pack_panel_format(format, converted, dst, rows, cols);
+    free(converted);
+}
+
+void ck_unpack(int type, const void * src, void * dst, int64_t rows, int64_t cols) {
+    const enum ck_format format = ck_panel_format(type);
+    if (!ck_convertible(type)) {
+        unpack_panel_format(format, src, dst, rows, cols);
+        return;
+    }
+    void * converted = converted_buffer(format, rows, cols);
+    unpack_panel_format(format, src, converted, rows, cols);
+    ck_convert_back(type, converted, dst, rows, cols);
+    free(converted);
 }
 
 void ck_dequantize_row(enum ck_format format, const void * packed, int64_t rows, int64_t cols, int64_t row,

@@ -427,6 +427,56 @@ pub fn prefix_run(
     })
 }
 
+/// The int8 multiply-add peak of the cores a benchmark used: what its
+/// matrix products are measured against.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Int8Peak {
+    /// Cores (threads) counted.
+    pub cores: usize,
+    /// Their clock, as `/proc/cpuinfo` gives it.
+    pub ghz: f64,
+    /// Multiply-adds per cycle and core: two vector instructions a cycle,
+    /// each 64 (AVX-512 VNNI `vpdpbusd`) or 32 (AVX2 `vpmaddubsw`) of them.
+    pub per_cycle: u32,
+    /// The instruction counted.
+    pub instruction: &'static str,
+}
+
+impl Int8Peak {
+    /// Reads the clock and the instruction set of this machine's CPU
+    /// (Linux, x86-64); `None` where `/proc/cpuinfo` does not say.
+    pub fn of_this_cpu(cores: usize) -> Option<Int8Peak> {
+        let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+        let field = |name: &str| {
+            info.lines()
+                .find(|line| line.starts_with(name))
+                .and_then(|line| line.split_once(':'))
+                .map(|(_, value)| value.trim().to_owned())
+        };
+        let ghz = field("cpu MHz")?.parse::<f64>().ok()? / 1e3;
+        let flags = field("flags")?;
+        let has = |flag: &str| flags.split_whitespace().any(|f| f == flag);
+        let (per_cycle, instruction) = if has("avx512_vnni") {
+            (2 * 64, "vpdpbusd zmm")
+        } else if has("avx2") {
+            (2 * 32, "vpmaddubsw ymm")
+        } else {
+            return None;
+        };
+        Some(Int8Peak {
+            cores,
+            ghz,
+            per_cycle,
+            instruction,
+        })
+    }
+
+    /// Multiply-adds per second.
+    pub fn per_second(&self) -> f64 {
+        self.cores as f64 * self.ghz * 1e9 * f64::from(self.per_cycle)
+    }
+}
+
 /// Peak resident memory of this process, from `/proc/self/status` (Linux).
 pub fn peak_rss_bytes() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;

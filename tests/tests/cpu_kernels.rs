@@ -1,8 +1,8 @@
-//! cortex's CPU kernels on the real model, through the binary: they are
+//! cortex's CPU kernels on the real models, through the binary: they are
 //! registered on a CPU that runs them, the default model's Q4_1 and Q8_0
-//! weights go to them (and stay with llama.cpp under `--cpu-kernels
-//! llama`), and a batched greedy job gives the same answers either way, to
-//! float rounding. (That every kernel agrees bit for bit with its scalar
+//! weights and Gemma 3's k-quants go to them (and stay with llama.cpp under
+//! `--cpu-kernels llama`), and a batched greedy job gives the same answers
+//! either way, to float rounding. (That every kernel agrees bit for bit with its scalar
 //! reference at every batch size is a unit test of `cortex-llama`.)
 
 use cortex_tests::{Cortex, assert_greedy_agrees, greedy_job};
@@ -40,8 +40,15 @@ fn the_kernels_are_registered_where_the_cpu_runs_them() {
 
 /// Where llama.cpp placed the model's weights, from its load log (`-vv`).
 fn weights_buffers(cortex: &Cortex, kernels: &str) -> String {
+    model_weights_buffers(cortex, "default", kernels)
+}
+
+/// [`weights_buffers`] of `model`.
+fn model_weights_buffers(cortex: &Cortex, model: &str, kernels: &str) -> String {
     let out = cortex.run(&[
         "-vv",
+        "--model",
+        model,
         "--cpu-kernels",
         kernels,
         "generate",
@@ -76,6 +83,26 @@ fn the_default_models_weights_go_to_the_kernels_unless_told_otherwise() {
 
 #[test]
 fn a_batched_greedy_job_answers_alike_with_either_kernels() {
+    greedy_answers_agree("default", 0.3);
+}
+
+#[test]
+fn a_k_quant_models_weights_go_to_the_kernels_and_answer_alike() {
+    // Gemma 3 270M Q4_K_M: Q4_K, Q5_0, Q6_K and Q8_0 matrices, the 4-bit
+    // ones packed as Q4_1 (scales rounded to fp16), the 5- and 6-bit ones
+    // as Q8_0 (Q5_0 exactly, Q6_K within half a step of its 8-bit grid).
+    if cpu_runs_the_kernels() {
+        let cortex = Cortex::new();
+        let with = model_weights_buffers(&cortex, "gemma3-270m", "cortex");
+        assert!(with.contains("CortexCPU model buffer"), "{with}");
+    }
+    greedy_answers_agree("gemma3-270m", 0.5);
+}
+
+/// A batched greedy job of `model` gives the same tokens with cortex's
+/// kernels and llama.cpp's, but at near-ties, and log-probabilities within
+/// `tolerance`.
+fn greedy_answers_agree(model: &str, tolerance: f64) {
     let cortex = Cortex::new();
     let prompts = [
         "The capital of France is",
@@ -92,6 +119,8 @@ fn a_batched_greedy_job_answers_alike_with_either_kernels() {
     cortex.write("job.jsonl", &greedy_job(&prompts, 24));
     for kernels in ["cortex", "llama"] {
         cortex.ok(&[
+            "--model",
+            model,
             "--cpu-kernels",
             kernels,
             "run",
@@ -113,6 +142,6 @@ fn a_batched_greedy_job_answers_alike_with_either_kernels() {
         ("cortex's kernels", &cortex.dir().join("cortex.jsonl")),
         ("llama.cpp's", &cortex.dir().join("llama.jsonl")),
         0.5,
-        0.3,
+        tolerance,
     );
 }

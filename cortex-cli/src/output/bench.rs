@@ -19,7 +19,7 @@ pub(crate) fn bench_report(
     }
     let ops = |ops: &[OpTime]| {
         ops.iter()
-            .map(|op| json!({"op": op.name, "calls": op.calls, "seconds": op.total.as_secs_f64()}))
+            .map(|op| json!({"op": op.name, "calls": op.calls, "seconds": op.total.as_secs_f64(), "multiply_adds": op.multiply_adds}))
             .collect::<Vec<_>>()
     };
     let row = |r: &BenchRow| {
@@ -106,10 +106,15 @@ fn report_tables(report: &BenchReport) -> String {
             }
         }
     }
+    // The cores the products ran on: those asked for, else every one.
+    let threads = match report.plan.engine.threads {
+        0 => std::thread::available_parallelism().map_or(1, usize::from),
+        n => n,
+    };
     for row in &report.batched {
         for (side, ops) in [("engine", &row.engine_ops), ("plain loop", &row.raw_ops)] {
             if !ops.is_empty() {
-                let _ = write!(out, "\n{}", ops_table(side, row.engine.b, ops));
+                let _ = write!(out, "\n{}", ops_table(side, row.engine.b, ops, threads));
             }
         }
     }
@@ -151,7 +156,7 @@ fn report_tables(report: &BenchReport) -> String {
 const OPS_SHOWN: usize = 16;
 
 /// Where one side's profiled run spent its time, by graph operation.
-fn ops_table(side: &str, b: usize, ops: &[OpTime]) -> String {
+fn ops_table(side: &str, b: usize, ops: &[OpTime], threads: usize) -> String {
     let total: f64 = ops.iter().map(|op| op.total.as_secs_f64()).sum();
     let mut out = format!(
         "time per graph operation, {side}, B = {b} (each computed alone and waited for: \
@@ -181,7 +186,41 @@ fn ops_table(side: &str, b: usize, ops: &[OpTime]) -> String {
         let seconds = rest.iter().map(|op| op.total.as_secs_f64()).sum();
         line(&mut out, &format!("{} others", rest.len()), calls, seconds);
     }
+    out.push_str(&matrix_rate(ops, threads));
     out
+}
+
+/// The matrix products' multiply-adds per second, beside the int8 peak of
+/// the cores they ran on (the products of the host CPU's operations only).
+fn matrix_rate(ops: &[OpTime], threads: usize) -> String {
+    let products = ops.iter().filter(|op| op.multiply_adds > 0);
+    let (multiply_adds, seconds) = products.fold((0u64, 0.0), |(m, s), op| {
+        (m + op.multiply_adds, s + op.total.as_secs_f64())
+    });
+    if multiply_adds == 0 || seconds <= 0.0 {
+        return String::new();
+    }
+    let rate = multiply_adds as f64 / seconds;
+    let mut text = format!(
+        "matrix products: {:.1} G multiply-adds in {:.1} ms, {:.1} G/s",
+        multiply_adds as f64 / 1e9,
+        seconds * 1e3,
+        rate / 1e9
+    );
+    if let Some(peak) = cortex_llama::bench::Int8Peak::of_this_cpu(threads) {
+        let _ = write!(
+            text,
+            " = {:.0}% of the int8 peak, {:.0} G/s ({} cores x {:.2} GHz x {} a cycle: two {} a cycle)",
+            100.0 * rate / peak.per_second(),
+            peak.per_second() / 1e9,
+            peak.cores,
+            peak.ghz,
+            peak.per_cycle,
+            peak.instruction
+        );
+    }
+    text.push('\n');
+    text
 }
 
 /// `llama-batched-bench`'s header.

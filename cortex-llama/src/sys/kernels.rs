@@ -1,6 +1,7 @@
 //! cortex's CPU kernels (`native/`, built by `build.rs`): a ggml backend
-//! registered beside llama.cpp's CPU backend that stores Q4_1 and Q8_0
-//! weights packed in panels of 16 rows and runs their matrix products, and
+//! registered beside llama.cpp's CPU backend that stores 4- to 8-bit
+//! weights (Q4_0, Q4_1, Q4_K as Q4_1; Q5_0, Q5_1, Q5_K, Q6_K as Q8_0; Q8_0)
+//! packed in panels of 16 rows and runs their matrix products, and
 //! (on AVX-512) attention over an F16 KV cache (see `native/backend.c` for
 //! how ggml hands them over).
 

@@ -25,13 +25,19 @@ pub struct OpTime {
     pub calls: u64,
     /// Their time in all.
     pub total: Duration,
+    /// The multiply-adds a matrix product does (rows × columns × the
+    /// shared length, over every call); 0 for other operations.
+    pub multiply_adds: u64,
 }
 
+/// What the profile holds per operation: calls, time, multiply-adds.
+type Measured = HashMap<String, (u64, Duration, u64)>;
+
 static PROFILING: AtomicBool = AtomicBool::new(false);
-static TIMES: Mutex<Option<HashMap<String, (u64, Duration)>>> = Mutex::new(None);
+static TIMES: Mutex<Option<Measured>> = Mutex::new(None);
 
 /// The measurements so far (a panic while holding them leaves them usable).
-fn times() -> std::sync::MutexGuard<'static, Option<HashMap<String, (u64, Duration)>>> {
+fn times() -> std::sync::MutexGuard<'static, Option<Measured>> {
     TIMES
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -55,7 +61,12 @@ pub(crate) fn finish() -> Vec<OpTime> {
     let measured = times().take().unwrap_or_default();
     let mut ops: Vec<OpTime> = measured
         .into_iter()
-        .map(|(name, (calls, total))| OpTime { name, calls, total })
+        .map(|(name, (calls, total, multiply_adds))| OpTime {
+            name,
+            calls,
+            total,
+            multiply_adds,
+        })
         .collect();
     ops.sort_by(|a, b| b.total.cmp(&a.total).then_with(|| a.name.cmp(&b.name)));
     ops
@@ -83,7 +94,7 @@ unsafe extern "C" fn time_node(tensor: *mut ffi::ggml_tensor, ask: bool, _: *mut
     }
     // SAFETY: ggml passes a live node of the graph it computes; its name is
     // a NUL-terminated array and `ggml_op_desc` returns a static string.
-    let (op, name, host) = unsafe {
+    let (op, name, host, multiply_adds) = unsafe {
         let node = &*tensor;
         if is_layout_only(node.op) {
             return true;
@@ -91,7 +102,16 @@ unsafe extern "C" fn time_node(tensor: *mut ffi::ggml_tensor, ask: bool, _: *mut
         let op = CStr::from_ptr(ffi::ggml_op_desc(tensor)).to_string_lossy();
         let name = CStr::from_ptr(node.name.as_ptr()).to_string_lossy();
         let host = !node.buffer.is_null() && ffi::ggml_backend_buffer_is_host(node.buffer);
-        (op.into_owned(), name.into_owned(), host)
+        // A product's result is rows × columns (× batches), each the dot of
+        // rows of the shared length: its first operand's first dimension.
+        let multiply_adds = match (node.op, node.src[0].as_ref()) {
+            (ffi::GGML_OP_MUL_MAT, Some(weights)) => {
+                let dims: i64 = node.ne.iter().product();
+                u64::try_from(dims.saturating_mul(weights.ne[0])).unwrap_or(0)
+            }
+            _ => 0,
+        };
+        (op.into_owned(), name.into_owned(), host, multiply_adds)
     };
     let key = match without_layer(&name) {
         // ggml's name for a node nobody named.
@@ -102,6 +122,7 @@ unsafe extern "C" fn time_node(tensor: *mut ffi::ggml_tensor, ask: bool, _: *mut
         let entry = times.entry(key).or_default();
         entry.0 += 1;
         entry.1 += elapsed;
+        entry.2 += multiply_adds;
     }
     true
 }

@@ -1,0 +1,183 @@
+// Weights of formats without kernels of their own, as the blocks of the
+// two panel formats (see kernels.h), so that the panel kernels multiply
+// them: Q4_0 and Q4_K become Q4_1 blocks (Q4_K's sub-block scales and mins
+// unpacked: each 32 weights' d * sc and -dmin * m, rounded to fp16, where
+// ggml multiplies in fp32), Q5_0 becomes Q8_0 blocks exactly (its 5-bit
+// quants minus 16, the same d), and Q5_1, Q5_K and Q6_K are requantized to
+// Q8_0 (8 bits a weight: at most half an 8-bit step off the value ggml
+// dequantizes, within a quarter of their own step). And back: a weight is
+// read as ggml's quantizer writes the values it holds.
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "fp16.h"
+#include "ggml.h"
+#include "panels.h"
+
+// ggml's type ids of the formats taken here.
+enum {
+    TYPE_Q4_0 = GGML_TYPE_Q4_0,
+    TYPE_Q5_0 = GGML_TYPE_Q5_0,
+    TYPE_Q5_1 = GGML_TYPE_Q5_1,
+    TYPE_Q4_K = GGML_TYPE_Q4_K,
+    TYPE_Q5_K = GGML_TYPE_Q5_K,
+    TYPE_Q6_K = GGML_TYPE_Q6_K,
+};
+
+// Bytes of ggml's blocks.
+#define Q4_0_BLOCK 18   // fp16 d, 16 nibble bytes
+#define Q5_0_BLOCK 22   // fp16 d, 4 bytes of high bits, 16 nibble bytes
+#define Q4_K_BLOCK 144  // fp16 d, fp16 dmin, 12 bytes of 6-bit scales and mins, 128 nibble bytes
+#define K_WEIGHTS 256   // weights per k-quant super-block
+
+bool ck_convertible(int type) {
+    switch (type) {
+        case TYPE_Q4_0:
+        case TYPE_Q5_0:
+        case TYPE_Q5_1:
+        case TYPE_Q4_K:
+        case TYPE_Q5_K:
+        case TYPE_Q6_K: return true;
+        default: return false;
+    }
+}
+
+enum ck_format ck_panel_format(int type) {
+    switch (type) {
+        case CK_Q4_1:
+        case TYPE_Q4_0:
+        case TYPE_Q4_K: return CK_Q4_1;
+        default: return CK_Q8_0;
+    }
+}
+
+int64_t ck_type_block(int type) {
+    switch (type) {
+        case TYPE_Q4_K:
+        case TYPE_Q5_K:
+        case TYPE_Q6_K: return K_WEIGHTS;
+        default: return CK_BLOCK;
+    }
+}
+
+// Q4_K's 6-bit scale and min of sub-block j (ggml's get_scale_min_k4).
+static void scale_min_k4(int j, const uint8_t * q, uint8_t * sc, uint8_t * mn) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *mn = q[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4));
+        *mn = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+// A Q4_1 block of 32 4-bit weights w (weight i and i + 16 share byte i).
+static void q4_1_block(uint8_t * out, float d, float m, const uint8_t * w) {
+    const uint16_t dh = ck_fp32_to_fp16(d), mh = ck_fp32_to_fp16(m);
+    memcpy(out, &dh, 2);
+    memcpy(out + 2, &mh, 2);
+    for (int i = 0; i < 16; i++) {
+        out[4 + i] = (uint8_t)((w[i] & 0x0F) | (w[i + 16] << 4));
+    }
+}
+
+static void q4_0_row(const uint8_t * src, uint8_t * dst, int64_t cols) {
+    for (int64_t b = 0; b < cols / CK_BLOCK; b++) {
+        const uint8_t * in = src + (size_t)b * Q4_0_BLOCK;
+        uint8_t * out = dst + (size_t)b * Q4_1_BLOCK;
+        uint16_t dh;
+        memcpy(&dh, in, 2);
+        // d (q - 8) = d q + (-8 d): the same nibbles, a min of -8 d (exact in fp16).
+        const uint16_t mh = ck_fp32_to_fp16(-8.0f * ck_fp16_to_fp32(dh));
+        memcpy(out, &dh, 2);
+        memcpy(out + 2, &mh, 2);
+        memcpy(out + 4, in + 2, 16);
+    }
+}
+
+static void q5_0_row(const uint8_t * src, uint8_t * dst, int64_t cols) {
+    for (int64_t b = 0; b < cols / CK_BLOCK; b++) {
+        const uint8_t * in = src + (size_t)b * Q5_0_BLOCK;
+        uint8_t * out = dst + (size_t)b * Q8_0_BLOCK;
+        uint32_t qh;
+        memcpy(&qh, in + 2, 4);
+        memcpy(out, in, 2);  // d
+        for (int j = 0; j < 16; j++) {
+            const int low = ((in[6 + j] & 0x0F) | (((qh >> j) << 4) & 0x10)) - 16;
+            const int high = ((in[6 + j] >> 4) | ((qh >> (j + 12)) & 0x10)) - 16;
+            out[2 + j] = (uint8_t)(int8_t)low;
+            out[2 + j + 16] = (uint8_t)(int8_t)high;
+        }
+    }
+}
+
+static void q4_k_row(const uint8_t * src, uint8_t * dst, int64_t cols) {
+    for (int64_t s = 0; s < cols / K_WEIGHTS; s++) {
+        const uint8_t * in = src + (size_t)s * Q4_K_BLOCK;
+        uint8_t * out = dst + (size_t)s * 8 * Q4_1_BLOCK;
+        uint16_t dh, mh;
+        memcpy(&dh, in, 2);
+        memcpy(&mh, in + 2, 2);
+        const float d = ck_fp16_to_fp32(dh), dmin = ck_fp16_to_fp32(mh);
+        const uint8_t * scales = in + 4;
+        const uint8_t * qs = in + 16;
+        // Sub-blocks 2j and 2j + 1: the low and high nibbles of 32 bytes.
+        for (int j = 0; j < 4; j++) {
+            uint8_t w[32];
+            for (int half = 0; half < 2; half++) {
+                uint8_t sc, mn;
+                scale_min_k4(2 * j + half, scales, &sc, &mn);
+                for (int l = 0; l < 32; l++) {
+                    w[l] = half ? qs[32 * j + l] >> 4 : qs[32 * j + l] & 0x0F;
+                }
+                q4_1_block(out + (size_t)(2 * j + half) * Q4_1_BLOCK, d * (float)sc, -dmin * (float)mn, w);
+            }
+        }
+    }
+}
+
+// Any other format: its values as ggml dequantizes them, quantized to Q8_0
+// as ggml's reference quantizer does.
+static void requantized_row(int type, const uint8_t * src, uint8_t * dst, int64_t cols, float * scratch) {
+    ggml_get_type_traits((enum ggml_type)type)->to_float(src, scratch, cols);
+    ggml_get_type_traits(GGML_TYPE_Q8_0)->from_float_ref(scratch, dst, cols);
+}
+
+void ck_convert(int type, const void * src, void * dst, int64_t rows, int64_t cols) {
+    const size_t src_row = ggml_row_size((enum ggml_type)type, cols);
+    const size_t dst_row = (size_t)(cols / CK_BLOCK) * block_bytes(ck_panel_format(type));
+    float * scratch = NULL;
+    if (type != TYPE_Q4_0 && type != TYPE_Q5_0 && type != TYPE_Q4_K) {
+        scratch = malloc(sizeof(float) * (size_t)cols);
+        if (scratch == NULL) {
+            abort();
+        }
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        const uint8_t * in = (const uint8_t *)src + (size_t)r * src_row;
+        uint8_t * out = (uint8_t *)dst + (size_t)r * dst_row;
+        switch (type) {
+            case TYPE_Q4_0: q4_0_row(in, out, cols); break;
+            case TYPE_Q5_0: q5_0_row(in, out, cols); break;
+            case TYPE_Q4_K: q4_k_row(in, out, cols); break;
+            default: requantized_row(type, in, out, cols, scratch); break;
+        }
+    }
+    free(scratch);
+}
+
+void ck_convert_back(int type, const void * src, void * dst, int64_t rows, int64_t cols) {
+    const enum ggml_type panel = (enum ggml_type)ck_panel_format(type);
+    const size_t src_row = ggml_row_size(panel, cols);
+    float * values = malloc(sizeof(float) * (size_t)rows * (size_t)cols);
+    if (values == NULL) {
+        abort();
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        ggml_get_type_traits(panel)->to_float((const uint8_t *)src + (size_t)r * src_row,
+                                              values + (size_t)r * (size_t)cols, cols);
+    }
+    ggml_quantize_chunk((enum ggml_type)type, values, dst, 0, rows, cols, NULL);
+    free(values);
+}
