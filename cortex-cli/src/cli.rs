@@ -31,7 +31,9 @@ pub(crate) struct Cli {
 
 pub(crate) const EXIT_CODES: &str = "Exit codes: 0 success; 1 failure (model, database, file); 2 bad command line; \
 3 invalid input file or duplicate submission; 4 no such job; 5 the job's state does not allow it \
-(e.g. results of a running job); 130 stopped by an interrupt (SIGINT, SIGTERM).";
+(e.g. results of a running job); 6 `cortex run`: the job ended and its results are written, but some \
+requests failed; 7 `cortex run`: the job ended with no request completed; 130 stopped by an interrupt \
+(SIGINT, SIGTERM) before the work was done (a worker's first interrupt is a clean stop: 0).";
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
@@ -291,9 +293,9 @@ pub(crate) struct SubmitArgs {
     /// attempts over about five hours).
     #[arg(long, value_name = "URL", value_parser = parse_webhook_url)]
     pub(crate) notify: Option<String>,
-    /// For a Parquet table: each row's user message made from its columns,
-    /// `{column}` replaced by the row's value ('Summarise: {text}'; `{{` and
-    /// `}}` are braces).
+    /// For a table (Parquet, CSV with a header row, or JSONL rows): each
+    /// row's user message made from its columns, `{column}` replaced by the
+    /// row's value ('Summarise: {text}'; `{{` and `}}` are braces).
     #[arg(long, value_name = "TEMPLATE")]
     pub(crate) prompt_template: Option<String>,
     /// With --prompt-template: the column whose value is each row's
@@ -396,15 +398,16 @@ pub(crate) struct RunArgs {
 
 #[derive(Debug, Args, Clone)]
 pub(crate) struct GenerateArgs {
-    /// The prompt.
+    /// The prompt; `-` reads it from stdin.
     pub(crate) prompt: String,
     /// Treat the prompt as a user message in the model's chat template.
     #[arg(long)]
     pub(crate) chat: bool,
-    /// Tokens to generate at most (default: the model's num_predict, else 128).
+    /// Tokens to generate at most (default: the model's num_predict, else a
+    /// request's default, as for a batch line).
     #[arg(long)]
     pub(crate) max_tokens: Option<u32>,
-    /// Sampling temperature (default: the model's, else 0.7).
+    /// Sampling temperature (default: the model's, else a request's default).
     #[arg(long)]
     pub(crate) temperature: Option<f32>,
     /// Nucleus sampling: draw from the smallest set of tokens whose

@@ -225,6 +225,7 @@ impl Config {
         server.unix_socket_only = self.unix_socket_only.value;
         server.api_keys = cortex_server::ApiKeys(self.server_keys()?);
         server.lease = Duration::from_secs(self.lease_seconds.value);
+        server.max_attempts = self.max_attempts.value;
         server.batch_parallel = self.batch_parallel(engine_parallel);
         server.max_request_tokens = self.max_request_tokens.value;
         server.max_online_requests = self.max_online_requests.value;

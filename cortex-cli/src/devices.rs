@@ -49,13 +49,19 @@ fn as_text(backends: &Backends, devices: &[Device]) -> String {
     let mut out = String::from("devices:\n");
     let width = devices.iter().map(|d| d.name.len()).max().unwrap_or(0);
     for d in devices {
+        // cortex's kernels are a device to ggml (so weights can be placed
+        // on it) but own no memory: they work in the host's.
+        let (kind, memory) = if d.memory_total == 0 {
+            ("cpu kernels".to_owned(), "in host memory".to_owned())
+        } else {
+            (
+                d.kind.to_string(),
+                format!("{} free of {}", mib(d.memory_free), mib(d.memory_total)),
+            )
+        };
         out.push_str(&format!(
-            "  {:<width$}  {:<14}  {} free of {}  {}\n",
-            d.name,
-            d.kind.to_string(),
-            mib(d.memory_free),
-            mib(d.memory_total),
-            d.description
+            "  {:<width$}  {kind:<14}  {memory}  {}\n",
+            d.name, d.description
         ));
     }
     out.push_str(&format!("backends: {}\n", backends.registered.join(", ")));
@@ -74,7 +80,7 @@ fn as_text(backends: &Backends, devices: &[Device]) -> String {
     }
     out.push_str(&match backends.cortex_kernels {
         Some(isa) => format!(
-            "cortex kernels: {isa} (they multiply Q4_1 and Q8_0 weights on the CPU; --cpu-kernels llama leaves them to llama.cpp)\n"
+            "cortex kernels: {isa} (they multiply Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K and Q8_0 weights on the CPU; --cpu-kernels llama leaves them to llama.cpp)\n"
         ),
         None => "cortex kernels: none for this CPU (llama.cpp multiplies every weight)\n".to_owned(),
     });

@@ -26,6 +26,15 @@ pub(crate) struct Exported {
 }
 
 impl Exported {
+    /// What the results are counted in: a table's rows, a file's lines.
+    pub(crate) fn result_unit(&self) -> &'static str {
+        let table = self
+            .output
+            .file_name()
+            .is_some_and(|name| is_table(Path::new(&name)));
+        if table { "rows" } else { "lines" }
+    }
+
     /// Whether the results went to this process's stdout, where nothing
     /// else may be printed.
     pub(crate) fn on_stdout(&self) -> bool {
@@ -161,7 +170,11 @@ fn check_table_output(output: &Location) -> anyhow::Result<()> {
         .file_name()
         .is_some_and(|name| is_table(Path::new(&name)));
     if !to_table {
-        anyhow::bail!("--keep-columns carries input columns into a table: name a .parquet output");
+        return Err(crate::exit::Usage(
+            "--keep-columns carries input columns into a table: name a .parquet output (-o FILE.parquet)"
+                .into(),
+        )
+        .into());
     }
     Ok(())
 }
@@ -171,18 +184,20 @@ fn kept_columns(input: &Location, names: &[String]) -> anyhow::Result<KeptColumn
     let opened = match input {
         Location::Local(path) => {
             if !cortex_parquet::is_parquet(path)? {
-                anyhow::bail!(
+                return Err(crate::exit::Usage(format!(
                     "--keep-columns reads a table's columns: {input} is not a Parquet file"
-                );
+                ))
+                .into());
             }
             KeptColumns::open(path, names)
         }
         Location::Object(object) => {
             let object = object.open()?;
             if !cortex_parquet::is_parquet_object(&object)? {
-                anyhow::bail!(
+                return Err(crate::exit::Usage(format!(
                     "--keep-columns reads a table's columns: {input} is not a Parquet file"
-                );
+                ))
+                .into());
             }
             KeptColumns::open_object(&object, names)
         }

@@ -12,7 +12,9 @@
 //! work and hands what it found to `output/`, the one place that prints, by the
 //! same families: text for people, or JSON with `--json` (`print_json`), plus the
 //! shared pieces (one-line errors, times, durations, progress bars); exit codes
-//! map from `QueueError` (3 invalid input, 4 no such job, 5 wrong state).
+//! map from `QueueError` (3 invalid input, 4 no such job, 5 wrong state), and
+//! `cortex run`'s job that ended with requests not completed exits 6 (some
+//! completed) or 7 (none did).
 //!
 //! `work.rs` turns settings into the library's engine config and worker plan
 //! and resolves the model; the loop itself is `cortex-worker`. It exits when no
@@ -32,6 +34,9 @@ mod cli;
 mod commands;
 mod config;
 mod devices;
+#[cfg(test)]
+mod doc_commands;
+mod exit;
 mod export;
 mod keys;
 mod output;
@@ -56,6 +61,12 @@ fn exit_code(error: &anyhow::Error) -> u8 {
     }
     if error.downcast_ref::<commands::BadInput>().is_some() {
         return 3;
+    }
+    if error.downcast_ref::<commands::Usage>().is_some() {
+        return 2;
+    }
+    if let Some(unfinished) = error.downcast_ref::<commands::Unfinished>() {
+        return unfinished.exit as u8;
     }
     match error.downcast_ref::<QueueError>() {
         Some(QueueError::InvalidInput(_) | QueueError::DuplicateJob { .. }) => 3,

@@ -10,14 +10,26 @@ pub(crate) fn serve(config: &Config) -> anyhow::Result<()> {
     let model = resolve_model(config)?;
     let unix_socket = config.unix_socket();
     let tcp = !config.unix_socket_only.value;
+    // A port already taken fails now, before the model loads and before
+    // anything says "serving"; the listener is let go just before the
+    // server binds it.
+    let port_held = tcp
+        .then(|| {
+            std::net::TcpListener::bind(listen).map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot listen on {listen}: {e} (another server there? choose another with --port)"
+                )
+            })
+        })
+        .transpose()?;
     if keys.is_empty() && tcp {
         if listen.ip().is_loopback() {
             eprintln!(
-                "no API keys: serving this machine only ({listen}); give --api-key KEY to serve others"
+                "no API keys: serving this machine only ({listen}); to serve others, listen on their network with --host 0.0.0.0 and give keys (CORTEX_API_KEYS or --keys-file, where ps does not show them)"
             );
         } else {
             eprintln!(
-                "warning: no API keys on {listen}: anyone who can reach it can use it (give --api-key KEY)"
+                "warning: no API keys on {listen}: anyone who can reach it can use it (give keys: CORTEX_API_KEYS or --keys-file)"
             );
         }
     }
@@ -53,6 +65,7 @@ pub(crate) fn serve(config: &Config) -> anyhow::Result<()> {
         eprintln!("dashboard: http://{listen}/");
     }
     let server = config.server_config(model, parallel, starter)?;
+    drop(port_held);
     cortex_server::serve(server, engine)?;
     eprintln!("server stopped");
     Ok(())

@@ -529,7 +529,8 @@ settings! {
     gpu_layers: GpuLayers = GpuLayers::All;
     Engine, "N|all";
     /// Which code multiplies the weights on the CPU: cortex (its kernels for
-    /// Q4_1 and Q8_0 weights, llama.cpp's for the rest) or llama.
+    /// 4-, 5-, 6- and 8-bit weights: Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K,
+    /// Q8_0; llama.cpp's for the rest) or llama.
     cpu_kernels: CpuKernels = CpuKernels::Cortex;
     Engine, "cortex|llama";
     /// On a GPU, take the argmax of greedy requests on the device itself
@@ -546,11 +547,11 @@ settings! {
     chat_template: String = String::new();
     Model, "NAME|FILE", empty = "the model's own";
     /// Seconds an item's lease lasts; workers renew it at a third of that.
-    lease_seconds: u64 = 60;
+    lease_seconds: u64 = cortex_queue::DEFAULT_LEASE.as_secs();
     Work, "SECONDS";
     /// A worker without a model hands its engine to another model's jobs
     /// once they have waited this long (and its model has had a turn as long).
-    model_switch_seconds: u64 = 600;
+    model_switch_seconds: u64 = cortex_worker::DEFAULT_MODEL_SWITCH.as_secs();
     Work, "SECONDS";
     /// The key webhook events are signed with (whsec_ and base64, as the
     /// Standard Webhooks scheme and OpenAI use; `openssl rand -base64 32`
@@ -558,13 +559,13 @@ settings! {
     webhook_secret: SigningSecret = SigningSecret::default();
     Work, "whsec_KEY", empty = "none: events go unsigned";
     /// Attempts per item before a retryable failure is final, for new jobs.
-    max_attempts: u32 = 3;
+    max_attempts: u32 = cortex_queue::DEFAULT_MAX_ATTEMPTS;
     Submit, "N";
     /// The address to listen on.
-    host: String = "127.0.0.1".to_owned();
+    host: String = cortex_server::DEFAULT_LISTEN.ip().to_string();
     Server, "ADDRESS";
     /// The port.
-    port: u16 = 8080;
+    port: u16 = cortex_server::DEFAULT_LISTEN.port();
     Server, "PORT";
     /// A key clients must send as `Authorization: Bearer KEY`, an admin key
     /// of the `default` project (repeatable; comma-separated in the
@@ -848,6 +849,35 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), DEFS.len(), "a name is declared twice");
+    }
+
+    #[test]
+    fn defaults_are_the_librarys() {
+        let default = |name: &str| (def(name).unwrap().default)();
+        let engine = EngineConfig::new("");
+        let submit = cortex_queue::SubmitOptions::new("");
+        let pool = cortex_server::PoolLimits::default();
+        for (name, library) in [
+            ("threads", engine.threads.to_string()),
+            ("parallel", engine.parallel.to_string()),
+            ("steady_steps", engine.steady_steps.to_string()),
+            ("batch_tokens", engine.max_batch_tokens.to_string()),
+            ("sample_on_device", engine.sample_on_device.to_string()),
+            ("max_attempts", submit.max_attempts.to_string()),
+            (
+                "lease_seconds",
+                cortex_queue::DEFAULT_LEASE.as_secs().to_string(),
+            ),
+            (
+                "model_switch_seconds",
+                cortex_worker::DEFAULT_MODEL_SWITCH.as_secs().to_string(),
+            ),
+            ("host", cortex_server::DEFAULT_LISTEN.ip().to_string()),
+            ("port", cortex_server::DEFAULT_LISTEN.port().to_string()),
+            ("max_loaded_models", pool.max_loaded.to_string()),
+        ] {
+            assert_eq!(default(name), library, "{name}");
+        }
     }
 
     #[test]

@@ -471,6 +471,18 @@ impl Registry {
         }
     }
 
+    /// The known model [`Registry::pull`] would fetch for `name`, or the
+    /// error naming those it can.
+    pub fn fetchable(name: &str) -> Result<&'static ModelSpec, RegistryError> {
+        Self::known(name).ok_or_else(|| {
+            let known: Vec<&str> = KNOWN_MODELS.iter().map(|m| m.name).collect();
+            RegistryError::Unknown {
+                given: name.to_owned(),
+                choices: format!("the models cortex can fetch: {}", known.join(", ")),
+            }
+        })
+    }
+
     fn known(given: &str) -> Option<&'static ModelSpec> {
         if given == "default" {
             return Some(&DEFAULT_MODEL);
@@ -574,13 +586,7 @@ impl Registry {
         name: &str,
         progress: &mut dyn FnMut(PullProgress),
     ) -> Result<ModelEntry, RegistryError> {
-        let spec = Self::known(name).ok_or_else(|| {
-            let known: Vec<&str> = KNOWN_MODELS.iter().map(|m| m.name).collect();
-            RegistryError::Unknown {
-                given: name.to_owned(),
-                choices: format!("the models cortex can fetch: {}", known.join(", ")),
-            }
-        })?;
+        let spec = Self::fetchable(name)?;
         let path = self.cache.ensure_with(spec, progress)?;
         let name = ModelName::new(spec.name, crate::DEFAULT_TAG)?;
         let _lock = self.lock()?;

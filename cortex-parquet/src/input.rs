@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 use std::fs::File;
-use std::io::{self, Read};
+use std::io::{self, BufRead, Read};
 use std::path::Path;
 
 use arrow_array::RecordBatch;
@@ -47,9 +47,45 @@ pub struct TableInput {
     pub id_column: Option<String>,
 }
 
-/// A Parquet file's rows as JSONL input lines, one row per line (`Read`).
+/// A table kept as text: JSONL rows (each line an object whose keys are
+/// the columns) or CSV (a header row names the columns).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TextTable {
+    /// One JSON object per line.
+    Jsonl,
+    /// Comma-separated values, the first row naming the columns.
+    Csv,
+}
+
+impl TextTable {
+    /// What a text file holds, judged by its first line that is not blank:
+    /// JSONL when it is a JSON object, CSV when it is a header of names
+    /// (more than one, comma-separated), `None` when it is neither.
+    pub fn of_first_line(line: &str) -> Option<TextTable> {
+        let line = line.trim_start_matches('\u{feff}').trim();
+        if line.starts_with('{') {
+            return Some(TextTable::Jsonl);
+        }
+        let names = csv_fields(line).ok()?;
+        (names.len() > 1 && names.iter().all(|name| !name.trim().is_empty()))
+            .then_some(TextTable::Csv)
+    }
+}
+
+/// Where rows come from.
+enum RowSource {
+    Parquet(ParquetRecordBatchReader),
+    Jsonl(Box<dyn BufRead>),
+    Csv {
+        reader: Box<dyn BufRead>,
+        header: Vec<String>,
+    },
+}
+
+/// A table's rows as JSONL input lines, one row per line (`Read`): a
+/// Parquet file's, or a text table's (JSONL rows or CSV) through a template.
 pub struct RowLines {
-    reader: ParquetRecordBatchReader,
+    source: RowSource,
     table: TableInput,
     /// The template cut into text and column names.
     template: Option<Vec<Piece>>,
@@ -99,6 +135,121 @@ fn pieces(template: &str) -> Result<Vec<Piece>, String> {
     Ok(out)
 }
 
+/// The template cut into pieces, with every column it and the id column
+/// name checked against the table's `columns`.
+fn checked_template(table: &TableInput, columns: &[String]) -> io::Result<Option<Vec<Piece>>> {
+    let known = |name: &str, what: &str| {
+        if columns.iter().any(|c| c == name) {
+            Ok(())
+        } else {
+            Err(invalid(format!(
+                "{what} names the column {name:?}, which the table does not have (its columns: {})",
+                columns.join(", ")
+            )))
+        }
+    };
+    let template = match &table.prompt_template {
+        Some(text) => {
+            let pieces = pieces(text).map_err(invalid)?;
+            for piece in &pieces {
+                if let Piece::Column(name) = piece {
+                    known(name, "the prompt template")?;
+                }
+            }
+            Some(pieces)
+        }
+        None => None,
+    };
+    if let Some(id) = &table.id_column {
+        known(id, "--id-column")?;
+    }
+    Ok(template)
+}
+
+/// The keys of a JSONL table's first row, left unread (the reader is
+/// buffered: the row is peeked, not consumed).
+fn first_row_keys(reader: &mut dyn BufRead) -> io::Result<Vec<String>> {
+    loop {
+        let buffered = reader.fill_buf()?;
+        if buffered.is_empty() {
+            return Err(invalid("the table is empty: no rows".into()));
+        }
+        let Some(end) = buffered.iter().position(|&b| b == b'\n') else {
+            return Err(invalid(
+                "the first row is longer than the reader's buffer, or has no end of line".into(),
+            ));
+        };
+        let line = &buffered[..end];
+        if line.iter().all(u8::is_ascii_whitespace) {
+            reader.consume(end + 1);
+            continue;
+        }
+        return match serde_json::from_slice(line) {
+            Ok(Value::Object(row)) => Ok(row.keys().cloned().collect()),
+            _ => Err(invalid(
+                "row 1: not a JSON object (a JSONL table has one object per line)".into(),
+            )),
+        };
+    }
+}
+
+/// The fields of one CSV line (RFC 4180: commas, fields in double quotes
+/// with `""` for a quote); an error for a quote left open.
+fn csv_fields(line: &str) -> Result<Vec<String>, String> {
+    let mut reader = io::Cursor::new(format!("{line}\n"));
+    next_csv_record(&mut reader)
+        .map_err(|e| e.to_string())
+        .map(Option::unwrap_or_default)
+}
+
+/// The next CSV record (RFC 4180; a quoted field may hold commas, quotes
+/// written `""` and line breaks), or `None` at the end.
+fn next_csv_record(reader: &mut dyn BufRead) -> io::Result<Option<Vec<String>>> {
+    let mut line = String::new();
+    if reader.read_line(&mut line)? == 0 {
+        return Ok(None);
+    }
+    let mut fields = Vec::new();
+    let mut field = String::new();
+    let mut quoted = false;
+    let mut at_start = true;
+    loop {
+        let mut chars = line.chars().peekable();
+        while let Some(c) = chars.next() {
+            match (quoted, c) {
+                (false, '"') if at_start => {
+                    quoted = true;
+                    at_start = false;
+                }
+                (true, '"') if chars.peek() == Some(&'"') => {
+                    chars.next();
+                    field.push('"');
+                }
+                (true, '"') => quoted = false,
+                (false, ',') => {
+                    fields.push(std::mem::take(&mut field));
+                    at_start = true;
+                }
+                (false, '\r' | '\n') => {}
+                (_, c) => {
+                    field.push(c);
+                    at_start = false;
+                }
+            }
+        }
+        if !quoted {
+            break;
+        }
+        // A line break inside quotes: the record goes on.
+        line.clear();
+        if reader.read_line(&mut line)? == 0 {
+            return Err(invalid("a quoted field is not closed".into()));
+        }
+    }
+    fields.push(field);
+    Ok(Some(fields))
+}
+
 impl RowLines {
     /// Opens `path`, checking that the columns the template and
     /// `id_column` name exist.
@@ -121,37 +272,13 @@ impl RowLines {
             .iter()
             .map(|f| f.name().clone())
             .collect();
-        let known = |name: &str, what: &str| {
-            if columns.iter().any(|c| c == name) {
-                Ok(())
-            } else {
-                Err(invalid(format!(
-                    "{what} names the column {name:?}, which the table does not have (its columns: {})",
-                    columns.join(", ")
-                )))
-            }
-        };
-        let template = match &table.prompt_template {
-            Some(text) => {
-                let pieces = pieces(text).map_err(invalid)?;
-                for piece in &pieces {
-                    if let Piece::Column(name) = piece {
-                        known(name, "the prompt template")?;
-                    }
-                }
-                Some(pieces)
-            }
-            None => None,
-        };
-        if let Some(id) = &table.id_column {
-            known(id, "--id-column")?;
-        }
+        let template = checked_template(table, &columns)?;
         let reader = builder
             .with_batch_size(BATCH_ROWS)
             .build()
             .map_err(|e| invalid(format!("not a readable Parquet file: {e}")))?;
         Ok(Self {
-            reader,
+            source: RowSource::Parquet(reader),
             table: table.clone(),
             template,
             ready: VecDeque::new(),
@@ -159,13 +286,103 @@ impl RowLines {
         })
     }
 
-    /// Turns the next batch of rows into lines; false at the end.
-    fn fill(&mut self) -> io::Result<bool> {
-        let Some(batch) = self.reader.next() else {
-            return Ok(false);
+    /// Reads a text table (JSONL rows or CSV) whose rows become chats
+    /// through `table`'s template, which it must have. A CSV's header
+    /// names its columns; a JSONL table's first row does (a later row
+    /// without a column has it empty, as a null in Parquet).
+    pub fn open_text(
+        mut reader: Box<dyn BufRead>,
+        kind: TextTable,
+        table: &TableInput,
+    ) -> io::Result<Self> {
+        if table.prompt_template.is_none() {
+            return Err(invalid(
+                "a CSV or JSONL table's rows become requests through --prompt-template".into(),
+            ));
+        }
+        let (source, columns) = match kind {
+            TextTable::Csv => {
+                let header = next_csv_record(&mut reader)?
+                    .ok_or_else(|| invalid("the table is empty: no header row".into()))?;
+                let header: Vec<String> = header
+                    .into_iter()
+                    .map(|name| name.trim_start_matches('\u{feff}').trim().to_owned())
+                    .collect();
+                let columns = header.clone();
+                (RowSource::Csv { reader, header }, columns)
+            }
+            TextTable::Jsonl => {
+                let columns = first_row_keys(reader.as_mut())?;
+                (RowSource::Jsonl(reader), columns)
+            }
         };
-        let batch = batch.map_err(|e| invalid(format!("row {}: {e}", self.row + 1)))?;
-        for row in rows(&batch)? {
+        let template = checked_template(table, &columns)?;
+        Ok(Self {
+            source,
+            table: table.clone(),
+            template,
+            ready: VecDeque::new(),
+            row: 0,
+        })
+    }
+
+    /// Turns the next rows into lines; false at the end.
+    fn fill(&mut self) -> io::Result<bool> {
+        let rows = match &mut self.source {
+            RowSource::Parquet(reader) => {
+                let Some(batch) = reader.next() else {
+                    return Ok(false);
+                };
+                let batch = batch.map_err(|e| invalid(format!("row {}: {e}", self.row + 1)))?;
+                rows(&batch)?
+            }
+            RowSource::Jsonl(reader) => {
+                let mut line = String::new();
+                loop {
+                    line.clear();
+                    if reader.read_line(&mut line)? == 0 {
+                        return Ok(false);
+                    }
+                    if !line.trim().is_empty() {
+                        break;
+                    }
+                }
+                match serde_json::from_str(&line) {
+                    Ok(Value::Object(row)) => vec![row],
+                    _ => {
+                        return Err(invalid(format!(
+                            "row {}: not a JSON object (a JSONL table has one object per line)",
+                            self.row + 1
+                        )));
+                    }
+                }
+            }
+            RowSource::Csv { reader, header } => {
+                let Some(record) = next_csv_record(reader.as_mut())
+                    .map_err(|e| invalid(format!("row {}: {e}", self.row + 1)))?
+                else {
+                    return Ok(false);
+                };
+                if record.len() == 1 && record[0].is_empty() {
+                    return Ok(true); // a blank line
+                }
+                if record.len() != header.len() {
+                    return Err(invalid(format!(
+                        "row {}: {} fields where the header names {} columns",
+                        self.row + 1,
+                        record.len(),
+                        header.len()
+                    )));
+                }
+                let row = header
+                    .iter()
+                    .cloned()
+                    .zip(record.into_iter().map(Value::String))
+                    .collect();
+                vec![row]
+            }
+        };
+        for row in rows {
             self.row += 1;
             let line = self.line(row)?;
             self.ready.extend(line.to_string().as_bytes());
@@ -273,5 +490,102 @@ mod tests {
         );
         assert!(pieces("a {} b").is_err());
         assert!(pieces("a } b").is_err());
+    }
+
+    fn lines_of(
+        text: &str,
+        kind: TextTable,
+        template: &str,
+        id: Option<&str>,
+    ) -> io::Result<String> {
+        let table = TableInput {
+            prompt_template: Some(template.into()),
+            id_column: id.map(str::to_owned),
+        };
+        let reader: Box<dyn BufRead> = Box::new(io::Cursor::new(text.to_owned()));
+        let mut out = String::new();
+        RowLines::open_text(reader, kind, &table)?.read_to_string(&mut out)?;
+        Ok(out)
+    }
+
+    #[test]
+    fn csv_fields_follow_rfc_4180() {
+        assert_eq!(csv_fields("id,text").unwrap(), ["id", "text"]);
+        assert_eq!(
+            csv_fields(r#"1,"a, ""quoted"" one",x"#).unwrap(),
+            ["1", r#"a, "quoted" one"#, "x"]
+        );
+        assert_eq!(csv_fields("a,,").unwrap(), ["a", "", ""]);
+        assert!(csv_fields(r#"1,"open"#).is_err());
+    }
+
+    #[test]
+    fn a_text_file_is_judged_by_its_first_line() {
+        assert_eq!(
+            TextTable::of_first_line(r#" {"id": 1}"#),
+            Some(TextTable::Jsonl)
+        );
+        assert_eq!(
+            TextTable::of_first_line("id,text\r\n"),
+            Some(TextTable::Csv)
+        );
+        assert_eq!(
+            TextTable::of_first_line("\u{feff}id,text"),
+            Some(TextTable::Csv)
+        );
+        assert_eq!(TextTable::of_first_line("Just some prose."), None);
+        assert_eq!(TextTable::of_first_line("a,"), None);
+    }
+
+    #[test]
+    fn csv_and_jsonl_rows_become_chats_through_the_template() {
+        let csv = "id,text\n7,\"one, two\"\n\n8,\"multi\nline\"\n";
+        let lines = lines_of(csv, TextTable::Csv, "Sum: {text}", Some("id")).unwrap();
+        let rows: Vec<Value> = lines
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0]["custom_id"], "7");
+        assert_eq!(rows[0]["messages"][0]["content"], "Sum: one, two");
+        assert_eq!(rows[1]["messages"][0]["content"], "Sum: multi\nline");
+
+        let jsonl = "{\"id\": 1, \"text\": \"a\"}\n\n{\"id\": 2}\n";
+        let lines = lines_of(jsonl, TextTable::Jsonl, "Say {text}", Some("id")).unwrap();
+        let rows: Vec<Value> = lines
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(rows[0]["custom_id"], "1");
+        assert_eq!(rows[0]["messages"][0]["content"], "Say a");
+        assert_eq!(rows[1]["messages"][0]["content"], "Say ");
+    }
+
+    #[test]
+    fn text_tables_name_what_is_wrong() {
+        let missing = lines_of("id,body\n1,x\n", TextTable::Csv, "{text}", None).unwrap_err();
+        assert!(
+            missing.to_string().contains(r#"the column "text""#),
+            "{missing}"
+        );
+        assert!(missing.to_string().contains("id, body"), "{missing}");
+        let short = lines_of("id,text\n1\n", TextTable::Csv, "{text}", None).unwrap_err();
+        assert!(
+            short
+                .to_string()
+                .contains("row 1: 1 fields where the header names 2"),
+            "{short}"
+        );
+        let broken = lines_of(
+            "{\"text\": 1}\nnot json\n",
+            TextTable::Jsonl,
+            "{text}",
+            None,
+        )
+        .unwrap_err();
+        assert!(
+            broken.to_string().contains("row 2: not a JSON object"),
+            "{broken}"
+        );
     }
 }

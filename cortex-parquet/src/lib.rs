@@ -13,7 +13,9 @@
 //! any sampling field), or, with a [`TableInput::prompt_template`], a chat
 //! whose user message is the template filled from the row's columns
 //! (`Summarise: {text}`), its `custom_id` from [`TableInput::id_column`]
-//! (else the row number).
+//! (else the row number). A template reads text tables the same way
+//! ([`RowLines::open_text`]): JSONL rows whose keys are the columns, and CSV
+//! with a header row ([`TextTable`] tells them apart by the first line).
 //!
 //! Out: [`write_results`] turns a job's exported JSONL (results and errors)
 //! into one table in input order: `custom_id`, `text` (the first choice),
@@ -34,7 +36,7 @@ mod input;
 mod output;
 mod remote;
 
-pub use input::{RowLines, TableInput, is_parquet, is_parquet_object};
+pub use input::{RowLines, TableInput, TextTable, is_parquet, is_parquet_object};
 pub use output::{KeptColumns, ResultTable, write_results};
 
 #[cfg(test)]

@@ -7,6 +7,10 @@ use cortex_request::Work;
 
 use crate::{ItemId, JobId};
 
+/// How long a claim holds an item unless a worker renews it (workers renew
+/// at a third of it): a dead worker's items are free again after this.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
+
 /// The right to write an item's outcome: valid while its token is the item's current one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Lease {

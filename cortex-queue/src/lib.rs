@@ -118,9 +118,11 @@ pub use inspect::{
 pub use jobs::{
     ItemRecord, Job, JobCounts, JobDefaults, JobFilter, JobPage, JobStatus, JobTimes, RunningTokens,
 };
-pub use lease::{ClaimOptions, ClaimedItem, FailOutcome, ItemFailure, Lease, LeaseStatus};
+pub use lease::{
+    ClaimOptions, ClaimedItem, DEFAULT_LEASE, FailOutcome, ItemFailure, Lease, LeaseStatus,
+};
 pub use output_file::{Destination, OutputFile};
-pub use submit::{ItemSource, LineResult, NewItem, SubmitOptions, Submitted};
+pub use submit::{DEFAULT_MAX_ATTEMPTS, ItemSource, LineResult, NewItem, SubmitOptions, Submitted};
 pub use webhook::{
     EXPORT_EVENT, WEBHOOK_ATTEMPTS, WebhookEvent, WebhookStore, webhook_retry_after,
 };

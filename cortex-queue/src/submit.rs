@@ -36,6 +36,10 @@ pub trait ItemSource: Iterator<Item = std::io::Result<LineResult>> {
     fn source_sha256(&mut self) -> String;
 }
 
+/// Attempts an item gets before a retryable failure is final, unless a
+/// job says otherwise.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
+
 /// How a job is submitted.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SubmitOptions {
@@ -85,7 +89,7 @@ impl SubmitOptions {
             metadata: BTreeMap::new(),
             project: DEFAULT_PROJECT.to_owned(),
             priority: 0,
-            max_attempts: 3,
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
             skip_invalid: false,
             force: false,
             chats_refused: None,

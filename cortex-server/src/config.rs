@@ -12,6 +12,10 @@ use cortex_worker::ModelIdentity;
 
 use crate::{ApiKeys, EngineStarter, PoolLimits};
 
+/// [`ServerConfig::listen`] by default: this machine only.
+pub const DEFAULT_LISTEN: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 8080);
+
 /// [`ServerConfig::max_request_tokens`] by default: 16 completions of a
 /// whole 8,192-token context.
 pub const DEFAULT_MAX_REQUEST_TOKENS: u64 = 1 << 17;
@@ -77,6 +81,8 @@ pub struct ServerConfig {
     pub files_dir: PathBuf,
     /// Lease of the items the server's worker claims.
     pub lease: Duration,
+    /// Attempts per item of the batches made through the Batch API.
+    pub max_attempts: u32,
     /// Queue items in the engine at most (an eighth of it while online
     /// requests are in flight); the engine's other slots are kept for
     /// online requests. 0: the server works no queue items.
@@ -153,15 +159,16 @@ impl ServerConfig {
             engine_starter,
             models: PoolLimits::default(),
             max_blob_bytes: 64 << 30,
-            model_switch: Duration::from_secs(600),
-            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            model_switch: cortex_worker::DEFAULT_MODEL_SWITCH,
+            listen: DEFAULT_LISTEN,
             unix_socket: None,
             unix_socket_only: false,
             api_keys: ApiKeys::default(),
             model,
             queue,
             files_dir: files_dir.into(),
-            lease: Duration::from_secs(60),
+            lease: cortex_queue::DEFAULT_LEASE,
+            max_attempts: cortex_queue::DEFAULT_MAX_ATTEMPTS,
             batch_parallel: 48,
             max_request_tokens: DEFAULT_MAX_REQUEST_TOKENS,
             max_body_bytes: 32 << 20,

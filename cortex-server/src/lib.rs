@@ -1,7 +1,8 @@
 //! `cortex serve`: the models of the registry behind an HTTP API that
 //! speaks OpenAI's and Ollama's protocols, with OpenAI's Files and Batches
-//! API on the durable queue. The only crate with an async runtime (tokio)
-//! and a web framework (axum).
+//! API on the durable queue. The only crate with a web framework (axum) and
+//! the only one that runs an async runtime of its own (tokio; the object
+//! store client, `cortex-objects`, drives its requests on a private one).
 //!
 //! - A request's `model` picks the model: loaded on demand, kept for its
 //!   `keep_alive`, within a memory budget (`cortex_worker::ModelPool`); Ollama's model
@@ -196,7 +197,7 @@ use cortex_webhooks::{Deliverer, Notifier};
 
 pub use auth::{ApiKey, ApiKeys};
 pub use config::{
-    DEFAULT_BODY_TIMEOUT, DEFAULT_FILE_RETENTION, DEFAULT_HEADER_TIMEOUT,
+    DEFAULT_BODY_TIMEOUT, DEFAULT_FILE_RETENTION, DEFAULT_HEADER_TIMEOUT, DEFAULT_LISTEN,
     DEFAULT_MAX_CLIENT_PRIORITY, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_ONLINE_REQUESTS,
     DEFAULT_MAX_PROJECT_FILE_BYTES, DEFAULT_MAX_REQUEST_TOKENS, ServerConfig,
 };

@@ -87,7 +87,9 @@ pub use pool::{
     EngineStarter, KeepAlive, LoadedModel, ModelPool, ModelUse, PoolError, PoolLimits, Running,
 };
 pub use queue_loop::{WorkerPlan, WorkerReport, run_worker, work_queue};
-pub use rotation::{EngineSource, HoldError, ModelDemand, OneModelAtATime, work_in_turns};
+pub use rotation::{
+    DEFAULT_MODEL_SWITCH, EngineSource, HoldError, ModelDemand, OneModelAtATime, work_in_turns,
+};
 
 /// Why a worker could not go on.
 #[derive(Debug, thiserror::Error)]

@@ -145,6 +145,11 @@ fn choose(demand: &Demand, loaded: Option<&str>) -> Option<String> {
 }
 
 /// Whether the loaded model should give the engine to another model now.
+/// How long another model's job waits, and the loaded model keeps the
+/// engine, before a worker without a model hands the engine over, unless
+/// told otherwise.
+pub const DEFAULT_MODEL_SWITCH: Duration = Duration::from_secs(600);
+
 fn should_hand_over(demand: &Demand, loaded: &str, turn: Duration, switch_after: Duration) -> bool {
     let mut others = demand.pending.iter().filter(|(sha, _)| *sha != loaded);
     let Some(_) = others.clone().next() else {

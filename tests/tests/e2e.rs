@@ -523,6 +523,21 @@ fn an_interrupted_run_exits_130_and_a_submit_beside_a_worker_says_it_will_run() 
         stderr.contains("run the same command again to continue"),
         "{stderr}"
     );
+    // With --force the same command would submit a third job: the hint
+    // names the one that continues this one.
+    let forced = cortex.spawn(&["run", "p.jsonl", "--force", "--parallel", "8"]);
+    cortex.wait_for(2, Duration::from_secs(120), "items running", |j| {
+        j.counts.running > 0
+    });
+    signal(forced.id(), "INT");
+    let output = forced.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(130), "{stderr}");
+    assert!(
+        stderr.contains("`cortex worker --jobs 2` continues it")
+            && stderr.contains("`cortex results 2 -o p.results.jsonl`"),
+        "{stderr}"
+    );
 
     // A worker is working the queue: a new job is told it will run there,
     // not to start one.
@@ -774,4 +789,177 @@ fn a_lines_model_picks_the_jobs_model_or_is_refused_by_name() {
         &["line 2 names the model gemma3-270m, line 1 names smollm2-135m: a batch file names one model"],
     );
     assert_eq!(cortex.store().jobs(&Default::default()).unwrap().len(), 2);
+}
+
+/// Runs `cortex ARGS` and returns its exit code and stderr.
+fn exit_and_stderr(cortex: &Cortex, args: &[&str]) -> (Option<i32>, String) {
+    let output = cortex.run(args);
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_newcomers_commands_name_the_next_step_and_exit_as_a_pipeline_needs() {
+    let _turn = turn();
+    let cortex = Cortex::new();
+
+    // A job with a failed request exits 6 (results written); one with
+    // nothing completed exits 7.
+    cortex.write(
+        "mixed.jsonl",
+        "{\"prompt\": \"Say hi\", \"max_tokens\": 2}\n{\"prompt\": \"\"}\n",
+    );
+    let (code, stderr) = exit_and_stderr(&cortex, &["run", "mixed.jsonl", "--skip-invalid"]);
+    assert_eq!(code, Some(6), "{stderr}");
+    assert!(
+        stderr.contains("1 of 2 requests did not complete"),
+        "{stderr}"
+    );
+    assert!(cortex.dir().join("mixed.results.jsonl").exists());
+    let retried = cortex.ok(&["retry", "1"]);
+    assert!(
+        retried.contains("its invalid input line is not retried"),
+        "{retried}"
+    );
+    // Its window closes before anything finishes: nothing completed.
+    cortex.write("slow.jsonl", &prompts(2, 4000));
+    let (code, stderr) =
+        exit_and_stderr(&cortex, &["run", "slow.jsonl", "--completion-window", "1s"]);
+    assert_eq!(code, Some(7), "{stderr}");
+    assert!(
+        stderr.contains("2 of 2 requests did not complete"),
+        "{stderr}"
+    );
+
+    // Cancelling a job that never ran says what became of its requests.
+    cortex.write("later.jsonl", &prompts(3, 4));
+    let job = cortex.ok(&["submit", "later.jsonl"]).trim().to_owned();
+    let (code, stderr) = exit_and_stderr(&cortex, &["results", &job]);
+    assert_eq!(code, Some(5), "{stderr}");
+    assert!(
+        stderr.contains(&format!("cortex results {job} --partial")),
+        "{stderr}"
+    );
+    // No worker: a watch that is not on a terminal says so in plain lines.
+    let mut watch = cortex.spawn(&["status", &job, "--watch"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    watch.kill().unwrap();
+    let watched = watch.wait_with_output().unwrap();
+    let watched = String::from_utf8_lossy(&watched.stderr);
+    assert!(
+        watched.contains(&format!("job {job} in_progress: 0 of 3 requests done"))
+            && watched.contains("no worker is running: start one with `cortex worker`"),
+        "{watched}"
+    );
+    let cancelled = cortex.ok(&["cancel", &job]);
+    assert!(
+        cancelled.contains("0 of 3 requests completed, 3 cancelled"),
+        "{cancelled}"
+    );
+
+    // Tables in text: CSV and JSONL rows through a template; the same
+    // files without one, or prose, are refused saying what they are.
+    cortex.write(
+        "articles.csv",
+        "id,text\na1,\"Rust, the language\"\na2,Tea\n",
+    );
+    cortex.write(
+        "articles.jsonl",
+        "{\"id\": \"b1\", \"text\": \"Coffee\"}\n{\"id\": \"b2\", \"text\": \"Bread\"}\n",
+    );
+    cortex.write("notes.txt", "Just some notes.\nNothing more.\n");
+    for input in ["articles.csv", "articles.jsonl"] {
+        cortex.ok(&[
+            "run",
+            input,
+            "--prompt-template",
+            "One word for: {text}",
+            "--id-column",
+            "id",
+            "--max-tokens",
+            "2",
+            "-o",
+            &format!("{input}.out.jsonl"),
+        ]);
+    }
+    let ids: Vec<String> = read_jsonl(&cortex.dir().join("articles.csv.out.jsonl"))
+        .iter()
+        .map(|line| line["custom_id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ids, ["a1", "a2"]);
+    let refusals: [(&[&str], i32, &str); 4] = [
+        (
+            &["submit", "articles.csv"],
+            3,
+            "is a CSV table (columns id,text)",
+        ),
+        (&["submit", "notes.txt"], 3, "is neither JSONL lines"),
+        (
+            &["submit", "articles.csv", "--prompt-template", "{body}"],
+            3,
+            "names the column \"body\", which the table does not have (its columns: id, text)",
+        ),
+        (
+            &[
+                "run",
+                "articles.csv",
+                "--prompt-template",
+                "{text}",
+                "--keep-columns",
+                "id",
+            ],
+            2,
+            "name a .parquet output",
+        ),
+    ];
+    for (args, expected, message) in refusals {
+        let (code, stderr) = exit_and_stderr(&cortex, args);
+        assert_eq!(code, Some(expected), "{args:?}: {stderr}");
+        assert!(stderr.contains(message), "{args:?}: {stderr}");
+    }
+
+    // `generate -` reads the prompt from stdin.
+    let mut generate = cortex
+        .command(&["generate", "-", "--max-tokens", "3"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut generate.stdin.take().unwrap(), b"The sky is\n").unwrap();
+    let generated = generate.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&generated.stderr);
+    assert!(generated.status.success(), "{said}");
+    assert!(said.contains("[3 prompt + 3 generated tokens"), "{said}");
+
+    // An unknown model is refused before anything says it is being pulled;
+    // the list says what can be.
+    let (code, stderr) = exit_and_stderr(&cortex, &["models", "pull", "llama3"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        !stderr.contains("pulling") && stderr.contains("the models cortex can fetch"),
+        "{stderr}"
+    );
+    // (Another test may have pulled it into the shared cache already.)
+    let listed = cortex.run(&["models", "list"]);
+    let (installed, told) = (
+        String::from_utf8_lossy(&listed.stdout),
+        String::from_utf8_lossy(&listed.stderr),
+    );
+    assert!(
+        installed.contains("gemma3-270m") || told.contains("can be pulled: gemma3-270m"),
+        "{installed}{told}"
+    );
+
+    // A busy port fails before the model loads or anything says "serving".
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    let (code, stderr) = exit_and_stderr(&cortex, &["serve", "--port", &port]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("cannot listen on 127.0.0.1:") && !stderr.contains("serving"),
+        "{stderr}"
+    );
 }

@@ -106,7 +106,7 @@ fn batch_columns_submit_as_batch_lines_and_results_export_as_a_table() {
 }
 
 #[test]
-fn a_template_naming_a_missing_column_or_a_jsonl_file_is_refused() {
+fn a_template_naming_a_missing_column_is_refused_in_any_table() {
     let cortex = Cortex::new();
     let input = cortex.dir().join("in.parquet");
     python_check(
@@ -117,9 +117,14 @@ fn a_template_naming_a_missing_column_or_a_jsonl_file_is_refused() {
         &["submit", "in.parquet", "--prompt-template", "About {txt}"],
         &["\"txt\"", "its columns: id, text"],
     );
+    // A JSONL file is a table too under a template: its first row's keys
+    // are the columns.
     cortex.write("p.jsonl", "{\"prompt\": \"Hi\"}\n");
     cortex.refused(
         &["submit", "p.jsonl", "--prompt-template", "About {text}"],
-        &["p.jsonl is not a Parquet file"],
+        &[
+            "p.jsonl: the prompt template names the column \"text\"",
+            "its columns: prompt",
+        ],
     );
 }

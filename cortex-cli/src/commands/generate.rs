@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use anyhow::Context as _;
+use anyhow::{Context as _, bail};
 use cortex_engine::{EngineEvent, Shutdown};
 use cortex_request::{ChatMessage, Prompt, Request, RequestId};
 
@@ -35,7 +35,24 @@ fn generation_grammar(args: &GenerateArgs) -> anyhow::Result<Option<String>> {
     Ok(None)
 }
 
+/// The prompt as given, or stdin's whole text for `-` (`echo hi | cortex generate -`).
+fn prompt_text(given: &str) -> anyhow::Result<String> {
+    if given != "-" {
+        return Ok(given.to_owned());
+    }
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+        .map_err(|e| anyhow::anyhow!("cannot read the prompt from stdin: {e}"))?;
+    // A shell's `echo` or a file ends with a newline that is not part of the prompt.
+    let text = text.strip_suffix('\n').unwrap_or(&text);
+    if text.trim().is_empty() {
+        bail!("the prompt read from stdin (`-`) is empty");
+    }
+    Ok(text.to_owned())
+}
+
 pub(crate) fn generate(config: &Config, args: &GenerateArgs) -> anyhow::Result<()> {
+    let prompt_text = prompt_text(&args.prompt)?;
     let model = resolve_model(config)?;
     let mut settings = config.engine_config(&model);
     // One prompt: one sequence, unless the user asked for more.
@@ -45,28 +62,25 @@ pub(crate) fn generate(config: &Config, args: &GenerateArgs) -> anyhow::Result<(
     let engine = cortex_llama::start(&settings)?;
     // A registered model's SYSTEM and PARAMETERs, under the flags.
     let defaults = cortex_worker::model_defaults(&model.settings);
-    let has = |name: &str| model.settings.parameters.iter().any(|p| p.name == name);
     let prompt = if args.chat {
         let mut messages: Vec<ChatMessage> =
             defaults.system.iter().map(ChatMessage::system).collect();
-        messages.push(ChatMessage::user(&args.prompt));
+        messages.push(ChatMessage::user(&prompt_text));
         Prompt::Chat(messages)
     } else {
-        Prompt::Text(args.prompt.clone())
+        Prompt::Text(prompt_text)
     };
     let mut request = Request::new(RequestId(1), prompt);
     request.sampling = defaults.sampling;
     request.stop = defaults.stop;
-    request.stop.max_tokens = args.max_tokens.unwrap_or(if has("num_predict") {
-        request.stop.max_tokens
-    } else {
-        128
-    });
-    request.sampling.temperature = args.temperature.unwrap_or(if has("temperature") {
-        request.sampling.temperature
-    } else {
-        0.7
-    });
+    // Unset, they are what a batch line or a served request gets: the
+    // model's PARAMETERs, else the library's defaults.
+    if let Some(max_tokens) = args.max_tokens {
+        request.stop.max_tokens = max_tokens;
+    }
+    if let Some(temperature) = args.temperature {
+        request.sampling.temperature = temperature;
+    }
     if let Some(top_p) = args.top_p {
         request.sampling.top_p = top_p;
     }

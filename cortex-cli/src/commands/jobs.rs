@@ -1,11 +1,12 @@
 //! The job commands: submit, status, list, results, cancel, resume, retry.
 
+use std::io::BufRead;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use cortex_objects::Location;
 use cortex_openai::SubmitJsonl;
-use cortex_parquet::{RowLines, TableInput};
+use cortex_parquet::{RowLines, TableInput, TextTable};
 use cortex_queue::{JobFilter, JobId, JobState, Queue, QueueError, SubmitOptions, Submitted};
 
 use super::{BadInput, open_store};
@@ -57,6 +58,10 @@ pub(crate) fn for_input(config: &Config, args: &SubmitArgs) -> anyhow::Result<Co
     let Location::Local(path) = Location::parse(&args.file)? else {
         return Ok(config.clone());
     };
+    // A table's rows are data, not requests: a `model` column names no model.
+    if args.prompt_template.is_some() {
+        return Ok(config.clone());
+    }
     if cortex_parquet::is_parquet(&path).unwrap_or(false) {
         return Ok(config.clone());
     }
@@ -135,34 +140,56 @@ pub(super) fn submit_job(
     };
     let location = Location::parse(&args.file)?;
     let name = location.to_string();
-    let not_a_table = || {
-        anyhow::anyhow!(
-            "--prompt-template and --id-column read a table's columns: {name} is not a Parquet file"
-        )
+    let templated = table != TableInput::default();
+    // A table's columns that cannot make the requests asked for are bad input.
+    let bad_table = |e: std::io::Error| -> anyhow::Error {
+        match e.kind() {
+            std::io::ErrorKind::InvalidData => BadInput(format!("{name}: {e}")).into(),
+            _ => anyhow::Error::new(e).context(format!("cannot read {name}")),
+        }
     };
     let submitted = match &location {
         Location::Local(path) => {
             let parquet =
                 cortex_parquet::is_parquet(path).with_context(|| format!("cannot read {name}"))?;
             if parquet {
-                let rows = RowLines::open(path, &table).with_context(|| name.clone())?;
+                let rows = RowLines::open(path, &table).map_err(bad_table)?;
                 store.submit_reader(rows, &name, &options)
-            } else if table != TableInput::default() {
-                return Err(not_a_table());
             } else {
-                store.submit_file(path, &options)
+                let open = || -> anyhow::Result<Box<dyn BufRead>> {
+                    let file =
+                        std::fs::File::open(path).with_context(|| format!("cannot read {name}"))?;
+                    Ok(Box::new(std::io::BufReader::with_capacity(
+                        PEEK_BYTES, file,
+                    )))
+                };
+                match text_kind(&name, open()?.as_mut(), templated)? {
+                    Some(kind) if templated => {
+                        let rows = RowLines::open_text(open()?, kind, &table).map_err(bad_table)?;
+                        store.submit_reader(rows, &name, &options)
+                    }
+                    _ => store.submit_file(path, &options),
+                }
             }
         }
         // Read as it streams in; the object's name is the job's source.
         Location::Object(object) => {
             let object = object.open()?;
             if cortex_parquet::is_parquet_object(&object)? {
-                let rows = RowLines::open_object(&object, &table).with_context(|| name.clone())?;
+                let rows = RowLines::open_object(&object, &table).map_err(bad_table)?;
                 store.submit_reader(rows, &name, &options)
-            } else if table != TableInput::default() {
-                return Err(not_a_table());
             } else {
-                store.submit_reader(object.reader(), &name, &options)
+                let mut reader: Box<dyn BufRead> = Box::new(std::io::BufReader::with_capacity(
+                    PEEK_BYTES,
+                    object.reader(),
+                ));
+                match text_kind(&name, reader.as_mut(), templated)? {
+                    Some(kind) if templated => {
+                        let rows = RowLines::open_text(reader, kind, &table).map_err(bad_table)?;
+                        store.submit_reader(rows, &name, &options)
+                    }
+                    _ => store.submit_reader(reader, &name, &options),
+                }
             }
         }
     };
@@ -177,6 +204,44 @@ pub(super) fn submit_job(
     })
 }
 
+/// How much of a text input is looked at to tell what it holds.
+const PEEK_BYTES: usize = 1 << 20;
+
+/// What a text input holds, from its first line (peeked, not read): JSONL
+/// or a CSV table, `None` for an empty one. A CSV without a template, or
+/// text that is neither, is refused here, saying what it is and what to do.
+fn text_kind(
+    name: &str,
+    reader: &mut dyn BufRead,
+    templated: bool,
+) -> anyhow::Result<Option<TextTable>> {
+    let buffered = reader
+        .fill_buf()
+        .with_context(|| format!("cannot read {name}"))?;
+    let text = String::from_utf8_lossy(buffered);
+    let mut lines = text.lines().filter(|line| !line.trim().is_empty()).take(5);
+    let Some(first) = lines.next() else {
+        return Ok(None);
+    };
+    // A JSONL file with a broken first line is JSONL still: its lines
+    // are reported one by one.
+    let any_object = || lines.clone().any(|line| line.trim_start().starts_with('{'));
+    match TextTable::of_first_line(first) {
+        None if any_object() => Ok(Some(TextTable::Jsonl)),
+        Some(TextTable::Csv) if !templated => Err(BadInput(format!(
+            "{name} is a CSV table (columns {}), not JSONL lines: give --prompt-template 'Summarise: {{text}}' (and --id-column) to make a request of each row",
+            first.trim()
+        ))
+        .into()),
+        Some(kind) => Ok(Some(kind)),
+        None => Err(BadInput(format!(
+            "{name} is neither JSONL lines (a JSON object on each line) nor a table cortex reads (Parquet, or CSV with a header row); its first line: {:?}",
+            first.chars().take(60).collect::<String>()
+        ))
+        .into()),
+    }
+}
+
 pub(crate) fn submit(
     config: &Config,
     args: &SubmitArgs,
@@ -186,7 +251,8 @@ pub(crate) fn submit(
     let config = &for_input(config, args)?;
     let mut store = open_store(config)?;
     let submitted = submit_job(store.as_mut(), config, args, output_url)?;
-    let worker = live_worker(store.as_mut(), config, &submitted)?;
+    let job = store.job(submitted.job)?;
+    let worker = live_worker(store.as_mut(), config, &job)?;
     output::submitted(&submitted, worker.as_deref(), args.json)
 }
 
@@ -208,12 +274,13 @@ fn destination(output: &str) -> anyhow::Result<String> {
 
 /// A worker that is working the queue now (a `cortex worker` or `cortex
 /// serve` whose heartbeat is recent) and can take the job: where it runs.
+/// A worker that has been heard from lately and can take `job` (any model,
+/// or the job's), as "host (pid N)".
 fn live_worker(
     store: &mut dyn Queue,
     config: &Config,
-    submitted: &Submitted,
+    job: &cortex_queue::Job,
 ) -> anyhow::Result<Option<String>> {
-    let job = store.job(submitted.job)?;
     let now = cortex_queue::now_ms();
     let recent = 2 * 1000 * i64::try_from(config.lease_seconds.value).unwrap_or(i64::MAX / 4);
     Ok(store
@@ -250,16 +317,40 @@ pub(crate) fn status(
     if !watch {
         return output::status(&store.status(job)?, json);
     }
+    // A bar on a terminal; elsewhere (tee, a CI log) a plain line whenever
+    // the count moves, and at least every half minute.
+    let on_terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let bar = output::job_bar(0);
-    loop {
+    let mut last_line: Option<(u64, std::time::Instant)> = None;
+    for tick in 0u64.. {
         let status = store.status(job)?;
-        output::update_bar(&bar, &status);
         if status.job.state.is_terminal() {
             bar.finish();
             return output::final_status(&status, json);
         }
+        // Nothing moves without a worker; say so rather than show 0 tok/s forever.
+        let idle = tick % 10 == 0
+            && status.job.counts.running == 0
+            && live_worker(store.as_mut(), config, &status.job)?.is_none();
+        let hint = idle.then_some("no worker is running: start one with `cortex worker`");
+        if on_terminal {
+            output::update_bar(&bar, &status);
+            if let Some(hint) = hint {
+                bar.println(hint);
+            }
+        } else {
+            let finished = status.job.counts.finished();
+            let due = last_line.is_none_or(|(count, at)| {
+                count != finished || at.elapsed() >= Duration::from_secs(30)
+            });
+            if due || hint.is_some() {
+                output::progress_line(&status, hint);
+                last_line = Some((finished, std::time::Instant::now()));
+            }
+        }
         std::thread::sleep(Duration::from_millis(500));
     }
+    unreachable!("a u64 of half seconds does not run out")
 }
 
 pub(crate) fn list(
@@ -301,7 +392,20 @@ pub(crate) fn results(
         &errors,
         partial,
         None,
-    )?;
+    )
+    .map_err(|e| match e.downcast_ref::<QueueError>() {
+        Some(QueueError::WrongState {
+            job: id,
+            state,
+            hint,
+        }) if !partial => QueueError::WrongState {
+            job: *id,
+            state: *state,
+            hint: format!("{hint} with `cortex results {job} --partial`"),
+        }
+        .into(),
+        _ => e,
+    })?;
     output::exported(job, &exported, json)
 }
 
@@ -321,9 +425,15 @@ pub(crate) fn resume(config: &Config, job: i64, json: bool) -> anyhow::Result<()
 
 pub(crate) fn retry(config: &Config, job: i64, json: bool) -> anyhow::Result<()> {
     let (job, count) = open_store(config)?.retry_failed(JobId(job))?;
-    output::job_changed(
-        &job,
-        json,
-        &format!("retried ({count} failed requests to run again)"),
-    )
+    let mut what = format!("retried ({count} failed requests to run again");
+    // Invalid lines fail again however often they run: they are not retried.
+    match job.counts.invalid {
+        0 => {}
+        1 => what.push_str("; its invalid input line is not retried: fix it and submit it again"),
+        n => what.push_str(&format!(
+            "; its {n} invalid input lines are not retried: fix them and submit them again"
+        )),
+    }
+    what.push(')');
+    output::job_changed(&job, json, &what)
 }

@@ -21,17 +21,7 @@ pub(crate) use models::{
 pub(crate) use run::run_file;
 pub(crate) use worker::{detach_worker, worker};
 
-/// An input the command cannot take (exit code 3, as for bad lines).
-#[derive(Debug)]
-pub(crate) struct BadInput(pub(crate) String);
-
-impl std::fmt::Display for BadInput {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for BadInput {}
+pub(crate) use crate::exit::{BadInput, Exit, Unfinished, Usage};
 
 fn open_store(config: &Config) -> anyhow::Result<Box<dyn Queue>> {
     Ok(config.queue()?.open()?)

@@ -33,12 +33,7 @@ fn progress_printer() -> impl FnMut(PullProgress) {
 
 pub(crate) fn models_pull(config: &Config, name: Option<&str>, json: bool) -> anyhow::Result<()> {
     let registry = config.registry();
-    let name = name.unwrap_or("default");
-    let known = if name == "default" {
-        cortex_models::DEFAULT_MODEL.name
-    } else {
-        name
-    };
+    let known = cortex_models::Registry::fetchable(name.unwrap_or("default"))?.name;
     eprintln!(
         "pulling {known} into {} (if not there yet)…",
         registry.root().display()
@@ -51,6 +46,18 @@ pub(crate) fn models_list(config: &Config, json: bool) -> anyhow::Result<()> {
     let registry = config.registry();
     let listing = registry.list();
     output::model_list(registry.root(), &listing.models, json)?;
+    // What `models pull` can add, for a person (JSON stays the registry's list).
+    let pullable: Vec<&str> = cortex_models::KNOWN_MODELS
+        .iter()
+        .map(|spec| spec.name)
+        .filter(|name| !listing.models.iter().any(|m| m.name.name() == *name))
+        .collect();
+    if !json && !pullable.is_empty() {
+        eprintln!(
+            "can be pulled: {} (`cortex models pull NAME`, or used by name: fetched on first use)",
+            pullable.join(", ")
+        );
+    }
     for damage in &listing.damaged {
         eprintln!("error: {damage}");
     }

@@ -106,8 +106,16 @@ pub(crate) fn run_file(config: &Config, args: &RunArgs) -> anyhow::Result<()> {
     }
     let status = store.status(job)?;
     if !status.job.state.is_terminal() {
+        // With --force the same command would submit yet another job.
+        let to_continue = if args.submit.force {
+            format!(
+                "`cortex worker --jobs {job}` continues it, then `cortex results {job} -o {output_to}` writes its results (`cortex cancel {job}` drops it)"
+            )
+        } else {
+            "run the same command again to continue".to_owned()
+        };
         let message = format!(
-            "stopped before job {job} finished ({} of {} done); run the same command again to continue",
+            "stopped before job {job} finished ({} of {} done); {to_continue}",
             status.job.counts.finished(),
             status.job.counts.total
         );
@@ -120,5 +128,28 @@ pub(crate) fn run_file(config: &Config, args: &RunArgs) -> anyhow::Result<()> {
     let exported = export_job(store.as_mut(), job, &output_to, &errors_to, false, keep)?;
     output::run_summary(&status.job, &exported, started.elapsed(), generated)?;
     finish_deliveries(deliveries);
-    Ok(())
+    items_failed(&status.job.counts)
+}
+
+/// The distinct exit of a job that ended with items not completed, so a
+/// pipeline (`make`, `&&`) can tell it from success: 6 when some completed,
+/// 7 when none did.
+fn items_failed(counts: &cortex_queue::JobCounts) -> anyhow::Result<()> {
+    let not_completed = counts.total - counts.completed;
+    if not_completed == 0 {
+        return Ok(());
+    }
+    let exit = if counts.completed == 0 {
+        super::Exit::NothingCompleted
+    } else {
+        super::Exit::SomeFailed
+    };
+    Err(super::Unfinished {
+        exit,
+        message: format!(
+            "{not_completed} of {} requests did not complete (the error file says why)",
+            counts.total
+        ),
+    }
+    .into())
 }

@@ -134,6 +134,25 @@ pub(crate) fn update_bar(bar: &ProgressBar, status: &JobStatus) {
     ));
 }
 
+/// The bar's figures as one plain line on stderr, for a watch whose output
+/// is not a terminal; with `hint` after them.
+pub(crate) fn progress_line(status: &JobStatus, hint: Option<&str>) {
+    let c = &status.job.counts;
+    let eta = status
+        .eta
+        .map_or_else(String::new, |eta| format!(", eta {}", duration(eta)));
+    let hint = hint.map_or_else(String::new, |hint| format!("; {hint}"));
+    eprintln!(
+        "job {} {}: {} of {} requests done, {} tokens, {:.0} tok/s{eta}{hint}",
+        status.job.id,
+        status.job.state,
+        c.finished(),
+        c.total,
+        status.job.completion_tokens + status.running_tokens,
+        status.tokens_per_second,
+    );
+}
+
 /// What `cortex submit` says about a stored job, and who will run it: the
 /// worker already working the queue (`worker`), or the command to start one.
 pub(crate) fn submitted(
@@ -236,15 +255,31 @@ pub(crate) fn job_changed(job: &Job, json: bool, what: &str) -> anyhow::Result<(
     if json {
         return print_json(job);
     }
-    let c = &job.counts;
     outln!(
-        "job {} {what}: now {} ({} of {} requests done)",
+        "job {} {what}: now {} ({})",
         job.id,
         job.state,
-        c.finished(),
-        c.total
+        counts_in_words(&job.counts)
     )?;
     Ok(())
+}
+
+/// "3 of 20 requests completed, 17 cancelled": what happened to them, with
+/// only the counts that are not zero beyond the completed ones.
+fn counts_in_words(c: &cortex_queue::JobCounts) -> String {
+    let mut text = format!("{} of {} requests completed", c.completed, c.total);
+    let to_run = c.pending + c.running;
+    for (count, what) in [
+        (c.failed - c.invalid, "failed"),
+        (c.invalid, "invalid"),
+        (c.cancelled, "cancelled"),
+        (to_run, "still to run"),
+    ] {
+        if count > 0 {
+            text.push_str(&format!(", {count} {what}"));
+        }
+    }
+    text
 }
 
 /// What `cortex run` did: the job, its files, and a taste of the output.
@@ -266,8 +301,10 @@ pub(crate) fn run_summary(
     );
     writeln!(
         text,
-        "results: {} ({} lines)",
-        exported.output, exported.results
+        "results: {} ({} {})",
+        exported.output,
+        exported.results,
+        exported.result_unit()
     )?;
     write!(
         text,

@@ -52,8 +52,8 @@ mod models;
 pub(crate) use bench::bench_report;
 pub(crate) use config::settings;
 pub(crate) use jobs::{
-    exported, final_status, job_bar, job_changed, jobs, requests, run_summary, status, submitted,
-    update_bar,
+    exported, final_status, job_bar, job_changed, jobs, progress_line, requests, run_summary,
+    status, submitted, update_bar,
 };
 pub(crate) use models::{model_entry, model_facts, model_list, model_pulled, model_removed};
 

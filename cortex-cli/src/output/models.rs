@@ -100,6 +100,20 @@ pub(crate) fn model_removed(removed: &Removed, json: bool) -> anyhow::Result<()>
     Ok(())
 }
 
+/// Which template renders the model's chats, and whose it is: the name's
+/// (a Modelfile's TEMPLATE, or cortex's choice for a known model whose
+/// GGUF has none) wins over the file's.
+fn chat_template_source(in_file: bool, entry: &ModelEntry) -> String {
+    match (&entry.settings.template, in_file) {
+        (Some(name), false) if !name.contains(['{', '\n']) => {
+            format!("{name} (given by cortex: the file has none)")
+        }
+        (Some(_), _) => "the model's settings (a Modelfile's TEMPLATE)".to_owned(),
+        (None, true) => "the file's own".to_owned(),
+        (None, false) => "none (chats fail; give one with --chat-template)".to_owned(),
+    }
+}
+
 /// What the registry and the GGUF say about a model (`cortex models info`).
 pub(crate) fn model_facts(entry: &ModelEntry, info: &GgufInfo, json: bool) -> anyhow::Result<()> {
     let details = ModelDetails::of(info);
@@ -115,7 +129,7 @@ pub(crate) fn model_facts(entry: &ModelEntry, info: &GgufInfo, json: bool) -> an
         "quantization": details.quantization,
         "context_length": details.context_length,
         "embedding_length": details.embedding_length,
-        "chat_template": details.chat_template.is_some() || entry.settings.template.is_some(),
+        "chat_template": chat_template_source(details.chat_template.is_some(), entry),
         "file_bytes": details.file_size,
         "gguf_version": details.gguf_version,
         "tensors": details.tensors,

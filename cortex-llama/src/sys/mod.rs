@@ -54,6 +54,14 @@ pub(crate) fn init() {
     });
 }
 
+/// llama.cpp's warnings about what cortex asks for on purpose: nothing a
+/// user should act on, so they are debug lines (`-vv`).
+const CHOSEN_BY_CORTEX: &[&str] = &[
+    // A sliding-window model keeps a full-size cache (llama.cpp's default,
+    // kept): a cached prompt prefix stays whole for the sequences sharing it.
+    "using full-size SWA cache",
+];
+
 unsafe extern "C" fn log_to_tracing(
     level: ffi::ggml_log_level,
     text: *const c_char,
@@ -70,6 +78,9 @@ unsafe extern "C" fn log_to_tracing(
     }
     match level {
         ffi::GGML_LOG_LEVEL_ERROR => tracing::error!(target: "llama.cpp", "{text}"),
+        ffi::GGML_LOG_LEVEL_WARN if CHOSEN_BY_CORTEX.iter().any(|note| text.contains(note)) => {
+            tracing::debug!(target: "llama.cpp", "{text}");
+        }
         ffi::GGML_LOG_LEVEL_WARN => tracing::warn!(target: "llama.cpp", "{text}"),
         ffi::GGML_LOG_LEVEL_INFO => tracing::debug!(target: "llama.cpp", "{text}"),
         _ => tracing::trace!(target: "llama.cpp", "{text}"),

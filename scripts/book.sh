@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Builds the book (docs/, an mdBook) into target/book, installing mdBook
+# from the crates registry into target/tools/mdbook the first time.
+# Usage: bash scripts/book.sh     (the tests check its links: tests/tests/tidy.rs)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+version=0.5.4
+tools=target/tools/mdbook
+if [[ ! -x $tools/bin/mdbook ]] || [[ $("$tools/bin/mdbook" --version) != "mdbook v$version" ]]; then
+    echo "==> installing mdBook $version into $tools" >&2
+    cargo install --quiet --locked --version "$version" --no-default-features --root "$tools" mdbook >&2
+fi
+"$tools/bin/mdbook" build docs >&2
+echo "target/book/index.html"
