@@ -469,7 +469,7 @@ fn a_run_past_its_completion_window_expires_keeping_what_finished() {
         .collect();
     cortex.write("p.jsonl", &lines);
     let started = Instant::now();
-    let said = cortex.ok(&[
+    let output = cortex.run(&[
         "run",
         "p.jsonl",
         "--completion-window",
@@ -477,6 +477,14 @@ fn a_run_past_its_completion_window_expires_keeping_what_finished() {
         "--parallel",
         "8",
     ]);
+    let said = String::from_utf8_lossy(&output.stdout);
+    // Its results are written, and the exit says some requests did not complete.
+    assert_eq!(
+        output.status.code(),
+        Some(6),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     assert!(
         started.elapsed() < Duration::from_secs(60),
         "the run went on {:?} past its window",
