@@ -435,5 +435,12 @@ pub(crate) fn retry(config: &Config, job: i64, json: bool) -> anyhow::Result<()>
         )),
     }
     what.push(')');
-    output::job_changed(&job, json, &what)
+    output::job_changed(&job, json, &what)?;
+    if count == 0 && matches!(job.state, JobState::Cancelled | JobState::Cancelling) {
+        eprintln!(
+            "a cancelled job's requests run again with `cortex resume {}`",
+            job.id.0
+        );
+    }
+    Ok(())
 }
