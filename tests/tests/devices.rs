@@ -172,13 +172,12 @@ fn tokens_sampled_on_the_device_are_those_the_host_samples() {
     // between streams: on lavapipe a release build crashes or hangs where
     // streams copy a prefix (also before device sampling existed; CUDA is
     // unaffected), which is not what this test is about.
+    // Few and short: lavapipe computes a step in seconds.
     let prompts = [
         "The capital of France is",
         "Water boils at",
-        "1, 2, 3, 4,",
         "A haiku about autumn:",
         "Rust is a language that",
-        "The opposite of hot is",
     ];
     let job = |name: &str, sampling: Value| {
         let lines: String = prompts
@@ -186,7 +185,7 @@ fn tokens_sampled_on_the_device_are_those_the_host_samples() {
             .enumerate()
             .map(|(i, prompt)| {
                 let mut line = json!({"custom_id": format!("{name}-{i}"), "prompt": prompt,
-                                      "max_tokens": 12});
+                                      "max_tokens": 6});
                 line.as_object_mut()
                     .unwrap()
                     .extend(sampling.as_object().unwrap().clone());
