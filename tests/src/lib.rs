@@ -593,6 +593,22 @@ pub fn table_rows_as_jsonl(rows: usize) -> String {
         .collect()
 }
 
+/// llama.cpp's `models/` folder (its chat templates and vocab-only GGUFs),
+/// or `None` (after saying so) when it was not fetched and is not required.
+pub fn llama_cpp_models() -> Option<PathBuf> {
+    let Some(source) = std::env::var_os("CORTEX_LLAMA_CPP_SOURCE") else {
+        assert!(
+            std::env::var_os("CORTEX_REQUIRE_LLAMA_CPP_SOURCE").is_none(),
+            "CORTEX_REQUIRE_LLAMA_CPP_SOURCE is set but CORTEX_LLAMA_CPP_SOURCE is not"
+        );
+        eprintln!(
+            "no llama.cpp source (CORTEX_LLAMA_CPP_SOURCE): NO_BUILD=1 bash scripts/build-peers.sh fetches it"
+        );
+        return None;
+    };
+    Some(PathBuf::from(source).join("models"))
+}
+
 /// The Python interpreter of the environment with the official client
 /// packages (`scripts/python-env.sh` makes it; `scripts/test.sh` passes it
 /// as `CORTEX_TEST_PYTHON`).

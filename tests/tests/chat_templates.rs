@@ -18,17 +18,7 @@ use serde_json::{Value, json};
 /// The templates' folder, or `None` (after saying so) when it was not
 /// fetched and is not required.
 fn templates_dir() -> Option<PathBuf> {
-    let Some(source) = std::env::var_os("CORTEX_LLAMA_CPP_SOURCE") else {
-        assert!(
-            std::env::var_os("CORTEX_REQUIRE_LLAMA_CPP_SOURCE").is_none(),
-            "CORTEX_REQUIRE_LLAMA_CPP_SOURCE is set but CORTEX_LLAMA_CPP_SOURCE is not"
-        );
-        eprintln!(
-            "no llama.cpp source (CORTEX_LLAMA_CPP_SOURCE): NO_BUILD=1 bash scripts/build-peers.sh fetches it"
-        );
-        return None;
-    };
-    Some(PathBuf::from(source).join("models/templates"))
+    cortex_tests::llama_cpp_models().map(|models| models.join("templates"))
 }
 
 fn templates(dir: &Path) -> BTreeMap<String, String> {

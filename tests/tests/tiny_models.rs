@@ -8,24 +8,10 @@
 
 use std::path::{Path, PathBuf};
 
-use cortex_tests::{Cortex, Server, http, python_check, read_jsonl, response_body};
+use cortex_tests::{
+    Cortex, Server, http, llama_cpp_models, python_check, read_jsonl, response_body,
+};
 use serde_json::{Value, json};
-
-/// llama.cpp's `models/` folder, or `None` (after saying so) when it was
-/// not fetched and is not required.
-fn llama_cpp_models() -> Option<PathBuf> {
-    let Some(source) = std::env::var_os("CORTEX_LLAMA_CPP_SOURCE") else {
-        assert!(
-            std::env::var_os("CORTEX_REQUIRE_LLAMA_CPP_SOURCE").is_none(),
-            "CORTEX_REQUIRE_LLAMA_CPP_SOURCE is set but CORTEX_LLAMA_CPP_SOURCE is not"
-        );
-        eprintln!(
-            "no llama.cpp source (CORTEX_LLAMA_CPP_SOURCE): NO_BUILD=1 bash scripts/build-peers.sh fetches it"
-        );
-        return None;
-    };
-    Some(PathBuf::from(source).join("models"))
-}
 
 /// A tiny model of `arch` with `vocab`'s tokenizer and `template`.
 fn tiny_model(cortex: &Cortex, models: &Path, arch: &str, vocab: &str, template: &str) -> PathBuf {
