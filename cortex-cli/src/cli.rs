@@ -234,6 +234,32 @@ pub(crate) struct SubmitCommand {
     pub(crate) settings: SettingFlags<ForSubmit>,
 }
 
+/// The sampling flags of `submit`, `run` and `generate`: what a request
+/// gets when it sets none itself (a batch line's own fields win). Unset,
+/// a request gets the model's PARAMETERs, else the library's defaults, as
+/// a served request does.
+#[derive(Debug, Args, Clone, Default)]
+pub(crate) struct RequestFlags {
+    /// Tokens to generate at most, for requests that set none (default:
+    /// the model's num_predict, else a request's default).
+    #[arg(long)]
+    pub(crate) max_tokens: Option<u32>,
+    /// Sampling temperature, for requests that set none (default: the
+    /// model's, else a request's default).
+    #[arg(long)]
+    pub(crate) temperature: Option<f32>,
+    /// Nucleus sampling: draw from the smallest set of tokens whose
+    /// probabilities add up to this, for requests that set none (default:
+    /// the model's, else off).
+    #[arg(long)]
+    pub(crate) top_p: Option<f32>,
+    /// The random seed: the same seed and input give the same text, for
+    /// requests that set none (default: the model's, else one from the
+    /// request).
+    #[arg(long)]
+    pub(crate) seed: Option<u64>,
+}
+
 /// How a job is submitted (shared by `submit` and `run`).
 #[derive(Debug, Args, Clone)]
 pub(crate) struct SubmitArgs {
@@ -245,20 +271,8 @@ pub(crate) struct SubmitArgs {
     /// S3-compatible stores), gs://, az://, https://, file://.
     #[arg(value_name = "FILE|URL")]
     pub(crate) file: String,
-    /// Default max_tokens for lines that set none.
-    #[arg(long)]
-    pub(crate) max_tokens: Option<u32>,
-    /// Default temperature for lines that set none.
-    #[arg(long)]
-    pub(crate) temperature: Option<f32>,
-    /// Default top_p (nucleus sampling: the smallest set of tokens whose
-    /// probabilities add up to it) for lines that set none.
-    #[arg(long)]
-    pub(crate) top_p: Option<f32>,
-    /// Default seed (the same seed and input give the same sample) for
-    /// lines that set none.
-    #[arg(long)]
-    pub(crate) seed: Option<u64>,
+    #[command(flatten)]
+    pub(crate) request: RequestFlags,
     /// Jobs with a higher priority are worked on first.
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     pub(crate) priority: i32,
@@ -403,21 +417,8 @@ pub(crate) struct GenerateArgs {
     /// Treat the prompt as a user message in the model's chat template.
     #[arg(long)]
     pub(crate) chat: bool,
-    /// Tokens to generate at most (default: the model's num_predict, else a
-    /// request's default, as for a batch line).
-    #[arg(long)]
-    pub(crate) max_tokens: Option<u32>,
-    /// Sampling temperature (default: the model's, else a request's default).
-    #[arg(long)]
-    pub(crate) temperature: Option<f32>,
-    /// Nucleus sampling: draw from the smallest set of tokens whose
-    /// probabilities add up to this (default: the model's, else 1, off).
-    #[arg(long)]
-    pub(crate) top_p: Option<f32>,
-    /// The random seed: the same seed and prompt give the same text
-    /// (default: one from the request).
-    #[arg(long)]
-    pub(crate) seed: Option<u64>,
+    #[command(flatten)]
+    pub(crate) request: RequestFlags,
     /// Constrain the output to a JSON Schema (a file), as `response_format` json_schema does.
     #[arg(long, value_name = "FILE", conflicts_with = "grammar")]
     pub(crate) json_schema: Option<PathBuf>,

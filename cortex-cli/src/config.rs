@@ -6,14 +6,31 @@
 //! [`Config::engine_config`] and [`Config::server_config`].
 
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
-use std::ops::Deref;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use cortex_queue::{Database, QueueOpener};
 
+use cortex_engine::EngineConfig;
+use cortex_queue::{JobId, SubmitOptions};
+use cortex_webhooks::Notifier;
+use cortex_worker::{ModelIdentity, WorkerPlan};
+
+use crate::cli::SubmitArgs;
 use crate::settings::{self, Layers, OrAuto, RawValues, Setting, Settings, Source};
+
+/// Where `cortex serve` listens, and with which keys.
+pub(crate) struct ServePlan {
+    /// The TCP address (used when `tcp`).
+    pub(crate) listen: SocketAddr,
+    /// Whether it serves on TCP (not only on the Unix socket).
+    pub(crate) tcp: bool,
+    /// The Unix-domain socket, if any.
+    pub(crate) unix_socket: Option<PathBuf>,
+    /// Every key it accepts.
+    pub(crate) keys: Vec<cortex_server::ApiKey>,
+}
 
 /// The effective configuration.
 #[derive(Debug, Clone)]
@@ -23,15 +40,6 @@ pub(crate) struct Config {
     settings: Settings,
     /// The config file's `[server.keys]`, each key of a project.
     key_table: Setting<Vec<cortex_server::ApiKey>>,
-}
-
-/// Every setting reads as `config.NAME.value` (and `.source`).
-impl Deref for Config {
-    type Target = Settings;
-
-    fn deref(&self) -> &Settings {
-        &self.settings
-    }
 }
 
 fn env_path(name: &str) -> Option<PathBuf> {
@@ -102,16 +110,18 @@ impl Config {
 
     /// What no single setting can check alone.
     fn check(&self) -> anyhow::Result<()> {
-        if self.unix_socket_only.value && self.unix_socket.value.as_os_str().is_empty() {
+        if self.settings.unix_socket_only.value
+            && self.settings.unix_socket.value.as_os_str().is_empty()
+        {
             bail!(
                 "unix_socket_only (from {}) needs a unix_socket to serve on",
-                self.unix_socket_only.source
+                self.settings.unix_socket_only.source
             );
         }
-        if self.lease_seconds.value < 3 {
+        if self.settings.lease_seconds.value < 3 {
             bail!(
                 "lease_seconds must be at least 3 (from {})",
-                self.lease_seconds.source
+                self.settings.lease_seconds.source
             );
         }
         Ok(())
@@ -119,8 +129,9 @@ impl Config {
 
     /// Every API key `cortex serve` accepts: `api_keys` (admin keys of the
     /// `default` project), `[server.keys]` and the keys file's.
-    pub(crate) fn server_keys(&self) -> anyhow::Result<Vec<cortex_server::ApiKey>> {
+    fn server_keys(&self) -> anyhow::Result<Vec<cortex_server::ApiKey>> {
         let mut keys: Vec<cortex_server::ApiKey> = self
+            .settings
             .api_keys
             .value
             .0
@@ -128,16 +139,130 @@ impl Config {
             .map(cortex_server::ApiKey::admin)
             .collect();
         keys.extend(self.key_table.value.iter().cloned());
-        if !self.keys_file.value.as_os_str().is_empty() {
-            keys.extend(crate::keys::from_file(&self.keys_file.value)?);
+        if !self.settings.keys_file.value.as_os_str().is_empty() {
+            keys.extend(crate::keys::from_file(&self.settings.keys_file.value)?);
         }
         crate::keys::check_distinct(&keys)?;
         Ok(keys)
     }
 
+    /// The configured model, fetched and verified if it is a known one not
+    /// fetched yet, else checked.
+    pub(crate) fn resolve_model(&self) -> anyhow::Result<ModelIdentity> {
+        cortex_worker::resolve(&self.settings.model.value, &self.registry()).with_context(|| {
+            format!(
+                "cannot use the model (set by {})",
+                self.settings.model.source
+            )
+        })
+    }
+
+    /// The configured model's name, SHA-256 and settings, without fetching it.
+    pub(crate) fn identify_model(&self) -> anyhow::Result<ModelIdentity> {
+        cortex_worker::identify(&self.settings.model.value, &self.registry()).with_context(|| {
+            format!(
+                "cannot use the model (set by {})",
+                self.settings.model.source
+            )
+        })
+    }
+
+    /// The model setting as given (a name, a path), and where it came from.
+    pub(crate) fn model_setting(&self) -> (&str, &Source) {
+        (&self.settings.model.value, &self.settings.model.source)
+    }
+
+    /// The name of the model chosen (by file, environment or flag), as jobs
+    /// are submitted for it; `None` when none was.
+    pub(crate) fn chosen_model_name(&self) -> Option<String> {
+        self.model_chosen().then(|| {
+            cortex_worker::identify(&self.settings.model.value, &self.registry())
+                .map_or_else(|_| self.settings.model.value.clone(), |model| model.name)
+        })
+    }
+
+    /// How a worker works the queue: only `jobs` (all when `None`), waiting
+    /// for more when `follow`, with the configured lease.
+    pub(crate) fn worker_plan(&self, jobs: Option<Vec<JobId>>, follow: bool) -> WorkerPlan {
+        WorkerPlan {
+            jobs,
+            follow,
+            ..WorkerPlan::new(Duration::from_secs(self.settings.lease_seconds.value))
+        }
+    }
+
+    /// How long a model's jobs wait per other model with work, at most.
+    pub(crate) fn model_switch(&self) -> Duration {
+        Duration::from_secs(self.settings.model_switch_seconds.value)
+    }
+
+    /// How lately a worker must have been heard from to count as working:
+    /// two leases (it renews its heartbeat within one).
+    pub(crate) fn live_worker_window(&self) -> Duration {
+        Duration::from_secs(self.settings.lease_seconds.value.saturating_mul(2))
+    }
+
+    /// A job's options: the model's own settings under the command's flags,
+    /// the configured attempts and chat template.
+    pub(crate) fn submit_options(&self, args: &SubmitArgs) -> anyhow::Result<SubmitOptions> {
+        let model = self.identify_model()?;
+        let mut options = SubmitOptions::new(model.name.clone());
+        options.model_sha256 = Some(model.sha256.clone());
+        // The model's own settings first; the flags below override them.
+        options.defaults = cortex_worker::model_defaults(&model.settings);
+        args.request
+            .apply(&mut options.defaults.sampling, &mut options.defaults.stop);
+        options.defaults.omit_reasoning = args.omit_reasoning;
+        options.priority = args.priority;
+        options.max_attempts = self.settings.max_attempts.value;
+        options.metadata = args.metadata.iter().cloned().collect();
+        options.skip_invalid = args.skip_invalid;
+        options.force = args.force;
+        options.completion_window = args.completion_window;
+        options.notify_url = args.notify.clone();
+        if let Some(system) = &args.system {
+            options.defaults.system = Some(system.clone());
+        }
+        let chosen = &self.settings.chat_template.value;
+        options.chats_refused = model.chat_refusal((!chosen.is_empty()).then_some(chosen.as_str()));
+        Ok(options)
+    }
+
+    /// What signs the queue's webhook events.
+    pub(crate) fn webhook_notifier(&self) -> Notifier {
+        Notifier::new(self.settings.webhook_secret.value.clone())
+            .with_exporter(crate::export::exporter())
+    }
+
+    /// Where a worker started in the background writes its log.
+    pub(crate) fn log_dir(&self) -> PathBuf {
+        self.settings.data_dir.value.join("logs")
+    }
+
+    /// The engine's configuration for one prompt (`cortex generate`): one
+    /// sequence, unless `parallel` was set.
+    pub(crate) fn one_prompt_engine_config(&self, model: &ModelIdentity) -> EngineConfig {
+        let mut engine = self.engine_config(model);
+        if self.settings.parallel.source == Source::Default {
+            engine.parallel = 1;
+        }
+        engine
+    }
+
+    /// Where `cortex serve` listens and with which keys (the keys file read
+    /// once), known before the model loads.
+    pub(crate) fn serve_plan(&self) -> anyhow::Result<ServePlan> {
+        Ok(ServePlan {
+            listen: self.listen_address()?,
+            tcp: !self.settings.unix_socket_only.value,
+            unix_socket: self.unix_socket(),
+            keys: self.server_keys()?,
+        })
+    }
+
     /// The model registry, with the configured model directories.
     pub(crate) fn registry(&self) -> cortex_models::Registry {
-        let dirs = std::env::split_paths(&self.model_dirs.value)
+        let dirs = std::env::split_paths(&self.settings.model_dirs.value)
             .filter(|d| !d.as_os_str().is_empty())
             .collect();
         cortex_models::Registry::default_location().with_model_dirs(dirs)
@@ -157,40 +282,38 @@ impl Config {
     /// Whether a model was chosen (by file, environment or flag): a worker
     /// without one works every model's jobs.
     pub(crate) fn model_chosen(&self) -> bool {
-        self.model.source != Source::Default
+        self.settings.model.source != Source::Default
     }
 
     /// The engine's configuration for `model`: the one conversion of the
     /// engine's settings.
-    pub(crate) fn engine_config(
-        &self,
-        model: &cortex_worker::ModelIdentity,
-    ) -> cortex_engine::EngineConfig {
-        let mut engine = cortex_engine::EngineConfig::new(&model.path);
-        engine.parallel = self.parallel.value;
-        engine.max_batch_tokens = self.batch_tokens.value;
-        engine.micro_batch_tokens = self.micro_batch_tokens.value;
-        engine.step_loops = self.step_loops.value;
-        engine.gap_fill = match self.gap_fill.value {
+    pub(crate) fn engine_config(&self, model: &ModelIdentity) -> EngineConfig {
+        let mut engine = EngineConfig::new(&model.path);
+        engine.parallel = self.settings.parallel.value;
+        engine.max_batch_tokens = self.settings.batch_tokens.value;
+        engine.micro_batch_tokens = self.settings.micro_batch_tokens.value;
+        engine.step_loops = self.settings.step_loops.value;
+        engine.gap_fill = match self.settings.gap_fill.value {
             OrAuto::Auto => None,
             OrAuto::Value(n) => Some(n),
         };
-        engine.even_chunks = match self.even_chunks.value {
+        engine.even_chunks = match self.settings.even_chunks.value {
             OrAuto::Auto => None,
             OrAuto::Value(even) => Some(even),
         };
-        engine.steady_steps = self.steady_steps.value;
-        engine.threads = self.threads.value;
-        engine.stream_tokens = (self.context.value > 0).then_some(self.context.value);
-        engine.kv_memory = self.kv_memory_mib.value << 20;
+        engine.steady_steps = self.settings.steady_steps.value;
+        engine.threads = self.settings.threads.value;
+        engine.stream_tokens =
+            (self.settings.context.value > 0).then_some(self.settings.context.value);
+        engine.kv_memory = self.settings.kv_memory_mib.value << 20;
         // The flag (or file, or environment) wins over a registered model's TEMPLATE.
-        engine.chat_template = (!self.chat_template.value.is_empty())
-            .then(|| self.chat_template.value.clone())
+        engine.chat_template = (!self.settings.chat_template.value.is_empty())
+            .then(|| self.settings.chat_template.value.clone())
             .or_else(|| model.settings.template.clone());
-        engine.device = self.device.value.clone();
-        engine.gpu_layers = self.gpu_layers.value;
-        engine.cpu_kernels = self.cpu_kernels.value;
-        engine.sample_on_device = self.sample_on_device.value;
+        engine.device = self.settings.device.value.clone();
+        engine.gpu_layers = self.settings.gpu_layers.value;
+        engine.cpu_kernels = self.settings.cpu_kernels.value;
+        engine.sample_on_device = self.settings.sample_on_device.value;
         engine.backends_dir = self.backends_dir();
         engine
     }
@@ -200,7 +323,8 @@ impl Config {
     /// engine runs (batch_parallel's `auto` takes three quarters of them).
     pub(crate) fn server_config(
         &self,
-        model: cortex_worker::ModelIdentity,
+        plan: ServePlan,
+        model: ModelIdentity,
         engine_parallel: usize,
         starter: cortex_server::EngineStarter,
     ) -> anyhow::Result<cortex_server::ServerConfig> {
@@ -212,48 +336,53 @@ impl Config {
             starter,
         );
         server.models = cortex_server::PoolLimits {
-            keep_alive: self.keep_alive.value,
-            memory_budget: self.model_memory_mib.value << 20,
-            max_loaded: self.max_loaded_models.value.max(1),
+            keep_alive: self.settings.keep_alive.value,
+            memory_budget: self.settings.model_memory_mib.value << 20,
+            max_loaded: self.settings.max_loaded_models.value.max(1),
             ..cortex_server::PoolLimits::default()
         };
-        server.chat_template =
-            (!self.chat_template.value.is_empty()).then(|| self.chat_template.value.clone());
-        server.model_switch = Duration::from_secs(self.model_switch_seconds.value);
-        server.listen = self.listen_address()?;
-        server.unix_socket = self.unix_socket();
-        server.unix_socket_only = self.unix_socket_only.value;
-        server.api_keys = cortex_server::ApiKeys(self.server_keys()?);
-        server.lease = Duration::from_secs(self.lease_seconds.value);
-        server.max_attempts = self.max_attempts.value;
+        server.chat_template = (!self.settings.chat_template.value.is_empty())
+            .then(|| self.settings.chat_template.value.clone());
+        server.model_switch = Duration::from_secs(self.settings.model_switch_seconds.value);
+        server.listen = plan.listen;
+        server.unix_socket = plan.unix_socket;
+        server.unix_socket_only = !plan.tcp;
+        server.api_keys = cortex_server::ApiKeys(plan.keys);
+        server.lease = Duration::from_secs(self.settings.lease_seconds.value);
+        server.max_attempts = self.settings.max_attempts.value;
         server.batch_parallel = self.batch_parallel(engine_parallel);
-        server.max_request_tokens = self.max_request_tokens.value;
-        server.max_online_requests = self.max_online_requests.value;
-        server.max_online_requests_per_key = self.max_online_requests_per_key.value;
-        server.max_connections = self.max_connections.value;
-        server.header_timeout = Duration::from_secs(self.header_timeout_seconds.value.max(1));
-        server.body_timeout = Duration::from_secs(self.body_timeout_seconds.value.max(1));
-        server.max_client_priority = self.max_client_priority.value;
-        server.max_project_file_bytes = self.max_project_file_bytes.value;
-        server.file_retention =
-            Duration::from_secs(self.file_retention_days.value.saturating_mul(24 * 3600));
-        server.allowed_hosts = self.allowed_hosts.value.0.clone();
-        server.allowed_origins = self.allowed_origins.value.0.clone();
-        server.webhook_url = match self.webhook_url.value.as_str() {
+        server.max_request_tokens = self.settings.max_request_tokens.value;
+        server.max_online_requests = self.settings.max_online_requests.value;
+        server.max_online_requests_per_key = self.settings.max_online_requests_per_key.value;
+        server.max_connections = self.settings.max_connections.value;
+        server.header_timeout =
+            Duration::from_secs(self.settings.header_timeout_seconds.value.max(1));
+        server.body_timeout = Duration::from_secs(self.settings.body_timeout_seconds.value.max(1));
+        server.max_client_priority = self.settings.max_client_priority.value;
+        server.max_project_file_bytes = self.settings.max_project_file_bytes.value;
+        server.file_retention = Duration::from_secs(
+            self.settings
+                .file_retention_days
+                .value
+                .saturating_mul(24 * 3600),
+        );
+        server.allowed_hosts = self.settings.allowed_hosts.value.0.clone();
+        server.allowed_origins = self.settings.allowed_origins.value.0.clone();
+        server.webhook_url = match self.settings.webhook_url.value.as_str() {
             "" => None,
             url => {
                 cortex_webhooks::check_url(url).map_err(|e| anyhow::anyhow!("webhook_url: {e}"))?;
                 Some(url.to_owned())
             }
         };
-        server.webhook_secret = self.webhook_secret.value.clone();
+        server.webhook_secret = self.settings.webhook_secret.value.clone();
         server.exporter = Some(crate::export::exporter());
         Ok(server)
     }
 
     /// Sequences queue items may take of an engine running `parallel`.
     pub(crate) fn batch_parallel(&self, parallel: usize) -> usize {
-        match self.batch_parallel.value {
+        match self.settings.batch_parallel.value {
             OrAuto::Auto => parallel - parallel / 4,
             OrAuto::Value(n) => n.min(parallel),
         }
@@ -261,8 +390,8 @@ impl Config {
 
     /// The address `cortex serve` listens on: an IP, or a name such as
     /// `localhost`.
-    pub(crate) fn listen_address(&self) -> anyhow::Result<SocketAddr> {
-        let (host, port) = (&self.host.value, self.port.value);
+    fn listen_address(&self) -> anyhow::Result<SocketAddr> {
+        let (host, port) = (&self.settings.host.value, self.settings.port.value);
         if let Ok(ip) = host.parse::<IpAddr>() {
             return Ok(SocketAddr::new(ip, port));
         }
@@ -273,20 +402,20 @@ impl Config {
             .with_context(|| {
                 format!(
                     "host {host:?} (from {}) is not an address this machine can listen on",
-                    self.host.source
+                    self.settings.host.source
                 )
             })
     }
 
     /// The configured Unix-domain socket of `cortex serve`, if any.
-    pub(crate) fn unix_socket(&self) -> Option<PathBuf> {
-        let path = &self.unix_socket.value;
+    fn unix_socket(&self) -> Option<PathBuf> {
+        let path = &self.settings.unix_socket.value;
         (!path.as_os_str().is_empty()).then(|| path.clone())
     }
 
     /// The configured directory of backend modules, if any.
     pub(crate) fn backends_dir(&self) -> Option<PathBuf> {
-        let dir = &self.backends_dir.value;
+        let dir = &self.settings.backends_dir.value;
         (!dir.as_os_str().is_empty()).then(|| dir.clone())
     }
 
@@ -294,12 +423,12 @@ impl Config {
     /// `postgres://` URL. Creates the data directory when the SQLite file is
     /// in its default place there (a path given explicitly must exist).
     pub(crate) fn database(&self) -> anyhow::Result<Database> {
-        if self.db.source == Source::Default {
-            let dir = &self.data_dir.value;
+        if self.settings.db.source == Source::Default {
+            let dir = &self.settings.data_dir.value;
             std::fs::create_dir_all(dir)
                 .with_context(|| format!("cannot create the data directory {}", dir.display()))?;
         }
-        Ok(Database::parse(&self.db.value.to_string_lossy()))
+        Ok(Database::parse(&self.settings.db.value.to_string_lossy()))
     }
 
     /// Opens connections to the configured queue, on its backend.
@@ -323,7 +452,7 @@ impl Config {
     pub(crate) fn files_dir(&self) -> anyhow::Result<PathBuf> {
         Ok(match self.database()? {
             Database::Sqlite(path) => path.with_extension("files"),
-            Database::Postgres(_) => self.data_dir.value.join("files"),
+            Database::Postgres(_) => self.settings.data_dir.value.join("files"),
         })
     }
 
@@ -343,10 +472,10 @@ impl Config {
             at,
             (
                 "db_driver".to_owned(),
-                Database::parse(&self.db.value.to_string_lossy())
+                Database::parse(&self.settings.db.value.to_string_lossy())
                     .driver()
                     .to_owned(),
-                self.db.source.to_string(),
+                self.settings.db.source.to_string(),
             ),
         );
         // Where pulled models are kept: not a setting of the file, but what a
@@ -373,5 +502,28 @@ impl Config {
             self.key_table.source.to_string(),
         ));
         rows
+    }
+}
+
+impl crate::cli::RequestFlags {
+    /// Sets what the flags give over a request's defaults (the model's
+    /// PARAMETERs, else the library's).
+    pub(crate) fn apply(
+        &self,
+        sampling: &mut cortex_request::SamplingParams,
+        stop: &mut cortex_request::StopConditions,
+    ) {
+        if let Some(max_tokens) = self.max_tokens {
+            stop.max_tokens = max_tokens;
+        }
+        if let Some(temperature) = self.temperature {
+            sampling.temperature = temperature;
+        }
+        if let Some(top_p) = self.top_p {
+            sampling.top_p = top_p;
+        }
+        if self.seed.is_some() {
+            sampling.seed = self.seed;
+        }
     }
 }

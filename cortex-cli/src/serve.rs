@@ -2,14 +2,11 @@
 //! resolved and the engine started here, then the server runs until a signal.
 
 use crate::config::Config;
-use crate::work::resolve_model;
 
 pub(crate) fn serve(config: &Config) -> anyhow::Result<()> {
-    let listen = config.listen_address()?;
-    let keys = config.server_keys()?;
-    let model = resolve_model(config)?;
-    let unix_socket = config.unix_socket();
-    let tcp = !config.unix_socket_only.value;
+    let plan = config.serve_plan()?;
+    let model = config.resolve_model()?;
+    let (listen, tcp) = (plan.listen, plan.tcp);
     // A port already taken fails now, before the model loads and before
     // anything says "serving"; the listener is let go just before the
     // server binds it.
@@ -22,7 +19,7 @@ pub(crate) fn serve(config: &Config) -> anyhow::Result<()> {
             })
         })
         .transpose()?;
-    if keys.is_empty() && tcp {
+    if plan.keys.is_empty() && tcp {
         if listen.ip().is_loopback() {
             eprintln!(
                 "no API keys: serving this machine only ({listen}); to serve others, listen on their network with --host 0.0.0.0 and give keys (CORTEX_API_KEYS or --keys-file, where ps does not show them)"
@@ -39,7 +36,7 @@ pub(crate) fn serve(config: &Config) -> anyhow::Result<()> {
     if tcp {
         places.push(format!("http://{listen}"));
     }
-    if let Some(path) = &unix_socket {
+    if let Some(path) = &plan.unix_socket {
         places.push(format!("unix socket {} (mode 0600)", path.display()));
     }
     eprintln!(
@@ -64,7 +61,7 @@ pub(crate) fn serve(config: &Config) -> anyhow::Result<()> {
     if tcp {
         eprintln!("dashboard: http://{listen}/");
     }
-    let server = config.server_config(model, parallel, starter)?;
+    let server = config.server_config(plan, model, parallel, starter)?;
     drop(port_held);
     cortex_server::serve(server, engine)?;
     eprintln!("server stopped");

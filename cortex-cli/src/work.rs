@@ -5,10 +5,9 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use anyhow::Context;
 use cortex_engine::{Engine, StepObserver};
 use cortex_queue::{JobId, Queue};
-use cortex_webhooks::{Deliverer, Notifier};
+use cortex_webhooks::Deliverer;
 use cortex_worker::{ModelIdentity, WorkerPlan, WorkerReport};
 
 use crate::config::Config;
@@ -51,19 +50,6 @@ impl std::fmt::Display for Interrupted {
 
 impl std::error::Error for Interrupted {}
 
-/// The configured model, fetched and verified if it is a known one not
-/// fetched yet, else checked.
-pub(crate) fn resolve_model(config: &Config) -> anyhow::Result<ModelIdentity> {
-    cortex_worker::resolve(&config.model.value, &config.registry())
-        .with_context(|| format!("cannot use the model (set by {})", config.model.source))
-}
-
-/// The configured model's name, SHA-256 and settings, without fetching it.
-pub(crate) fn identify_model(config: &Config) -> anyhow::Result<ModelIdentity> {
-    cortex_worker::identify(&config.model.value, &config.registry())
-        .with_context(|| format!("cannot use the model (set by {})", config.model.source))
-}
-
 /// What a worker works on, and what watches its engine.
 #[derive(Default)]
 pub(crate) struct WorkerScope {
@@ -97,7 +83,7 @@ pub(crate) fn run_worker(
     tracing::info!(model = %model.path.display(), sha256 = %model.sha256, parallel, %device, "worker started");
     let plan = WorkerPlan {
         model_sha256: Some(model.sha256.clone()),
-        ..worker_plan(config, jobs, follow)
+        ..config.worker_plan(jobs, follow)
     };
     Ok(cortex_worker::run_worker(
         store,
@@ -108,14 +94,6 @@ pub(crate) fn run_worker(
     )?)
 }
 
-fn worker_plan(config: &Config, jobs: Option<Vec<JobId>>, follow: bool) -> WorkerPlan {
-    WorkerPlan {
-        jobs,
-        follow,
-        ..WorkerPlan::new(Duration::from_secs(config.lease_seconds.value))
-    }
-}
-
 /// Works the jobs of every model in the registry, loading each job's model
 /// in turn (a worker started without a model).
 pub(crate) fn run_every_model(
@@ -124,8 +102,8 @@ pub(crate) fn run_every_model(
     scope: WorkerScope,
     stop: &StopFlag,
 ) -> anyhow::Result<WorkerReport> {
-    let plan = worker_plan(config, scope.jobs, scope.follow);
-    let switch_after = Duration::from_secs(config.model_switch_seconds.value);
+    let plan = config.worker_plan(scope.jobs, scope.follow);
+    let switch_after = config.model_switch();
     eprintln!(
         "working the jobs of every model (one at a time; a model's jobs wait at most {}s per other model with work)",
         switch_after.as_secs()
@@ -158,10 +136,7 @@ pub(crate) const WEBHOOK_GRACE: Duration = Duration::from_secs(15);
 /// Delivers the queue's webhook events beside the work, on a thread and a
 /// connection of its own; [`finish_deliveries`] when the work is done.
 pub(crate) fn start_deliveries(config: &Config) -> anyhow::Result<Deliverer> {
-    Ok(Deliverer::start(
-        config.queue()?,
-        Notifier::new(config.webhook_secret.value.clone()).with_exporter(crate::export::exporter()),
-    ))
+    Ok(Deliverer::start(config.queue()?, config.webhook_notifier()))
 }
 
 /// Delivers what is due (retrying for a few seconds), and says so when

@@ -491,12 +491,7 @@ pub(crate) fn sha256_of(file: &mut File, path: &Path) -> Result<String, ModelErr
         }
         hasher.update(&buffer[..n]);
     }
-    Ok(hex(&hasher.finalize()))
-}
-
-/// Lowercase hex of a digest.
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    Ok(format!("{:x}", hasher.finalize()))
 }
 
 /// The SHA-256 of the file at `path`, lowercase hex: a model's identity.

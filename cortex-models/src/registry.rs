@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use crate::packages::{hex, io_error, mark_verified, modified_nanos, stamp_path};
+use crate::packages::{io_error, mark_verified, modified_nanos, stamp_path};
 use crate::{
     DEFAULT_MODEL, GgufError, KNOWN_MODELS, ModelCache, ModelError, ModelName, ModelSettings,
     ModelSpec, Modelfile, ModelfileError, NameError, PullProgress, is_path, read_gguf,
@@ -835,7 +835,7 @@ impl BlobWriter {
         file.flush().map_err(io_error(&self.path))?;
         file.sync_all().map_err(io_error(&self.path))?;
         drop(file);
-        let actual = hex(&std::mem::take(&mut self.hasher).finalize());
+        let actual = format!("{:x}", std::mem::take(&mut self.hasher).finalize());
         if let Some(expected) = expected
             && parse_digest(expected).as_deref() != Some(actual.as_str())
         {

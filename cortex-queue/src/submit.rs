@@ -2,7 +2,6 @@
 //! came of it) and the accounting every driver's submit loop shares.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
 use cortex_request::Work;
 use sha2::{Digest, Sha256};
@@ -113,16 +112,6 @@ pub struct Submitted {
     pub first_errors: Vec<LineError>,
 }
 
-/// Lowercase hex of `bytes`.
-fn hex(bytes: &[u8]) -> String {
-    bytes
-        .iter()
-        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
-}
-
 /// Identifies "the same parameters" for duplicate detection.
 pub fn params_hash(options: &SubmitOptions) -> String {
     let mut canonical = serde_json::json!({
@@ -134,7 +123,7 @@ pub fn params_hash(options: &SubmitOptions) -> String {
     if options.project != DEFAULT_PROJECT {
         canonical["project"] = options.project.clone().into();
     }
-    hex(&Sha256::digest(canonical.to_string()))
+    format!("{:x}", Sha256::digest(canonical.to_string()))
 }
 
 /// How many bad lines a submit keeps for its message.

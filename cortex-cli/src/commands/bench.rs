@@ -5,10 +5,9 @@ use cortex_llama::bench::{self, ReportPlan};
 use crate::cli::BenchArgs;
 use crate::config::Config;
 use crate::output;
-use crate::work::resolve_model;
 
 pub(crate) fn bench(config: &Config, args: &BenchArgs) -> anyhow::Result<()> {
-    let model = resolve_model(config)?;
+    let model = config.resolve_model()?;
     let plan = ReportPlan {
         // The batched rows and the prefix job set their own parallelism.
         engine: config.engine_config(&model),

@@ -11,8 +11,6 @@ use cortex_request::{ChatMessage, Prompt, Request, RequestId};
 use crate::cli::GenerateArgs;
 use crate::config::Config;
 use crate::output;
-use crate::settings::Source;
-use crate::work::resolve_model;
 
 /// The grammar `generate` constrains its output with, from `--json-schema`
 /// or `--grammar`, checked before the model loads.
@@ -53,13 +51,8 @@ fn prompt_text(given: &str) -> anyhow::Result<String> {
 
 pub(crate) fn generate(config: &Config, args: &GenerateArgs) -> anyhow::Result<()> {
     let prompt_text = prompt_text(&args.prompt)?;
-    let model = resolve_model(config)?;
-    let mut settings = config.engine_config(&model);
-    // One prompt: one sequence, unless the user asked for more.
-    if config.parallel.source == Source::Default {
-        settings.parallel = 1;
-    }
-    let engine = cortex_llama::start(&settings)?;
+    let model = config.resolve_model()?;
+    let engine = cortex_llama::start(&config.one_prompt_engine_config(&model))?;
     // A registered model's SYSTEM and PARAMETERs, under the flags.
     let defaults = cortex_worker::model_defaults(&model.settings);
     let prompt = if args.chat {
@@ -73,20 +66,7 @@ pub(crate) fn generate(config: &Config, args: &GenerateArgs) -> anyhow::Result<(
     let mut request = Request::new(RequestId(1), prompt);
     request.sampling = defaults.sampling;
     request.stop = defaults.stop;
-    // Unset, they are what a batch line or a served request gets: the
-    // model's PARAMETERs, else the library's defaults.
-    if let Some(max_tokens) = args.max_tokens {
-        request.stop.max_tokens = max_tokens;
-    }
-    if let Some(temperature) = args.temperature {
-        request.sampling.temperature = temperature;
-    }
-    if let Some(top_p) = args.top_p {
-        request.sampling.top_p = top_p;
-    }
-    if args.seed.is_some() {
-        request.sampling.seed = args.seed;
-    }
+    args.request.apply(&mut request.sampling, &mut request.stop);
     request.grammar = generation_grammar(args)?;
     request.validate(&cortex_request::Limits::default())?;
     let events = engine.submit(request)?;

@@ -7,47 +7,13 @@ use anyhow::Context as _;
 use cortex_objects::Location;
 use cortex_openai::SubmitJsonl;
 use cortex_parquet::{RowLines, TableInput, TextTable};
-use cortex_queue::{JobFilter, JobId, JobState, Queue, QueueError, SubmitOptions, Submitted};
+use cortex_queue::{JobFilter, JobId, JobState, Queue, QueueError, Submitted};
 
 use super::{BadInput, open_store};
 use crate::cli::SubmitArgs;
 use crate::config::Config;
 use crate::export::{export_job, output_location};
 use crate::output;
-use crate::settings::Source;
-use crate::work::identify_model;
-
-fn submit_options(config: &Config, args: &SubmitArgs) -> anyhow::Result<SubmitOptions> {
-    let model = identify_model(config)?;
-    let mut options = SubmitOptions::new(model.name.clone());
-    options.model_sha256 = Some(model.sha256.clone());
-    // The model's own settings first; the flags below override them.
-    options.defaults = cortex_worker::model_defaults(&model.settings);
-    if let Some(v) = args.max_tokens {
-        options.defaults.stop.max_tokens = v;
-    }
-    if let Some(v) = args.temperature {
-        options.defaults.sampling.temperature = v;
-    }
-    if let Some(v) = args.top_p {
-        options.defaults.sampling.top_p = v;
-    }
-    options.defaults.sampling.seed = args.seed;
-    options.defaults.omit_reasoning = args.omit_reasoning;
-    options.priority = args.priority;
-    options.max_attempts = config.max_attempts.value;
-    options.metadata = args.metadata.iter().cloned().collect();
-    options.skip_invalid = args.skip_invalid;
-    options.force = args.force;
-    options.completion_window = args.completion_window;
-    options.notify_url = args.notify.clone();
-    if let Some(system) = &args.system {
-        options.defaults.system = Some(system.clone());
-    }
-    let chosen = &config.chat_template.value;
-    options.chats_refused = model.chat_refusal((!chosen.is_empty()).then_some(chosen.as_str()));
-    Ok(options)
-}
 
 /// The configuration a job of `args.file` runs with: the model its lines
 /// name (one per file, as OpenAI's Batch API requires) when none was
@@ -74,7 +40,7 @@ pub(crate) fn for_input(config: &Config, args: &SubmitArgs) -> anyhow::Result<Co
         // Whatever the lines name runs on the job's model, said once.
         let named = cortex_openai::named_models(reader)
             .map_err(|message| BadInput(format!("{}: {message}", args.file)))?;
-        let job = identify_model(config)?;
+        let job = config.identify_model()?;
         let registry = config.registry();
         let others: Vec<String> = named
             .iter()
@@ -109,7 +75,7 @@ pub(crate) fn for_input(config: &Config, args: &SubmitArgs) -> anyhow::Result<Co
             .into()),
         };
     }
-    let job = identify_model(config)?;
+    let job = config.identify_model()?;
     match line_model {
         Ok(line) if line.sha256 == job.sha256 => Ok(config.clone()),
         _ => Err(BadInput(format!(
@@ -118,7 +84,7 @@ pub(crate) fn for_input(config: &Config, args: &SubmitArgs) -> anyhow::Result<Co
             named.line,
             named.name,
             job.name,
-            config.model.source,
+            config.model_setting().1,
             named.name,
             job.name
         ))
@@ -132,7 +98,7 @@ pub(super) fn submit_job(
     args: &SubmitArgs,
     output_url: Option<String>,
 ) -> anyhow::Result<Submitted> {
-    let mut options = submit_options(config, args)?;
+    let mut options = config.submit_options(args)?;
     options.output_url = output_url;
     let table = TableInput {
         prompt_template: args.prompt_template.clone(),
@@ -282,7 +248,7 @@ fn live_worker(
     job: &cortex_queue::Job,
 ) -> anyhow::Result<Option<String>> {
     let now = cortex_queue::now_ms();
-    let recent = 2 * 1000 * i64::try_from(config.lease_seconds.value).unwrap_or(i64::MAX / 4);
+    let recent = i64::try_from(config.live_worker_window().as_millis()).unwrap_or(i64::MAX);
     Ok(store
         .workers()?
         .into_iter()
@@ -361,10 +327,7 @@ pub(crate) fn list(
 ) -> anyhow::Result<()> {
     // A model given (flag, variable or file) lists its jobs only, by the
     // name they were submitted for.
-    let model = (config.model.source != Source::Default).then(|| {
-        cortex_worker::identify(&config.model.value, &config.registry())
-            .map_or_else(|_| config.model.value.clone(), |model| model.name)
-    });
+    let model = config.chosen_model_name();
     let jobs = open_store(config)?.jobs(&JobFilter {
         state,
         model,

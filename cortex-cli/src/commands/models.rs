@@ -77,7 +77,7 @@ pub(crate) fn models_list(config: &Config, json: bool) -> anyhow::Result<()> {
 
 pub(crate) fn models_info(config: &Config, model: Option<&str>, json: bool) -> anyhow::Result<()> {
     let registry = config.registry();
-    let setting = model.unwrap_or(&config.model.value);
+    let setting = model.unwrap_or(config.model_setting().0);
     let entry = registry
         .resolve_with(setting, &mut progress_printer())
         .with_context(|| format!("cannot show {setting}"))?;

@@ -15,8 +15,7 @@ use crate::config::Config;
 use crate::export::{check_kept_columns, errors_beside, export_job, output_location};
 use crate::output;
 use crate::work::{
-    Interrupted, StopFlag, WorkerScope, finish_deliveries, resolve_model, run_worker,
-    start_deliveries,
+    Interrupted, StopFlag, WorkerScope, finish_deliveries, run_worker, start_deliveries,
 };
 
 /// Submits the file (or finds it already submitted), works on that job until
@@ -36,7 +35,7 @@ pub(crate) fn run_file(config: &Config, args: &RunArgs) -> anyhow::Result<()> {
     }
     let config = &for_input(config, &args.submit)?;
     // Fetch the model before anything is stored, so a missing model fails early.
-    let model = resolve_model(config)?;
+    let model = config.resolve_model()?;
     let mut store = open_store(config)?;
     let job = match submit_job(store.as_mut(), config, &args.submit, None) {
         Ok(submitted) => {

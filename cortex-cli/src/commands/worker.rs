@@ -8,8 +8,7 @@ use crate::cli::WorkerArgs;
 use crate::config::Config;
 use crate::output::outln;
 use crate::work::{
-    StopFlag, WorkerScope, finish_deliveries, resolve_model, run_every_model, run_worker,
-    start_deliveries,
+    StopFlag, WorkerScope, finish_deliveries, run_every_model, run_worker, start_deliveries,
 };
 
 pub(crate) fn worker(config: &Config, args: &WorkerArgs) -> anyhow::Result<()> {
@@ -23,7 +22,7 @@ pub(crate) fn worker(config: &Config, args: &WorkerArgs) -> anyhow::Result<()> {
     let deliveries = start_deliveries(config)?;
     // With no model chosen, every model's jobs; with one, that model's alone.
     let report = if config.model_chosen() {
-        let model = resolve_model(config)?;
+        let model = config.resolve_model()?;
         let mut store = open_store(config)?;
         run_worker(config, store.as_mut(), &model, scope, &stop, |_| Ok(()))?
     } else {
@@ -50,7 +49,7 @@ pub(crate) fn worker(config: &Config, args: &WorkerArgs) -> anyhow::Result<()> {
 /// --detach), its output going to a log file in the data directory.
 pub(crate) fn detach_worker(config: &Config) -> anyhow::Result<()> {
     use std::os::unix::process::CommandExt;
-    let logs = config.data_dir.value.join("logs");
+    let logs = config.log_dir();
     std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
     let log_path = logs.join(format!("worker-{}.log", cortex_queue::now_ms()));
     let log = std::fs::File::create(&log_path)

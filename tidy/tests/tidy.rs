@@ -258,12 +258,15 @@ fn the_crate_graph_has_no_cycles_dev_dependencies_included() {
             cycle.join(" -> ")
         );
     }
-    // The end-to-end tests sit on top: nothing depends on them.
+    // The end-to-end tests sit on top, and tidy beside everything:
+    // nothing depends on them.
     for (name, deps) in &graph {
-        assert!(
-            !deps.contains("cortex-tests"),
-            "{name} depends on cortex-tests, which sits above every crate"
-        );
+        for top in ["cortex-tests", "cortex-tidy"] {
+            assert!(
+                !deps.contains(top),
+                "{name} depends on {top}, which sits above every crate"
+            );
+        }
     }
 }
 
@@ -984,6 +987,25 @@ fn failpoints_are_switched_on_for_tests_only() {
         );
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn a_plain_cargo_test_runs_tidy() {
+    // This crate is a default member (its row in the layers table keeps it
+    // free of the workspace's crates, so it builds in seconds).
+    let metadata = metadata();
+    let tidy_id = packages(&metadata)
+        .iter()
+        .find(|p| p["name"] == "cortex-tidy")
+        .map(|p| p["id"].clone())
+        .unwrap();
+    let defaults = metadata["workspace_default_members"]
+        .as_array()
+        .expect("cargo metadata lists the default members");
+    assert!(
+        defaults.contains(&tidy_id),
+        "cortex-tidy is not a default member: a plain `cargo test` would skip tidy"
+    );
 }
 
 #[test]
