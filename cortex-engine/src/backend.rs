@@ -114,6 +114,11 @@ pub trait Backend {
     fn token_bytes(&self, token: TokenId) -> Vec<u8>;
     /// Whether the token ends generation (EOS, EOT, ...).
     fn is_end_of_generation(&self, token: TokenId) -> bool;
+    /// The texts of the model's start and end tokens (`<s>`, `<|im_end|>`),
+    /// as its tokenizer writes them: empty where it has none.
+    fn start_end_texts(&self) -> (String, String) {
+        (String::new(), String::new())
+    }
     /// A fresh grammar constraint (GBNF text, start rule `root`) for one
     /// sequence. Backends without grammar support refuse.
     fn grammar(&self, _gbnf: &str) -> Result<Box<dyn TokenGrammar>, BackendError> {

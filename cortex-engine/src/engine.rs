@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 
-use cortex_request::{EmbeddingRequest, Request, RequestId, Work};
+use cortex_request::{EmbeddingRequest, Request, RequestId, TokenId, Work};
 
 use crate::backend::Backend;
 use crate::config::EngineConfig;
@@ -289,6 +289,51 @@ impl Engine {
         }
     }
 
+    /// `text`'s tokens as a prompt's are made (special tokens such as
+    /// `<|im_end|>` parsed), after the model's start token when
+    /// `add_special` and the model uses one.
+    pub fn tokenize(&self, text: &str, add_special: bool) -> Result<Vec<TokenId>, EngineError> {
+        let text = text.to_owned();
+        self.ask(move |backend| backend.tokenize(&text, add_special, true))
+    }
+
+    /// The text `tokens` stand for (control tokens render as nothing; ids
+    /// outside the vocabulary, which [`EngineInfo::n_vocab`] bounds, as
+    /// nothing too).
+    pub fn detokenize(&self, tokens: Vec<TokenId>) -> Result<String, EngineError> {
+        let n_vocab = self.info.n_vocab;
+        self.ask(move |backend| {
+            let bytes: Vec<u8> = tokens
+                .iter()
+                .filter(|&&t| (t as usize) < n_vocab)
+                .flat_map(|&t| backend.token_bytes(t))
+                .collect();
+            String::from_utf8_lossy(&bytes).into_owned()
+        })
+    }
+
+    /// The texts of the model's start and end tokens (empty where it has
+    /// none).
+    pub fn start_end_texts(&self) -> Result<(String, String), EngineError> {
+        self.ask(|backend| backend.start_end_texts())
+    }
+
+    /// Runs `query` against a step loop's backend between its steps.
+    fn ask<R: Send + 'static>(
+        &self,
+        query: impl FnOnce(&dyn Backend) -> R + Send + 'static,
+    ) -> Result<R, EngineError> {
+        let (tx, rx) = flume::bounded(1);
+        let command = Command::Vocabulary(Box::new(move |backend| {
+            let _ = tx.send(query(backend));
+        }));
+        let lane = self.lanes.first().ok_or(EngineError::Stopped)?;
+        if lane.commands.send(command).is_err() {
+            return Err(self.refusal());
+        }
+        rx.recv().map_err(|_| self.refusal())
+    }
+
     /// Cancels a request wherever it is; it finishes with reason `cancelled`.
     /// Unknown ids are ignored (the request may have just finished).
     pub fn cancel(&self, id: RequestId) {
@@ -453,7 +498,7 @@ impl StepObserver for SharedObserver {
             .step(&record);
     }
 
-    fn prompt(&mut self, tokens: &[cortex_request::TokenId]) {
+    fn prompt(&mut self, tokens: &[TokenId]) {
         self.inner
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

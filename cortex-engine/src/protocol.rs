@@ -26,7 +26,13 @@ pub(crate) enum Command {
     Submit(Vec<(Work, EventSender)>),
     Cancel(RequestId),
     Shutdown(Shutdown),
+    /// A question about the model's vocabulary (tokenize, detokenize),
+    /// answered from the loop's backend between steps.
+    Vocabulary(VocabularyQuery),
 }
+
+/// Runs against the loop's backend and sends its answer back itself.
+pub(crate) type VocabularyQuery = Box<dyn FnOnce(&dyn crate::backend::Backend) + Send>;
 
 /// What the engine learned about its model and context at start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -248,6 +248,10 @@ impl Backend for LlamaEngineBackend<'_> {
         self.model.is_end_of_generation(token)
     }
 
+    fn start_end_texts(&self) -> (String, String) {
+        self.model.start_end_texts()
+    }
+
     fn apply_chat_template(
         &self,
         conversation: &Conversation<'_>,

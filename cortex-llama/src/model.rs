@@ -237,6 +237,11 @@ impl Model {
         self.raw.control_token_text(token as i32)
     }
 
+    /// The texts of the start and end tokens (empty where there is none).
+    pub fn start_end_texts(&self) -> (String, String) {
+        self.raw.bos_eos_text()
+    }
+
     /// Whether the token ends generation.
     pub fn is_end_of_generation(&self, token: TokenId) -> bool {
         self.raw.is_end_of_generation(token as i32)

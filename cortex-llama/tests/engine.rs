@@ -105,6 +105,92 @@ fn log_probabilities_describe_the_tokens_greedy_decoding_chose() {
     );
 }
 
+/// The prompt's log probabilities (echo) are the model's: a prompt that
+/// is a greedy continuation scores its continuation's tokens as generation
+/// did, with each the most likely; a passage scores the perplexity of
+/// llama.cpp's plain loop; nothing is taken from the prefix cache, and no
+/// token is generated when none is asked for.
+#[test]
+fn prompt_log_probabilities_score_what_generation_chose_and_measure_perplexity() {
+    let model = Model::load(&model_path()).unwrap();
+    let prompt = model.tokenize("The capital of France is", true, true);
+    let engine = engine(|_| {});
+    let mut generate = greedy(10, Prompt::Tokens(prompt.clone()), 10);
+    generate.logprobs = Some(2);
+    generate.stop.ignore_eos = true;
+    let generated = collect(&engine.submit(generate).unwrap());
+    let generated = &generated.response().completions[0];
+    let scored_prompt: Vec<u32> = prompt.iter().chain(&generated.tokens).copied().collect();
+    let echo = |id| {
+        let mut r = greedy(id, Prompt::Tokens(scored_prompt.clone()), 0);
+        r.prompt_logprobs = Some(2);
+        r
+    };
+    let first = collect(&engine.submit(echo(11)).unwrap());
+    let again = collect(&engine.submit(echo(12)).unwrap());
+    let (first, again) = (first.response(), again.response());
+    assert_eq!(
+        again.usage.cached_prompt_tokens, 0,
+        "a scored prompt is computed whole"
+    );
+    assert_eq!(first.usage.completion_tokens, 0);
+    let scored = &first.completions[0];
+    assert!(
+        scored.tokens.is_empty() && scored.text.is_empty(),
+        "{scored:?}"
+    );
+    assert_eq!(scored.finish_reason, FinishReason::Length);
+    let entries = scored.prompt_logprobs.as_ref().expect("asked for");
+    assert_eq!(entries.len(), scored_prompt.len());
+    assert!(entries[0].logprob.is_none() && entries[0].top.is_empty());
+    for (entry, &token) in entries.iter().zip(&scored_prompt) {
+        assert_eq!(entry.token, token);
+        assert_eq!(entry.bytes, model.token_bytes(token));
+    }
+    for (i, (entry, chosen)) in entries[prompt.len()..]
+        .iter()
+        .zip(generated.logprobs.as_ref().unwrap())
+        .enumerate()
+    {
+        let logprob = entry.logprob.expect("every token after the first");
+        // A prompt's batch rounds differently from one-token decodes.
+        assert!(
+            (logprob - chosen.chosen.logprob).abs() < 0.05,
+            "token {i}: {logprob} scored, {} generated",
+            chosen.chosen.logprob
+        );
+        assert_eq!(entry.top.len(), 2);
+        assert_eq!(
+            entry.top[0].token, entry.token,
+            "greedy chose the likeliest"
+        );
+    }
+    assert_eq!(
+        again.completions[0].prompt_logprobs, scored.prompt_logprobs,
+        "the same prompt scores the same"
+    );
+
+    let passage = model.tokenize(PASSAGE, true, false);
+    let mut score = greedy(13, Prompt::Tokens(passage.clone()), 0);
+    score.prompt_logprobs = Some(0);
+    let scored = collect(&engine.submit(score).unwrap());
+    let entries = scored.response().completions[0]
+        .prompt_logprobs
+        .clone()
+        .unwrap();
+    let total: f64 = entries
+        .iter()
+        .filter_map(|e| e.logprob)
+        .map(f64::from)
+        .sum();
+    let ours = (-total / (passage.len() - 1) as f64).exp();
+    let plain = bench::perplexity(&model, PASSAGE, passage.len(), 2).unwrap();
+    assert!(
+        (ours / plain - 1.0).abs() < 0.01,
+        "perplexity {ours:.3} from the engine's prompt scores, {plain:.3} from a plain loop"
+    );
+}
+
 fn mixed_requests() -> Vec<Request> {
     let topics = [
         "the sea",

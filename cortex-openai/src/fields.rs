@@ -95,9 +95,6 @@ pub(crate) fn check(endpoint: Endpoint, key: &str, value: &Value) -> Result<bool
             value.is_null(),
             "it is for OpenAI's reasoning models; a local model takes no such setting",
         ),
-        "echo" if endpoint == Endpoint::Completions => {
-            off(is_falsy, "echoing the prompt is not implemented")
-        }
         "suffix" if endpoint == Endpoint::Completions => off(
             value.is_null(),
             "insertion (text after the completion) is not implemented",

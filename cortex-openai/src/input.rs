@@ -208,9 +208,19 @@ fn apply_sampling(fields: &Fields, request: &mut Request) -> Result<(), String> 
 fn logprob_fields(endpoint: Endpoint) -> &'static [&'static str] {
     match endpoint {
         Endpoint::ChatCompletions => &["logprobs", "top_logprobs"],
-        Endpoint::Completions => &["logprobs"],
+        Endpoint::Completions => &["logprobs", "echo"],
         Endpoint::Responses => &["top_logprobs", "include"],
         Endpoint::Embeddings => &[],
+    }
+}
+
+/// Completions' `echo`: the prompt before the completion, in the text and
+/// (with `logprobs`) the log probability arrays.
+fn echo(fields: &Fields) -> Result<bool, String> {
+    match fields.get("echo") {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(other) => Err(type_error("echo", "true or false", other)),
     }
 }
 
@@ -329,6 +339,11 @@ fn request_from(
     request.stop = defaults.stop.clone();
     apply_sampling(fields, &mut request)?;
     request.logprobs = logprobs_of(fields, endpoint)?;
+    if endpoint == Endpoint::Completions && echo(fields)? {
+        // The prompt comes back before the completion, its tokens scored
+        // with as many alternatives as the completion's.
+        request.prompt_logprobs = Some(request.logprobs.unwrap_or(0));
+    }
     request.grammar = grammar_of(fields, endpoint)?;
     if matches!(endpoint, Endpoint::ChatCompletions | Endpoint::Responses) {
         let tools = if endpoint == Endpoint::Responses {
@@ -917,5 +932,43 @@ mod tests {
             logprobs(r#"{"prompt": "Hi", "top_logprobs": 3}"#),
             Err("unknown field \"top_logprobs\"".into())
         );
+    }
+    #[test]
+    fn echo_scores_the_prompt_and_allows_no_new_tokens() {
+        let prompt_logprobs = |line: &str| {
+            parse_line(1, line, &JobDefaults::default())
+                .map(|item| item.request.as_generate().unwrap().prompt_logprobs)
+                .map_err(|e| e.message)
+        };
+        assert_eq!(prompt_logprobs(r#"{"prompt": "Hi"}"#), Ok(None));
+        assert_eq!(
+            prompt_logprobs(r#"{"prompt": "Hi", "echo": false}"#),
+            Ok(None)
+        );
+        assert_eq!(
+            prompt_logprobs(r#"{"prompt": "Hi", "echo": true}"#),
+            Ok(Some(0))
+        );
+        assert_eq!(
+            prompt_logprobs(
+                r#"{"prompt": [1, 2, 3], "echo": true, "logprobs": 1, "max_tokens": 0}"#
+            ),
+            Ok(Some(1))
+        );
+        assert_eq!(
+            prompt_logprobs(r#"{"prompt": "Hi", "echo": "yes"}"#),
+            Err("echo must be true or false, not \"yes\"".into())
+        );
+        assert!(
+            prompt_logprobs(r#"{"prompt": "Hi", "max_tokens": 0}"#)
+                .unwrap_err()
+                .starts_with("max_tokens = 0 is out of range")
+        );
+        let chat = parse_line(
+            1,
+            r#"{"messages": [{"role": "user", "content": "Hi"}], "echo": true}"#,
+            &JobDefaults::default(),
+        );
+        assert!(chat.unwrap_err().message.contains("\"echo\""));
     }
 }

@@ -83,6 +83,7 @@ mod input;
 mod jsonl;
 mod online;
 mod output;
+mod tokenizer;
 
 pub use batch::{
     BatchFiles, BatchRequest, FileInfo, batch_id, batch_object, failed_batch_object,
@@ -96,6 +97,10 @@ pub use online::{
     online_body, parse_request, parse_request_with, response_deleted_object,
 };
 pub use output::{BatchOutput, response_body};
+pub use tokenizer::{
+    DetokenizeCall, TokenizeCall, detokenize_body, parse_detokenize, parse_tokenize, tokenize_body,
+    tokenizer_info_body,
+};
 
 /// An OpenAPI 3.1 description of OpenAI's routes as cortex serves them:
 /// request and response schemas, and the error shape of each refusal.

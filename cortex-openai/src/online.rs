@@ -98,6 +98,15 @@ pub fn parse_request_with(
             param: param_of(&message, &fields),
             message,
         })?;
+    let echoed = work
+        .as_generate()
+        .is_some_and(|r| r.prompt_logprobs.is_some());
+    if stream.is_some() && echoed {
+        return Err(BodyError {
+            message: "echo comes in whole responses: set stream to false".into(),
+            param: Some("echo".into()),
+        });
+    }
     let base64 = parse_output_tag(&tag).1;
     let store = endpoint == Endpoint::Responses && fields.get("store") != Some(&Value::Bool(false));
     Ok(OnlineRequest {

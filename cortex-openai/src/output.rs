@@ -3,7 +3,7 @@
 //! error lines.
 
 use cortex_queue::{ExportFormat, ExportedError, ExportedResult, ItemId, Job, StoredResult};
-use cortex_request::{Completion, Response, TokenLogprob, TopLogprob};
+use cortex_request::{Completion, PromptToken, Response, TokenLogprob, TopLogprob};
 use serde_json::{Value, json};
 
 use base64::Engine as _;
@@ -46,7 +46,7 @@ pub(crate) fn body_of(
             Endpoint::ChatCompletions => chat_choice(key, c),
             Endpoint::Completions => json!({
                 "index": c.index,
-                "text": c.text,
+                "text": completion_text(c),
                 "logprobs": completion_logprobs(c),
                 "finish_reason": c.finish_reason.as_openai(),
             }),
@@ -271,37 +271,93 @@ fn logprob_entries(completion: &Completion) -> Option<Vec<Value>> {
     Some(logprobs.iter().map(chat_logprob_entry).collect())
 }
 
+/// A completion's text, after its prompt when the prompt was echoed (the
+/// prompt as its tokens spell it).
+fn completion_text(completion: &Completion) -> String {
+    match &completion.prompt_logprobs {
+        Some(prompt) => {
+            let bytes: Vec<u8> = prompt
+                .iter()
+                .flat_map(|t| t.bytes.iter().copied())
+                .collect();
+            String::from_utf8_lossy(&bytes).into_owned() + &completion.text
+        }
+        None => completion.text.clone(),
+    }
+}
+
 /// Completions' `choices[].logprobs`: parallel arrays of tokens, their log
 /// probabilities, the alternatives (token text to log probability) and each
-/// token's character offset in the completion's text.
+/// token's character offset in the choice's text. An echoed prompt's tokens
+/// come first, the first of them with null for its log probability and
+/// alternatives (nothing precedes it).
 fn completion_logprobs(completion: &Completion) -> Value {
-    completion
-        .logprobs
-        .as_deref()
-        .map_or(Value::Null, |logprobs| completion_logprobs_of(logprobs, 0))
+    let Some(generated) = completion.logprobs.as_deref() else {
+        return Value::Null;
+    };
+    let prompt = completion.prompt_logprobs.as_deref().unwrap_or_default();
+    let rows = prompt
+        .iter()
+        .map(
+            |PromptToken {
+                 bytes,
+                 logprob,
+                 top,
+                 ..
+             }| LogprobRow {
+                text: String::from_utf8_lossy(bytes).into_owned(),
+                logprob: *logprob,
+                top: logprob.is_some().then_some(top.as_slice()),
+            },
+        )
+        .chain(generated.iter().map(LogprobRow::generated));
+    logprob_arrays(rows, 0)
+}
+
+/// One token of completions' `logprobs` arrays.
+struct LogprobRow<'a> {
+    text: String,
+    logprob: Option<f32>,
+    top: Option<&'a [TopLogprob]>,
+}
+
+impl<'a> LogprobRow<'a> {
+    fn generated(entry: &'a TokenLogprob) -> Self {
+        Self {
+            text: token_text(&entry.chosen),
+            logprob: Some(entry.chosen.logprob),
+            top: Some(&entry.top),
+        }
+    }
 }
 
 /// Completions' `logprobs` object for these tokens, the first at character
 /// `offset` of the choice's text (a whole choice's, or a streamed chunk's).
 pub(crate) fn completion_logprobs_of(logprobs: &[TokenLogprob], offset: usize) -> Value {
-    let tokens: Vec<String> = logprobs.iter().map(|l| token_text(&l.chosen)).collect();
+    logprob_arrays(logprobs.iter().map(LogprobRow::generated), offset)
+}
+
+fn logprob_arrays<'a>(rows: impl Iterator<Item = LogprobRow<'a>>, offset: usize) -> Value {
     let mut offset = offset;
-    let text_offset: Vec<usize> = tokens
-        .iter()
-        .map(|t| {
-            let at = offset;
-            offset += t.chars().count();
-            at
-        })
-        .collect();
+    let (mut tokens, mut logprobs, mut tops, mut offsets) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for row in rows {
+        offsets.push(offset);
+        offset += row.text.chars().count();
+        logprobs.push(json!(row.logprob));
+        tops.push(row.top.map_or(Value::Null, |top| {
+            top.iter()
+                .map(|t| (token_text(t), json!(t.logprob)))
+                .collect::<serde_json::Map<_, _>>()
+                .into()
+        }));
+        tokens.push(row.text);
+    }
     json!({
         "tokens": tokens,
-        "token_logprobs": logprobs.iter().map(|l| l.chosen.logprob).collect::<Vec<_>>(),
-        "top_logprobs": logprobs
-            .iter()
-            .map(|l| l.top.iter().map(|t| (token_text(t), json!(t.logprob))).collect::<serde_json::Map<_, _>>())
-            .collect::<Vec<_>>(),
-        "text_offset": text_offset,
+        "token_logprobs": logprobs,
+        "top_logprobs": tops,
+        "text_offset": offsets,
     })
 }
 
@@ -380,6 +436,7 @@ mod tests {
                         top: vec![entry(8, ".", -0.5), entry(10, ",", -1.0)],
                     },
                 ]),
+                prompt_logprobs: None,
                 tool_calls: Vec::new(),
                 reasoning: None,
             }],
@@ -428,6 +485,40 @@ mod tests {
             json!({" Paris": -0.25, " Lyon": -2.5})
         );
         assert_eq!(logprobs["text_offset"], json!([0, 6]));
+    }
+
+    #[test]
+    fn an_echoed_prompt_comes_first_in_the_text_and_the_arrays() {
+        let mut response = response_with_logprobs();
+        let token = |token, text: &str, logprob: Option<f32>| PromptToken {
+            token,
+            bytes: text.as_bytes().to_vec(),
+            logprob,
+            top: logprob
+                .map(|l| TopLogprob {
+                    token,
+                    bytes: text.as_bytes().to_vec(),
+                    logprob: l,
+                })
+                .into_iter()
+                .collect(),
+        };
+        response.completions[0].prompt_logprobs =
+            Some(vec![token(1, "", None), token(2, "Capital:", Some(-3.0))]);
+        let body = response_body(ItemId(3), Endpoint::Completions, "m", 0, &response);
+        let choice = &body["choices"][0];
+        assert_eq!(choice["text"], "Capital: Paris.");
+        let logprobs = &choice["logprobs"];
+        assert_eq!(logprobs["tokens"], json!(["", "Capital:", " Paris", "."]));
+        assert_eq!(logprobs["token_logprobs"], json!([null, -3.0, -0.25, -0.5]));
+        assert_eq!(logprobs["top_logprobs"][0], Value::Null);
+        assert_eq!(logprobs["top_logprobs"][1], json!({"Capital:": -3.0}));
+        assert_eq!(logprobs["text_offset"], json!([0, 0, 8, 14]));
+        // Echo without logprobs: the text only.
+        response.completions[0].logprobs = None;
+        let body = response_body(ItemId(3), Endpoint::Completions, "m", 0, &response);
+        assert_eq!(body["choices"][0]["text"], "Capital: Paris.");
+        assert_eq!(body["choices"][0]["logprobs"], Value::Null);
     }
 
     #[test]

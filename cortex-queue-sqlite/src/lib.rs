@@ -114,6 +114,7 @@
 //!             tokens: vec![1, 2],
 //!             finish_reason: FinishReason::Eos,
 //!             logprobs: None,
+//!             prompt_logprobs: None,
 //!             tool_calls: Vec::new(),
 //!             reasoning: None,
 //!         }],

@@ -104,6 +104,16 @@ pub struct Request {
     /// position; `None` reports none.
     #[cfg_attr(feature = "serde", serde(default))]
     pub logprobs: Option<u32>,
+    /// Report the log probability of each prompt token given the tokens
+    /// before it (what evaluation harnesses score, OpenAI's `echo`), with
+    /// this many most likely alternatives at each position (0 to
+    /// [`Request::MAX_TOP_LOGPROBS`]). The prompt is then computed whole,
+    /// none of it taken from the prefix cache, and `max_tokens` may be 0.
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Option::is_none")
+    )]
+    pub prompt_logprobs: Option<u32>,
     /// What every completion must match: a GBNF grammar (llama.cpp's
     /// format) whose `root` rule the whole generated text matches. Tokens it
     /// rejects are never drawn; the others keep their relative odds.
@@ -166,6 +176,14 @@ impl CacheScope {
         Self(hasher.finish().max(1))
     }
 
+    /// A scope of its own for the sequence numbered `n` (unique within
+    /// an engine): what it computes is reused by no other sequence. (Its
+    /// values and [`CacheScope::named`]'s may meet only by a 64-bit hash
+    /// collision.)
+    pub fn private(n: u64) -> Self {
+        Self(n.wrapping_mul(0xD6E8_FEB8_6659_FD93).rotate_left(17).max(1))
+    }
+
     /// Whether this is the shared scope.
     pub fn is_shared(&self) -> bool {
         *self == Self::SHARED
@@ -183,6 +201,7 @@ impl Request {
             priority: 0,
             n: 1,
             logprobs: None,
+            prompt_logprobs: None,
             grammar: None,
             tools: None,
             template_variables: None,
@@ -225,6 +244,22 @@ pub struct TokenLogprob {
     pub top: Vec<TopLogprob>,
 }
 
+/// A prompt token, with its log probability given the tokens before it
+/// (none for the first) and the most likely tokens at its position.
+#[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct PromptToken {
+    /// The token.
+    pub token: TokenId,
+    /// The bytes it stands for.
+    pub bytes: Vec<u8>,
+    /// Its natural-log probability after the tokens before it; `None` for
+    /// the first token, which nothing precedes.
+    pub logprob: Option<f32>,
+    /// The most likely tokens at its position, most likely first.
+    pub top: Vec<TopLogprob>,
+}
+
 /// One finished completion of a request.
 #[derive(Debug, Clone, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -244,6 +279,13 @@ pub struct Completion {
         serde(default, skip_serializing_if = "Option::is_none")
     )]
     pub logprobs: Option<Vec<TokenLogprob>>,
+    /// Every token of the prompt it continues, with log probabilities, when
+    /// the request asked for them ([`Request::prompt_logprobs`]).
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Option::is_none")
+    )]
+    pub prompt_logprobs: Option<Vec<PromptToken>>,
     /// The function calls the model made, when the request offered tools
     /// and the text held calls (`text` is then what was around them).
     #[cfg_attr(

@@ -196,6 +196,14 @@ impl Request {
                 "an integer from 0 to 20",
             )?;
         }
+        if let Some(top) = self.prompt_logprobs {
+            check(
+                top <= Request::MAX_TOP_LOGPROBS,
+                "prompt_logprobs",
+                &top,
+                "an integer from 0 to 20",
+            )?;
+        }
 
         let s = &self.sampling;
         check(
@@ -251,12 +259,15 @@ impl Request {
         }
 
         let stop = &self.stop;
-        check(
-            stop.max_tokens >= 1,
-            "max_tokens",
-            &stop.max_tokens,
-            "an integer >= 1",
-        )?;
+        // Scoring a prompt (its log probabilities) may generate nothing.
+        if self.prompt_logprobs.is_none() {
+            check(
+                stop.max_tokens >= 1,
+                "max_tokens",
+                &stop.max_tokens,
+                "an integer >= 1 (0 only with the prompt's log probabilities, echo)",
+            )?;
+        }
         check_count("stop", stop.stop.len(), limits.max_stop_strings)?;
         for (index, text) in stop.stop.iter().enumerate() {
             let reason = if text.is_empty() {
@@ -351,7 +362,7 @@ mod tests {
             ),
             (
                 |r| r.stop.max_tokens = 0,
-                "max_tokens = 0 is out of range: expected an integer >= 1",
+                "max_tokens = 0 is out of range: expected an integer >= 1 (0 only with the prompt's log probabilities, echo)",
             ),
             (
                 |r| r.n = 0,

@@ -27,6 +27,9 @@ pub fn logprobs(logits: &[f32], chosen: TokenId, top: usize) -> (f32, Vec<(Token
     let sum: f64 = logits.iter().map(|&l| f64::from(l - max).exp()).sum();
     let log_norm = f64::from(max) + sum.ln();
     let logprob = |l: f32| (f64::from(l) - log_norm) as f32;
+    if top == 0 {
+        return (finite(logprob(logits[chosen as usize])), Vec::new());
+    }
     let mut best: Vec<TokenId> = (0..logits.len() as TokenId).collect();
     let k = top.min(best.len());
     let by_logit = |a: &TokenId, b: &TokenId| {

@@ -189,6 +189,7 @@ mod shutdown;
 mod state;
 mod stream;
 mod system;
+mod tokenizer;
 
 use std::sync::Arc;
 

@@ -19,7 +19,9 @@ use crate::files::ROUTE as FILES_ROUTE;
 use crate::metrics::Snapshot;
 use crate::ollama::{BLOBS_PREFIX, BLOBS_ROUTE};
 use crate::state::{AppState, off_async};
-use crate::{admission, auth, batch_api, dashboard, guard, jobs_api, ollama, online, openapi};
+use crate::{
+    admission, auth, batch_api, dashboard, guard, jobs_api, ollama, online, openapi, tokenizer,
+};
 
 pub(crate) fn router(state: Arc<AppState>) -> Router {
     let file_limit = state.config.max_file_bytes;
@@ -44,6 +46,9 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .merge(online)
         .route("/v1/models", get(online::models))
+        .route("/tokenize", post(tokenizer::tokenize))
+        .route("/detokenize", post(tokenizer::detokenize))
+        .route("/tokenizer_info", get(tokenizer::tokenizer_info))
         .route("/v1/models/{id}", get(online::model))
         .route(
             FILES_ROUTE,

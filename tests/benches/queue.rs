@@ -40,6 +40,7 @@ fn response(id: cortex_request::RequestId) -> Response {
             tokens: vec![1; 16],
             finish_reason: FinishReason::Stop,
             logprobs: None,
+            prompt_logprobs: None,
             tool_calls: Vec::new(),
             reasoning: None,
         }],

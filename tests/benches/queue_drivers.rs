@@ -67,6 +67,7 @@ fn answer(id: RequestId) -> Response {
             tokens: Vec::new(),
             finish_reason: FinishReason::Length,
             logprobs: None,
+            prompt_logprobs: None,
             tool_calls: Vec::new(),
             reasoning: None,
         }],

@@ -42,6 +42,7 @@ fn complete_all(cortex: &Cortex) {
                     tokens: vec![1; 12],
                     finish_reason: FinishReason::Stop,
                     logprobs: None,
+                    prompt_logprobs: None,
                     tool_calls: Vec::new(),
                     reasoning: None,
                 }],

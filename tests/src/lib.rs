@@ -625,6 +625,20 @@ pub fn python() -> PathBuf {
     python
 }
 
+/// The Python interpreter of the environment with the clients people use
+/// (LangChain, instructor, LiteLLM, lm-evaluation-harness: made by
+/// `scripts/clients-env.sh`, passed as `CORTEX_TEST_CLIENTS_PYTHON`);
+/// `None`, after saying how to get one, when it is unset and
+/// `CORTEX_REQUIRE_CLIENTS` is not set either.
+pub fn clients_python() -> Option<PathBuf> {
+    service_program(
+        "clients' Python",
+        "CORTEX_TEST_CLIENTS_PYTHON",
+        "CORTEX_REQUIRE_CLIENTS",
+        "bash scripts/clients-env.sh makes one",
+    )
+}
+
 /// The program a test's service runs (`what`), named by `variable`
 /// (`scripts/test.sh` sets it); `None`, after saying how to get one
 /// (`hint`), when it is unset and `required` is not set either.

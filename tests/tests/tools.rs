@@ -9,11 +9,11 @@
 //! serve`, the clients people use for tools (the `openai` and `ollama`
 //! packages, LangChain, instructor, LiteLLM) call them, streamed and not.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::Mutex;
 
-use cortex_tests::{Cortex, Server, python_check, read_jsonl};
+use cortex_tests::{Cortex, Server, clients_python, python_check, read_jsonl};
 use serde_json::{Value, json};
 
 static TURN: Mutex<()> = Mutex::new(());
@@ -183,22 +183,6 @@ fn check_calls(cortex: &Cortex, input: &Path, output: &str) {
 /// The interpreter of the clients' environment (`scripts/clients-env.sh`,
 /// which `scripts/test.sh` runs): `None`, after saying so, when there is
 /// none and none is required.
-fn clients_python() -> Option<PathBuf> {
-    match std::env::var_os("CORTEX_TEST_CLIENTS_PYTHON") {
-        Some(python) => Some(PathBuf::from(python)),
-        None => {
-            assert!(
-                std::env::var_os("CORTEX_REQUIRE_CLIENTS").is_none(),
-                "CORTEX_REQUIRE_CLIENTS is set but CORTEX_TEST_CLIENTS_PYTHON is not"
-            );
-            eprintln!(
-                "no clients' Python (CORTEX_TEST_CLIENTS_PYTHON): bash scripts/clients-env.sh makes one"
-            );
-            None
-        }
-    }
-}
-
 #[test]
 fn tools_work_in_the_clients_people_use_with_the_default_model() {
     let Some(python) = clients_python() else {

@@ -12,10 +12,15 @@ use super::{SampledAt, Seq, StepLoop};
 use crate::backend::{BackendError, BatchToken, StreamId};
 use crate::error::EngineError;
 
-/// A row of the batch that samples: which sequence, and where its logits are.
+/// A row of the batch whose logits are read: which sequence, where its
+/// logits are, and what they are for.
 pub(super) struct SampleRow {
     seq: RequestId,
     batch_index: usize,
+    /// `Some(pos)`: they score the prompt token after position `pos` (a
+    /// request that asked for its prompt's log probabilities); `None`:
+    /// they choose the sequence's next token.
+    scores: Option<usize>,
 }
 
 /// A step's batch: its tokens by stream, the rows that sample, and the
@@ -71,12 +76,20 @@ impl StepLoop<'_> {
             previous = Some(stream);
             let tokens = self.sched.tokens(id).expect("planned sequences exist");
             let end = start + len;
+            // Positions whose logits score the prompt token after them.
+            let scored = self.seqs[&id]
+                .prompt_scores
+                .as_ref()
+                .map_or(0, |s| s.tokens.len() - 1);
             for (pos, &token) in tokens.iter().enumerate().take(end).skip(start) {
-                let logits = samples && pos + 1 == end;
+                let sample = samples && pos + 1 == end;
+                let score = pos < scored;
+                let logits = sample || score;
                 if logits {
                     rows.push(SampleRow {
                         seq: id,
                         batch_index: batch.len(),
+                        scores: (!sample).then_some(pos),
                     });
                 }
                 batch.push(BatchToken {
@@ -158,7 +171,7 @@ impl StepLoop<'_> {
         rows: &[SampleRow],
     ) -> Vec<(RequestId, TokenId)> {
         match self.decode_and_wait(batch) {
-            Ok(()) => self.sample_rows(rows),
+            Ok(()) => self.read_rows(rows),
             Err(error) => {
                 tracing::debug!(
                     "a batch of {} tokens failed ({error}): decoding its streams one by one",
@@ -238,9 +251,10 @@ impl StepLoop<'_> {
                                 .iter()
                                 .position(|t| t.pos == batch[r.batch_index].pos)
                                 .unwrap_or(0),
+                            scores: r.scores,
                         })
                         .collect();
-                    sampled.extend(self.sample_rows(&local));
+                    sampled.extend(self.read_rows(&local));
                 }
                 Err(BackendError::NoKvSlot) => {
                     self.forget_batch_kv(&part);
@@ -270,11 +284,58 @@ impl StepLoop<'_> {
         }
     }
 
+    /// Scores the prompt positions among `rows`, then samples the rest.
+    fn read_rows(&mut self, rows: &[SampleRow]) -> Vec<(RequestId, TokenId)> {
+        let (scoring, sampling): (Vec<&SampleRow>, Vec<&SampleRow>) =
+            rows.iter().partition(|r| r.scores.is_some());
+        if !scoring.is_empty() {
+            let started = Instant::now();
+            for row in scoring {
+                self.score_prompt(row);
+            }
+            self.step_times.sample += started.elapsed().as_secs_f64();
+        }
+        self.sample_rows(&sampling)
+    }
+
+    /// The log probability of the prompt token after the row's position,
+    /// and the most likely tokens there, from the row's raw logits.
+    fn score_prompt(&mut self, row: &SampleRow) {
+        let Some(pos) = row.scores else {
+            return;
+        };
+        let Some(scores) = self
+            .seqs
+            .get(&row.seq)
+            .and_then(|s| s.prompt_scores.as_ref())
+        else {
+            return;
+        };
+        let next = scores.tokens[pos + 1].token;
+        let (logprob, alternatives) =
+            cortex_sample::logprobs(self.backend.logits(row.batch_index), next, scores.top);
+        let top = alternatives
+            .into_iter()
+            .map(|(token, logprob)| TopLogprob {
+                token,
+                bytes: self.backend.token_bytes(token),
+                logprob,
+            })
+            .collect();
+        let scores = self
+            .seqs
+            .get_mut(&row.seq)
+            .and_then(|s| s.prompt_scores.as_mut())
+            .expect("looked up above");
+        scores.tokens[pos + 1].logprob = Some(logprob);
+        scores.tokens[pos + 1].top = top;
+    }
+
     /// The token of each row, in order: taken from the device where it
     /// sampled the row, the argmax of the backend's logits read in place
     /// for a plain greedy row, else drawn by the row's sampler from a copy.
     /// A row the device should have sampled and did not fails its request.
-    fn sample_rows(&mut self, rows: &[SampleRow]) -> Vec<(RequestId, TokenId)> {
+    fn sample_rows(&mut self, rows: &[&SampleRow]) -> Vec<(RequestId, TokenId)> {
         let started = Instant::now();
         let mut tokens: Vec<Option<TokenId>> = vec![None; rows.len()];
         let mut on_host = Vec::new();
@@ -306,7 +367,7 @@ impl StepLoop<'_> {
             }
         }
         if !on_host.is_empty() {
-            let host_rows: Vec<&SampleRow> = on_host.iter().map(|&i| &rows[i]).collect();
+            let host_rows: Vec<&SampleRow> = on_host.iter().map(|&i| rows[i]).collect();
             self.copy_logits(&host_rows);
             for (&i, token) in on_host.iter().zip(self.sample(&host_rows)) {
                 tokens[i] = Some(token);

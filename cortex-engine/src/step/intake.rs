@@ -6,11 +6,11 @@ use std::time::Instant;
 
 use cortex_chat::{Conversation, OutputSyntax};
 
-use cortex_request::{Limits, Prompt, Request, RequestId, TokenId, Work};
+use cortex_request::{CacheScope, Limits, Prompt, PromptToken, Request, RequestId, TokenId, Work};
 use cortex_sample::Sampler;
 use cortex_sched::{SchedError, SchedRequest};
 
-use super::{ChatReading, Live, SampledAt, Seq, StepLoop};
+use super::{ChatReading, Live, PromptScores, SampledAt, Seq, StepLoop};
 use crate::backend::TokenGrammar;
 use crate::error::EngineError;
 use crate::events::EngineEvent;
@@ -58,6 +58,7 @@ impl StepLoop<'_> {
                     }
                 }
                 Command::Cancel(id) => self.cancel(id),
+                Command::Vocabulary(query) => query(self.backend.as_ref()),
                 Command::Shutdown(Shutdown::Drain) => self.draining = true,
                 Command::Shutdown(Shutdown::Abort) => {
                     let ids: Vec<RequestId> = self.live.keys().copied().collect();
@@ -182,15 +183,23 @@ impl StepLoop<'_> {
             .zip(0..);
         for (prompt, index) in completions {
             // Generation stops at the context's end: `length`, like max_tokens.
-            let max_new = (request.stop.max_tokens as usize).min(limit - prompt.len());
+            // A prompt scored with no new tokens still draws one, dropped.
+            let max_new = (request.stop.max_tokens.max(1) as usize).min(limit - prompt.len());
             let seq_id = RequestId(self.next_seq);
             self.next_seq += 1;
+            // A scored prompt is computed whole: a scope of its own shares
+            // no cached prefix (whose positions' logits are gone), yet
+            // finds its own blocks again after a preemption.
+            let cache_scope = match request.prompt_logprobs {
+                Some(_) => CacheScope::private(seq_id.0),
+                None => request.cache_scope,
+            };
             let sched_request = SchedRequest {
                 id: seq_id,
                 prompt: prompt.clone(),
                 max_new_tokens: max_new,
                 priority: request.priority,
-                cache_scope: request.cache_scope,
+                cache_scope,
             };
             if prompt.len() + max_new <= self.streams.capacity() {
                 if let Err(e) = self.sched.add(sched_request) {
@@ -213,8 +222,20 @@ impl StepLoop<'_> {
             }
             let grammar = grammars.next().expect("one grammar per completion");
             let reading = chat.as_ref().map(|c| Arc::clone(&c.reading));
-            self.seqs
-                .insert(seq_id, new_seq(request, index, grammar, reading, now));
+            let mut seq = new_seq(request, index, grammar, reading, now);
+            seq.prompt_scores = request.prompt_logprobs.map(|top| PromptScores {
+                top: top as usize,
+                tokens: prompt
+                    .iter()
+                    .map(|&token| PromptToken {
+                        token,
+                        bytes: self.backend.token_bytes(token),
+                        logprob: None,
+                        top: Vec::new(),
+                    })
+                    .collect(),
+            });
+            self.seqs.insert(seq_id, seq);
             seqs.push(seq_id);
         }
         Ok((seqs, prompts.iter().map(Vec::len).collect()))
@@ -391,12 +412,16 @@ fn new_seq(
         .wrapping_add(u64::from(index));
     // A row that needs only the argmax of the raw logits may be sampled
     // where they are computed; the rest go through the sampler.
-    let sampled_at =
-        if sampling.is_plain_argmax() && grammar.is_none() && request.logprobs.is_none() {
-            SampledAt::HostArgmax
-        } else {
-            SampledAt::HostSampler
-        };
+    // A scored prompt needs its rows' logits whole: never the device's argmax.
+    let sampled_at = if sampling.is_plain_argmax()
+        && grammar.is_none()
+        && request.logprobs.is_none()
+        && request.prompt_logprobs.is_none()
+    {
+        SampledAt::HostArgmax
+    } else {
+        SampledAt::HostSampler
+    };
     Seq {
         owner: request.id,
         index,
@@ -416,6 +441,8 @@ fn new_seq(
             .map(|r| cortex_chat::OutputStream::new(r.syntax.clone())),
         reading,
         logprobs: Vec::new(),
+        prompt_scores: None,
+        generates_nothing: request.stop.max_tokens == 0,
         grammar,
         stream: None,
         last_progress: now,

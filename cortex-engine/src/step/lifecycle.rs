@@ -70,6 +70,7 @@ impl StepLoop<'_> {
             tokens: seq.tokens,
             finish_reason: reason,
             logprobs,
+            prompt_logprobs: seq.prompt_scores.map(|scores| scores.tokens),
             tool_calls: parsed.tool_calls,
             reasoning: parsed.reasoning,
         });

@@ -38,7 +38,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cortex_kv::BlockId;
-use cortex_request::{Completion, RequestId, TokenId, TokenLogprob};
+use cortex_request::{Completion, PromptToken, RequestId, TokenId, TokenLogprob};
 use cortex_sample::Sampler;
 use cortex_sched::{Admission, SchedRequest, Scheduler, StepPlan};
 
@@ -127,6 +127,14 @@ struct Seq {
     /// probabilities, and those of each token sampled so far.
     top_logprobs: Option<usize>,
     logprobs: Vec<TokenLogprob>,
+    /// For a request that scores its prompt: alternatives per position,
+    /// and each prompt token's entry, filled in as its position's logits
+    /// are computed.
+    prompt_scores: Option<PromptScores>,
+    /// The request asked for no new tokens (`max_tokens` 0, only with
+    /// `prompt_scores`): the one token the loop draws to end the prompt's
+    /// computation is dropped.
+    generates_nothing: bool,
     /// For a chat: how its text is read (thinking, calls) when it ends.
     reading: Option<Arc<ChatReading>>,
     /// For a chat read for thinking or calls: its text read as it comes.
@@ -143,6 +151,13 @@ struct Seq {
     /// bound again and again without progress (backend out of KV each time)
     /// keeps its old clock and times out.
     progressed_since_bind: bool,
+}
+
+/// A prompt's tokens with their log probabilities (see
+/// [`cortex_request::Request::prompt_logprobs`]).
+struct PromptScores {
+    top: usize,
+    tokens: Vec<PromptToken>,
 }
 
 pub(crate) struct StepLoop<'b> {

@@ -15,6 +15,11 @@ impl StepLoop<'_> {
         let Some(seq) = self.seqs.get_mut(&id) else {
             return;
         };
+        if seq.generates_nothing {
+            // The token only ended the scored prompt's computation.
+            self.finish_seq(id, FinishReason::Length, !at_length);
+            return;
+        }
         let owner = seq.owner;
         self.tally.generated();
         seq.tokens.push(token);

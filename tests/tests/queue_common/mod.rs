@@ -40,6 +40,7 @@ pub fn response_for(item: &ClaimedItem) -> Response {
             tokens: vec![1, 2, 3],
             finish_reason: FinishReason::Length,
             logprobs: None,
+            prompt_logprobs: None,
             tool_calls: Vec::new(),
             reasoning: None,
         }],
