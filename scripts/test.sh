@@ -2,7 +2,7 @@
 # The whole test suite, from a fresh Debian machine: installs what the
 # workspace build needs, builds llama.cpp's Vulkan backend module (run on
 # Mesa's software driver), starts a PostgreSQL server on loopback for the
-# queue's second backend, builds an S3-compatible server and installs
+# queue's second driver, builds an S3-compatible server and installs
 # Azurite for the object-store tests, then runs the format check, clippy,
 # builds the book (docs/) and runs every test.
 # Usage: bash scripts/test.sh
@@ -44,7 +44,7 @@ echo "==> Azurite (Azure Storage's emulator), which the object-store tests start
 CORTEX_TEST_AZURITE=$(bash scripts/azurite.sh)
 export CORTEX_TEST_AZURITE CORTEX_REQUIRE_AZURITE=1
 
-echo "==> PostgreSQL on loopback (the queue's second backend)"
+echo "==> PostgreSQL on loopback (the queue's second driver)"
 PG_DIR=$(mktemp -d /tmp/cortex-test-pg.XXXXXX)
 trap 'bash scripts/postgres.sh stop "$PG_DIR" || true; rm -rf "$PG_DIR"' EXIT
 CORTEX_TEST_POSTGRES=$(bash scripts/postgres.sh start "$PG_DIR" "${CORTEX_TEST_PG_PORT:-55439}")

@@ -431,7 +431,7 @@ impl Config {
         Ok(Database::parse(&self.settings.db.value.to_string_lossy()))
     }
 
-    /// Opens connections to the configured queue, on its backend.
+    /// Opens connections to the configured queue, with its driver.
     pub(crate) fn queue(&self) -> anyhow::Result<QueueOpener> {
         Ok(match self.database()? {
             Database::Sqlite(path) => cortex_queue_sqlite::Store::opener(path),

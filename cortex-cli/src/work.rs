@@ -63,7 +63,7 @@ pub(crate) struct WorkerScope {
 
 /// Starts an engine on `model` and works the queue with it until there is
 /// nothing left for it (or `follow`), or a stop signal.
-pub(crate) fn run_worker(
+pub(crate) fn work_one_model(
     config: &Config,
     store: &mut dyn Queue,
     model: &ModelIdentity,
@@ -96,7 +96,7 @@ pub(crate) fn run_worker(
 
 /// Works the jobs of every model in the registry, loading each job's model
 /// in turn (a worker started without a model).
-pub(crate) fn run_every_model(
+pub(crate) fn work_every_model(
     config: &Config,
     store: &mut dyn Queue,
     scope: WorkerScope,

@@ -260,7 +260,7 @@ impl EngineConfig {
         }
     }
 
-    /// Settings for tests over a toy backend (`Engine::start_with_backend`):
+    /// Settings for tests over a fake backend (`Engine::start_with_backend`):
     /// `parallel` sequences, `block_size`-token blocks, 64-token batches,
     /// streams that grow within 1 GiB, sharing on, fixed threads, no timeout.
     #[cfg(any(test, feature = "test-support"))]

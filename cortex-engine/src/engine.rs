@@ -33,7 +33,7 @@ use crate::step::StepLoop;
 pub struct Engine {
     lanes: Vec<Lane>,
     info: EngineInfo,
-    /// Where the model is (set once it loaded; unset over a toy backend:
+    /// Where the model is (set once it loaded; unset over a fake backend:
     /// the CPU).
     placement: Arc<OnceLock<Arc<dyn ModelPlacement>>>,
     thread: Option<JoinHandle<()>>,
@@ -138,7 +138,7 @@ impl Engine {
 
     /// Starts one loop over a backend made by `make` on the engine thread,
     /// sized as for the CPU: for tests of the loop, the worker and the
-    /// server over a toy backend (failure injection, scheduling).
+    /// server over a fake backend (failure injection, scheduling).
     #[cfg(any(test, feature = "test-support"))]
     pub fn start_with_backend<B, F>(config: EngineConfig, make: F) -> Result<Self, EngineError>
     where

@@ -26,8 +26,8 @@
 //! [`Engine::launch`]. The worker and the server use only the handle types
 //! here, so llama.cpp compiles into the binding and the programs alone. The
 //! `test-support` feature adds `Engine::start_with_backend` and
-//! `EngineConfig::for_fake_backend` and `toy::ToyBackend`, for tests over
-//! a toy backend.
+//! `EngineConfig::for_fake_backend` and `fake::FakeBackend`, for tests over
+//! a fake backend.
 //!
 //! # Example
 //!
@@ -111,9 +111,9 @@
 //! - `backend`: the `Backend` trait the loop runs on (vocabulary, decode, logits,
 //!   KV layout, `copy_stream`, `truncate_stream`, threads, `grammar` for a
 //!   request's constraint, one `TokenGrammar` per completion); tests run the loop
-//!   over a fake one (`fake_backend_tests`) that keeps every cell of every
+//!   over a checking one (`checking_backend_tests`) that keeps every cell of every
 //!   stream and refuses holes, double writes and overflows, so a wrong copy or
-//!   truncation shows. `toy`: the plain backend other crates' tests start an
+//!   truncation shows. `fake`: the plain backend other crates' tests start an
 //!   engine on (`test-support`).
 //! - `streams`: the KV binding. Every running sequence has a stream of its own,
 //!   so a token attends only to its own cells and B = 64 decodes as fast as
@@ -206,20 +206,20 @@
 #![forbid(unsafe_code)]
 
 mod backend;
+#[cfg(test)]
+mod checking_backend_tests;
 mod config;
 mod engine;
 mod error;
 mod events;
-#[cfg(test)]
-mod fake_backend_tests;
+#[cfg(any(test, feature = "test-support"))]
+pub mod fake;
 mod placement;
 mod protocol;
 mod step;
 mod streams;
 pub mod system;
 mod text;
-#[cfg(any(test, feature = "test-support"))]
-pub mod toy;
 
 pub use backend::{
     Backend, BackendError, BatchToken, EMBED_SEQUENCES, KvLayout, PrefixShare, StreamId,

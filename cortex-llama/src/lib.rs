@@ -12,10 +12,10 @@
 //!
 //! ```
 //! use cortex_engine::{EngineConfig, EngineEvent};
-//! use cortex_models::{DEFAULT_MODEL, ModelCache};
+//! use cortex_models::{DEFAULT_MODEL, BlobStore};
 //! use cortex_request::{Request, RequestId, SamplingParams};
 //!
-//! let model = ModelCache::default_location().ensure(&DEFAULT_MODEL)?; // fetched once
+//! let model = BlobStore::default_location().ensure(&DEFAULT_MODEL)?; // fetched once
 //! let engine = cortex_llama::start(&EngineConfig::new(model))?;
 //!
 //! let mut request = Request::new(RequestId(1), "The capital of France is");

@@ -31,14 +31,14 @@
 //! (schema, `sha256:` digest, size, origin, `ModelSettings`: system prompt,
 //! template, parameters) over `<cache>/models/blobs/sha256-<hex>` (each with a
 //! `.verified` stamp of size and mtime, so a blob is hashed again only when it
-//! changed). `packages.rs` fetches the known models (`KNOWN_MODELS`) from their
-//! Python packages into the blob store (`ModelCache::ensure_with`, with
+//! changed): `blobs.rs` is that store (`BlobStore`, its `BlobWriter`, the
+//! stamps and hashes). `known.rs` fetches the known models (`KNOWN_MODELS`)
+//! from their Python packages into it (`BlobStore::ensure_with`, with
 //! progress), adopting a verified file an older version kept under its file
 //! name; `registry.rs` resolves what a person typed (`default`, a name, a
 //! known name fetched on first use, a GGUF path), adds, creates (from a
 //! `Modelfile`), copies and removes names, lists (registered names, then GGUFs
-//! in `model_dirs` under their stems), and takes uploads (`BlobWriter`: hashed
-//! as written, renamed into place under its digest). Every change holds an
+//! in `model_dirs` under their stems), and takes uploads into the store. Every change holds an
 //! advisory lock on `<root>/.lock`; manifests are written to a temporary name,
 //! synced and renamed. A blob is removed with its last name, never while any
 //! manifest is damaged (it might name it). `gguf.rs` reads and checks GGUF
@@ -47,23 +47,20 @@
 
 #![forbid(unsafe_code)]
 
+mod blobs;
 mod details;
 mod gguf;
+mod known;
 mod modelfile;
 mod name;
-mod packages;
 mod registry;
 
+pub use blobs::{BlobStore, BlobWriter, ModelError, file_sha256, parse_digest, verify_file};
 pub use details::{ModelDetails, model_info, parameter_size};
 pub use gguf::{GgufError, GgufInfo, GgufValue, read_gguf};
+pub use known::{DEFAULT_MODEL, GEMMA3_270M, KNOWN_MODELS, ModelSpec, PackagedFile, PullProgress};
 pub use modelfile::{
     MAX_MODELFILE_BYTES, ModelSettings, Modelfile, ModelfileError, Parameter, ParameterValue,
 };
 pub use name::{DEFAULT_TAG, ModelName, NameError, is_path};
-pub use packages::{
-    DEFAULT_MODEL, GEMMA3_270M, KNOWN_MODELS, ModelCache, ModelError, ModelSpec, PackagedFile,
-    PullProgress, file_sha256, verify_file,
-};
-pub use registry::{
-    BlobWriter, Listing, ModelEntry, Origin, Registry, RegistryError, Removed, parse_digest,
-};
+pub use registry::{Listing, ModelEntry, Origin, Registry, RegistryError, Removed};

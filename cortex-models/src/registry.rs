@@ -9,11 +9,9 @@ use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use sha2::{Digest, Sha256};
-
-use crate::packages::{io_error, mark_verified, modified_nanos, stamp_path};
+use crate::blobs::{BlobWriter, digest_of, io_error, modified_nanos, parse_digest, stamp_path};
 use crate::{
-    DEFAULT_MODEL, GgufError, KNOWN_MODELS, ModelCache, ModelError, ModelName, ModelSettings,
+    BlobStore, DEFAULT_MODEL, GgufError, KNOWN_MODELS, ModelError, ModelName, ModelSettings,
     ModelSpec, Modelfile, ModelfileError, NameError, PullProgress, is_path, read_gguf,
 };
 
@@ -143,20 +141,12 @@ pub enum RegistryError {
         /// The file.
         path: PathBuf,
     },
-    /// An upload's bytes do not have the digest it was sent under.
-    #[error("the upload's SHA-256 is {actual}, not the {expected} it was sent as")]
-    DigestMismatch {
-        /// The digest named.
-        expected: String,
-        /// The digest of the bytes.
-        actual: String,
-    },
 }
 
 /// The model registry in one directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Registry {
-    cache: ModelCache,
+    cache: BlobStore,
     model_dirs: Vec<PathBuf>,
 }
 
@@ -171,17 +161,6 @@ fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
-}
-
-fn digest_of(sha256: &str) -> String {
-    format!("sha256:{sha256}")
-}
-
-/// A lowercase 64-digit hex SHA-256 from `sha256:<hex>` (or bare hex).
-pub fn parse_digest(digest: &str) -> Option<String> {
-    let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
-    (hex.len() == 64 && hex.chars().all(|c| c.is_ascii_hexdigit()))
-        .then(|| hex.to_ascii_lowercase())
 }
 
 /// A file stem as a model name: characters a name cannot hold become `-`.
@@ -212,15 +191,15 @@ impl Registry {
     /// The registry rooted at `root` (created when first written).
     pub fn open(root: impl Into<PathBuf>) -> Self {
         Self {
-            cache: ModelCache::new(root),
+            cache: BlobStore::new(root),
             model_dirs: Vec::new(),
         }
     }
 
     /// The registry in the default cache directory (see
-    /// [`ModelCache::default_location`]).
+    /// [`BlobStore::default_location`]).
     pub fn default_location() -> Self {
-        Self::open(ModelCache::default_location().dir())
+        Self::open(BlobStore::default_location().dir())
     }
 
     /// The same registry, also listing the GGUFs in `dirs`.
@@ -235,7 +214,7 @@ impl Registry {
     }
 
     /// The blob store (and known-model fetcher) under it.
-    pub fn cache(&self) -> &ModelCache {
+    pub fn cache(&self) -> &BlobStore {
         &self.cache
     }
 
@@ -676,7 +655,7 @@ impl Registry {
         let mut source = File::open(&entry.path).map_err(io_error(&entry.path))?;
         let mut writer = self.blob_writer()?;
         io::copy(&mut source, &mut writer).map_err(io_error(&entry.path))?;
-        writer.finish(Some(&entry.sha256))
+        Ok(writer.finish(Some(&entry.sha256))?)
     }
 
     /// Makes `name` from a Modelfile: `FROM` a name (its settings beneath the
@@ -788,71 +767,6 @@ impl Registry {
 
     /// A writer that puts bytes into the blob store under their SHA-256.
     pub fn blob_writer(&self) -> Result<BlobWriter, RegistryError> {
-        let blobs = self.cache.blobs_dir();
-        fs::create_dir_all(&blobs).map_err(io_error(&blobs))?;
-        let dir = crate::packages::tempdir_in(&blobs)?;
-        let path = dir.join("blob");
-        let file = File::create(&path).map_err(io_error(&path))?;
-        Ok(BlobWriter {
-            cache: self.cache.clone(),
-            dir,
-            path,
-            file: Some(file),
-            hasher: Sha256::new(),
-        })
-    }
-}
-
-/// Bytes on their way into the blob store: hashed as they are written, put
-/// in place under their digest by [`BlobWriter::finish`], gone if dropped.
-#[derive(Debug)]
-pub struct BlobWriter {
-    cache: ModelCache,
-    dir: PathBuf,
-    path: PathBuf,
-    file: Option<File>,
-    hasher: Sha256,
-}
-
-impl Write for BlobWriter {
-    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        let file = self.file.as_mut().expect("written before finish");
-        let n = file.write(bytes)?;
-        self.hasher.update(&bytes[..n]);
-        Ok(n)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        self.file.as_mut().map_or(Ok(()), Write::flush)
-    }
-}
-
-impl BlobWriter {
-    /// Syncs the bytes and moves them in place as `blobs/sha256-<hex>`,
-    /// refusing them when `expected` (a digest) differs. Returns the SHA-256.
-    pub fn finish(mut self, expected: Option<&str>) -> Result<String, RegistryError> {
-        let mut file = self.file.take().expect("finished once");
-        file.flush().map_err(io_error(&self.path))?;
-        file.sync_all().map_err(io_error(&self.path))?;
-        drop(file);
-        let actual = format!("{:x}", std::mem::take(&mut self.hasher).finalize());
-        if let Some(expected) = expected
-            && parse_digest(expected).as_deref() != Some(actual.as_str())
-        {
-            return Err(RegistryError::DigestMismatch {
-                expected: expected.to_owned(),
-                actual: digest_of(&actual),
-            });
-        }
-        let blob = self.cache.blob_path(&actual);
-        fs::rename(&self.path, &blob).map_err(io_error(&blob))?;
-        mark_verified(&actual, &blob)?;
-        Ok(actual)
-    }
-}
-
-impl Drop for BlobWriter {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.dir);
+        Ok(self.cache.writer()?)
     }
 }

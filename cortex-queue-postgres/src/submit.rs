@@ -1,10 +1,10 @@
 //! Submitting a job on PostgreSQL: every item streamed in with `COPY`, in
 //! one transaction, so no partial job is ever visible.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::io::Write;
 
-use cortex_queue::driver::{SubmitTally, compact_work_apart, duration_ms, params_hash};
+use cortex_queue::driver::{LineSink, SubmitTally, duration_ms, params_hash, store_lines};
 use cortex_queue::{
     ItemSource, JobId, LineError, NewItem, QueueError, Result, SubmitOptions, Submitted,
 };
@@ -66,73 +66,35 @@ impl PgStore {
             .map_err(pg)?
             .get(0),
         );
-        let job_text = job.0.to_string();
-        let priority_text = options.priority.to_string();
-
         let mut tally = SubmitTally::new(options);
-        let mut bad_lines: Vec<LineError> = Vec::new();
-        let mut first_use: HashMap<String, u64> = HashMap::new();
-        let mut grammars: HashMap<String, String> = HashMap::new();
-        let mut stored_grammars: HashSet<String> = HashSet::new();
-        {
-            let mut copy = tx
-                .copy_in(
-                    "COPY items (job_id, line, custom_id, endpoint, model, request, priority, updated_at)
-                     FROM STDIN (FORMAT text)",
-                )
-                .map_err(pg)?;
-            let now_text = cortex_queue::now_ms().to_string();
-            let mut row = String::new();
-            for next in &mut *input {
-                let parsed = next.map_err(|source| QueueError::Io {
-                    path: source_name.into(),
-                    source,
-                })?;
-                let error = match parsed {
-                    Ok(NewItem {
-                        line,
-                        custom_id,
-                        endpoint,
-                        model,
-                        request,
-                    }) => match first_use.get(&custom_id) {
-                        Some(&first) => {
-                            LineError::duplicate_custom_id(line, &custom_id, Some(first))
-                        }
-                        None => {
-                            let (json, grammar) = compact_work_apart(&request);
-                            if let Some((sha, text)) = grammar
-                                && !stored_grammars.contains(&sha)
-                            {
-                                grammars.insert(sha.clone(), text.to_owned());
-                                stored_grammars.insert(sha);
-                            }
-                            row.clear();
-                            copy_field(&mut row, Some(&job_text));
-                            copy_field(&mut row, Some(&line.to_string()));
-                            copy_field(&mut row, Some(&custom_id));
-                            copy_field(&mut row, Some(&endpoint));
-                            copy_field(&mut row, model.as_deref());
-                            copy_field(&mut row, Some(&json));
-                            copy_field(&mut row, Some(&priority_text));
-                            copy_field(&mut row, Some(&now_text));
-                            row.push('\n');
-                            copy.write_all(row.as_bytes())
-                                .map_err(|e| QueueError::Database {
-                                    path: place.clone(),
-                                    detail: format!("while sending items: {e}"),
-                                })?;
-                            first_use.insert(custom_id, line);
-                            tally.stored();
-                            continue;
-                        }
-                    },
-                    Err(error) => error,
-                };
-                bad_lines.extend(tally.bad_line(error));
-            }
+        // The COPY borrows the transaction until it finishes.
+        let (grammars, bad_lines) = {
+            let mut sink = CopyLines {
+                job_text: job.0.to_string(),
+                priority_text: options.priority.to_string(),
+                now_text: cortex_queue::now_ms().to_string(),
+                copy: tx
+                    .copy_in(
+                        "COPY items (job_id, line, custom_id, endpoint, model, request, priority, updated_at)
+                         FROM STDIN (FORMAT text)",
+                    )
+                    .map_err(pg)?,
+                row: String::new(),
+                first_use: HashMap::new(),
+                grammars: HashMap::new(),
+                bad_lines: Vec::new(),
+                place: &place,
+            };
+            store_lines(input, source_name, &mut tally, &mut sink)?;
+            let CopyLines {
+                copy,
+                grammars,
+                bad_lines,
+                ..
+            } = sink;
             copy.finish().map_err(pg)?;
-        }
+            (grammars, bad_lines)
+        };
         // On a rejection, dropping the transaction rolls everything back.
         let (lines, invalid) = tally.accepted(source_name)?;
         for (sha, text) in &grammars {
@@ -180,6 +142,74 @@ impl PgStore {
         tx.execute(crate::session::NOTIFY_WORK, &[]).map_err(pg)?;
         tx.commit().map_err(pg)?;
         Ok(tally.submitted(job))
+    }
+}
+
+/// A submission's writes on PostgreSQL: items streamed by `COPY`; the
+/// grammars and bad lines gathered for after it.
+struct CopyLines<'c, 'p> {
+    job_text: String,
+    priority_text: String,
+    now_text: String,
+    copy: postgres::CopyInWriter<'c>,
+    /// Scratch: one row's text.
+    row: String,
+    /// Each custom_id's line.
+    first_use: HashMap<String, u64>,
+    /// Each grammar stored apart, by SHA-256.
+    grammars: HashMap<String, String>,
+    bad_lines: Vec<LineError>,
+    place: &'p std::path::Path,
+}
+
+impl LineSink for CopyLines<'_, '_> {
+    fn item(
+        &mut self,
+        item: &NewItem,
+        request: &str,
+        grammar: Option<(String, &str)>,
+    ) -> Result<Option<LineError>> {
+        let NewItem {
+            line,
+            custom_id,
+            endpoint,
+            model,
+            ..
+        } = item;
+        if let Some(&first) = self.first_use.get(custom_id) {
+            return Ok(Some(LineError::duplicate_custom_id(
+                *line,
+                custom_id,
+                Some(first),
+            )));
+        }
+        if let Some((sha, text)) = grammar {
+            self.grammars.entry(sha).or_insert_with(|| text.to_owned());
+        }
+        let row = &mut self.row;
+        row.clear();
+        copy_field(row, Some(&self.job_text));
+        copy_field(row, Some(&line.to_string()));
+        copy_field(row, Some(custom_id));
+        copy_field(row, Some(endpoint));
+        copy_field(row, model.as_deref());
+        copy_field(row, Some(request));
+        copy_field(row, Some(&self.priority_text));
+        copy_field(row, Some(&self.now_text));
+        row.push('\n');
+        self.copy
+            .write_all(row.as_bytes())
+            .map_err(|e| QueueError::Database {
+                path: self.place.to_owned(),
+                detail: format!("while sending items: {e}"),
+            })?;
+        self.first_use.insert(custom_id.clone(), *line);
+        Ok(None)
+    }
+
+    fn bad_line(&mut self, error: LineError) -> Result<()> {
+        self.bad_lines.push(error);
+        Ok(())
     }
 }
 

@@ -1,10 +1,10 @@
 //! Submitting a job in one SQLite transaction.
 
-use cortex_queue::driver::{SubmitTally, compact_work_apart, duration_ms, params_hash};
+use cortex_queue::driver::{LineSink, SubmitTally, duration_ms, params_hash, store_lines};
 use cortex_queue::{
     ItemSource, JobId, LineError, NewItem, QueueError, Result, SubmitOptions, Submitted, now_ms,
 };
-use rusqlite::{ErrorCode, OptionalExtension, params};
+use rusqlite::{ErrorCode, OptionalExtension, Statement, params};
 
 use crate::store::{Store, map_error};
 
@@ -41,90 +41,29 @@ impl Store {
 
         let mut tally = SubmitTally::new(options);
         {
-            let mut insert_item = tx
-                .prepare(
-                    "INSERT INTO items (job_id, line, custom_id, endpoint, model, request, priority, updated_at)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                )
-                .map_err(|e| to_error(&e))?;
-            let mut insert_error = tx
-                .prepare("INSERT INTO input_errors (job_id, line, custom_id, message) VALUES (?1, ?2, ?3, ?4)")
-                .map_err(|e| to_error(&e))?;
-            let mut insert_grammar = tx
-                .prepare("INSERT OR IGNORE INTO grammars (sha256, text) VALUES (?1, ?2)")
-                .map_err(|e| to_error(&e))?;
-            // Items of one job mostly share one grammar: stored once.
-            let mut last_grammar = String::new();
-            let mut first_use = tx
-                .prepare("SELECT line FROM items WHERE job_id = ?1 AND custom_id = ?2")
-                .map_err(|e| to_error(&e))?;
-            for next in &mut *input {
-                let parsed = next.map_err(|source| QueueError::Io {
-                    path: source_name.into(),
-                    source,
-                })?;
-                let error = match parsed {
-                    Ok(item) => {
-                        let NewItem {
-                            line,
-                            custom_id,
-                            endpoint,
-                            model,
-                            request,
-                        } = &item;
-                        let (json, grammar) = compact_work_apart(request);
-                        if let Some((sha, text)) = grammar
-                            && sha != last_grammar
-                        {
-                            insert_grammar
-                                .execute(params![sha, text])
-                                .map_err(|e| to_error(&e))?;
-                            last_grammar = sha;
-                        }
-                        match insert_item.execute(params![
-                            job.0,
-                            *line as i64,
-                            custom_id,
-                            endpoint,
-                            model,
-                            json,
-                            options.priority,
-                            now
-                        ]) {
-                            Ok(_) => {
-                                tally.stored();
-                                continue;
-                            }
-                            Err(e)
-                                if e.sqlite_error_code()
-                                    == Some(ErrorCode::ConstraintViolation) =>
-                            {
-                                let first: Option<i64> = first_use
-                                    .query_row(params![job.0, custom_id], |row| row.get(0))
-                                    .optional()
-                                    .map_err(|e| to_error(&e))?;
-                                LineError::duplicate_custom_id(
-                                    *line,
-                                    custom_id,
-                                    first.map(|l| l as u64),
-                                )
-                            }
-                            Err(e) => return Err(to_error(&e)),
-                        }
-                    }
-                    Err(error) => error,
-                };
-                if let Some(error) = tally.bad_line(error) {
-                    insert_error
-                        .execute(params![
-                            job.0,
-                            error.line as i64,
-                            error.custom_id,
-                            error.message
-                        ])
-                        .map_err(|e| to_error(&e))?;
-                }
-            }
+            let mut sink = SqliteLines {
+                job,
+                priority: options.priority,
+                now,
+                insert_item: tx
+                    .prepare(
+                        "INSERT INTO items (job_id, line, custom_id, endpoint, model, request, priority, updated_at)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                    )
+                    .map_err(|e| to_error(&e))?,
+                insert_error: tx
+                    .prepare("INSERT INTO input_errors (job_id, line, custom_id, message) VALUES (?1, ?2, ?3, ?4)")
+                    .map_err(|e| to_error(&e))?,
+                insert_grammar: tx
+                    .prepare("INSERT OR IGNORE INTO grammars (sha256, text) VALUES (?1, ?2)")
+                    .map_err(|e| to_error(&e))?,
+                first_use: tx
+                    .prepare("SELECT line FROM items WHERE job_id = ?1 AND custom_id = ?2")
+                    .map_err(|e| to_error(&e))?,
+                last_grammar: String::new(),
+                to_error: &to_error,
+            };
+            store_lines(input, source_name, &mut tally, &mut sink)?;
         }
         // On a rejection, dropping the transaction rolls everything back.
         let (lines, invalid) = tally.accepted(source_name)?;
@@ -155,5 +94,82 @@ impl Store {
         .map_err(|e| to_error(&e))?;
         tx.commit().map_err(|e| to_error(&e))?;
         Ok(tally.submitted(job))
+    }
+}
+
+/// A submission's writes on SQLite: prepared statements of its transaction.
+struct SqliteLines<'t, 'e> {
+    job: JobId,
+    priority: i32,
+    now: i64,
+    insert_item: Statement<'t>,
+    insert_error: Statement<'t>,
+    insert_grammar: Statement<'t>,
+    first_use: Statement<'t>,
+    /// Items of one job mostly share one grammar: stored once.
+    last_grammar: String,
+    to_error: &'e dyn Fn(&rusqlite::Error) -> QueueError,
+}
+
+impl LineSink for SqliteLines<'_, '_> {
+    fn item(
+        &mut self,
+        item: &NewItem,
+        request: &str,
+        grammar: Option<(String, &str)>,
+    ) -> Result<Option<LineError>> {
+        let to_error = self.to_error;
+        if let Some((sha, text)) = grammar
+            && sha != self.last_grammar
+        {
+            self.insert_grammar
+                .execute(params![sha, text])
+                .map_err(|e| to_error(&e))?;
+            self.last_grammar = sha;
+        }
+        let NewItem {
+            line,
+            custom_id,
+            endpoint,
+            model,
+            ..
+        } = item;
+        match self.insert_item.execute(params![
+            self.job.0,
+            *line as i64,
+            custom_id,
+            endpoint,
+            model,
+            request,
+            self.priority,
+            self.now
+        ]) {
+            Ok(_) => Ok(None),
+            Err(e) if e.sqlite_error_code() == Some(ErrorCode::ConstraintViolation) => {
+                let first: Option<i64> = self
+                    .first_use
+                    .query_row(params![self.job.0, custom_id], |row| row.get(0))
+                    .optional()
+                    .map_err(|e| to_error(&e))?;
+                Ok(Some(LineError::duplicate_custom_id(
+                    *line,
+                    custom_id,
+                    first.map(|l| l as u64),
+                )))
+            }
+            Err(e) => Err(to_error(&e)),
+        }
+    }
+
+    fn bad_line(&mut self, error: LineError) -> Result<()> {
+        self.insert_error
+            .execute(params![
+                self.job.0,
+                error.line as i64,
+                error.custom_id,
+                error.message
+            ])
+            .map_err(|e| (self.to_error)(&e))?;
+        Ok(())
     }
 }

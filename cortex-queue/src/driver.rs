@@ -176,9 +176,10 @@ pub use crate::export::{RowSink, check_exportable, export_files};
 pub use crate::lease::{WORKER_STOPPED, alone_level, claim_by_rule, duration_ms, suspect_group};
 /// Who holds a lease: this host and process, and whether another is gone.
 pub use crate::process::{host_identity, is_gone, this_process};
-/// Submitting: the loop's counting and its all-or-nothing verdict, the
-/// errors kept per job, and the hash that finds a resubmission.
-pub use crate::submit::{KEEP_ERRORS, SubmitTally, params_hash};
+/// Submitting: the loop (a driver writes each line through a `LineSink`),
+/// its counting and its all-or-nothing verdict, the errors kept per job,
+/// and the hash that finds a resubmission.
+pub use crate::submit::{KEEP_ERRORS, LineSink, SubmitTally, params_hash, store_lines};
 
 /// Where a queue lives, as a user names it: a path or `sqlite://PATH`
 /// (SQLite), or a `postgres://` / `postgresql://` URL.

@@ -126,6 +126,58 @@ pub fn params_hash(options: &SubmitOptions) -> String {
     format!("{:x}", Sha256::digest(canonical.to_string()))
 }
 
+/// What a driver does with each line of a submission, inside its
+/// transaction: the writes; [`store_lines`] is the loop around them.
+pub trait LineSink {
+    /// Stores a valid line's item. `request` is its work as stored (see
+    /// [`crate::driver::compact_work_apart`]) and `grammar` the grammar
+    /// stored apart from it (SHA-256, text). Returns the line's error
+    /// instead when it cannot be stored: its `custom_id` is an earlier
+    /// line's.
+    fn item(
+        &mut self,
+        item: &NewItem,
+        request: &str,
+        grammar: Option<(String, &str)>,
+    ) -> Result<Option<LineError>>;
+    /// Records a bad line as a failed item of the job (with
+    /// [`SubmitOptions::skip_invalid`]).
+    fn bad_line(&mut self, error: LineError) -> Result<()>;
+}
+
+/// Reads `input` (named `source_name` in messages) to its end into `sink`,
+/// counting in `tally`: the submit loop every driver shares.
+pub fn store_lines(
+    input: &mut dyn ItemSource,
+    source_name: &str,
+    tally: &mut SubmitTally,
+    sink: &mut dyn LineSink,
+) -> Result<()> {
+    for next in input {
+        let parsed = next.map_err(|source| QueueError::Io {
+            path: source_name.into(),
+            source,
+        })?;
+        let error = match parsed {
+            Ok(item) => {
+                let (request, grammar) = crate::compact::compact_work_apart(&item.request);
+                match sink.item(&item, &request, grammar)? {
+                    None => {
+                        tally.stored();
+                        continue;
+                    }
+                    Some(error) => error,
+                }
+            }
+            Err(error) => error,
+        };
+        if let Some(error) = tally.bad_line(error) {
+            sink.bad_line(error)?;
+        }
+    }
+    Ok(())
+}
+
 /// How many bad lines a submit keeps for its message.
 pub const KEEP_ERRORS: usize = 100;
 

@@ -716,14 +716,14 @@ impl ModelPool {
 
 #[cfg(test)]
 mod tests {
-    use cortex_engine::toy::ToyBackend;
+    use cortex_engine::fake::FakeBackend;
 
     use super::*;
 
-    fn toy_engine() -> Result<Engine, EngineError> {
+    fn fake_engine() -> Result<Engine, EngineError> {
         Engine::start_with_backend(
             cortex_engine::EngineConfig::for_fake_backend(1, 16),
-            move || Ok::<_, EngineError>(ToyBackend::new()),
+            move || Ok::<_, EngineError>(FakeBackend::new()),
         )
     }
 
@@ -744,8 +744,8 @@ mod tests {
         let pool = ModelPool::new(
             Registry::open(dir.join("registry")),
             default.clone(),
-            toy_engine().unwrap(),
-            EngineStarter::new(|_| toy_engine()),
+            fake_engine().unwrap(),
+            EngineStarter::new(|_| fake_engine()),
             limits,
         );
         (pool, default)

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use cortex_engine::toy::ToyBackend;
+use cortex_engine::fake::FakeBackend;
 use cortex_engine::{Engine, EngineConfig, EngineError};
 use cortex_openai::SubmitJsonl;
 use cortex_queue::{ItemState, JobState, SubmitOptions};
@@ -23,10 +23,10 @@ fn engine(panic_after: Option<usize>) -> Engine {
     config.prefix_sharing = false;
     Engine::start_with_backend(config, move || {
         // Slow enough that several items are in flight at the panic.
-        let toy = ToyBackend::new().decoding_for(Duration::from_millis(5));
+        let fake = FakeBackend::new().decoding_for(Duration::from_millis(5));
         Ok::<_, EngineError>(match panic_after {
-            Some(decodes) => toy.panicking_after(decodes),
-            None => toy,
+            Some(decodes) => fake.panicking_after(decodes),
+            None => fake,
         })
     })
     .unwrap()
@@ -41,7 +41,7 @@ fn twelve_items(dir: &std::path::Path, max_tokens: u32) -> (Store, cortex_queue:
     std::fs::write(&input, lines).unwrap();
     let mut store = Store::open(dir.join("q.db")).unwrap();
     let job = store
-        .submit_file(&input, &SubmitOptions::new("toy"))
+        .submit_file(&input, &SubmitOptions::new("fake"))
         .unwrap()
         .job;
     (store, job)

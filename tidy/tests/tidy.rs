@@ -12,27 +12,27 @@ const CONFINED: &[(&str, &[&str], &str)] = &[
         "rusqlite",
         // The tests read how the SQLite backend stores a job.
         &["cortex-queue-sqlite", "cortex-tests"],
-        "a database client only in its queue backend",
+        "a database client only in its queue driver",
     ),
     (
         "postgres",
         &["cortex-queue-postgres"],
-        "a database client only in its queue backend",
+        "a database client only in its queue driver",
     ),
     (
         "tokio-postgres",
         &["cortex-queue-postgres"],
-        "a database client only in its queue backend",
+        "a database client only in its queue driver",
     ),
     (
         "sqlx",
         &["cortex-queue-postgres"],
-        "a database client only in its queue backend",
+        "a database client only in its queue driver",
     ),
     (
         "postgres-native-tls",
         &["cortex-queue-postgres"],
-        "a database client (and its TLS) only in its queue backend",
+        "a database client (and its TLS) only in its queue driver",
     ),
     (
         "llama-cpp-sys-2",
@@ -307,8 +307,8 @@ fn the_engine_sits_below_the_queue_users() {
     assert!(!deps_of("cortex-engine").contains(&"cortex-queue"));
     assert!(!deps_of("cortex-queue").contains(&"cortex-engine"));
     assert!(!deps_of("cortex-worker").contains(&"cortex-cli"));
-    // The queue's core knows neither its backends nor the wire format, and
-    // its backends know only the core (no backend builds on another).
+    // The queue's core knows neither its drivers nor the wire format, and
+    // its drivers know only the core (no driver builds on another).
     for above in [
         "cortex-queue-sqlite",
         "cortex-queue-postgres",
@@ -316,18 +316,18 @@ fn the_engine_sits_below_the_queue_users() {
     ] {
         assert!(
             !deps_of("cortex-queue").contains(&above),
-            "cortex-queue depends on {above}: the queue's core sits below its backends and the wire format"
+            "cortex-queue depends on {above}: the queue's core sits below its drivers and the wire format"
         );
     }
-    for backend in ["cortex-queue-sqlite", "cortex-queue-postgres"] {
-        let cortex_deps: Vec<&str> = deps_of(backend)
+    for driver in ["cortex-queue-sqlite", "cortex-queue-postgres"] {
+        let cortex_deps: Vec<&str> = deps_of(driver)
             .into_iter()
             .filter(|dep| dep.starts_with("cortex-"))
             .collect();
         assert_eq!(
             cortex_deps,
             ["cortex-queue", "cortex-request"].map(str::to_owned),
-            "{backend}: a queue backend builds on the queue's core (and the request types) alone"
+            "{driver}: a queue driver builds on the queue's core (and the request types) alone"
         );
     }
 }
@@ -341,6 +341,41 @@ fn rust_sources(dir: &Path, out: &mut Vec<PathBuf>) {
             out.push(path);
         }
     }
+}
+
+/// A setting is declared in the table (`cortex-cli/src/settings/`) and read
+/// in `config.rs`, which hands each command what it needs (a model, a plan,
+/// a library's configuration): adding a setting touches the table and the
+/// place it acts, nothing else. `Config` keeps the typed table private (no
+/// `Deref` to it), and no other file of the CLI names it.
+#[test]
+fn only_the_cli_config_reads_the_settings_table() {
+    let src = workspace_root().join("cortex-cli/src");
+    let config = std::fs::read_to_string(src.join("config.rs")).unwrap();
+    assert!(
+        !config.contains("impl Deref for Config") && !config.contains("pub(crate) settings:"),
+        "cortex-cli/src/config.rs hands out the settings table: keep it private to config.rs"
+    );
+    let mut files = Vec::new();
+    rust_sources(&src, &mut files);
+    let offenders: Vec<String> = files
+        .iter()
+        .filter(|f| !f.ends_with("config.rs") && !f.starts_with(src.join("settings")))
+        .filter(|f| {
+            std::fs::read_to_string(f).unwrap().lines().any(|line| {
+                !line.trim_start().starts_with("//")
+                    && line
+                        .split(|c: char| !c.is_alphanumeric() && c != '_')
+                        .any(|word| word == "Settings")
+            })
+        })
+        .map(|f| f.display().to_string())
+        .collect();
+    assert!(
+        offenders.is_empty(),
+        "the settings table is read outside config.rs:\n{}",
+        offenders.join("\n")
+    );
 }
 
 #[test]
@@ -1010,7 +1045,7 @@ fn a_plain_cargo_test_runs_tidy() {
 
 #[test]
 fn test_support_is_switched_on_for_tests_only() {
-    // Test helpers (a toy backend, databases made and dropped) must not
+    // Test helpers (a fake backend, databases made and dropped) must not
     // reach a program: only a dev-dependency, or the tests crate (never a
     // default member), may ask for them.
     let problems = switched_on_outside_tests(&metadata(), "test-support");
@@ -1093,7 +1128,7 @@ fn test_helpers_are_behind_a_test_support_feature() {
         let text = std::fs::read_to_string(file).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         for (i, line) in lines.iter().enumerate() {
-            let helpers = ["pub mod testing;", "pub mod toy;"];
+            let helpers = ["pub mod testing;", "pub mod fake;"];
             if helpers.contains(&line.trim())
                 && !lines[..i]
                     .iter()

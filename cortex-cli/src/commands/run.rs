@@ -15,7 +15,7 @@ use crate::config::Config;
 use crate::export::{check_kept_columns, errors_beside, export_job, output_location};
 use crate::output;
 use crate::work::{
-    Interrupted, StopFlag, WorkerScope, finish_deliveries, run_worker, start_deliveries,
+    Interrupted, StopFlag, WorkerScope, finish_deliveries, start_deliveries, work_one_model,
 };
 
 /// Submits the file (or finds it already submitted), works on that job until
@@ -85,7 +85,7 @@ pub(crate) fn run_file(config: &Config, args: &RunArgs) -> anyhow::Result<()> {
             follow: false,
             observer,
         };
-        let report = run_worker(config, store.as_mut(), &model, scope, &stop, |store| {
+        let report = work_one_model(config, store.as_mut(), &model, scope, &stop, |store| {
             output::update_bar(&bar, &store.status(job)?);
             Ok(())
         })?;

@@ -8,7 +8,7 @@ use crate::cli::WorkerArgs;
 use crate::config::Config;
 use crate::output::outln;
 use crate::work::{
-    StopFlag, WorkerScope, finish_deliveries, run_every_model, run_worker, start_deliveries,
+    StopFlag, WorkerScope, finish_deliveries, start_deliveries, work_every_model, work_one_model,
 };
 
 pub(crate) fn worker(config: &Config, args: &WorkerArgs) -> anyhow::Result<()> {
@@ -24,10 +24,10 @@ pub(crate) fn worker(config: &Config, args: &WorkerArgs) -> anyhow::Result<()> {
     let report = if config.model_chosen() {
         let model = config.resolve_model()?;
         let mut store = open_store(config)?;
-        run_worker(config, store.as_mut(), &model, scope, &stop, |_| Ok(()))?
+        work_one_model(config, store.as_mut(), &model, scope, &stop, |_| Ok(()))?
     } else {
         let mut store = open_store(config)?;
-        run_every_model(config, store.as_mut(), scope, &stop)?
+        work_every_model(config, store.as_mut(), scope, &stop)?
     };
     eprintln!(
         "worker done: {} completed, {} failed, {} released, {} tokens generated{}",

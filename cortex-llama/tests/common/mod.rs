@@ -7,11 +7,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use cortex_engine::{Engine, EngineConfig, EngineEvent};
-use cortex_models::{DEFAULT_MODEL, ModelCache};
+use cortex_models::{BlobStore, DEFAULT_MODEL};
 use cortex_request::{Request, Response};
 
 pub fn model_path() -> PathBuf {
-    ModelCache::default_location()
+    BlobStore::default_location()
         .ensure(&DEFAULT_MODEL)
         .expect("default model")
 }

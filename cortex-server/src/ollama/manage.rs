@@ -40,7 +40,7 @@ impl From<RegistryError> for OllamaError {
             RegistryError::Name(_)
             | RegistryError::Modelfile(_)
             | RegistryError::Gguf(_)
-            | RegistryError::DigestMismatch { .. }
+            | RegistryError::Model(cortex_models::ModelError::DigestMismatch { .. })
             | RegistryError::NotRegistered { .. } => StatusCode::BAD_REQUEST,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
@@ -416,7 +416,9 @@ pub(crate) async fn upload_blob(
             std::io::Write::write_all(&mut writer, &chunk)
                 .map_err(|e| OllamaError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
         }
-        writer.finish(Some(&expected)).map_err(OllamaError::from)
+        writer
+            .finish(Some(&expected))
+            .map_err(|e| OllamaError::from(RegistryError::from(e)))
     });
     let mut body = body.into_data_stream();
     let mut bytes = 0usize;

@@ -1,9 +1,9 @@
-//! A toy backend, for tests of what sits on the engine (the worker, the
+//! A fake backend, for tests of what sits on the engine (the worker, the
 //! model pool, the server) where no model's behaviour matters: failure
 //! injection and scheduling. Behind the `test-support` feature.
 //!
 //! Its model: text is bytes (each byte a token in 1..=30), every next token
-//! is [`ToyBackend::TOKEN`] (`f`), nothing ends generation but the limits.
+//! is [`FakeBackend::TOKEN`] (`f`), nothing ends generation but the limits.
 
 use std::time::Duration;
 
@@ -14,7 +14,7 @@ use crate::backend::{Backend, BackendError, BatchToken, KvLayout, StreamId};
 
 /// A backend that always says the same token (see the module documentation).
 #[derive(Debug, Clone)]
-pub struct ToyBackend {
+pub struct FakeBackend {
     layout: KvLayout,
     logits: Vec<Vec<f32>>,
     decodes: usize,
@@ -22,13 +22,13 @@ pub struct ToyBackend {
     decode_time: Duration,
 }
 
-impl Default for ToyBackend {
+impl Default for FakeBackend {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl ToyBackend {
+impl FakeBackend {
     /// Entries in a row of logits.
     pub const VOCAB: usize = 32;
     /// The token every step samples: `f`.
@@ -63,7 +63,7 @@ impl ToyBackend {
     }
 }
 
-impl Backend for ToyBackend {
+impl Backend for FakeBackend {
     fn n_vocab(&self) -> usize {
         Self::VOCAB
     }

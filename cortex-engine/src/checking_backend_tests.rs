@@ -49,7 +49,7 @@ fn expected(prompt: &[TokenId], max_tokens: usize) -> Vec<TokenId> {
 /// Its logits come from what the stream holds, so a wrong copy or a missed
 /// truncation changes the output.
 #[derive(Default)]
-struct FakeBackend {
+struct CheckingBackend {
     layout: Option<KvLayout>,
     cells: Vec<Vec<TokenId>>,
     /// The next token for each row of the last batch.
@@ -65,7 +65,7 @@ struct FakeBackend {
     largest_batch: Option<Arc<AtomicU64>>,
 }
 
-impl FakeBackend {
+impl CheckingBackend {
     fn write(&mut self, t: &BatchToken) -> Result<(), BackendError> {
         let layout = self.layout.expect("a layout is set first");
         let cells = self
@@ -91,7 +91,7 @@ impl FakeBackend {
     }
 }
 
-impl Backend for FakeBackend {
+impl Backend for CheckingBackend {
     fn n_vocab(&self) -> usize {
         VOCAB
     }
@@ -216,10 +216,10 @@ fn start() -> Engine {
 fn start_with_timeout(request_timeout: Option<std::time::Duration>) -> Engine {
     let mut config = EngineConfig::for_fake_backend(8, 4);
     config.request_timeout = request_timeout;
-    start_with(config, FakeBackend::default)
+    start_with(config, CheckingBackend::default)
 }
 
-fn start_with(config: EngineConfig, make: fn() -> FakeBackend) -> Engine {
+fn start_with(config: EngineConfig, make: fn() -> CheckingBackend) -> Engine {
     Engine::start_with_backend(config, move || Ok(make())).unwrap()
 }
 
@@ -333,7 +333,7 @@ fn shared_prefixes_are_copied_or_taken_over_and_give_the_exact_outputs() {
     for sharing in [true, false] {
         let mut config = EngineConfig::for_fake_backend(8, 4);
         config.prefix_sharing = sharing;
-        let engine = start_with(config, FakeBackend::default);
+        let engine = start_with(config, CheckingBackend::default);
         // Twice: the second wave finds the prefix in streams retired by the first.
         for wave in 0..2 {
             let batch = shared_prefix_requests(100 * wave + 1);
@@ -454,7 +454,7 @@ fn longer_streams_mean_fewer_of_them_within_the_step_cells() {
     // 8 sequences at most, 1,024 cells per step: 4 streams of 256, then 2 of 512.
     let mut config = EngineConfig::for_fake_backend(8, 4);
     config.step_cells = 1024;
-    let engine = start_with(config, FakeBackend::default);
+    let engine = start_with(config, CheckingBackend::default);
     let requests: Vec<(Request, Vec<TokenId>)> = (0..6)
         .map(|i| {
             let prompt: Vec<TokenId> = (0..300).map(|j| 1 + (i + j) % 20).collect();
@@ -490,7 +490,7 @@ fn longer_streams_mean_fewer_of_them_within_the_step_cells() {
 fn a_fixed_stream_size_refuses_longer_prompts_and_cuts_generation_at_its_end() {
     let mut config = EngineConfig::for_fake_backend(4, 4);
     config.stream_tokens = Some(256);
-    let engine = start_with(config, FakeBackend::default);
+    let engine = start_with(config, CheckingBackend::default);
     let too_long = request(80, vec![1; 300]);
     match last_event(&engine.submit(too_long).unwrap()) {
         EngineEvent::Failed {
@@ -518,9 +518,9 @@ fn a_fixed_stream_size_refuses_longer_prompts_and_cuts_generation_at_its_end() {
 
 #[test]
 fn a_panic_in_the_loop_fails_every_request_in_hand_and_the_engine_reports_it() {
-    let engine = start_with(EngineConfig::for_fake_backend(8, 4), || FakeBackend {
+    let engine = start_with(EngineConfig::for_fake_backend(8, 4), || CheckingBackend {
         panic_at: Some(5),
-        ..FakeBackend::default()
+        ..CheckingBackend::default()
     });
     let receivers = engine
         .submit_many((0..6).map(|i| request(90 + i, vec![1, 2, 3])).collect())
@@ -662,7 +662,10 @@ fn random_workloads_keep_the_kv_binding_consistent_and_every_output_exact() {
     // are taken over, copied from and reclaimed, and the accounting evicts
     // cached blocks. The binding's invariants are checked after every step
     // (debug builds), and every output must follow the fake model exactly.
-    let engine = start_with(EngineConfig::for_fake_backend(4, 4), FakeBackend::default);
+    let engine = start_with(
+        EngineConfig::for_fake_backend(4, 4),
+        CheckingBackend::default,
+    );
     random_workload(&engine, 7);
     let stats = engine.stats();
     assert!(
@@ -685,9 +688,9 @@ fn idle_streams_between_running_ones_are_filled_and_emptied_again() {
         let mut config = EngineConfig::for_fake_backend(8, 4);
         config.gap_fill = Some(gap_fill);
         let engine = Engine::start_with_backend(config, move || {
-            Ok(FakeBackend {
+            Ok(CheckingBackend {
                 gapped_batches: Some(Arc::clone(&counter)),
-                ..FakeBackend::default()
+                ..CheckingBackend::default()
             })
         })
         .unwrap();
@@ -714,11 +717,11 @@ fn fillers_beside_a_full_plan_stay_within_what_a_decode_may_hold() {
     let decodes = Arc::new(AtomicU64::new(0));
     let calls = Arc::clone(&decodes);
     let engine = Engine::start_with_backend(config.clone(), move || {
-        Ok(FakeBackend {
+        Ok(CheckingBackend {
             batch_limit: Some(limit),
             largest_batch: Some(Arc::clone(&seen)),
             decodes: Arc::clone(&calls),
-            ..FakeBackend::default()
+            ..CheckingBackend::default()
         })
     })
     .unwrap();
@@ -787,7 +790,7 @@ fn recorded_workload(config: EngineConfig, seed: u64) -> Vec<StepRecord> {
         move |launch| {
             launch.run(
                 &config.for_device(ComputedOn::Cpu),
-                vec![Box::new(FakeBackend::default())],
+                vec![Box::new(CheckingBackend::default())],
             );
             Ok(())
         },

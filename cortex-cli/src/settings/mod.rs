@@ -9,15 +9,29 @@
 //! The key is the field's name (`[server]`'s settings are `server.NAME` in
 //! the file), the variable `CORTEX_` and the name in capitals, the flag
 //! `--name-with-dashes`: one name from the flag to where the setting acts.
+//!
+//! Split by concern: this file is the table and what a setting is (its
+//! definition, its sources, the layering); `values` the types a setting
+//! holds and how each reads and shows; `flags` clap's arguments for each
+//! command's scope; `file` the config file's keys.
+
+mod file;
+mod flags;
+mod values;
 
 use std::fmt;
-use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 
 use cortex_engine::{CpuKernels, DeviceChoice, EngineConfig, GpuLayers};
 use cortex_server::KeepAlive;
 use cortex_webhooks::SigningSecret;
+
+pub(crate) use file::read_file;
+pub(crate) use flags::{
+    BeforeCommand, ForConfig, ForDevices, ForEngine, ForList, ForModels, ForQueue, ForRun,
+    ForServe, ForSubmit, ForWorker, Scope, SettingFlags,
+};
+pub(crate) use values::{ApiKeys, NameList, OrAuto, SettingValue};
 
 /// Where a setting's value came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -152,184 +166,6 @@ impl Def {
         } else {
             arg.action(clap::ArgAction::Set)
         }
-    }
-}
-
-/// How a value is shown and read back: `cortex config` prints it, and
-/// the same text parses to it again.
-pub(crate) trait SettingValue: FromStr + Sized {
-    fn shown(&self) -> String;
-}
-
-macro_rules! shown_by_display {
-    ($($ty:ty),* $(,)?) => {
-        $(impl SettingValue for $ty {
-            fn shown(&self) -> String {
-                self.to_string()
-            }
-        })*
-    };
-}
-
-shown_by_display!(
-    usize,
-    u64,
-    u32,
-    u16,
-    i32,
-    bool,
-    String,
-    DeviceChoice,
-    GpuLayers,
-    CpuKernels,
-    KeepAlive,
-    NameList
-);
-
-impl SettingValue for ApiKeys {
-    /// Never the keys themselves: how many there are (none: empty).
-    fn shown(&self) -> String {
-        if self.0.is_empty() {
-            String::new()
-        } else {
-            self.to_string()
-        }
-    }
-}
-
-impl SettingValue for SigningSecret {
-    /// Never the key: `whsec_… (set)`, or empty.
-    fn shown(&self) -> String {
-        self.to_string()
-    }
-}
-
-impl SettingValue for PathBuf {
-    fn shown(&self) -> String {
-        self.display().to_string()
-    }
-}
-
-/// A value, or `auto`: chosen by what the setting depends on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum OrAuto<T> {
-    Auto,
-    Value(T),
-}
-
-/// What an [`OrAuto`] setting takes, for its error (`cause`: why the
-/// value did not parse).
-pub(crate) trait AutoAlternative {
-    fn expected(cause: &dyn fmt::Display) -> String;
-}
-
-impl AutoAlternative for usize {
-    fn expected(cause: &dyn fmt::Display) -> String {
-        format!("auto or a number ({cause})")
-    }
-}
-
-impl AutoAlternative for bool {
-    fn expected(_: &dyn fmt::Display) -> String {
-        "auto, true or false".to_owned()
-    }
-}
-
-impl<T: FromStr + AutoAlternative> FromStr for OrAuto<T>
-where
-    T::Err: fmt::Display,
-{
-    type Err = String;
-
-    fn from_str(raw: &str) -> Result<Self, Self::Err> {
-        if raw.trim().eq_ignore_ascii_case("auto") {
-            return Ok(OrAuto::Auto);
-        }
-        raw.trim()
-            .parse()
-            .map(OrAuto::Value)
-            .map_err(|e| format!("{raw:?}: expected {}", T::expected(&e)))
-    }
-}
-
-impl<T: fmt::Display> fmt::Display for OrAuto<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            OrAuto::Auto => f.write_str("auto"),
-            OrAuto::Value(value) => value.fmt(f),
-        }
-    }
-}
-
-impl<T: FromStr + AutoAlternative + fmt::Display> SettingValue for OrAuto<T>
-where
-    T::Err: fmt::Display,
-{
-    fn shown(&self) -> String {
-        self.to_string()
-    }
-}
-
-/// API keys: a list in the file, comma-separated in `CORTEX_API_KEYS`,
-/// `--api-key` once per key; shown only as a count (`Debug` too).
-#[derive(Clone, Default, PartialEq, Eq)]
-pub(crate) struct ApiKeys(pub(crate) Vec<String>);
-
-impl fmt::Debug for ApiKeys {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "ApiKeys{self}")
-    }
-}
-
-impl FromStr for ApiKeys {
-    type Err = String;
-
-    fn from_str(raw: &str) -> Result<Self, Self::Err> {
-        let keys: Vec<String> = raw
-            .split(',')
-            .map(str::trim)
-            .filter(|k| !k.is_empty())
-            .map(str::to_owned)
-            .collect();
-        if keys.is_empty() && !raw.trim().is_empty() {
-            return Err("no keys in it".into());
-        }
-        Ok(Self(keys))
-    }
-}
-
-impl fmt::Display for ApiKeys {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0.len() {
-            0 => f.write_str("(none: no key needed)"),
-            1 => f.write_str("(1 key)"),
-            n => write!(f, "({n} keys)"),
-        }
-    }
-}
-
-/// A list of names (hosts, origins): a list in the file, comma-separated in
-/// the environment and on the command line.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct NameList(pub(crate) Vec<String>);
-
-impl FromStr for NameList {
-    type Err = std::convert::Infallible;
-
-    fn from_str(raw: &str) -> Result<Self, Self::Err> {
-        Ok(Self(
-            raw.split(',')
-                .map(str::trim)
-                .filter(|name| !name.is_empty())
-                .map(str::to_owned)
-                .collect(),
-        ))
-    }
-}
-
-impl fmt::Display for NameList {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0.join(","))
     }
 }
 
@@ -649,182 +485,6 @@ settings! {
 /// The definition of the setting `name`.
 pub(crate) fn def(name: &str) -> Option<&'static Def> {
     DEFS.iter().find(|d| d.name == name)
-}
-
-/// Which groups of settings a command takes: a marker type per kind of
-/// command, so that each command's flags come from the table.
-pub(crate) trait Scope {
-    const GROUPS: &'static [Group];
-    /// Whether the flags show in the command's help (the top level accepts
-    /// every setting, and shows only the common ones).
-    const SHOWN: fn(&Def) -> bool = |_| true;
-}
-
-macro_rules! scopes {
-    ($($(#[doc = $doc:literal])+ $scope:ident: [$($group:ident),*];)*) => {
-        $(
-            $(#[doc = $doc])+
-            #[derive(Debug, Clone, Copy)]
-            pub(crate) struct $scope;
-            impl Scope for $scope {
-                const GROUPS: &'static [Group] = &[$(Group::$group),*];
-            }
-        )*
-    };
-}
-
-scopes! {
-    /// Commands that read or write jobs only.
-    ForQueue: [Queue];
-    /// `cortex submit`.
-    ForSubmit: [Queue, Model, Submit];
-    /// `cortex worker`.
-    ForWorker: [Queue, Model, Engine, Work];
-    /// `cortex run`.
-    ForRun: [Queue, Model, Engine, Work, Submit];
-    /// Commands that run the model without a queue: `generate`, `bench`.
-    ForEngine: [Model, Engine];
-    /// `cortex models`: the registry, and the jobs that need a model.
-    ForModels: [Queue, Model];
-    /// `cortex list`: jobs, only one model's when a model is given.
-    ForList: [Queue, Model];
-    /// `cortex devices`.
-    ForDevices: [Engine];
-    /// `cortex serve`.
-    ForServe: [Queue, Model, Engine, Work, Server];
-    /// `cortex config`: every setting.
-    ForConfig: [Queue, Model, Engine, Work, Submit, Server];
-}
-
-/// Before the command's name (`cortex --model X submit ...`): every setting
-/// is taken (and checked against the command), the queue's and the model's
-/// shown.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct BeforeCommand;
-
-impl Scope for BeforeCommand {
-    const GROUPS: &'static [Group] = ForConfig::GROUPS;
-    const SHOWN: fn(&Def) -> bool = |def| matches!(def.group, Group::Queue | Group::Model);
-}
-
-/// The setting flags a command was given, by setting name.
-#[derive(Debug, Clone)]
-pub(crate) struct SettingFlags<S> {
-    pub(crate) values: RawValues,
-    scope: PhantomData<S>,
-}
-
-impl<S> Default for SettingFlags<S> {
-    fn default() -> Self {
-        Self {
-            values: Vec::new(),
-            scope: PhantomData,
-        }
-    }
-}
-
-impl<S: Scope> SettingFlags<S> {
-    fn defs() -> impl Iterator<Item = &'static Def> {
-        DEFS.iter().filter(|d| S::GROUPS.contains(&d.group))
-    }
-}
-
-impl<S: Scope> clap::FromArgMatches for SettingFlags<S> {
-    fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
-        let mut flags = Self::default();
-        flags.update_from_arg_matches(matches)?;
-        Ok(flags)
-    }
-
-    fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
-        for def in Self::defs() {
-            if let Ok(Some(values)) = matches.try_get_many::<String>(def.name) {
-                let raw: Vec<&str> = values.map(String::as_str).collect();
-                self.values.push((def.name, raw.join(",")));
-            }
-        }
-        Ok(())
-    }
-}
-
-impl<S: Scope> clap::Args for SettingFlags<S> {
-    fn augment_args(command: clap::Command) -> clap::Command {
-        Self::defs().fold(command, |command, def| {
-            command.arg(def.arg().hide(!(S::SHOWN)(def)).help_heading("Settings"))
-        })
-    }
-
-    fn augment_args_for_update(command: clap::Command) -> clap::Command {
-        Self::augment_args(command)
-    }
-}
-
-/// A TOML value as the text its setting parses: lists comma-separated.
-fn file_text(value: &toml::Value) -> Option<String> {
-    match value {
-        toml::Value::String(s) => Some(s.clone()),
-        toml::Value::Integer(n) => Some(n.to_string()),
-        toml::Value::Float(x) => Some(x.to_string()),
-        toml::Value::Boolean(b) => Some(b.to_string()),
-        toml::Value::Array(items) => items
-            .iter()
-            .map(file_text)
-            .collect::<Option<Vec<_>>>()
-            .map(|items| items.join(",")),
-        toml::Value::Datetime(_) | toml::Value::Table(_) => None,
-    }
-}
-
-/// The settings a config file sets, by name; `[server.keys]` (a table of
-/// keys, read apart) is returned as it is. Unknown keys are an error that
-/// names them.
-pub(crate) fn read_file(
-    table: toml::Table,
-    path: &Path,
-) -> anyhow::Result<(RawValues, Option<toml::Value>)> {
-    let mut values = Vec::new();
-    let mut key_table = None;
-    let unknown = |key: &str| {
-        let known: Vec<String> = DEFS.iter().map(Def::key).collect();
-        let guess = cortex_request::closest_name(key, known.iter().map(String::as_str))
-            .map_or_else(String::new, |k| format!(": did you mean {k:?}?"));
-        anyhow::anyhow!(
-            "{}: unknown key {key:?}{guess} (the keys are {}, and the [server.keys] table)",
-            path.display(),
-            known.join(", ")
-        )
-    };
-    let mut take = |key: String, value: &toml::Value, group_server: bool| -> anyhow::Result<()> {
-        let name = key.strip_prefix("server.").unwrap_or(&key);
-        let def = def(name)
-            .filter(|d| (d.group == Group::Server) == group_server)
-            .ok_or_else(|| unknown(&key))?;
-        let raw = file_text(value).ok_or_else(|| {
-            anyhow::anyhow!(
-                "{}: {key} must be a string, a number, a boolean or a list",
-                path.display()
-            )
-        })?;
-        values.push((def.name, raw));
-        Ok(())
-    };
-    for (key, value) in table {
-        if key == "server" {
-            let toml::Value::Table(server) = value else {
-                anyhow::bail!("{}: server must be a table ([server])", path.display());
-            };
-            for (key, value) in server {
-                if key == "keys" {
-                    key_table = Some(value);
-                    continue;
-                }
-                take(format!("server.{key}"), &value, true)?;
-            }
-        } else {
-            take(key, &value, false)?;
-        }
-    }
-    Ok((values, key_table))
 }
 
 #[cfg(test)]
