@@ -144,6 +144,15 @@ fn discover(searched: &[PathBuf]) -> Backends {
     }
 }
 
+/// Whether the module is a CPU variant built with AMX kernels (ggml's
+/// `sapphirerapids`): its score reads only CPUID, which may offer AMX where
+/// the system does not allow it.
+fn uses_amx(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|name| name.to_str())
+        .is_some_and(|name| name.starts_with("libggml-cpu-sapphirerapids"))
+}
+
 /// Loads the best of one backend's modules for this machine.
 fn load_best(
     paths: Vec<PathBuf>,
@@ -152,6 +161,13 @@ fn load_best(
 ) {
     let mut scored: Vec<(PathBuf, Option<i32>)> = Vec::new();
     for path in paths {
+        if uses_amx(&path) && !sys::amx_tiles_usable() {
+            skipped.push((
+                path,
+                "its kernels use AMX, which this system does not let processes use (the kernel does not save AMX tile data)".into(),
+            ));
+            continue;
+        }
         match sys::module_score(&path) {
             Ok(Some(0)) => skipped.push((path, "not for this machine's CPU".into())),
             Ok(score) => scored.push((path, score)),

@@ -124,6 +124,7 @@ fn prompt_log_probabilities_score_what_generation_chose_and_measure_perplexity()
     let echo = |id| {
         let mut r = greedy(id, Prompt::Tokens(scored_prompt.clone()), 0);
         r.prompt_logprobs = Some(2);
+        r.logprobs = Some(2);
         r
     };
     let first = collect(&engine.submit(echo(11)).unwrap());

@@ -4,3 +4,5 @@
 //! sources, in the manner of rust-analyzer's tidy. A default member that
 //! depends on no crate of the workspace, so that a plain `cargo test` runs
 //! it.
+
+#![forbid(unsafe_code)]

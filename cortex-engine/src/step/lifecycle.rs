@@ -43,6 +43,9 @@ impl StepLoop<'_> {
         };
         let logprobs = seq.top_logprobs.map(|_| {
             let mut logprobs = seq.logprobs;
+            // One per token kept (none when the request generates nothing:
+            // the token drawn to end its prompt is dropped).
+            logprobs.truncate(seq.tokens.len());
             // The token that ended it (EOS or a stop id) is not part of the output.
             let ended_by_token = reason == FinishReason::Eos
                 || seq

@@ -24,6 +24,41 @@ pub(crate) fn module_score(path: &Path) -> Result<Option<i32>, String> {
     }
 }
 
+/// Whether this process may use AMX tiles: the CPU has them and the
+/// kernel saves their data across context switches (Linux's
+/// `ARCH_GET_XCOMP_SUPP` lists XTILEDATA). Some virtual machines report
+/// AMX in CPUID without it, and an AMX kernel there dies of SIGILL as
+/// soon as its thread is switched out.
+pub(crate) fn amx_tiles_usable() -> bool {
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    {
+        const SYS_ARCH_PRCTL: i64 = 158;
+        const ARCH_GET_XCOMP_SUPP: i64 = 0x1022;
+        const XFEATURE_XTILEDATA: u64 = 1 << 18;
+        let mut supported: u64 = 0;
+        let result: i64;
+        // SAFETY: arch_prctl(ARCH_GET_XCOMP_SUPP, &mask) writes one u64 to
+        // the pointer and changes nothing else; the syscall clobbers rcx and
+        // r11 only.
+        unsafe {
+            std::arch::asm!(
+                "syscall",
+                inlateout("rax") SYS_ARCH_PRCTL => result,
+                in("rdi") ARCH_GET_XCOMP_SUPP,
+                in("rsi") &raw mut supported,
+                lateout("rcx") _,
+                lateout("r11") _,
+                options(nostack),
+            );
+        }
+        result == 0 && supported & XFEATURE_XTILEDATA != 0
+    }
+    #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+    {
+        false
+    }
+}
+
 /// Registers the backend module at `path` with ggml; returns the backend's
 /// name (`CPU`, `Vulkan`, `CUDA`, ...).
 pub(crate) fn load_module(path: &Path) -> Result<String, String> {

@@ -27,7 +27,7 @@ mod rows_argmax;
 
 pub(crate) use context::{ContextParams, Pooling, RawBatch, RawContext};
 pub(crate) use devices::{
-    RawDevice, RawDeviceKind, load_module, module_score, registered_backends,
+    RawDevice, RawDeviceKind, amx_tiles_usable, load_module, module_score, registered_backends,
 };
 pub(crate) use grammar::RawGrammar;
 pub(crate) use model::{RawModel, RawPlacement, apply_chat_template, builtin_chat_templates};
