@@ -41,8 +41,14 @@ fn the_cpu_backend_is_a_module_and_its_best_variant_is_loaded() {
     assert!(best > 0, "{found:#}");
     for skipped in found["skipped"].as_array().unwrap() {
         let why = skipped["why"].as_str().unwrap();
+        // An AMX variant is passed over where the system does not save AMX
+        // tile data (some virtual machines offer AMX in CPUID only).
         assert!(
-            why == "a better variant was loaded" || why == "not for this machine's CPU",
+            why == "a better variant was loaded"
+                || why == "not for this machine's CPU"
+                || why.starts_with(
+                    "its kernels use AMX, which this system does not let processes use"
+                ),
             "{skipped}"
         );
     }
