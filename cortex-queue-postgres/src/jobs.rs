@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
+use cortex_queue::driver::{ITEM_COLUMN_COUNT, ITEM_COLUMNS, LISTED_COLUMNS, listed_items};
 use cortex_queue::{
     CompletionSample, ExportFormat, ExportSummary, ItemDetail, ItemId, ItemPage, ItemQuery,
     ItemRecord, ItemSource, ItemState, Job, JobCounts, JobFilter, JobId, JobPage, JobState,
@@ -46,48 +47,13 @@ fn matching_jobs(tx: &mut Tx<'_>, filter: &JobFilter) -> Result<Vec<Job>, Failur
         .collect())
 }
 
-/// An item's columns, for [`item_from_row`] (`i`: items, `r`: results).
-const ITEM_COLUMNS: &str =
-    "i.id, i.line, i.custom_id, i.state, i.attempts, i.lease_token, i.error_code,
-    i.error_message, r.completed_at, i.deaths, i.ran_by, r.completion_tokens, r.duration_ms";
-const ITEM_COLUMN_COUNT: usize = 13;
-
-/// Every item of every job as the API lists them (alias `i`, with
-/// [`ITEM_COLUMNS`] and `job_id`, `endpoint`, `request`, `response`): the
-/// stored items, and each line `--skip-invalid` refused, as a failed item
-/// with its line and its error (`invalid_input`; no id, no request).
-const LISTED_ITEMS: &str = "(SELECT i.id, i.line, i.custom_id, i.state, i.attempts, i.lease_token,
-        i.error_code, i.error_message, r.completed_at, i.deaths, i.ran_by, r.completion_tokens,
-        r.duration_ms, i.job_id, i.endpoint, i.request, r.response
-    FROM items i LEFT JOIN results r ON r.item_id = i.id
-    UNION ALL
-    SELECT 0::bigint, e.line, coalesce(e.custom_id, e.line::text), 'failed', 0, 0::bigint,
-        'invalid_input', e.message, NULL::bigint, 0, NULL::text, NULL::bigint, NULL::bigint,
-        e.job_id, '', 'null', NULL::text
-    FROM input_errors e)";
-
-/// The stored items alone, as [`LISTED_ITEMS`] gives them: what a job
-/// without refused lines lists (its pages then come straight from the
-/// items' index).
-const STORED_ITEMS: &str = "(SELECT i.id, i.line, i.custom_id, i.state, i.attempts, i.lease_token,
-        i.error_code, i.error_message, r.completed_at, i.deaths, i.ran_by, r.completion_tokens,
-        r.duration_ms, i.job_id, i.endpoint, i.request, r.response
-    FROM items i LEFT JOIN results r ON r.item_id = i.id)";
-
-/// What a job's items are listed from: with refused lines among them only
-/// when it has some.
-fn listed_items(job: &Job) -> &'static str {
-    if job.counts.invalid > 0 {
-        LISTED_ITEMS
-    } else {
-        STORED_ITEMS
-    }
-}
-
-/// [`ITEM_COLUMNS`] of [`LISTED_ITEMS`].
-const LISTED_COLUMNS: &str = "i.id, i.line, i.custom_id, i.state, i.attempts, i.lease_token,
-    i.error_code, i.error_message, i.completed_at, i.deaths, i.ran_by, i.completion_tokens,
-    i.duration_ms";
+/// The lines `--skip-invalid` refused, as listed items (see
+/// [`listed_items`]).
+const REFUSED_LINES: &str =
+    "SELECT 0::bigint, e.line, coalesce(e.custom_id, e.line::text), 'failed', 0,
+        0::bigint, 'invalid_input', e.message, NULL::bigint, 0, NULL::text, NULL::bigint,
+        NULL::bigint, e.job_id, '', 'null', NULL::text
+    FROM input_errors e";
 
 /// A nullable count or duration column (negative read as 0).
 fn optional_count(row: &Row, i: usize) -> Option<u64> {
@@ -390,7 +356,7 @@ impl JobStore for PgStore {
         let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
         let offset = i64::try_from(query.offset).unwrap_or(i64::MAX);
         self.run(|tx| {
-            let source = listed_items(&load_job(tx, id)?);
+            let source = listed_items(&load_job(tx, id)?, REFUSED_LINES);
             let matches = "i.job_id = $1 AND ($2::text IS NULL OR i.state = $2::text)
                            AND ($3::text IS NULL OR strpos(i.custom_id, $3::text) > 0)";
             let matching: i64 = tx
@@ -421,7 +387,7 @@ impl JobStore for PgStore {
         self.expire_due_jobs()?;
         let line_number = i64::try_from(line).unwrap_or(i64::MAX);
         self.run(|tx| {
-            let source = listed_items(&load_job(tx, id)?);
+            let source = listed_items(&load_job(tx, id)?, REFUSED_LINES);
             let row = tx
                 .query_opt(
                     &format!(

@@ -4,6 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use cortex_queue::driver::{ITEM_COLUMN_COUNT, ITEM_COLUMNS, LISTED_COLUMNS, listed_items};
 use cortex_queue::{
     CompletionSample, ExportFormat, ExportSummary, ItemDetail, ItemId, ItemPage, ItemQuery,
     ItemRecord, ItemSource, ItemState, Job, JobCounts, JobFilter, JobId, JobPage, JobState,
@@ -20,47 +21,12 @@ const JOB_COLUMNS: &str = "id, state, source_name, source_sha256, model, default
     created_at, validating_at, in_progress_at, finalizing_at, completed_at, failed_at, cancelling_at, cancelled_at,
     model_sha256, project, expires_at, expired_at, notify_url, output_url";
 
-/// An item's columns, for [`item_from_row`] (`i`: items, `r`: results).
-const ITEM_COLUMNS: &str =
-    "i.id, i.line, i.custom_id, i.state, i.attempts, i.lease_token, i.error_code,
-    i.error_message, r.completed_at, i.deaths, i.ran_by, r.completion_tokens, r.duration_ms";
-const ITEM_COLUMN_COUNT: usize = 13;
-
-/// Every item of every job as the API lists them (alias `i`, with
-/// [`ITEM_COLUMNS`] and `job_id`, `endpoint`, `request`, `response`): the
-/// stored items, and each line `--skip-invalid` refused, as a failed item
-/// with its line and its error (`invalid_input`; no id, no request).
-const LISTED_ITEMS: &str = "(SELECT i.id, i.line, i.custom_id, i.state, i.attempts, i.lease_token,
-        i.error_code, i.error_message, r.completed_at, i.deaths, i.ran_by, r.completion_tokens,
-        r.duration_ms, i.job_id, i.endpoint, i.request, r.response
-    FROM items i LEFT JOIN results r ON r.item_id = i.id
-    UNION ALL
-    SELECT 0, e.line, coalesce(e.custom_id, CAST(e.line AS TEXT)), 'failed', 0, 0, 'invalid_input',
-        e.message, NULL, 0, NULL, NULL, NULL, e.job_id, '', 'null', NULL
-    FROM input_errors e)";
-
-/// The stored items alone, as [`LISTED_ITEMS`] gives them: what a job
-/// without refused lines lists (its pages then come straight from the
-/// items' index).
-const STORED_ITEMS: &str = "(SELECT i.id, i.line, i.custom_id, i.state, i.attempts, i.lease_token,
-        i.error_code, i.error_message, r.completed_at, i.deaths, i.ran_by, r.completion_tokens,
-        r.duration_ms, i.job_id, i.endpoint, i.request, r.response
-    FROM items i LEFT JOIN results r ON r.item_id = i.id)";
-
-/// What a job's items are listed from: with refused lines among them only
-/// when it has some.
-fn listed_items(job: &Job) -> &'static str {
-    if job.counts.invalid > 0 {
-        LISTED_ITEMS
-    } else {
-        STORED_ITEMS
-    }
-}
-
-/// [`ITEM_COLUMNS`] of [`LISTED_ITEMS`].
-const LISTED_COLUMNS: &str = "i.id, i.line, i.custom_id, i.state, i.attempts, i.lease_token,
-    i.error_code, i.error_message, i.completed_at, i.deaths, i.ran_by, i.completion_tokens,
-    i.duration_ms";
+/// The lines `--skip-invalid` refused, as listed items (see
+/// [`listed_items`]).
+const REFUSED_LINES: &str =
+    "SELECT 0, e.line, coalesce(e.custom_id, CAST(e.line AS TEXT)), 'failed', 0, 0,
+        'invalid_input', e.message, NULL, 0, NULL, NULL, NULL, e.job_id, '', 'null', NULL
+    FROM input_errors e";
 
 /// A nullable count or duration column (negative read as 0).
 fn optional_count(row: &Row<'_>, i: usize) -> rusqlite::Result<Option<u64>> {
@@ -330,7 +296,7 @@ impl JobStore for Store {
         let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
         let offset = i64::try_from(query.offset).unwrap_or(i64::MAX);
         self.read_current(|tx| {
-            let source = listed_items(&load_job(tx, id)?);
+            let source = listed_items(&load_job(tx, id)?, REFUSED_LINES);
             let matches = "i.job_id = ?1 AND (?2 IS NULL OR i.state = ?2) AND (?3 IS NULL OR instr(i.custom_id, ?3) > 0)";
             let matching: i64 = tx
                 .prepare_cached(&format!("SELECT count(*) FROM {source} i WHERE {matches}"))?
@@ -352,7 +318,7 @@ impl JobStore for Store {
     fn item(&mut self, id: JobId, line: u64) -> Result<ItemDetail> {
         let line_number = i64::try_from(line).unwrap_or(i64::MAX);
         self.read_current(|tx| {
-            let source = listed_items(&load_job(tx, id)?);
+            let source = listed_items(&load_job(tx, id)?, REFUSED_LINES);
             tx.prepare_cached(&format!(
                 "SELECT {LISTED_COLUMNS}, i.endpoint, i.request, i.response FROM {source} i
                  WHERE i.job_id = ?1 AND i.line = ?2"

@@ -102,6 +102,7 @@ mod jobs;
 mod lease;
 mod output_file;
 mod process;
+mod sql;
 mod submit;
 mod webhook;
 mod window;
