@@ -37,8 +37,36 @@ if [[ ! -d $src ]]; then
 fi
 [[ -z ${NO_BUILD:-} ]] || { echo "$dir"; exit 0; }
 cpu=${PEER_CPU:-native}
+# Some virtual machines offer AMX in CPUID but do not save its tile data
+# (Linux's ARCH_GET_XCOMP_SUPP lacks XTILEDATA): an AMX kernel there dies
+# of SIGILL, so a native build leaves AMX out (as cortex passes over
+# llama.cpp's AMX variant there).
+amx_unusable() {
+    grep -qw amx_tile /proc/cpuinfo || return 1
+    local probe
+    probe=$(mktemp -d)
+    cat >"$probe/amx.c" <<'C'
+#include <sys/syscall.h>
+#include <unistd.h>
+int main(void) {
+    unsigned long supported = 0;
+    return syscall(SYS_arch_prctl, 0x1022, &supported) == 0 && (supported & (1UL << 18)) ? 0 : 1;
+}
+C
+    cc "$probe/amx.c" -o "$probe/amx" && ! "$probe/amx"
+    local unusable=$?
+    rm -rf "$probe"
+    return $unusable
+}
 case $cpu in
-native) cpu_options=(-DGGML_NATIVE=ON) ;;
+native)
+    cpu_options=(-DGGML_NATIVE=ON)
+    if amx_unusable; then
+        echo "==> AMX is offered but its tile data is not saved here: building without it" >&2
+        cpu_options+=(-DCMAKE_C_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+            -DCMAKE_CXX_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16")
+    fi
+    ;;
 x86-64-v3) cpu_options=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
     -DGGML_BMI2=ON -DCMAKE_C_FLAGS=-march=x86-64-v3 -DCMAKE_CXX_FLAGS=-march=x86-64-v3) ;;
 *) echo "PEER_CPU is native or x86-64-v3" >&2; exit 2 ;;
