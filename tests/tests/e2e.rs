@@ -831,8 +831,18 @@ fn a_newcomers_commands_name_the_next_step_and_exit_as_a_pipeline_needs() {
         retried.contains("its invalid input line is not retried"),
         "{retried}"
     );
-    // Its window closes before anything finishes: nothing completed.
-    cortex.write("slow.jsonl", &prompts(2, 4000));
+    // Its window closes before anything finishes: nothing completed (no
+    // end of generation cuts a request short, however fast the machine).
+    cortex.write(
+        "slow.jsonl",
+        &(0..2)
+            .map(|i| {
+                format!(
+                    "{{\"prompt\": \"Note {i}:\", \"max_tokens\": 4000, \"ignore_eos\": true}}\n"
+                )
+            })
+            .collect::<String>(),
+    );
     let (code, stderr) =
         exit_and_stderr(&cortex, &["run", "slow.jsonl", "--completion-window", "1s"]);
     assert_eq!(code, Some(7), "{stderr}");
