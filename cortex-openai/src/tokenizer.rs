@@ -58,22 +58,25 @@ pub fn parse_tokenize(body: &[u8]) -> Result<TokenizeCall, BodyError> {
     })
 }
 
-/// Reads a `POST /detokenize` body; ids at or past `n_vocab` are refused.
-pub fn parse_detokenize(body: &[u8], n_vocab: usize) -> Result<DetokenizeCall, BodyError> {
+/// Reads a `POST /detokenize` body (see [`DetokenizeCall::within`] for the
+/// model's vocabulary).
+pub fn parse_detokenize(body: &[u8]) -> Result<DetokenizeCall, BodyError> {
     let mut fields = object(body, &["model", "tokens"])?;
     let tokens = match fields.remove("tokens") {
         Some(Value::Array(items)) => items
             .iter()
             .enumerate()
-            .map(|(i, item)| match item.as_u64() {
-                Some(id) if (id as usize) < n_vocab => Ok(id as TokenId),
-                _ => Err(error(
-                    format!(
-                        "tokens[{i}] = {item} is not a token id of this model (0 to {})",
-                        n_vocab.saturating_sub(1)
-                    ),
-                    "tokens",
-                )),
+            .map(|(i, item)| {
+                item.as_u64()
+                    .and_then(|id| TokenId::try_from(id).ok())
+                    .ok_or_else(|| {
+                        error(
+                            format!(
+                                "tokens[{i}] = {item} is not a token id (a non-negative integer)"
+                            ),
+                            "tokens",
+                        )
+                    })
             })
             .collect::<Result<_, _>>()?,
         None | Some(Value::Null) => return Err(error("missing tokens", "tokens")),
@@ -88,6 +91,24 @@ pub fn parse_detokenize(body: &[u8], n_vocab: usize) -> Result<DetokenizeCall, B
         model: model(&mut fields)?,
         tokens,
     })
+}
+
+impl DetokenizeCall {
+    /// The call, when every id is below `n_vocab` (the model's vocabulary);
+    /// else the first that is not, named.
+    pub fn within(self, n_vocab: usize) -> Result<Self, BodyError> {
+        match self.tokens.iter().position(|&id| id as usize >= n_vocab) {
+            None => Ok(self),
+            Some(i) => Err(error(
+                format!(
+                    "tokens[{i}] = {} is not a token id of this model (0 to {})",
+                    self.tokens[i],
+                    n_vocab.saturating_sub(1)
+                ),
+                "tokens",
+            )),
+        }
+    }
 }
 
 /// `POST /tokenize`'s answer.
@@ -195,16 +216,26 @@ mod tests {
 
     #[test]
     fn detokenize_refuses_ids_outside_the_vocabulary() {
-        let call = parse_detokenize(br#"{"tokens": [1, 2], "model": "m"}"#, 10).unwrap();
+        let call = parse_detokenize(br#"{"tokens": [1, 2], "model": "m"}"#)
+            .and_then(|call| call.within(10))
+            .unwrap();
         assert_eq!(call.tokens, vec![1, 2]);
         assert_eq!(call.model.as_deref(), Some("m"));
-        let error = parse_detokenize(br#"{"tokens": [1, 10]}"#, 10).unwrap_err();
+        let error = parse_detokenize(br#"{"tokens": [1, 10]}"#)
+            .and_then(|call| call.within(10))
+            .unwrap_err();
         assert_eq!(
             error.message,
             "tokens[1] = 10 is not a token id of this model (0 to 9)"
         );
-        assert!(parse_detokenize(br#"{"tokens": [-1]}"#, 10).is_err());
-        assert!(parse_detokenize(br#"{"tokens": "1 2"}"#, 10).is_err());
+        assert_eq!(
+            parse_detokenize(br#"{"tokens": [-1]}"#)
+                .unwrap_err()
+                .message,
+            "tokens[0] = -1 is not a token id (a non-negative integer)"
+        );
+        assert!(parse_detokenize(br#"{"tokens": [4294967296]}"#).is_err());
+        assert!(parse_detokenize(br#"{"tokens": "1 2"}"#).is_err());
     }
 
     #[test]

@@ -48,13 +48,11 @@ pub(crate) async fn detokenize(
     body: Result<Bytes, BytesRejection>,
 ) -> Answer {
     let body = body_bytes(&state, body)?;
-    // The model first: its vocabulary bounds the ids.
-    let named = parse_detokenize(&body, usize::MAX)
-        .map_err(|e| ApiError::invalid(e.message, e.param))?
-        .model;
-    let model = state.use_model(named.as_deref(), None).await?;
-    let call = parse_detokenize(&body, model.engine.info().n_vocab)
-        .map_err(|e| ApiError::invalid(e.message, e.param))?;
+    let invalid = |e: cortex_openai::BodyError| ApiError::invalid(e.message, e.param);
+    let call = parse_detokenize(&body).map_err(invalid)?;
+    // The model's vocabulary bounds the ids.
+    let model = state.use_model(call.model.as_deref(), None).await?;
+    let call = call.within(model.engine.info().n_vocab).map_err(invalid)?;
     off_async(move || {
         let text = model
             .engine
