@@ -12,8 +12,9 @@
 // - Scheduling. ggml runs an operation where its weight lives, so every
 //   product with a packed weight comes here (and a row lookup in one, which
 //   the CPU could not read). On AVX-512 the device also takes attention
-//   over an F16 KV cache (attention.h); everything else runs on the CPU
-//   backend.
+//   over an F16 KV cache (attention.h), and the argmax of greedy rows
+//   after the output projection (argmax.c); everything else runs on the
+//   CPU backend.
 // - Threads. A product runs as two custom operations (quantize the
 //   activations, then multiply) on a CPU backend of our own that shares the
 //   threadpool of the caller's context: the same threads run llama.cpp's
@@ -97,9 +98,20 @@ static bool supports_flash_attn(const struct ggml_tensor * op) {
            ck_attention_supported(q->ne[0], v->ne[0], q->ne[2], k->ne[2]);
 }
 
+// The argmax of each row of an F32 matrix (greedy rows sampled in the
+// graph, right after the output projection computed here): read in place
+// by the shared threads, instead of llama.cpp copying every row's logits
+// out for the host to read again.
+static bool supports_argmax(const struct ggml_tensor * op) {
+    const struct ggml_tensor * x = op->src[0];
+    return x->type == GGML_TYPE_F32 && x->nb[0] == sizeof(float) && x->ne[2] == 1 && x->ne[3] == 1 &&
+           op->type == GGML_TYPE_I32 && ggml_is_contiguous(op) && x->ne[0] <= INT32_MAX;
+}
+
 static bool device_supports_op(ggml_backend_dev_t dev, const struct ggml_tensor * op) {
     (void)dev;
     switch (op->op) {
+        case GGML_OP_ARGMAX: return supports_argmax(op);
         case GGML_OP_MUL_MAT: return supports_mul_mat(op);
         case GGML_OP_GET_ROWS: return supports_get_rows(op);
         case GGML_OP_FLASH_ATTN_EXT: return supports_flash_attn(op);

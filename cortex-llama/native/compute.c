@@ -1,6 +1,6 @@
 // The work of cortex's ggml backend: matrix products (activations
 // quantized once per input and format, then panels handed out in chunks),
-// attention, and row lookups in packed weights, run as ggml custom
+// attention, row lookups in packed weights and row argmaxes, run as ggml custom
 // operations on a CPU backend of the instance's own that shares the
 // threadpool of the caller's context: the same threads run llama.cpp's
 // operations and these, one after the other, never competing for cores.
@@ -458,6 +458,37 @@ static enum ggml_status run_attention(struct ck_compute * ctx, struct ggml_tenso
     return run_on_threads(ctx, NULL, attention_task, run);
 }
 
+// Rows of an ARGMAX (greedy rows sampled in the graph), taken in turn by
+// whichever thread is free.
+struct argmax_run {
+    const struct ggml_tensor * src;
+    struct ggml_tensor * dst;
+    atomic_llong next_row;
+};
+
+static void argmax_task(struct ggml_tensor * dst, int ith, int nth, void * userdata) {
+    (void)dst, (void)ith, (void)nth;
+    struct argmax_run * run = userdata;
+    const int64_t rows = run->src->ne[1];
+    for (;;) {
+        const int64_t row = atomic_fetch_add_explicit(&run->next_row, 1, memory_order_relaxed);
+        if (row >= rows) {
+            return;
+        }
+        const float * x = (const float *)((const char *)run->src->data + (size_t)row * run->src->nb[1]);
+        ((int32_t *)run->dst->data)[row] = ck_argmax(ck_kernels_isa, x, run->src->ne[0]);
+    }
+}
+
+static enum ggml_status run_argmax(struct ck_compute * ctx, struct ggml_tensor * op) {
+    if (!prepare_cpu(ctx)) {
+        return GGML_STATUS_ALLOC_FAILED;
+    }
+    struct argmax_run run = {.src = op->src[0], .dst = op};
+    atomic_init(&run.next_row, 0);
+    return run_on_threads(ctx, NULL, argmax_task, &run);
+}
+
 // Runs the products gathered in ctx->batch, on the CPU backend's threads.
 static enum ggml_status run_products(struct ck_compute * ctx) {
     struct product_batch * batch = &ctx->batch;
@@ -568,6 +599,11 @@ enum ggml_status ck_compute_graph(struct ck_compute * ctx, struct ggml_cgraph * 
             const enum ggml_status attended = run_attention(ctx, node, shares);
             if (attended != GGML_STATUS_SUCCESS) {
                 return attended;
+            }
+        } else if (node->op == GGML_OP_ARGMAX) {
+            const enum ggml_status taken = run_argmax(ctx, node);
+            if (taken != GGML_STATUS_SUCCESS) {
+                return taken;
             }
         } else {
             GGML_ABORT("%s: unsupported operation %s", CK_DEVICE_NAME, ggml_op_desc(node));

@@ -6,6 +6,14 @@
 
 #include "panels.h"
 
+// Panels a column tile runs over before the next columns: each column's
+// results then leave as 16 panels' contiguous 1 KiB instead of one 64-byte
+// line per panel (a write stream per column, each line a read for
+// ownership), while the group's weights (16 x 11.5 KiB at 640 columns)
+// stay in L2 for the other columns. About 20% off a B = 64 product with
+// Gemma's 262,144-row output projection (AVX-512).
+#define CK_PANEL_GROUP 16
+
 #if CK_X86
 
 // 16 rows x C columns of a Q4_1 panel.
@@ -26,20 +34,25 @@ CK_AVX512 CK_INLINE void q4_1_tile_avx512(const uint8_t * w, int64_t nb, const u
         }
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 256)));
         const __m512 mw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 288)));
+        // One chain of sums per column, the columns side by side at each
+        // step of the block (see the Q8_0 tile).
+        __m512i s[8];
+        for (int c = 0; c < C; c++) {
+            const int32_t * q = (const int32_t *)(act + (size_t)c * astride + (size_t)b * CK_BLOCK);
+            s[c] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), g[0], _mm512_set1_epi32(q[0]));
+        }
+        for (int i = 1; i < 8; i++) {
+            // g[2h] holds the low nibbles (quants 0-15 of the block), g[2h+1] the high ones (16-31).
+            const int word = (i & 1) ? 4 + i / 2 : i / 2;
+            for (int c = 0; c < C; c++) {
+                const int32_t * q = (const int32_t *)(act + (size_t)c * astride + (size_t)b * CK_BLOCK);
+                s[c] = _mm512_dpbusd_epi32(s[c], g[i], _mm512_set1_epi32(q[word]));
+            }
+        }
         for (int c = 0; c < C; c++) {
             const uint8_t * col = act + (size_t)c * astride;
-            const int32_t * q = (const int32_t *)(col + (size_t)b * CK_BLOCK);
-            __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), g[0], _mm512_set1_epi32(q[0]));
-            __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), g[1], _mm512_set1_epi32(q[4]));
-            s0 = _mm512_dpbusd_epi32(s0, g[2], _mm512_set1_epi32(q[1]));
-            s1 = _mm512_dpbusd_epi32(s1, g[3], _mm512_set1_epi32(q[5]));
-            s0 = _mm512_dpbusd_epi32(s0, g[4], _mm512_set1_epi32(q[2]));
-            s1 = _mm512_dpbusd_epi32(s1, g[5], _mm512_set1_epi32(q[6]));
-            s0 = _mm512_dpbusd_epi32(s0, g[6], _mm512_set1_epi32(q[3]));
-            s1 = _mm512_dpbusd_epi32(s1, g[7], _mm512_set1_epi32(q[7]));
-            const __m512 isum = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
             const __m512 dx = _mm512_set1_ps(column_scales(col, nb)[b]);
-            acc[c] = _mm512_fmadd_ps(isum, _mm512_mul_ps(dw, dx), acc[c]);
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[c]), _mm512_mul_ps(dw, dx), acc[c]);
             acc[c] = _mm512_fmadd_ps(mw, _mm512_set1_ps(column_sums(col, nb)[b]), acc[c]);
         }
     }
@@ -62,23 +75,28 @@ CK_AVX512 CK_INLINE void q8_0_tile_avx512(const uint8_t * w, int64_t nb, const u
             g[i] = _mm512_loadu_si512(blk + 64 * i);
         }
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 512)));
-        // sum((x + 128) w) = sum(x w) + 128 sum(w)
-        const __m512i offset =
-            _mm512_slli_epi32(_mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)(blk + 544))), 7);
+        // sum((x + 128) w) = sum(x w) + 128 sum(w): each sum starts at
+        // -128 sum(w), so no subtraction per column.
+        const __m512i start = _mm512_sub_epi32(
+            _mm512_setzero_si512(),
+            _mm512_slli_epi32(_mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)(blk + 544))), 7));
+        // One chain of sums per column, the columns side by side at each
+        // step of the block: independent chains hide vpdpbusd's latency,
+        // and a column's sums need no final add.
+        __m512i s[8];
         for (int c = 0; c < C; c++) {
-            const uint8_t * col = act + (size_t)c * astride;
-            const int32_t * q = (const int32_t *)(col + (size_t)b * CK_BLOCK);
-            __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi32(q[0]), g[0]);
-            __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi32(q[1]), g[1]);
-            s0 = _mm512_dpbusd_epi32(s0, _mm512_set1_epi32(q[2]), g[2]);
-            s1 = _mm512_dpbusd_epi32(s1, _mm512_set1_epi32(q[3]), g[3]);
-            s0 = _mm512_dpbusd_epi32(s0, _mm512_set1_epi32(q[4]), g[4]);
-            s1 = _mm512_dpbusd_epi32(s1, _mm512_set1_epi32(q[5]), g[5]);
-            s0 = _mm512_dpbusd_epi32(s0, _mm512_set1_epi32(q[6]), g[6]);
-            s1 = _mm512_dpbusd_epi32(s1, _mm512_set1_epi32(q[7]), g[7]);
-            const __m512i isum = _mm512_sub_epi32(_mm512_add_epi32(s0, s1), offset);
-            const __m512 dx = _mm512_set1_ps(column_scales(col, nb)[b]);
-            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, dx), acc[c]);
+            const int32_t * q = (const int32_t *)(act + (size_t)c * astride + (size_t)b * CK_BLOCK);
+            s[c] = _mm512_dpbusd_epi32(start, _mm512_set1_epi32(q[0]), g[0]);
+        }
+        for (int i = 1; i < 8; i++) {
+            for (int c = 0; c < C; c++) {
+                const int32_t * q = (const int32_t *)(act + (size_t)c * astride + (size_t)b * CK_BLOCK);
+                s[c] = _mm512_dpbusd_epi32(s[c], _mm512_set1_epi32(q[i]), g[i]);
+            }
+        }
+        for (int c = 0; c < C; c++) {
+            const __m512 dx = _mm512_set1_ps(column_scales(act + (size_t)c * astride, nb)[b]);
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[c]), _mm512_mul_ps(dw, dx), acc[c]);
         }
     }
     for (int c = 0; c < C; c++) {
@@ -103,16 +121,19 @@ CK_AVX512 static void gemm_avx512(enum ck_format format, const uint8_t * packed,
     const int64_t nb = cols / CK_BLOCK;
     const size_t astride = ck_activation_bytes(cols);
     const size_t panel_bytes = (size_t)nb * panel_block_bytes(format);
-    for (int64_t p = p0; p < p1; p++) {
-        const uint8_t * w = packed + (size_t)p * panel_bytes;
-        float * out = dst + p * CK_PANEL_ROWS;
+    for (int64_t group = p0; group < p1; group += CK_PANEL_GROUP) {
+        const int64_t group_end = group + CK_PANEL_GROUP < p1 ? group + CK_PANEL_GROUP : p1;
         for (int64_t c = 0; c < n_cols; c += 8) {
             const int n = (int)(n_cols - c < 8 ? n_cols - c : 8);
             const uint8_t * a = act + (size_t)c * astride;
-            if (format == CK_Q4_1) {
-                CK_TILE8(q4_1_tile_avx512, w, nb, a, astride, out + c * ldd, ldd, n)
-            } else {
-                CK_TILE8(q8_0_tile_avx512, w, nb, a, astride, out + c * ldd, ldd, n)
+            for (int64_t p = group; p < group_end; p++) {
+                const uint8_t * w = packed + (size_t)p * panel_bytes;
+                float * out = dst + p * CK_PANEL_ROWS + c * ldd;
+                if (format == CK_Q4_1) {
+                    CK_TILE8(q4_1_tile_avx512, w, nb, a, astride, out, ldd, n)
+                } else {
+                    CK_TILE8(q8_0_tile_avx512, w, nb, a, astride, out, ldd, n)
+                }
             }
         }
     }
@@ -213,16 +234,19 @@ CK_AVX2 static void gemm_avx2(enum ck_format format, const uint8_t * packed, int
     const int64_t nb = cols / CK_BLOCK;
     const size_t astride = ck_activation_bytes(cols);
     const size_t panel_bytes = (size_t)nb * panel_block_bytes(format);
-    for (int64_t p = p0; p < p1; p++) {
-        const uint8_t * w = packed + (size_t)p * panel_bytes;
-        float * out = dst + p * CK_PANEL_ROWS;
+    for (int64_t group = p0; group < p1; group += CK_PANEL_GROUP) {
+        const int64_t group_end = group + CK_PANEL_GROUP < p1 ? group + CK_PANEL_GROUP : p1;
         for (int64_t c = 0; c < n_cols; c += 4) {
             const int n = (int)(n_cols - c < 4 ? n_cols - c : 4);
             const uint8_t * a = act + (size_t)c * astride;
-            if (format == CK_Q4_1) {
-                CK_TILE2(q4_1_tile_avx2, w, nb, a, astride, out + c * ldd, ldd, n)
-            } else {
-                CK_TILE2(q8_0_tile_avx2, w, nb, a, astride, out + c * ldd, ldd, n)
+            for (int64_t p = group; p < group_end; p++) {
+                const uint8_t * w = packed + (size_t)p * panel_bytes;
+                float * out = dst + p * CK_PANEL_ROWS + c * ldd;
+                if (format == CK_Q4_1) {
+                    CK_TILE2(q4_1_tile_avx2, w, nb, a, astride, out, ldd, n)
+                } else {
+                    CK_TILE2(q8_0_tile_avx2, w, nb, a, astride, out, ldd, n)
+                }
             }
         }
     }

@@ -80,6 +80,12 @@ void ck_gemm(enum ck_isa isa, enum ck_format format, const void * packed, int64_
              int64_t panel_begin, int64_t panel_end, const uint8_t * activations, int64_t n_cols,
              float * dst, int64_t ldd);
 
+// The index of the largest of `n` floats: the lowest on ties, NaN ignored;
+// with nothing above -inf, the first -inf, else (all NaN) 0. The rule of
+// cortex's host sampler, so a greedy row gets the same token wherever it is
+// taken (argmax.c).
+int32_t ck_argmax(enum ck_isa isa, const float * x, int64_t n);
+
 // Packs random matrices of each format and shape, multiplies them with the
 // kernels of `isa` at several batch sizes, and compares every element with
 // a scalar reference; returns the number of mismatches (0: all agree) and

@@ -174,6 +174,51 @@ static int check_converted(enum ck_isa isa, char * why, size_t why_len, uint64_t
     return mismatches;
 }
 
+// The first index of the largest value, NaN ignored; with none above -inf,
+// the first -inf, else 0: the plainest statement of ck_argmax's rule.
+static int32_t reference_argmax(const float * x, int64_t n) {
+    int64_t best = -1;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isnan(x[i]) && (best < 0 || x[i] > x[best])) {
+            best = i;
+        }
+    }
+    return best < 0 ? 0 : (int32_t)best;
+}
+
+// Rows of every length around the vector widths, with few distinct values
+// (ties across lanes), NaN, -inf, and rows of nothing else.
+static int check_argmax(enum ck_isa isa, char * why, size_t why_len, uint64_t * state, int mismatches) {
+    static const int64_t lengths[] = {1, 7, 8, 9, 31, 32, 33, 100, 1000, 4099};
+    float * x = malloc(sizeof(float) * 4099);
+    for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++) {
+        const int64_t n = lengths[li];
+        for (int round = 0; round < 24; round++) {
+            for (int64_t i = 0; i < n; i++) {
+                const uint32_t r = next_random(state);
+                x[i] = (float)(r % 7);
+                if (round % 4 == 1 && r % 5 == 0) {
+                    x[i] = NAN;
+                }
+                if (round % 4 == 2) {
+                    x[i] = r % 3 == 0 ? NAN : -INFINITY;
+                }
+                if (round % 4 == 3) {
+                    x[i] = round % 8 == 3 ? NAN : -INFINITY;
+                }
+            }
+            const int32_t got = ck_argmax(isa, x, n);
+            const int32_t expected = reference_argmax(x, n);
+            if (got != expected && mismatches++ == 0) {
+                snprintf(why, why_len, "%s argmax of %lld floats (round %d): %d, the reference %d", ck_isa_name(isa),
+                         (long long)n, round, got, expected);
+            }
+        }
+    }
+    free(x);
+    return mismatches;
+}
+
 int ck_self_check(enum ck_isa isa, char * why, size_t why_len) {
     static const int64_t shapes[][2] = {{16, 32}, {48, 96}, {192, 576}, {576, 576}, {576, 1536}, {1536, 576}};
     static const int64_t batches[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 17, 33};
@@ -277,5 +322,6 @@ int ck_self_check(enum ck_isa isa, char * why, size_t why_len) {
             free(raw);
         }
     }
-    return check_converted(isa, why, why_len, &state, mismatches);
+    mismatches = check_converted(isa, why, why_len, &state, mismatches);
+    return check_argmax(isa, why, why_len, &state, mismatches);
 }

@@ -40,46 +40,33 @@ pub(crate) fn max_logit(logits: &[f32]) -> f32 {
         .fold(f32::NEG_INFINITY, |m, &l| if l > m { l } else { m })
 }
 
-/// Index of the largest logit, lowest index on ties, NaN ignored; one pass
-/// keeping each lane's best value and the chunk it was first seen in.
+/// Index of the largest logit, lowest index on ties, NaN ignored; with
+/// nothing above -∞, the first -∞ token, else (all NaN) token 0. Two passes:
+/// the maximum (one compare-and-select a lane), then the first position that
+/// holds it, which stops there and rereads a row the first pass left in
+/// cache. One pass carrying indices in its lanes ran at a third of the speed
+/// of memory on a row of Gemma's 262,144 logits.
 pub(crate) fn argmax(logits: &[f32]) -> usize {
-    let mut best = [f32::NEG_INFINITY; LANES];
-    let mut best_chunk = [0u32; LANES];
-    let chunks = logits.chunks_exact(LANES);
+    let best = max_logit(logits);
+    first_position_of(logits, best).unwrap_or(0)
+}
+
+/// The first index holding exactly `value` (never one holding NaN).
+fn first_position_of(logits: &[f32], value: f32) -> Option<usize> {
+    const STRIDE: usize = LANES * 4;
+    let chunks = logits.chunks_exact(STRIDE);
     let tail_start = logits.len() - chunks.remainder().len();
     for (chunk_index, chunk) in chunks.enumerate() {
-        for i in 0..LANES {
-            let better = chunk[i] > best[i];
-            best[i] = if better { chunk[i] } else { best[i] };
-            best_chunk[i] = if better {
-                chunk_index as u32
-            } else {
-                best_chunk[i]
-            };
+        // A fold without early exit vectorises; only a hit looks closer.
+        if chunk.iter().fold(false, |hit, &l| hit | (l == value)) {
+            let offset = chunk.iter().position(|&l| l == value)?;
+            return Some(chunk_index * STRIDE + offset);
         }
     }
-    let mut winner = (f32::NEG_INFINITY, usize::MAX);
-    for i in 0..LANES {
-        let index = best_chunk[i] as usize * LANES + i;
-        if best[i] > winner.0
-            || (best[i] == winner.0 && index < winner.1 && best[i] > f32::NEG_INFINITY)
-        {
-            winner = (best[i], index);
-        }
-    }
-    for (offset, &l) in logits[tail_start..].iter().enumerate() {
-        if l > winner.0 {
-            winner = (l, tail_start + offset);
-        }
-    }
-    if winner.1 == usize::MAX {
-        // Nothing above -∞: the first -∞ token, else (all NaN) token 0.
-        return logits
-            .iter()
-            .position(|&l| l == f32::NEG_INFINITY)
-            .unwrap_or(0);
-    }
-    winner.1
+    logits[tail_start..]
+        .iter()
+        .position(|&l| l == value)
+        .map(|offset| tail_start + offset)
 }
 
 /// How many logits are at or above `floor` (no exponentials needed).
@@ -214,5 +201,9 @@ mod tests {
         with_nan[33] = 2.0;
         assert_eq!(argmax(&with_nan), 33);
         assert_eq!(argmax(&[f32::NEG_INFINITY; 20]), 0);
+        let mut nan_then_infinite = vec![f32::NAN; 70];
+        nan_then_infinite[66] = f32::NEG_INFINITY;
+        assert_eq!(argmax(&nan_then_infinite), 66);
+        assert_eq!(argmax(&[f32::NAN; 70]), 0);
     }
 }

@@ -7,7 +7,8 @@
 //! driver: offload, KV on the device, logits read back, greedy agreement
 //! with the CPU, a job, a served request and device memory in `/api/ps` and
 //! `/metrics`, and greedy rows sampled on the device (llama.cpp's backend
-//! sampling) giving what the host's sampling gives.
+//! sampling) giving what the host's sampling gives; on the CPU too, where
+//! cortex's kernels take the argmax.
 
 use std::path::Path;
 
@@ -174,6 +175,22 @@ fn greedy_on_vulkan_agrees_with_the_cpu_and_a_job_runs_there() {
 fn tokens_sampled_on_the_device_are_those_the_host_samples() {
     let Some(cortex) = on_vulkan() else { return };
     let device = vulkan_device(&cortex);
+    device_and_host_sample_alike(&cortex, &["--device", &device]);
+}
+
+/// On the CPU, cortex's kernels take the argmax of greedy rows in the graph
+/// (after the output projection they computed), and llama.cpp copies no
+/// logits out: the tokens are those the host's argmax takes.
+#[test]
+fn greedy_rows_sampled_by_cortexs_cpu_kernels_are_those_the_host_samples() {
+    let cortex = Cortex::new();
+    device_and_host_sample_alike(&cortex, &["--cpu-kernels", "cortex"]);
+}
+
+/// The same greedy and seeded jobs with `--sample-on-device` false and
+/// true give the same texts; with it on, every greedy token came from the
+/// device and no seeded one.
+fn device_and_host_sample_alike(cortex: &Cortex, device: &[&str]) {
     // Prompts that share no 16-token block, so that no prefix is copied
     // between streams: on lavapipe a release build crashes or hangs where
     // streams copy a prefix (also before device sampling existed; CUDA is
@@ -211,19 +228,20 @@ fn tokens_sampled_on_the_device_are_those_the_host_samples() {
     );
     let run = |name: &str, on_device: &str| {
         let out = format!("{name}-{on_device}.jsonl");
-        let output = cortex.run(&[
-            "run",
-            &format!("{name}.jsonl"),
-            "--device",
-            &device,
+        let job = format!("{name}.jsonl");
+        let trace = format!("{name}-{on_device}.trace");
+        let mut args = vec!["run", job.as_str()];
+        args.extend_from_slice(device);
+        args.extend_from_slice(&[
             "--sample-on-device",
             on_device,
             "--trace",
-            &format!("{name}-{on_device}.trace"),
+            &trace,
             "-o",
             &out,
             "--force",
         ]);
+        let output = cortex.run(&args);
         let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
         assert!(output.status.success(), "{stderr}");
         let texts: Vec<(String, Value)> = read_jsonl(&cortex.dir().join(&out))
@@ -246,14 +264,14 @@ fn tokens_sampled_on_the_device_are_those_the_host_samples() {
     };
     for name in ["greedy", "seeded"] {
         let (on_host, host_trace) = run(name, "false");
-        let (on_gpu, gpu_trace) = run(name, "true");
-        assert_eq!(on_host, on_gpu, "{name}: the same texts either way");
+        let (on_device, device_trace) = run(name, "true");
+        assert_eq!(on_host, on_device, "{name}: the same texts either way");
         assert_eq!(sampled(&host_trace).0, 0, "{host_trace}");
-        let (device, all) = sampled(&gpu_trace);
+        let (device, all) = sampled(&device_trace);
         // Greedy rows came back as tokens; seeded ones are drawn on the
         // host either way.
         let expected = if name == "greedy" { all } else { 0 };
-        assert!(all > 0 && device == expected, "{gpu_trace}");
+        assert!(all > 0 && device == expected, "{device_trace}");
     }
 }
 

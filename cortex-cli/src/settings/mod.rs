@@ -369,8 +369,9 @@ settings! {
     /// Q8_0; llama.cpp's for the rest) or llama.
     cpu_kernels: CpuKernels = CpuKernels::Cortex;
     Engine, "cortex|llama";
-    /// On a GPU, take the argmax of greedy requests on the device itself
-    /// (one token per sequence comes back instead of all the logits).
+    /// Take the argmax of greedy requests on the device that computes the
+    /// logits (a GPU, or cortex's CPU kernels): one token per sequence comes
+    /// back instead of all the logits.
     sample_on_device: bool = EngineConfig::new("").sample_on_device;
     Engine, "BOOL";
     /// A directory of llama.cpp backend modules (libggml-*.so) searched

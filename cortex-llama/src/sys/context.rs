@@ -160,6 +160,21 @@ impl<'m> RawContext<'m> {
         // stay alive for the call; the context is live and used by one thread.
         let result = unsafe { ffi::llama_decode(self.ptr.as_ptr(), batch.raw) };
         super::kernels::set_prefix_shares(&[], &[]);
+        if let Some((
+            pool,
+            ThreadpoolFns {
+                pause: Some(pause), ..
+            },
+        )) = self.threadpool
+        {
+            // Idle workers poll between the graph's splits (ggml's default,
+            // which the many splits of a step need), and would go on
+            // spinning for millions of rounds after it, on the cores the
+            // host's sampling needs; paused, they sleep until the next
+            // graph starts them again.
+            // SAFETY: a live pool, no graph running on it.
+            unsafe { pause(pool.as_ptr()) };
+        }
         result
     }
 
@@ -387,6 +402,7 @@ impl Drop for RawBatch {
 struct ThreadpoolFns {
     new: NewThreadpool,
     free: FreeThreadpool,
+    pause: Option<super::devices::PauseThreadpool>,
 }
 
 type NewThreadpool =
@@ -416,6 +432,7 @@ fn threadpool_fns() -> Option<ThreadpoolFns> {
             Some(ThreadpoolFns {
                 new: std::mem::transmute::<*mut c_void, NewThreadpool>(new.as_ptr()),
                 free: std::mem::transmute::<*mut c_void, FreeThreadpool>(free.as_ptr()),
+                pause: super::devices::threadpool_pause(),
             })
         }
     })

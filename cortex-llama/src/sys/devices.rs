@@ -5,6 +5,7 @@
 use std::ffi::{CStr, CString, c_char};
 use std::path::Path;
 use std::ptr::NonNull;
+use std::sync::OnceLock;
 
 use llama_cpp_sys_2 as ffi;
 
@@ -76,7 +77,39 @@ pub(crate) fn load_module(path: &Path) -> Result<String, String> {
     }
     // SAFETY: a registered backend lives as long as the process; its name is
     // a static string.
-    Ok(text(unsafe { ffi::ggml_backend_reg_name(reg) }))
+    let name = text(unsafe { ffi::ggml_backend_reg_name(reg) });
+    if name == "CPU" {
+        remember_threadpool_pause(path);
+    }
+    Ok(name)
+}
+
+/// `ggml_threadpool_pause(pool)`: its idle workers sleep until the next
+/// graph on the pool starts them again.
+pub(crate) type PauseThreadpool = unsafe extern "C" fn(*mut ffi::ggml_threadpool);
+
+static THREADPOOL_PAUSE: OnceLock<PauseThreadpool> = OnceLock::new();
+
+/// The loaded CPU module's `ggml_threadpool_pause`, which the module does
+/// not hand out by name as it does `ggml_threadpool_new`.
+pub(crate) fn threadpool_pause() -> Option<PauseThreadpool> {
+    THREADPOOL_PAUSE.get().copied()
+}
+
+fn remember_threadpool_pause(path: &Path) {
+    // SAFETY: ggml holds the module open already, so opening it again only
+    // counts a reference; the symbol is ggml-cpu.h's function of exactly
+    // this signature; the library is never closed (forgotten below), so
+    // the pointer stays valid for the process.
+    unsafe {
+        let Ok(library) = libloading::Library::new(path) else {
+            return;
+        };
+        if let Ok(pause) = library.get::<PauseThreadpool>(b"ggml_threadpool_pause\0") {
+            let _ = THREADPOOL_PAUSE.set(*pause);
+        }
+        std::mem::forget(library);
+    }
 }
 
 /// The names of the backends registered so far.

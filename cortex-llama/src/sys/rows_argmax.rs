@@ -151,6 +151,24 @@ unsafe extern "C" fn backend_apply(
             data.sampled = ffi::ggml_argmax(ctx, flat);
             return;
         }
+        let row = (*logits).view_offs / (*matrix).nb[1];
+        // llama.cpp pads the logits with a row (for sequences without an
+        // output in the batch, which read row 0): a copy of every row, which
+        // a GPU makes in no time but the CPU makes at memory speed. Every
+        // row read is one of the logits themselves, so the argmax reads them
+        // where they are.
+        let unpadded = (*matrix).src[0];
+        let matrix = if (*matrix).op == ffi::GGML_OP_PAD
+            && !unpadded.is_null()
+            && (*unpadded).ne[0] == (*matrix).ne[0]
+            && usize::try_from((*unpadded).ne[1]).is_ok_and(|rows| rows > row)
+            && (*unpadded).ne[2] == 1
+            && (*unpadded).ne[3] == 1
+        {
+            unpadded
+        } else {
+            matrix
+        };
         let argmax = match shared.built.get() {
             Some((built_of, argmax)) if built_of == matrix => argmax,
             _ => {
@@ -163,7 +181,10 @@ unsafe extern "C" fn backend_apply(
                 argmax
             }
         };
-        let row = (*logits).view_offs / (*matrix).nb[1];
         data.sampled = ffi::ggml_view_1d(ctx, argmax, 1, row * (*argmax).nb[0]);
+        // The token is all that comes back: left set, llama.cpp would also
+        // copy the row's logits out ("sampled logits", which cortex never
+        // reads), and compute the padded matrix they are a view of.
+        data.logits = ptr::null_mut();
     }
 }
