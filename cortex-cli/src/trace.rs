@@ -39,7 +39,7 @@ pub(crate) struct TraceSummary {
     graphs_reused: u64,
     gap_fillers: u64,
     chunks_evened: u64,
-    /// Steps whose batch the backend refused (decoded again stream by stream).
+    /// Steps whose batch llama.cpp refused (decoded again stream by stream).
     refused_batches: u64,
     prompt_tokens: u64,
     /// Every prompt's tokens as a tree: (parent node, token) → node.
@@ -122,7 +122,7 @@ impl TraceSummary {
         let refused = match self.refused_batches {
             0 => String::new(),
             n => format!(
-                "\n  {n} steps decoded stream by stream: the backend refused their batch (-vv says why)"
+                "\n  {n} steps decoded stream by stream: llama.cpp refused their batch (-vv says why)"
             ),
         };
         format!(

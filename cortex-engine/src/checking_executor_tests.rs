@@ -1,12 +1,12 @@
-//! The step loop over a fake backend, for what the real model cannot be made
+//! The step loop over a fake executor, for what the real model cannot be made
 //! to do on demand: fail, die, and show exactly which cells each stream holds.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::{
-    Backend, BackendError, BatchToken, ComputedOn, Engine, EngineConfig, EngineError, EngineEvent,
-    EngineHealth, KvLayout, StepRecord, StreamId,
+    BatchToken, ComputedOn, Engine, EngineConfig, EngineError, EngineEvent, EngineHealth, Executor,
+    ExecutorError, KvLayout, StepRecord, StreamId,
 };
 use cortex_chat::{Conversation, OutputSyntax, RenderedChat};
 use cortex_request::{
@@ -43,13 +43,13 @@ fn expected(prompt: &[TokenId], max_tokens: usize) -> Vec<TokenId> {
     sequence.split_off(prompt.len())
 }
 
-/// A backend that keeps the token of every cell of every stream and refuses
+/// An executor that keeps the token of every cell of every stream and refuses
 /// anything llama.cpp would get wrong silently: writing past a hole, writing
 /// a position twice without truncating it, going past a stream's capacity.
 /// Its logits come from what the stream holds, so a wrong copy or a missed
 /// truncation changes the output.
 #[derive(Default)]
-struct CheckingBackend {
+struct CheckingExecutor {
     layout: Option<KvLayout>,
     cells: Vec<Vec<TokenId>>,
     /// The next token for each row of the last batch.
@@ -65,21 +65,21 @@ struct CheckingBackend {
     largest_batch: Option<Arc<AtomicU64>>,
 }
 
-impl CheckingBackend {
-    fn write(&mut self, t: &BatchToken) -> Result<(), BackendError> {
+impl CheckingExecutor {
+    fn write(&mut self, t: &BatchToken) -> Result<(), ExecutorError> {
         let layout = self.layout.expect("a layout is set first");
         let cells = self
             .cells
             .get_mut(t.stream as usize)
-            .ok_or_else(|| BackendError::Failed(format!("no stream {}", t.stream)))?;
+            .ok_or_else(|| ExecutorError::Failed(format!("no stream {}", t.stream)))?;
         if t.pos >= layout.capacity {
-            return Err(BackendError::Failed(format!(
+            return Err(ExecutorError::Failed(format!(
                 "stream {} position {} beyond its {} cells",
                 t.stream, t.pos, layout.capacity
             )));
         }
         if t.pos != cells.len() {
-            return Err(BackendError::Failed(format!(
+            return Err(ExecutorError::Failed(format!(
                 "stream {} holds {} cells; position {} written",
                 t.stream,
                 cells.len(),
@@ -91,7 +91,7 @@ impl CheckingBackend {
     }
 }
 
-impl Backend for CheckingBackend {
+impl Executor for CheckingExecutor {
     fn n_vocab(&self) -> usize {
         VOCAB
     }
@@ -104,7 +104,7 @@ impl Backend for CheckingBackend {
     fn kv_layout(&self) -> KvLayout {
         self.layout.expect("a layout is set first")
     }
-    fn set_kv_layout(&mut self, layout: KvLayout) -> Result<(), BackendError> {
+    fn set_kv_layout(&mut self, layout: KvLayout) -> Result<(), ExecutorError> {
         self.layout = Some(layout);
         self.cells = vec![Vec::new(); layout.streams];
         Ok(())
@@ -121,7 +121,7 @@ impl Backend for CheckingBackend {
     fn apply_chat_template(
         &self,
         conversation: &Conversation<'_>,
-    ) -> Result<RenderedChat, BackendError> {
+    ) -> Result<RenderedChat, ExecutorError> {
         Ok(RenderedChat {
             prompt: conversation
                 .messages
@@ -132,13 +132,13 @@ impl Backend for CheckingBackend {
             grammar: None,
         })
     }
-    fn decode(&mut self, batch: &[BatchToken]) -> Result<(), BackendError> {
+    fn decode(&mut self, batch: &[BatchToken]) -> Result<(), ExecutorError> {
         let call = self.decodes.fetch_add(1, Ordering::SeqCst) + 1;
         if self.panic_at == Some(call) {
             panic!("injected panic in decode call {call}");
         }
         if batch.iter().any(|t| t.token == STALL) {
-            return Err(BackendError::NoKvSlot);
+            return Err(ExecutorError::NoKvSlot);
         }
         if let Some(largest) = &self.largest_batch {
             largest.fetch_max(batch.len() as u64, Ordering::SeqCst);
@@ -146,7 +146,7 @@ impl Backend for CheckingBackend {
         if let Some(limit) = self.batch_limit
             && batch.len() > limit
         {
-            return Err(BackendError::Failed(format!(
+            return Err(ExecutorError::Failed(format!(
                 "batch of {} tokens exceeds the context's {limit}",
                 batch.len()
             )));
@@ -166,7 +166,7 @@ impl Backend for CheckingBackend {
         }
         // Like llama.cpp, a failing batch may have written its cells.
         if batch.iter().any(|t| t.token == POISON) {
-            return Err(BackendError::Failed("injected failure".into()));
+            return Err(ExecutorError::Failed("injected failure".into()));
         }
         Ok(())
     }
@@ -176,11 +176,11 @@ impl Backend for CheckingBackend {
     }
     /// Each input's vector is (its length, the sum of its tokens); an input
     /// holding POISON fails the batch. Every batch's (inputs, tokens) is kept.
-    fn embed(&mut self, inputs: &[Vec<TokenId>]) -> Result<Vec<Vec<f32>>, BackendError> {
+    fn embed(&mut self, inputs: &[Vec<TokenId>]) -> Result<Vec<Vec<f32>>, ExecutorError> {
         let tokens = inputs.iter().map(Vec::len).sum();
         EMBED_BATCHES.lock().unwrap().push((inputs.len(), tokens));
         if inputs.iter().flatten().any(|&t| t == POISON) {
-            return Err(BackendError::Failed("injected embedding failure".into()));
+            return Err(ExecutorError::Failed("injected embedding failure".into()));
         }
         Ok(inputs
             .iter()
@@ -214,13 +214,13 @@ fn start() -> Engine {
 }
 
 fn start_with_timeout(request_timeout: Option<std::time::Duration>) -> Engine {
-    let mut config = EngineConfig::for_fake_backend(8, 4);
+    let mut config = EngineConfig::for_fake_executor(8, 4);
     config.request_timeout = request_timeout;
-    start_with(config, CheckingBackend::default)
+    start_with(config, CheckingExecutor::default)
 }
 
-fn start_with(config: EngineConfig, make: fn() -> CheckingBackend) -> Engine {
-    Engine::start_with_backend(config, move || Ok(make())).unwrap()
+fn start_with(config: EngineConfig, make: fn() -> CheckingExecutor) -> Engine {
+    Engine::start_with_executor(config, move || Ok(make())).unwrap()
 }
 
 fn request(id: u64, prompt: Vec<TokenId>) -> Request {
@@ -258,7 +258,7 @@ fn an_injected_decode_failure_fails_only_the_affected_requests() {
             (
                 1 | 2,
                 EngineEvent::Failed {
-                    error: EngineError::Backend { source, .. },
+                    error: EngineError::Executor { source, .. },
                     ..
                 },
             ) => {
@@ -276,9 +276,9 @@ fn an_injected_decode_failure_fails_only_the_affected_requests() {
     assert_eq!(stats.requests_failed, 2);
     assert_eq!(stats.requests_finished, 4);
     assert!(
-        EngineError::Backend {
+        EngineError::Executor {
             id: RequestId(2),
-            source: BackendError::Failed(String::new())
+            source: ExecutorError::Failed(String::new())
         }
         .is_retryable()
     );
@@ -331,9 +331,9 @@ fn run_to_end(engine: &Engine, requests: Vec<Request>) -> Vec<Vec<TokenId>> {
 #[test]
 fn shared_prefixes_are_copied_or_taken_over_and_give_the_exact_outputs() {
     for sharing in [true, false] {
-        let mut config = EngineConfig::for_fake_backend(8, 4);
+        let mut config = EngineConfig::for_fake_executor(8, 4);
         config.prefix_sharing = sharing;
-        let engine = start_with(config, CheckingBackend::default);
+        let engine = start_with(config, CheckingExecutor::default);
         // Twice: the second wave finds the prefix in streams retired by the first.
         for wave in 0..2 {
             let batch = shared_prefix_requests(100 * wave + 1);
@@ -452,9 +452,9 @@ fn a_longer_request_grows_the_streams_and_running_ones_are_recomputed_exactly() 
 #[test]
 fn longer_streams_mean_fewer_of_them_within_the_step_cells() {
     // 8 sequences at most, 1,024 cells per step: 4 streams of 256, then 2 of 512.
-    let mut config = EngineConfig::for_fake_backend(8, 4);
+    let mut config = EngineConfig::for_fake_executor(8, 4);
     config.step_cells = 1024;
-    let engine = start_with(config, CheckingBackend::default);
+    let engine = start_with(config, CheckingExecutor::default);
     let requests: Vec<(Request, Vec<TokenId>)> = (0..6)
         .map(|i| {
             let prompt: Vec<TokenId> = (0..300).map(|j| 1 + (i + j) % 20).collect();
@@ -488,9 +488,9 @@ fn longer_streams_mean_fewer_of_them_within_the_step_cells() {
 
 #[test]
 fn a_fixed_stream_size_refuses_longer_prompts_and_cuts_generation_at_its_end() {
-    let mut config = EngineConfig::for_fake_backend(4, 4);
+    let mut config = EngineConfig::for_fake_executor(4, 4);
     config.stream_tokens = Some(256);
-    let engine = start_with(config, CheckingBackend::default);
+    let engine = start_with(config, CheckingExecutor::default);
     let too_long = request(80, vec![1; 300]);
     match last_event(&engine.submit(too_long).unwrap()) {
         EngineEvent::Failed {
@@ -518,9 +518,9 @@ fn a_fixed_stream_size_refuses_longer_prompts_and_cuts_generation_at_its_end() {
 
 #[test]
 fn a_panic_in_the_loop_fails_every_request_in_hand_and_the_engine_reports_it() {
-    let engine = start_with(EngineConfig::for_fake_backend(8, 4), || CheckingBackend {
+    let engine = start_with(EngineConfig::for_fake_executor(8, 4), || CheckingExecutor {
         panic_at: Some(5),
-        ..CheckingBackend::default()
+        ..CheckingExecutor::default()
     });
     let receivers = engine
         .submit_many((0..6).map(|i| request(90 + i, vec![1, 2, 3])).collect())
@@ -663,8 +663,8 @@ fn random_workloads_keep_the_kv_binding_consistent_and_every_output_exact() {
     // cached blocks. The binding's invariants are checked after every step
     // (debug builds), and every output must follow the fake model exactly.
     let engine = start_with(
-        EngineConfig::for_fake_backend(4, 4),
-        CheckingBackend::default,
+        EngineConfig::for_fake_executor(4, 4),
+        CheckingExecutor::default,
     );
     random_workload(&engine, 7);
     let stats = engine.stats();
@@ -685,12 +685,12 @@ fn idle_streams_between_running_ones_are_filled_and_emptied_again() {
     let run = |gap_fill: usize| {
         let gapped = Arc::new(AtomicU64::new(0));
         let counter = Arc::clone(&gapped);
-        let mut config = EngineConfig::for_fake_backend(8, 4);
+        let mut config = EngineConfig::for_fake_executor(8, 4);
         config.gap_fill = Some(gap_fill);
-        let engine = Engine::start_with_backend(config, move || {
-            Ok(CheckingBackend {
+        let engine = Engine::start_with_executor(config, move || {
+            Ok(CheckingExecutor {
                 gapped_batches: Some(Arc::clone(&counter)),
-                ..CheckingBackend::default()
+                ..CheckingExecutor::default()
             })
         })
         .unwrap();
@@ -706,22 +706,22 @@ fn idle_streams_between_running_ones_are_filled_and_emptied_again() {
 fn fillers_beside_a_full_plan_stay_within_what_a_decode_may_hold() {
     // Prompts long enough to fill every step's token budget while other
     // streams decode and gaps open between them: the fillers go on top of
-    // the plan, and a backend sized by `decode_tokens` takes every batch (a
+    // the plan, and an executor sized by `decode_tokens` takes every batch (a
     // refused one would fail the step over to a decode per stream, which
     // made such steps many times slower on a GPU).
-    let mut config = EngineConfig::for_fake_backend(8, 4);
+    let mut config = EngineConfig::for_fake_executor(8, 4);
     config.gap_fill = Some(usize::MAX);
     let limit = config.decode_tokens();
     let largest = Arc::new(AtomicU64::new(0));
     let seen = Arc::clone(&largest);
     let decodes = Arc::new(AtomicU64::new(0));
     let calls = Arc::clone(&decodes);
-    let engine = Engine::start_with_backend(config.clone(), move || {
-        Ok(CheckingBackend {
+    let engine = Engine::start_with_executor(config.clone(), move || {
+        Ok(CheckingExecutor {
             batch_limit: Some(limit),
             largest_batch: Some(Arc::clone(&seen)),
             decodes: Arc::clone(&calls),
-            ..CheckingBackend::default()
+            ..CheckingExecutor::default()
         })
     })
     .unwrap();
@@ -744,7 +744,7 @@ fn even_chunks_cut_steps_and_leave_outputs_exact() {
     // micro-batches per token, the rest of each running in later steps;
     // every output must still follow the fake model exactly.
     let run = |even: bool| {
-        let mut config = EngineConfig::for_fake_backend(8, 4);
+        let mut config = EngineConfig::for_fake_executor(8, 4);
         config.gap_fill = Some(usize::MAX);
         config.even_chunks = Some(even);
         let records = recorded_workload(config, 19);
@@ -763,7 +763,7 @@ fn steady_steps_span_every_stream_and_leave_outputs_exact() {
     // behind would change a later output. Off, the workload does decode
     // with idle streams beside the running ones.
     let run = |steady_steps: usize| {
-        let mut config = EngineConfig::for_fake_backend(8, 4);
+        let mut config = EngineConfig::for_fake_executor(8, 4);
         config.steady_steps = steady_steps;
         let records = recorded_workload(config, 13);
         let decoding: Vec<&StepRecord> =
@@ -782,7 +782,7 @@ fn steady_steps_span_every_stream_and_leave_outputs_exact() {
 struct Recorder(Arc<std::sync::Mutex<Vec<StepRecord>>>);
 
 /// [`random_workload`] with `seed` on an engine of `config` (sized as the
-/// CPU is) over the fake backend, none failing; every step's record.
+/// CPU is) over the fake executor, none failing; every step's record.
 fn recorded_workload(config: EngineConfig, seed: u64) -> Vec<StepRecord> {
     let records = Arc::new(std::sync::Mutex::new(Vec::<StepRecord>::new()));
     let engine = Engine::launch(
@@ -790,7 +790,7 @@ fn recorded_workload(config: EngineConfig, seed: u64) -> Vec<StepRecord> {
         move |launch| {
             launch.run(
                 &config.for_device(ComputedOn::Cpu),
-                vec![Box::new(CheckingBackend::default())],
+                vec![Box::new(CheckingExecutor::default())],
             );
             Ok(())
         },

@@ -113,11 +113,14 @@ pub struct EngineConfig {
     /// Which code multiplies the weights on the CPU: cortex's kernels where
     /// they have the weights' format (the default), or llama.cpp's.
     pub cpu_kernels: CpuKernels,
-    /// Let a GPU take the argmax of greedy rows itself, inside the decode
-    /// (one token per row comes back instead of the vocabulary's logits).
-    /// Rows that need more (randomness, bias, penalties, a grammar, log
-    /// probabilities) are always sampled on the host; so is everything on
-    /// the CPU, where the logits already are. On by default: llama.cpp adds
+    /// Let the device that computes the logits take the argmax of greedy
+    /// rows itself, inside the decode (one token per row comes back instead
+    /// of the vocabulary's logits): a GPU, or cortex's CPU kernels (not
+    /// llama.cpp's). Rows that need more (randomness, bias, penalties, a
+    /// grammar, log probabilities) are always sampled on the host. On the
+    /// CPU it saves llama.cpp's copy of every row's logits (a 64-row step of
+    /// Gemma 3's 262,144-token vocabulary: 64 MiB) and the host's pass over
+    /// them. On by default: llama.cpp adds
     /// every sequence's sampler to every micro-batch of a step, which once
     /// made a mixed chat job slower, but with gaps filled
     /// ([`EngineConfig::gap_fill`]) steps are one micro-batch or two, and on
@@ -206,7 +209,7 @@ impl EngineConfig {
 
     /// Most tokens per decode call a setting may ask for (`max_batch_tokens`),
     /// and most sequences (`parallel`): far beyond any machine's use, low
-    /// enough that a backend can allocate a batch of them.
+    /// enough that an executor can allocate a batch of them.
     pub const MOST_BATCH_TOKENS: usize = 1 << 20;
 
     /// Most sequences `parallel` may ask for (see
@@ -260,11 +263,11 @@ impl EngineConfig {
         }
     }
 
-    /// Settings for tests over a fake backend (`Engine::start_with_backend`):
+    /// Settings for tests over a fake executor (`Engine::start_with_executor`):
     /// `parallel` sequences, `block_size`-token blocks, 64-token batches,
     /// streams that grow within 1 GiB, sharing on, fixed threads, no timeout.
     #[cfg(any(test, feature = "test-support"))]
-    pub fn for_fake_backend(parallel: usize, block_size: usize) -> Self {
+    pub fn for_fake_executor(parallel: usize, block_size: usize) -> Self {
         Self {
             parallel,
             block_size,
@@ -330,13 +333,13 @@ impl EngineConfig {
     /// Tokens one decode call of a loop may hold (of a loop's settings, see
     /// [`EngineConfig::per_loop`]): what it plans, and one throwaway token
     /// for each idle stream between running ones ([`EngineConfig::gap_fill`]),
-    /// of which there are fewer than its sequences. A backend takes batches
+    /// of which there are fewer than its sequences. An executor takes batches
     /// this large.
     pub fn decode_tokens(&self) -> usize {
         self.planned_tokens().saturating_add(self.parallel.max(1))
     }
 
-    /// Refuses sizes no backend could allocate, naming the setting (checked
+    /// Refuses sizes no executor could allocate, naming the setting (checked
     /// before anything is allocated for them).
     pub fn check_limits(&self) -> Result<(), EngineError> {
         let refuse = |setting: &str, value: usize, most: usize, what: &str| {
@@ -405,7 +408,7 @@ mod tests {
     use super::{ComputedOn, EngineConfig};
 
     #[test]
-    fn sizes_no_backend_could_allocate_are_refused_by_name() {
+    fn sizes_no_executor_could_allocate_are_refused_by_name() {
         let mut config = EngineConfig::new("m");
         assert!(config.check_limits().is_ok());
         config.max_batch_tokens = usize::MAX;

@@ -7,10 +7,10 @@ use std::thread::JoinHandle;
 
 use cortex_request::{EmbeddingRequest, Request, RequestId, TokenId, Work};
 
-use crate::backend::Backend;
 use crate::config::EngineConfig;
 use crate::error::EngineError;
 use crate::events::{EngineStats, StepObserver};
+use crate::executor::Executor;
 use crate::placement::{Device, ModelPlacement};
 use crate::protocol::{
     Command, EngineHealth, EngineInfo, EventReceiver, EventSender, Shared, Shutdown, event_channel,
@@ -33,7 +33,7 @@ use crate::step::StepLoop;
 pub struct Engine {
     lanes: Vec<Lane>,
     info: EngineInfo,
-    /// Where the model is (set once it loaded; unset over a fake backend:
+    /// Where the model is (set once it loaded; unset over a fake executor:
     /// the CPU).
     placement: Arc<OnceLock<Arc<dyn ModelPlacement>>>,
     thread: Option<JoinHandle<()>>,
@@ -58,12 +58,12 @@ impl std::fmt::Debug for Engine {
 /// the loops to run.
 pub struct Launch<'a> {
     placement: &'a OnceLock<Arc<dyn ModelPlacement>>,
-    runner: &'a mut dyn for<'b> FnMut(&EngineConfig, Backends<'b>),
+    runner: &'a mut dyn for<'b> FnMut(&EngineConfig, Executors<'b>),
 }
 
-/// One backend per step loop, each borrowing for `'b` what was loaded for
+/// One executor per step loop, each borrowing for `'b` what was loaded for
 /// them.
-type Backends<'b> = Vec<Box<dyn Backend + Send + 'b>>;
+type Executors<'b> = Vec<Box<dyn Executor + Send + 'b>>;
 
 impl Launch<'_> {
     /// Says where the model is, for [`Engine::device`],
@@ -73,11 +73,11 @@ impl Launch<'_> {
         let _ = self.placement.set(placement);
     }
 
-    /// Makes a step loop per backend, each with `config`'s settings (a loop's
+    /// Makes a step loop per executor, each with `config`'s settings (a loop's
     /// share, see [`EngineConfig::per_loop`]), reports the engine ready and
     /// runs the loops until they stop.
-    pub fn run(self, config: &EngineConfig, backends: Backends<'_>) {
-        (self.runner)(config, backends);
+    pub fn run(self, config: &EngineConfig, executors: Executors<'_>) {
+        (self.runner)(config, executors);
     }
 }
 
@@ -86,8 +86,8 @@ type Ready = Result<(Vec<Lane>, EngineInfo), EngineError>;
 
 impl Engine {
     /// Starts an engine on a thread of its own: `body` runs there, loads
-    /// what the backends need (a model, which they may borrow), says where
-    /// it is ([`Launch::place`]) and hands one backend per step loop to
+    /// what the executors need (a model, which they may borrow), says where
+    /// it is ([`Launch::place`]) and hands one executor per step loop to
     /// [`Launch::run`], which reports the engine ready and runs the loops
     /// until they stop. Returns once the loops are ready, or with the error
     /// `body` returned (or the first loop's that could not start).
@@ -106,8 +106,8 @@ impl Engine {
             .spawn(move || {
                 let ready_for_error = ready_tx.clone();
                 let mut observer = observer;
-                let mut runner = |config: &EngineConfig, backends: Backends<'_>| {
-                    run_loops(config, backends, observer.take(), &ready_tx);
+                let mut runner = |config: &EngineConfig, executors: Executors<'_>| {
+                    run_loops(config, executors, observer.take(), &ready_tx);
                 };
                 let launch = Launch {
                     placement: &placed,
@@ -136,20 +136,20 @@ impl Engine {
         }
     }
 
-    /// Starts one loop over a backend made by `make` on the engine thread,
+    /// Starts one loop over an executor made by `make` on the engine thread,
     /// sized as for the CPU: for tests of the loop, the worker and the
-    /// server over a fake backend (failure injection, scheduling).
+    /// server over a fake executor (failure injection, scheduling).
     #[cfg(any(test, feature = "test-support"))]
-    pub fn start_with_backend<B, F>(config: EngineConfig, make: F) -> Result<Self, EngineError>
+    pub fn start_with_executor<B, F>(config: EngineConfig, make: F) -> Result<Self, EngineError>
     where
-        B: Backend + Send,
+        B: Executor + Send,
         F: FnOnce() -> Result<B, EngineError> + Send + 'static,
     {
         Self::launch(None, move |launch| {
-            let backend = make()?;
+            let executor = make()?;
             let mut config = config.for_device(crate::config::ComputedOn::Cpu);
             config.step_loops = 1;
-            launch.run(&config, vec![Box::new(backend)]);
+            launch.run(&config, vec![Box::new(executor)]);
             Ok(())
         })
     }
@@ -294,7 +294,7 @@ impl Engine {
     /// `add_special` and the model uses one.
     pub fn tokenize(&self, text: &str, add_special: bool) -> Result<Vec<TokenId>, EngineError> {
         let text = text.to_owned();
-        self.ask(move |backend| backend.tokenize(&text, add_special, true))
+        self.ask(move |executor| executor.tokenize(&text, add_special, true))
     }
 
     /// The text `tokens` stand for (control tokens render as nothing; ids
@@ -302,11 +302,11 @@ impl Engine {
     /// nothing too).
     pub fn detokenize(&self, tokens: Vec<TokenId>) -> Result<String, EngineError> {
         let n_vocab = self.info.n_vocab;
-        self.ask(move |backend| {
+        self.ask(move |executor| {
             let bytes: Vec<u8> = tokens
                 .iter()
                 .filter(|&&t| (t as usize) < n_vocab)
-                .flat_map(|&t| backend.token_bytes(t))
+                .flat_map(|&t| executor.token_bytes(t))
                 .collect();
             String::from_utf8_lossy(&bytes).into_owned()
         })
@@ -315,17 +315,17 @@ impl Engine {
     /// The texts of the model's start and end tokens (empty where it has
     /// none).
     pub fn start_end_texts(&self) -> Result<(String, String), EngineError> {
-        self.ask(|backend| backend.start_end_texts())
+        self.ask(|executor| executor.start_end_texts())
     }
 
-    /// Runs `query` against a step loop's backend between its steps.
+    /// Runs `query` against a step loop's executor between its steps.
     fn ask<R: Send + 'static>(
         &self,
-        query: impl FnOnce(&dyn Backend) -> R + Send + 'static,
+        query: impl FnOnce(&dyn Executor) -> R + Send + 'static,
     ) -> Result<R, EngineError> {
         let (tx, rx) = flume::bounded(1);
-        let command = Command::Vocabulary(Box::new(move |backend| {
-            let _ = tx.send(query(backend));
+        let command = Command::Vocabulary(Box::new(move |executor| {
+            let _ = tx.send(query(executor));
         }));
         let lane = self.lanes.first().ok_or(EngineError::Stopped)?;
         if lane.commands.send(command).is_err() {
@@ -431,20 +431,20 @@ impl Drop for Engine {
     }
 }
 
-/// Makes a step loop per backend, reports them ready (or the first error)
+/// Makes a step loop per executor, reports them ready (or the first error)
 /// and runs them to their end: one on this thread, several on scoped
 /// threads of their own. `observer`, if any, hears every loop's steps.
 fn run_loops(
     config: &EngineConfig,
-    backends: Backends<'_>,
+    executors: Executors<'_>,
     observer: Option<Box<dyn StepObserver>>,
     ready: &flume::Sender<Ready>,
 ) {
-    let count = backends.len();
+    let count = executors.len();
     let observer = observer.map(|o| Arc::new(std::sync::Mutex::new(o)));
     let mut loops = Vec::with_capacity(count);
     let mut lanes = Vec::with_capacity(count);
-    for (index, backend) in backends.into_iter().enumerate() {
+    for (index, executor) in executors.into_iter().enumerate() {
         let (commands, receiver) = flume::unbounded();
         let shared = Arc::new(Shared::new());
         let watcher = observer.as_ref().map(|o| {
@@ -453,7 +453,7 @@ fn run_loops(
                 step_loop: index,
             }) as Box<dyn StepObserver>
         });
-        match StepLoop::new(backend, config, receiver, Arc::clone(&shared), watcher) {
+        match StepLoop::new(executor, config, receiver, Arc::clone(&shared), watcher) {
             Ok(step_loop) => {
                 loops.push(step_loop);
                 lanes.push(Lane { commands, shared });

@@ -6,7 +6,7 @@ use cortex_request::{RequestId, ValidationError};
 
 use cortex_models::{GgufError, ModelError};
 
-use crate::BackendError;
+use crate::ExecutorError;
 
 /// Why the engine or one of its requests failed.
 ///
@@ -50,13 +50,13 @@ pub enum EngineError {
     /// The same id is already in the engine.
     #[error("request {0} is already in the engine")]
     DuplicateId(RequestId),
-    /// The backend failed on a batch containing this request.
-    #[error("request {id}: backend error: {source}")]
-    Backend {
+    /// The executor failed on a batch containing this request.
+    #[error("request {id}: executor error: {source}")]
+    Executor {
         /// The request.
         id: RequestId,
-        /// What the backend said.
-        source: BackendError,
+        /// What the executor said.
+        source: ExecutorError,
     },
     /// No progress for longer than the configured timeout.
     #[error("request {id}: no progress for {seconds} s")]
@@ -76,12 +76,12 @@ pub enum EngineError {
 }
 
 impl EngineError {
-    /// Whether retrying the same request could succeed (backend hiccups,
+    /// Whether retrying the same request could succeed (executor hiccups,
     /// timeouts) as opposed to failing the same way again.
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            EngineError::Backend { .. }
+            EngineError::Executor { .. }
                 | EngineError::Timeout { .. }
                 | EngineError::Stopped
                 | EngineError::Died(_)
@@ -95,7 +95,7 @@ impl EngineError {
             EngineError::Invalid { .. } => "invalid_request",
             EngineError::PromptTooLong { .. } => "context_length_exceeded",
             EngineError::DuplicateId(_) => "duplicate_id",
-            EngineError::Backend { .. } => "backend_error",
+            EngineError::Executor { .. } => "backend_error",
             EngineError::Timeout { .. } => "timeout",
             EngineError::Stopped => "engine_stopped",
             EngineError::Died(_) => "engine_died",
@@ -110,8 +110,8 @@ impl EngineError {
         }
     }
 
-    pub(crate) fn backend(id: RequestId, error: &BackendError) -> Self {
-        EngineError::Backend {
+    pub(crate) fn executor(id: RequestId, error: &ExecutorError) -> Self {
+        EngineError::Executor {
             id,
             source: error.clone(),
         }

@@ -99,7 +99,7 @@ pub struct StepRecord {
     /// so that its batch took fewer micro-batches per token (see
     /// [`crate::EngineConfig::even_chunks`]); the rest runs in later steps.
     pub chunks_evened: usize,
-    /// Decode calls the step made: one, or more when the backend refused
+    /// Decode calls the step made: one, or more when the executor refused
     /// the step's batch and each stream was then decoded alone (a step
     /// several times slower).
     pub decode_calls: usize,
@@ -186,7 +186,7 @@ pub struct EngineStats {
     pub threads: usize,
     /// Seconds spent in steps.
     pub busy_seconds: f64,
-    /// Seconds of those spent inside the backend's decode (the rest is the
+    /// Seconds of those spent inside the executor's decode (the rest is the
     /// engine's own overhead: planning, sampling, events).
     pub decode_seconds: f64,
     /// Generated tokens per busy second.

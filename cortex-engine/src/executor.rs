@@ -4,7 +4,7 @@ use cortex_chat::{Conversation, RenderedChat};
 use cortex_request::TokenId;
 use cortex_sample::TokenFilter;
 
-/// A KV stream of the backend, which is also the id of the sequence that runs
+/// A KV stream of the executor, which is also the id of the sequence that runs
 /// in it (llama.cpp's `llama_seq_id` in non-unified KV mode).
 pub type StreamId = i32;
 
@@ -22,9 +22,9 @@ pub struct BatchToken {
 }
 
 /// A stream whose first cells are a copy of another stream's (a prompt
-/// prefix several sequences share, copied by [`Backend::copy_stream`]), so
+/// prefix several sequences share, copied by [`Executor::copy_stream`]), so
 /// attention may read the other's cells for it: see
-/// [`Backend::share_prefixes`].
+/// [`Executor::share_prefixes`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PrefixShare {
     /// The stream holding the copy.
@@ -36,23 +36,23 @@ pub struct PrefixShare {
     pub cells: usize,
 }
 
-/// Most inputs one [`Backend::embed`] call takes (sequences of the
+/// Most inputs one [`Executor::embed`] call takes (sequences of the
 /// embedding context).
 pub const EMBED_SEQUENCES: usize = 64;
 
-/// A backend failure.
+/// An executor failure.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum BackendError {
+pub enum ExecutorError {
     /// No room in the KV cache for the batch (llama.cpp's decode result 1).
     #[error("no free KV cache slot for the batch")]
     NoKvSlot,
-    /// Anything else the backend reports.
+    /// Anything else the executor reports.
     #[error("{0}")]
     Failed(String),
 }
 
-/// One sequence's grammar state (see [`Backend::grammar`]): which tokens may
+/// One sequence's grammar state (see [`Executor::grammar`]): which tokens may
 /// come next, advanced past each token the sequence takes.
 pub trait TokenGrammar: TokenFilter {
     /// Advances past `token`, which the grammar allowed.
@@ -69,7 +69,9 @@ pub struct KvLayout {
 }
 
 /// What the step loop needs from a model: vocabulary, chat template, and a
-/// decode call over a KV cache of separate streams.
+/// decode call over a KV cache of separate streams; it executes the loop's
+/// batches (named apart from llama.cpp's backends, the device modules one
+/// executor runs on).
 ///
 /// Every sequence computes in a stream of its own, so a token attends only to
 /// its own sequence's cells (llama.cpp's non-unified KV). Sharing a prefix
@@ -77,7 +79,7 @@ pub struct KvLayout {
 ///
 /// The llama.cpp implementation is the real one; tests use fakes to inject
 /// failures and to check what each stream holds.
-pub trait Backend {
+pub trait Executor {
     /// Entries in a row of logits.
     fn n_vocab(&self) -> usize;
     /// Longest sequence the model handles (its training context).
@@ -104,8 +106,8 @@ pub trait Backend {
         None
     }
     /// Rebuilds the KV cache with a new layout; everything it held is gone.
-    fn set_kv_layout(&mut self, layout: KvLayout) -> Result<(), BackendError>;
-    /// CPU threads for the next decodes, at most the count the backend was
+    fn set_kv_layout(&mut self, layout: KvLayout) -> Result<(), ExecutorError>;
+    /// CPU threads for the next decodes, at most the count the executor was
     /// made with (the engine lowers it while other processes load the cores).
     fn set_threads(&mut self, _threads: usize) {}
     /// Tokenizes text; special tokens in the text are parsed when `parse_special`.
@@ -120,19 +122,19 @@ pub trait Backend {
         (String::new(), String::new())
     }
     /// A fresh grammar constraint (GBNF text, start rule `root`) for one
-    /// sequence. Backends without grammar support refuse.
-    fn grammar(&self, _gbnf: &str) -> Result<Box<dyn TokenGrammar>, BackendError> {
-        Err(BackendError::Failed(
-            "this backend does not support grammars".into(),
+    /// sequence. Executors without grammar support refuse.
+    fn grammar(&self, _gbnf: &str) -> Result<Box<dyn TokenGrammar>, ExecutorError> {
+        Err(ExecutorError::Failed(
+            "this executor does not support grammars".into(),
         ))
     }
     /// Embeddings of whole inputs (at most [`EMBED_SEQUENCES`]), computed
     /// together in one decode of their own (apart from the streams), one
-    /// unit-length vector each, in order. Backends without an embedding
+    /// unit-length vector each, in order. Executors without an embedding
     /// mode refuse.
-    fn embed(&mut self, _inputs: &[Vec<TokenId>]) -> Result<Vec<Vec<f32>>, BackendError> {
-        Err(BackendError::Failed(
-            "this backend does not compute embeddings".into(),
+    fn embed(&mut self, _inputs: &[Vec<TokenId>]) -> Result<Vec<Vec<f32>>, ExecutorError> {
+        Err(ExecutorError::Failed(
+            "this executor does not compute embeddings".into(),
         ))
     }
     /// Renders a chat with the model's template for generation: the
@@ -142,17 +144,17 @@ pub trait Backend {
     fn apply_chat_template(
         &self,
         conversation: &Conversation<'_>,
-    ) -> Result<RenderedChat, BackendError>;
+    ) -> Result<RenderedChat, ExecutorError>;
     /// The text of a control token (`<|channel|>`, `[TOOL_CALLS]`), which
-    /// [`Backend::token_bytes`] renders as nothing: kept where a chat's
-    /// output syntax needs it. Backends without control tokens give the
+    /// [`Executor::token_bytes`] renders as nothing: kept where a chat's
+    /// output syntax needs it. Executors without control tokens give the
     /// token's bytes.
     fn control_token_text(&self, token: TokenId) -> Vec<u8> {
         self.token_bytes(token)
     }
     /// Computes a batch. On error the KV of the batch's positions is undefined
     /// and the caller truncates the streams involved.
-    fn decode(&mut self, batch: &[BatchToken]) -> Result<(), BackendError>;
+    fn decode(&mut self, batch: &[BatchToken]) -> Result<(), ExecutorError>;
     /// Logits of the `index`-th token of the last batch (which asked for them),
     /// for a stream not sampled on the device.
     fn logits(&self, index: usize) -> &[f32];
@@ -160,8 +162,8 @@ pub trait Backend {
     /// `stream`'s rows from the next decode on (`greedy`), so that one
     /// token per row comes back instead of the vocabulary's logits, or
     /// gives its logits whole (`!greedy`). Returns whether it does: a
-    /// backend that cannot returns false, and the loop samples on the host.
-    /// The loop calls it as a sequence is bound; a backend makes a change
+    /// executor that cannot returns false, and the loop samples on the host.
+    /// The loop calls it as a sequence is bound; an executor makes a change
     /// only when the stream's answer changes.
     fn sample_on_device(&mut self, _stream: StreamId, _greedy: bool) -> bool {
         false
@@ -171,7 +173,7 @@ pub trait Backend {
     fn device_sampled(&mut self, _index: usize) -> Option<TokenId> {
         None
     }
-    /// Micro-batches so far whose compute graph the backend reused from the
+    /// Micro-batches so far whose compute graph the executor reused from the
     /// micro-batch before, in the current KV layout (llama.cpp rebuilds the
     /// graph unless the shape repeats; on a GPU a repeated shape also lets
     /// CUDA replay the launches it recorded). For the trace; 0 where not
@@ -180,18 +182,18 @@ pub trait Backend {
         0
     }
     /// Waits until the last decode's results are on the host (a GPU
-    /// backend queues the work and returns): what the loop times as the
+    /// executor queues the work and returns): what the loop times as the
     /// device's share of a step.
     fn synchronize(&mut self) {}
-    /// Whether the backend's attention can read a prefix that several
+    /// Whether the executor's attention can read a prefix that several
     /// streams of a decode hold copies of once for all of them (then the
     /// loop tells it which before every decode, see
-    /// [`Backend::share_prefixes`]).
+    /// [`Executor::share_prefixes`]).
     fn reads_shared_prefixes(&self) -> bool {
         false
     }
     /// The streams of the next decodes that hold copies of another
-    /// stream's first cells. A backend may read the source's cells in their
+    /// stream's first cells. An executor may read the source's cells in their
     /// place, as long as every result stays what the stream's own cells give.
     fn share_prefixes(&mut self, _shares: &[PrefixShare]) {}
     /// Replaces everything `dst` holds with a copy of what `src` holds (in

@@ -1,20 +1,20 @@
-//! A fake backend, for tests of what sits on the engine (the worker, the
+//! A fake executor, for tests of what sits on the engine (the worker, the
 //! model pool, the server) where no model's behaviour matters: failure
 //! injection and scheduling. Behind the `test-support` feature.
 //!
 //! Its model: text is bytes (each byte a token in 1..=30), every next token
-//! is [`FakeBackend::TOKEN`] (`f`), nothing ends generation but the limits.
+//! is [`FakeExecutor::TOKEN`] (`f`), nothing ends generation but the limits.
 
 use std::time::Duration;
 
 use cortex_chat::{Conversation, OutputSyntax, RenderedChat};
 use cortex_request::TokenId;
 
-use crate::backend::{Backend, BackendError, BatchToken, KvLayout, StreamId};
+use crate::executor::{BatchToken, Executor, ExecutorError, KvLayout, StreamId};
 
-/// A backend that always says the same token (see the module documentation).
+/// An executor that always says the same token (see the module documentation).
 #[derive(Debug, Clone)]
-pub struct FakeBackend {
+pub struct FakeExecutor {
     layout: KvLayout,
     logits: Vec<Vec<f32>>,
     decodes: usize,
@@ -22,13 +22,13 @@ pub struct FakeBackend {
     decode_time: Duration,
 }
 
-impl Default for FakeBackend {
+impl Default for FakeExecutor {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl FakeBackend {
+impl FakeExecutor {
     /// Entries in a row of logits.
     pub const VOCAB: usize = 32;
     /// The token every step samples: `f`.
@@ -48,7 +48,7 @@ impl FakeBackend {
         }
     }
 
-    /// Panics on the decode after `decodes` of them, as a bug in a backend
+    /// Panics on the decode after `decodes` of them, as a bug in an executor
     /// would (the loop dies with the panic's message).
     pub fn panicking_after(mut self, decodes: usize) -> Self {
         self.panic_after = Some(decodes);
@@ -63,7 +63,7 @@ impl FakeBackend {
     }
 }
 
-impl Backend for FakeBackend {
+impl Executor for FakeExecutor {
     fn n_vocab(&self) -> usize {
         Self::VOCAB
     }
@@ -76,7 +76,7 @@ impl Backend for FakeBackend {
     fn kv_layout(&self) -> KvLayout {
         self.layout
     }
-    fn set_kv_layout(&mut self, layout: KvLayout) -> Result<(), BackendError> {
+    fn set_kv_layout(&mut self, layout: KvLayout) -> Result<(), ExecutorError> {
         self.layout = layout;
         Ok(())
     }
@@ -92,7 +92,7 @@ impl Backend for FakeBackend {
     fn apply_chat_template(
         &self,
         conversation: &Conversation<'_>,
-    ) -> Result<RenderedChat, BackendError> {
+    ) -> Result<RenderedChat, ExecutorError> {
         Ok(RenderedChat {
             prompt: conversation
                 .messages
@@ -103,10 +103,10 @@ impl Backend for FakeBackend {
             grammar: None,
         })
     }
-    fn decode(&mut self, batch: &[BatchToken]) -> Result<(), BackendError> {
+    fn decode(&mut self, batch: &[BatchToken]) -> Result<(), ExecutorError> {
         self.decodes += 1;
         if self.panic_after.is_some_and(|n| self.decodes > n) {
-            panic!("injected backend bug at decode {}", self.decodes);
+            panic!("injected executor bug at decode {}", self.decodes);
         }
         if !self.decode_time.is_zero() {
             std::thread::sleep(self.decode_time);

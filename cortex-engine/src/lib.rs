@@ -1,4 +1,4 @@
-//! The cortex engine: continuous batching over a [`Backend`].
+//! The cortex engine: continuous batching over a [`Executor`].
 //!
 //! An [`Engine`] runs its step loops on a thread of its own and is driven
 //! over channels: submit a [`cortex_request::Request`] and receive its
@@ -19,24 +19,24 @@
 //! where recomputing costs seconds). [`Engine::health`] reports a loop that
 //! died.
 //!
-//! This crate knows no model library. What computes logits is a [`Backend`];
+//! This crate knows no model library. What computes logits is an [`Executor`];
 //! the one over llama.cpp is in `cortex-llama` (the binding: the FFI, backend
 //! modules and devices, the model, cortex's CPU kernels), which loads a model
 //! as an [`EngineConfig`] places it and starts the loops with
 //! [`Engine::launch`]. The worker and the server use only the handle types
 //! here, so llama.cpp compiles into the binding and the programs alone. The
-//! `test-support` feature adds `Engine::start_with_backend` and
-//! `EngineConfig::for_fake_backend` and `fake::FakeBackend`, for tests over
-//! a fake backend.
+//! `test-support` feature adds `Engine::start_with_executor` and
+//! `EngineConfig::for_fake_executor` and `fake::FakeExecutor`, for tests over
+//! a fake executor.
 //!
 //! # Example
 //!
-//! A binding implements [`Backend`] over its library and starts the loops
+//! A binding implements [`Executor`] over its library and starts the loops
 //! with [`Engine::launch`]; `cortex_llama::start` does this over llama.cpp.
 //! Here, a model that answers `!` to everything:
 //!
 //! ```
-//! use cortex_engine::{Backend, BackendError, BatchToken, ComputedOn, Engine, EngineConfig, EngineEvent};
+//! use cortex_engine::{Executor, ExecutorError, BatchToken, ComputedOn, Engine, EngineConfig, EngineEvent};
 //! use cortex_engine::{KvLayout, StreamId};
 //! use cortex_request::{ChatMessage, Request, RequestId, SamplingParams, TokenId};
 //!
@@ -46,23 +46,23 @@
 //!     logits: Vec<f32>,
 //! }
 //!
-//! impl Backend for Exclaim {
+//! impl Executor for Exclaim {
 //!     fn n_vocab(&self) -> usize { 256 }
 //!     fn tokenize(&self, text: &str, _bos: bool, _special: bool) -> Vec<TokenId> {
 //!         text.bytes().map(TokenId::from).collect()
 //!     }
 //!     fn token_bytes(&self, token: TokenId) -> Vec<u8> { vec![token as u8] }
-//!     fn decode(&mut self, _batch: &[BatchToken]) -> Result<(), BackendError> { Ok(()) }
+//!     fn decode(&mut self, _batch: &[BatchToken]) -> Result<(), ExecutorError> { Ok(()) }
 //!     fn logits(&self, _row: usize) -> &[f32] { &self.logits }
 //! #   fn n_ctx_train(&self) -> usize { 1024 }
 //! #   fn kv_bytes_per_token(&self) -> usize { 1 }
 //! #   fn kv_layout(&self) -> KvLayout { self.layout }
-//! #   fn set_kv_layout(&mut self, layout: KvLayout) -> Result<(), BackendError> {
+//! #   fn set_kv_layout(&mut self, layout: KvLayout) -> Result<(), ExecutorError> {
 //! #       self.layout = layout;
 //! #       Ok(())
 //! #   }
 //! #   fn is_end_of_generation(&self, _token: TokenId) -> bool { false }
-//! #   fn apply_chat_template(&self, c: &cortex_chat::Conversation<'_>) -> Result<cortex_chat::RenderedChat, BackendError> {
+//! #   fn apply_chat_template(&self, c: &cortex_chat::Conversation<'_>) -> Result<cortex_chat::RenderedChat, ExecutorError> {
 //! #       let prompt = c.messages.iter().map(|m| m.content.as_str()).collect();
 //! #       Ok(cortex_chat::RenderedChat { prompt, syntax: cortex_chat::OutputSyntax::plain(), grammar: None })
 //! #   }
@@ -97,8 +97,8 @@
 //! # Design notes
 //!
 //! - Device memory is accounted in two places. At start, `step::sizing` asks
-//!   the backend how much the KV cache may take where it lives
-//!   (`Backend::kv_memory_available`: on a GPU its free memory after the model
+//!   the executor how much the KV cache may take where it lives
+//!   (`Executor::kv_memory_available`: on a GPU its free memory after the model
 //!   less a reserve for llama.cpp's buffers, on the CPU the machine's available
 //!   memory) and what to use by default (`default_kv_memory`); a fixed layout or
 //!   a `kv_memory` past what is available is refused there, so a job that does
@@ -108,12 +108,12 @@
 //! - `placement`: where a model runs, as plain values (`DeviceChoice`,
 //!   `GpuLayers`, `CpuKernels`: settings; `Device`: a report) and the
 //!   `ModelPlacement` a binding gives [`Launch::place`].
-//! - `backend`: the `Backend` trait the loop runs on (vocabulary, decode, logits,
+//! - `executor`: the `Executor` trait the loop runs on (vocabulary, decode, logits,
 //!   KV layout, `copy_stream`, `truncate_stream`, threads, `grammar` for a
 //!   request's constraint, one `TokenGrammar` per completion); tests run the loop
-//!   over a checking one (`checking_backend_tests`) that keeps every cell of every
+//!   over a checking one (`checking_executor_tests`) that keeps every cell of every
 //!   stream and refuses holes, double writes and overflows, so a wrong copy or
-//!   truncation shows. `fake`: the plain backend other crates' tests start an
+//!   truncation shows. `fake`: the plain executor other crates' tests start an
 //!   engine on (`test-support`).
 //! - `streams`: the KV binding. Every running sequence has a stream of its own,
 //!   so a token attends only to its own cells and B = 64 decodes as fast as
@@ -162,8 +162,8 @@
 //!   another process stalls the rest; measured on 2 cores, B = 16: 220 tokens/s
 //!   alone, with two busy processes beside it 28 with 2 threads and 100 with 1).
 //! - `engine`: `Engine` (handle): `launch` (a binding's body runs on the
-//!   engine thread, loads what its backends borrow, says where the model is
-//!   and hands one backend per step loop to `Launch::run`), submit (alone or many at once), cancel, stats,
+//!   engine thread, loads what its executors borrow, says where the model is
+//!   and hands one executor per step loop to `Launch::run`), submit (alone or many at once), cancel, stats,
 //!   `available_slots`, `health` (running, stopped, or died with the panic's
 //!   message: a panic in the loop fails every request in hand with
 //!   `EngineError::Died` instead of stranding it), shutdown draining or aborting
@@ -180,7 +180,7 @@
 //! - `step/embed`: embedding requests. Their inputs are tokenized at intake and
 //!   packed across requests, in arrival order, into decodes of at most
 //!   `EMBED_SEQUENCES` (64) inputs and 512 tokens (a longer input alone), one
-//!   between two generation steps, through `Backend::embed`: in llama.cpp a
+//!   between two generation steps, through `Executor::embed`: in llama.cpp a
 //!   second context of its own (embeddings on, the GGUF's pooling or the mean,
 //!   one unified KV emptied before each batch, every sequence whole in one
 //!   micro-batch), made on the first embedding request and grown to the
@@ -192,7 +192,7 @@
 //!
 //! Failure isolation: a failed decode truncates the batch's streams and retries
 //! each stream alone; one that still finds no KV slot is preempted (recomputed
-//! later), one that fails otherwise fails with a retryable `Backend` error; the
+//! later), one that fails otherwise fails with a retryable `Executor` error; the
 //! rest of the step goes on. A request bound again and again without computing
 //! anything (or running without progress) fails with `Timeout` after
 //! `request_timeout`.
@@ -205,13 +205,13 @@
 
 #![forbid(unsafe_code)]
 
-mod backend;
 #[cfg(test)]
-mod checking_backend_tests;
+mod checking_executor_tests;
 mod config;
 mod engine;
 mod error;
 mod events;
+mod executor;
 #[cfg(any(test, feature = "test-support"))]
 pub mod fake;
 mod placement;
@@ -221,14 +221,14 @@ mod streams;
 pub mod system;
 mod text;
 
-pub use backend::{
-    Backend, BackendError, BatchToken, EMBED_SEQUENCES, KvLayout, PrefixShare, StreamId,
-    TokenGrammar,
-};
 pub use config::{ComputedOn, EngineConfig};
 pub use engine::{Engine, Launch};
 pub use error::EngineError;
 pub use events::{EngineEvent, EngineStats, StepObserver, StepRecord};
+pub use executor::{
+    BatchToken, EMBED_SEQUENCES, Executor, ExecutorError, KvLayout, PrefixShare, StreamId,
+    TokenGrammar,
+};
 pub use placement::{CpuKernels, Device, DeviceChoice, DeviceKind, GpuLayers, ModelPlacement};
 pub use protocol::{
     EngineHealth, EngineInfo, EventReceiver, EventSender, Events, Shutdown, event_channel,

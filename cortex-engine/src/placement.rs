@@ -180,7 +180,7 @@ pub trait ModelPlacement: Send + Sync {
 
 impl Device {
     /// This machine's CPU, with its memory from `/proc/meminfo`: where an
-    /// engine runs when its backend reports no placement (a fake backend).
+    /// engine runs when its backend reports no placement (a fake executor).
     pub fn host() -> Self {
         let bytes = |key| crate::system::meminfo(key).unwrap_or(0) as u64;
         Self {

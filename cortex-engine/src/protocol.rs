@@ -27,12 +27,12 @@ pub(crate) enum Command {
     Cancel(RequestId),
     Shutdown(Shutdown),
     /// A question about the model's vocabulary (tokenize, detokenize),
-    /// answered from the loop's backend between steps.
+    /// answered from the loop's executor between steps.
     Vocabulary(VocabularyQuery),
 }
 
-/// Runs against the loop's backend and sends its answer back itself.
-pub(crate) type VocabularyQuery = Box<dyn FnOnce(&dyn crate::backend::Backend) + Send>;
+/// Runs against the loop's executor and sends its answer back itself.
+pub(crate) type VocabularyQuery = Box<dyn FnOnce(&dyn crate::executor::Executor) + Send>;
 
 /// What the engine learned about its model and context at start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

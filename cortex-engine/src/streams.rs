@@ -1,4 +1,4 @@
-//! KV binding: which backend stream each running sequence computes in, and
+//! KV binding: which executor stream each running sequence computes in, and
 //! which cached prefix blocks each stream holds.
 //!
 //! Every sequence runs in a stream of its own (llama.cpp's non-unified KV), so
@@ -28,7 +28,7 @@ use std::collections::{BTreeSet, HashMap};
 use cortex_kv::{BlockId, BlockState, KvCache};
 use cortex_request::RequestId;
 
-use crate::backend::{Backend, PrefixShare, StreamId};
+use crate::executor::{Executor, PrefixShare, StreamId};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Role {
@@ -43,7 +43,7 @@ struct Stream {
     role: Role,
     /// Accounting blocks whose cells this stream holds, by depth from 0.
     chain: Vec<BlockId>,
-    /// Positions `0..len` have cells in the backend.
+    /// Positions `0..len` have cells in the executor.
     len: usize,
 }
 
@@ -124,7 +124,7 @@ impl Streams {
         &mut self,
         mut admissions: Vec<ToBind>,
         kv: &KvCache,
-        backend: &mut dyn Backend,
+        executor: &mut dyn Executor,
         orphans: &mut Vec<BlockId>,
     ) -> Vec<(RequestId, StreamId, Binding)> {
         admissions.sort_by_key(|a| std::cmp::Reverse(a.reused.len()));
@@ -136,12 +136,12 @@ impl Streams {
             unbound -= 1;
             if admission.reused.is_empty() {
                 later.push(admission);
-            } else if let Some(stream) = self.take_over(&admission, false, kv, backend, orphans) {
+            } else if let Some(stream) = self.take_over(&admission, false, kv, executor, orphans) {
                 bound.push((admission.seq, stream, Binding::TakenOver));
             } else if let Some(stream) = self.take_free(unbound + later.len() + 1, &mut last_free) {
-                self.copy_into(stream, &admission, backend);
+                self.copy_into(stream, &admission, executor);
                 bound.push((admission.seq, stream, Binding::Copied));
-            } else if let Some(stream) = self.take_over(&admission, true, kv, backend, orphans) {
+            } else if let Some(stream) = self.take_over(&admission, true, kv, executor, orphans) {
                 bound.push((admission.seq, stream, Binding::TakenOver));
             } else {
                 later.push(admission);
@@ -152,13 +152,13 @@ impl Streams {
             unbound -= 1;
             let stream = match self.take_free(unbound + 1, &mut last_free) {
                 Some(stream) => stream,
-                None => self.reclaim(kv, backend, orphans),
+                None => self.reclaim(kv, executor, orphans),
             };
             if admission.reused.is_empty() {
                 self.stream_mut(stream).role = Role::Running(admission.seq);
                 bound.push((admission.seq, stream, Binding::Fresh));
             } else {
-                self.copy_into(stream, &admission, backend);
+                self.copy_into(stream, &admission, executor);
                 bound.push((admission.seq, stream, Binding::Copied));
             }
         }
@@ -209,7 +209,7 @@ impl Streams {
         admission: &ToBind,
         lossy: bool,
         kv: &KvCache,
-        backend: &mut dyn Backend,
+        executor: &mut dyn Executor,
         orphans: &mut Vec<BlockId>,
     ) -> Option<StreamId> {
         let k = admission.reused.len();
@@ -224,18 +224,18 @@ impl Streams {
             matches!(self.stream(h).role, Role::Retired(_))
                 && self.stream(h).chain[k..].iter().all(|&b| spare(b))
         })?;
-        self.truncate_cells(candidate, k * self.block_size, backend);
+        self.truncate_cells(candidate, k * self.block_size, executor);
         orphans.extend(self.set_chain(candidate, &admission.reused));
         self.stream_mut(candidate).role = Role::Running(admission.seq);
         Some(candidate)
     }
 
     /// Fills free stream `stream` with a holder's copy of the admission's prefix.
-    fn copy_into(&mut self, stream: StreamId, admission: &ToBind, backend: &mut dyn Backend) {
+    fn copy_into(&mut self, stream: StreamId, admission: &ToBind, executor: &mut dyn Executor) {
         let k = admission.reused.len();
         let source = self.holders[&admission.reused[k - 1]][0];
-        backend.copy_stream(source, stream);
-        backend.truncate_stream(stream, k * self.block_size);
+        executor.copy_stream(source, stream);
+        executor.truncate_stream(stream, k * self.block_size);
         let orphans = self.set_chain(stream, &admission.reused);
         debug_assert!(orphans.is_empty(), "a free stream holds nothing");
         let len = k * self.block_size;
@@ -249,7 +249,7 @@ impl Streams {
     fn reclaim(
         &mut self,
         kv: &KvCache,
-        backend: &mut dyn Backend,
+        executor: &mut dyn Executor,
         orphans: &mut Vec<BlockId>,
     ) -> StreamId {
         let victim = (0..self.streams.len() as StreamId)
@@ -266,7 +266,7 @@ impl Streams {
             .map(|(_, id)| id)
             .expect("the scheduler admits no more sequences than there are streams");
         orphans.extend(self.set_chain(victim, &[]));
-        self.truncate_cells(victim, 0, backend);
+        self.truncate_cells(victim, 0, executor);
         self.stream_mut(victim).role = Role::Free;
         victim
     }
@@ -303,12 +303,12 @@ impl Streams {
         }
     }
 
-    /// Drops `stream`'s cells from `from` on, in the backend too.
-    fn truncate_cells(&mut self, stream: StreamId, from: usize, backend: &mut dyn Backend) {
+    /// Drops `stream`'s cells from `from` on, in the executor too.
+    fn truncate_cells(&mut self, stream: StreamId, from: usize, executor: &mut dyn Executor) {
         let s = self.stream_mut(stream);
         if s.len > from {
             s.len = from;
-            backend.truncate_stream(stream, from);
+            executor.truncate_stream(stream, from);
         }
     }
 
@@ -343,7 +343,7 @@ impl Streams {
         &mut self,
         stream: StreamId,
         kv: &KvCache,
-        backend: &mut dyn Backend,
+        executor: &mut dyn Executor,
         orphans: &mut Vec<BlockId>,
     ) {
         let chain = &self.stream(stream).chain;
@@ -351,11 +351,11 @@ impl Streams {
         let unique = chain[..live].iter().any(|b| self.holders[b].len() == 1);
         orphans.extend(self.cut(stream, if unique { live } else { 0 }));
         if unique {
-            self.truncate_cells(stream, live * self.block_size, backend);
+            self.truncate_cells(stream, live * self.block_size, executor);
             self.retirements += 1;
             self.stream_mut(stream).role = Role::Retired(self.retirements);
         } else {
-            self.free_stream(stream, backend);
+            self.free_stream(stream, executor);
         }
     }
 
@@ -364,7 +364,7 @@ impl Streams {
     pub(crate) fn evicted(
         &mut self,
         block: BlockId,
-        backend: &mut dyn Backend,
+        executor: &mut dyn Executor,
         orphans: &mut Vec<BlockId>,
     ) {
         let Some(holders) = self.holders.get(&block).cloned() else {
@@ -381,9 +381,9 @@ impl Streams {
             if self.stream(stream).chain.is_empty()
                 && matches!(self.stream(stream).role, Role::Retired(_))
             {
-                self.free_stream(stream, backend);
+                self.free_stream(stream, executor);
             } else {
-                self.truncate_cells(stream, depth * self.block_size, backend);
+                self.truncate_cells(stream, depth * self.block_size, executor);
             }
         }
     }
@@ -423,17 +423,17 @@ impl Streams {
 
     /// Drops whatever a decode wrote to `stream` from `from` on that this
     /// module never recorded (a failed decode's, a throwaway token's).
-    pub(crate) fn truncate(&mut self, stream: StreamId, from: usize, backend: &mut dyn Backend) {
+    pub(crate) fn truncate(&mut self, stream: StreamId, from: usize, executor: &mut dyn Executor) {
         let orphans = self.cut(stream, from / self.block_size);
         debug_assert!(orphans.is_empty(), "only uncomputed positions fail");
         let s = self.stream_mut(stream);
         s.len = s.len.min(from);
-        backend.truncate_stream(stream, from);
+        executor.truncate_stream(stream, from);
     }
 
-    fn free_stream(&mut self, stream: StreamId, backend: &mut dyn Backend) {
+    fn free_stream(&mut self, stream: StreamId, executor: &mut dyn Executor) {
         debug_assert!(self.stream(stream).chain.is_empty());
-        self.truncate_cells(stream, 0, backend);
+        self.truncate_cells(stream, 0, executor);
         self.stream_mut(stream).role = Role::Free;
         self.free.insert(stream);
     }

@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use cortex_chat::{ChatTemplate, Conversation, OutputSyntax, RenderedChat, TemplateError};
-use cortex_engine::{BackendError, EngineError};
+use cortex_engine::{EngineError, ExecutorError};
 
 use crate::Model;
 use crate::sys;
@@ -32,12 +32,12 @@ pub(crate) enum ChatRenderer {
 impl ChatRenderer {
     /// The renderer for `model`: `setting` (a name llama.cpp knows, or a
     /// template's text) or else the GGUF's own template.
-    pub(crate) fn new(model: &Model, setting: Option<&str>) -> Result<Self, BackendError> {
+    pub(crate) fn new(model: &Model, setting: Option<&str>) -> Result<Self, ExecutorError> {
         let names = chat_template_names();
         match setting {
             Some(name) if names.iter().any(|n| n == name) => Ok(Self::Builtin(name.to_owned())),
             Some(text) => Self::jinja(model, text)
-                .map_err(|e| BackendError::Failed(format!("chat template: {e}"))),
+                .map_err(|e| ExecutorError::Failed(format!("chat template: {e}"))),
             None => match model.raw.chat_template() {
                 None => Ok(Self::Missing),
                 Some(source) => Ok(Self::jinja(model, &source).unwrap_or_else(|e| {
@@ -65,7 +65,7 @@ impl ChatRenderer {
     pub(crate) fn render(
         &self,
         conversation: &Conversation<'_>,
-    ) -> Result<RenderedChat, BackendError> {
+    ) -> Result<RenderedChat, ExecutorError> {
         match self {
             Self::Jinja {
                 template,
@@ -73,7 +73,7 @@ impl ChatRenderer {
             } => {
                 let mut rendered = template
                     .render_chat(conversation)
-                    .map_err(|e| BackendError::Failed(e.to_string()))?;
+                    .map_err(|e| ExecutorError::Failed(e.to_string()))?;
                 if let Some(rest) = strip_bos
                     .as_deref()
                     .and_then(|b| rendered.prompt.strip_prefix(b))
@@ -84,13 +84,13 @@ impl ChatRenderer {
             }
             Self::Builtin(template) => {
                 if conversation.tools.is_some() {
-                    return Err(BackendError::Failed(
+                    return Err(ExecutorError::Failed(
                         "llama.cpp's built-in templates take no tools; leave --chat-template unset to use the model's own, or give a Jinja file".into(),
                     ));
                 }
                 let messages = conversation.messages;
                 if messages.iter().any(|m| !m.tool_calls.is_empty()) {
-                    return Err(BackendError::Failed(
+                    return Err(ExecutorError::Failed(
                         "the chat has tool calls, which llama.cpp's built-in templates cannot render; choose a template that takes tools with --chat-template FILE".into(),
                     ));
                 }
@@ -99,14 +99,14 @@ impl ChatRenderer {
                     .map(|m| (m.role.as_str(), m.content.as_str()))
                     .collect();
                 let prompt = sys::apply_chat_template(template, &pairs, true)
-                    .map_err(|e| BackendError::Failed(format!("chat template: {e}")))?;
+                    .map_err(|e| ExecutorError::Failed(format!("chat template: {e}")))?;
                 Ok(RenderedChat {
                     prompt,
                     syntax: OutputSyntax::plain(),
                     grammar: None,
                 })
             }
-            Self::Missing => Err(BackendError::Failed(
+            Self::Missing => Err(ExecutorError::Failed(
                 "the model has no chat template of its own; choose one with --chat-template (e.g. chatml, gemma, llama3, or a Jinja file)".into(),
             )),
         }

@@ -1,10 +1,10 @@
-//! The engine's [`Backend`] on llama.cpp: one KV stream per sequence.
+//! The engine's [`Executor`] on llama.cpp: one KV stream per sequence.
 
 use std::path::{Path, PathBuf};
 
 use cortex_chat::{Conversation, RenderedChat};
 use cortex_engine::{
-    Backend, BackendError, BatchToken, EMBED_SEQUENCES, KvLayout, PrefixShare, StreamId,
+    BatchToken, EMBED_SEQUENCES, Executor, ExecutorError, KvLayout, PrefixShare, StreamId,
     TokenGrammar,
 };
 use cortex_request::{ChatMessage, TokenId};
@@ -26,13 +26,13 @@ pub(crate) struct ContextConfig {
     /// CPU threads.
     pub threads: usize,
     /// Take the argmax of greedy rows on the device that computes the
-    /// logits (see [`Backend::sample_on_device`]), where it can.
+    /// logits (see [`Executor::sample_on_device`]), where it can.
     pub sample_on_device: bool,
 }
 
 /// A model plus a context whose KV cache has one stream per sequence
 /// (llama.cpp's non-unified mode: a token attends only to its own stream).
-pub(crate) struct LlamaEngineBackend<'m> {
+pub(crate) struct LlamaExecutor<'m> {
     model: &'m Model,
     /// What renders chats: the model's own template or the one chosen.
     chat: ChatRenderer,
@@ -49,9 +49,9 @@ pub(crate) struct LlamaEngineBackend<'m> {
     device_sampling: bool,
 }
 
-impl<'m> LlamaEngineBackend<'m> {
-    /// A backend over `model`; its context is made by the first
-    /// [`Backend::set_kv_layout`] (the engine's, once it has sized the KV).
+impl<'m> LlamaExecutor<'m> {
+    /// An executor over `model`; its context is made by the first
+    /// [`Executor::set_kv_layout`] (the engine's, once it has sized the KV).
     pub(crate) fn new(model: &'m Model, config: ContextConfig, path: &Path) -> Self {
         Self {
             model,
@@ -72,7 +72,7 @@ impl<'m> LlamaEngineBackend<'m> {
     /// Renders chats with `template` (a Jinja template's text, or a name
     /// llama.cpp knows) instead of the model's own; a template that does
     /// not compile, or renders no chat, is refused here.
-    pub(crate) fn with_chat_template(mut self, template: &str) -> Result<Self, BackendError> {
+    pub(crate) fn with_chat_template(mut self, template: &str) -> Result<Self, ExecutorError> {
         let chat = ChatRenderer::new(self.model, Some(template))?;
         chat.render(&Conversation::new(&[ChatMessage::user("hi")]))?;
         self.chat = chat;
@@ -81,7 +81,10 @@ impl<'m> LlamaEngineBackend<'m> {
 
     /// The embedding context and batch, able to take `tokens` tokens in
     /// one decode: made (or remade larger) as needed, emptied.
-    fn embedder(&mut self, tokens: usize) -> Result<&mut (RawContext<'m>, RawBatch), BackendError> {
+    fn embedder(
+        &mut self,
+        tokens: usize,
+    ) -> Result<&mut (RawContext<'m>, RawBatch), ExecutorError> {
         let fits = self
             .embedder
             .as_ref()
@@ -102,7 +105,7 @@ impl<'m> LlamaEngineBackend<'m> {
                 embeddings: Some(self.model.embedding_pooling()),
             };
             let ctx = RawContext::new(&self.model.raw, &params).map_err(|e| {
-                BackendError::Failed(format!(
+                ExecutorError::Failed(format!(
                     "{}: cannot create an embedding context of {capacity} tokens: {e}",
                     self.path.display()
                 ))
@@ -128,7 +131,7 @@ impl<'m> LlamaEngineBackend<'m> {
     }
 }
 
-impl Backend for LlamaEngineBackend<'_> {
+impl Executor for LlamaExecutor<'_> {
     fn n_vocab(&self) -> usize {
         self.model.n_vocab()
     }
@@ -170,7 +173,7 @@ impl Backend for LlamaEngineBackend<'_> {
         Some(available.map_or(quarter, |available| available.min(quarter)))
     }
 
-    fn set_kv_layout(&mut self, layout: KvLayout) -> Result<(), BackendError> {
+    fn set_kv_layout(&mut self, layout: KvLayout) -> Result<(), ExecutorError> {
         let streams = layout.streams.clamp(1, MAX_STREAMS);
         let capacity = layout.capacity.max(1).next_multiple_of(256);
         let params = ContextParams {
@@ -185,7 +188,7 @@ impl Backend for LlamaEngineBackend<'_> {
         // The old context's memory goes before the new one is allocated.
         self.ctx = None;
         let ctx = RawContext::new(&self.model.raw, &params).map_err(|e| {
-            BackendError::Failed(format!(
+            ExecutorError::Failed(format!(
                 "{}: cannot create a context of {streams} streams x {capacity} tokens: {e}",
                 self.path.display()
             ))
@@ -202,9 +205,9 @@ impl Backend for LlamaEngineBackend<'_> {
         }
     }
 
-    fn embed(&mut self, inputs: &[Vec<TokenId>]) -> Result<Vec<Vec<f32>>, BackendError> {
+    fn embed(&mut self, inputs: &[Vec<TokenId>]) -> Result<Vec<Vec<f32>>, ExecutorError> {
         if inputs.len() > EMBED_SEQUENCES {
-            return Err(BackendError::Failed(format!(
+            return Err(ExecutorError::Failed(format!(
                 "{} inputs in one embedding batch; at most {EMBED_SEQUENCES}",
                 inputs.len()
             )));
@@ -219,9 +222,9 @@ impl Backend for LlamaEngineBackend<'_> {
         }
         match ctx.decode(batch) {
             0 => {}
-            1 => return Err(BackendError::NoKvSlot),
+            1 => return Err(ExecutorError::NoKvSlot),
             code => {
-                return Err(BackendError::Failed(format!(
+                return Err(ExecutorError::Failed(format!(
                     "llama_decode (embeddings) failed with code {code}"
                 )));
             }
@@ -229,7 +232,7 @@ impl Backend for LlamaEngineBackend<'_> {
         (0..inputs.len() as i32)
             .map(|seq| {
                 let pooled = ctx.sequence_embedding(seq, n_embd).ok_or_else(|| {
-                    BackendError::Failed(format!("llama.cpp gave no embedding for input {seq}"))
+                    ExecutorError::Failed(format!("llama.cpp gave no embedding for input {seq}"))
                 })?;
                 Ok(normalized(pooled))
             })
@@ -255,7 +258,7 @@ impl Backend for LlamaEngineBackend<'_> {
     fn apply_chat_template(
         &self,
         conversation: &Conversation<'_>,
-    ) -> Result<RenderedChat, BackendError> {
+    ) -> Result<RenderedChat, ExecutorError> {
         self.chat.render(conversation)
     }
 
@@ -263,16 +266,16 @@ impl Backend for LlamaEngineBackend<'_> {
         self.model.control_token_text(token)
     }
 
-    fn grammar(&self, gbnf: &str) -> Result<Box<dyn TokenGrammar>, BackendError> {
-        let grammar = RawGrammar::new(&self.model.raw, gbnf).map_err(BackendError::Failed)?;
+    fn grammar(&self, gbnf: &str) -> Result<Box<dyn TokenGrammar>, ExecutorError> {
+        let grammar = RawGrammar::new(&self.model.raw, gbnf).map_err(ExecutorError::Failed)?;
         Ok(Box::new(grammar))
     }
 
-    fn decode(&mut self, batch: &[BatchToken]) -> Result<(), BackendError> {
+    fn decode(&mut self, batch: &[BatchToken]) -> Result<(), ExecutorError> {
         self.batch.clear();
         for t in batch {
             if !self.batch.push(t.token as i32, t.pos, t.stream, t.logits) {
-                return Err(BackendError::Failed(format!(
+                return Err(ExecutorError::Failed(format!(
                     "batch of {} tokens exceeds the context's {}",
                     batch.len(),
                     self.batch.capacity()
@@ -285,8 +288,8 @@ impl Backend for LlamaEngineBackend<'_> {
             .expect("the engine sets a KV layout first");
         match ctx.decode(&self.batch) {
             0 => Ok(()),
-            1 => Err(BackendError::NoKvSlot),
-            code => Err(BackendError::Failed(format!(
+            1 => Err(ExecutorError::NoKvSlot),
+            code => Err(ExecutorError::Failed(format!(
                 "llama_decode failed with code {code}"
             ))),
         }

@@ -5,7 +5,7 @@
 //! model as a [`cortex_engine::EngineConfig`] places it (backend modules,
 //! device, GPU layers, CPU kernels) and starts a [`cortex_engine::Engine`]
 //! over it ([`start`]); the engine's step loop, the worker and the server
-//! see only the engine's `Backend` trait and handle. Also here: the devices
+//! see only the engine's `Executor` trait and handle. Also here: the devices
 //! and backend modules ([`load_backends`], [`devices`]), [`Model`], cortex's
 //! own CPU kernels (`native/`, a ggml backend in C) and [`mod@bench`], the
 //! engine against a plain loop on the same llama.cpp.
@@ -148,7 +148,7 @@
 //!   dropped when tokenizing adds one; a name llama.cpp knows, or a GGUF
 //!   template minijinja cannot compile, through llama.cpp; checked at start),
 //!   and
-//!   `LlamaEngineBackend`: a context whose KV has one stream per sequence
+//!   `LlamaExecutor`: a context whose KV has one stream per sequence
 //!   (non-unified), rebuilt when the engine changes the layout. A `RawGrammar`
 //!   holds an `Arc` of the model, whose vocabulary it reads.
 //! - `bench`: the engine against a plain loop on the same
@@ -160,10 +160,10 @@
 // The FFI boundary (`sys`) is the only module allowed `unsafe`.
 #![deny(unsafe_code)]
 
-mod backend;
 pub mod bench;
 mod chat;
 mod devices;
+mod executor;
 mod model;
 mod start;
 mod sys;

@@ -1,12 +1,12 @@
 //! Starting an engine over llama.cpp: the model loaded as the settings
-//! place it, one backend (context) per step loop.
+//! place it, one executor (context) per step loop.
 
 use std::sync::Arc;
 
-use cortex_engine::{Backend, Engine, EngineConfig, EngineError, StepObserver};
+use cortex_engine::{Engine, EngineConfig, EngineError, Executor, StepObserver};
 
-use crate::backend::{ContextConfig, LlamaEngineBackend};
 use crate::chat::resolve_chat_template;
+use crate::executor::{ContextConfig, LlamaExecutor};
 use crate::model::Model;
 
 /// Loads the model with llama.cpp as `config` places it and starts the
@@ -39,17 +39,17 @@ pub fn start_observed(
             threads: each.effective_threads(),
             sample_on_device: load.sample_on_device,
         };
-        let mut backends: Vec<Box<dyn Backend + Send + '_>> = Vec::new();
+        let mut executors: Vec<Box<dyn Executor + Send + '_>> = Vec::new();
         for _ in 0..each.step_loops {
-            let mut backend = LlamaEngineBackend::new(&model, context, &load.model);
+            let mut executor = LlamaExecutor::new(&model, context, &load.model);
             if let Some(template) = &chat_template {
-                backend = backend
+                executor = executor
                     .with_chat_template(template)
                     .map_err(|e| EngineError::Model(e.to_string()))?;
             }
-            backends.push(Box::new(backend));
+            executors.push(Box::new(executor));
         }
-        launch.run(&each, backends);
+        launch.run(&each, executors);
         Ok(())
     })
 }

@@ -58,7 +58,7 @@
 //! (`json_object`, `json_schema`) and the `grammar` extension are compiled and
 //! checked with `cortex-grammar` into `Request::grammar` at parse time; the
 //! engine makes one llama.cpp grammar sampler per completion from it
-//! (`Backend::grammar`) and advances it past every token taken.
+//! (`Executor::grammar`) and advances it past every token taken.
 //! `input/tools.rs`: chat `tools` become `Request::tools` (the definitions as
 //! JSON for the template, the choice); `tool_choice` `required` or a named
 //! function also compiles a grammar of one `{"name", "arguments"}` call whose

@@ -118,7 +118,7 @@ impl BatchRow<'_> {
 
 /// The argmax of each row of logits (lowest id on ties, NaN ignored), in
 /// parallel on rayon's pool: greedy rows with nothing to adjust, read where
-/// the backend left them (a wide batch's logits are tens of megabytes, more
+/// the executor left them (a wide batch's logits are tens of megabytes, more
 /// than one core reads in a step's time).
 pub fn argmax_rows(rows: &[&[f32]]) -> Vec<TokenId> {
     if rows.len() < 4 {

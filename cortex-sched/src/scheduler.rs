@@ -728,7 +728,7 @@ impl Scheduler {
         Ok(())
     }
 
-    /// Preempts a running request now (its backend could not take its tokens):
+    /// Preempts a running request now (its executor could not take its tokens):
     /// its KV is released and it returns to the front of the queue, to be
     /// recomputed. Whatever the last plan holds for it is ignored by `commit`.
     pub fn preempt(&mut self, id: RequestId) -> Result<(), SchedError> {
@@ -741,7 +741,7 @@ impl Scheduler {
     }
 
     /// Preempts the running request the policy would pick (lowest priority,
-    /// newest), for an engine whose backend ran out of KV despite the
+    /// newest), for an engine whose executor ran out of KV despite the
     /// accounting. Returns it, or `None` when nothing runs. The last plan is
     /// void: the engine plans again.
     pub fn preempt_one(&mut self) -> Option<RequestId> {

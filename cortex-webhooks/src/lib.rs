@@ -14,7 +14,7 @@
 //! # Design notes
 //!
 //! The outbox, its leases and backoff are the queue's (`WebhookStore`, on
-//! both backends); the event's JSON is the wire-format crate's
+//! both drivers); the event's JSON is the wire-format crate's
 //! (`cortex_openai::webhook_event`); this crate signs, sends and runs the
 //! delivery thread. Deliveries use their own queue connection and thread so
 //! a slow receiver never holds up a worker's engine.

@@ -716,14 +716,14 @@ impl ModelPool {
 
 #[cfg(test)]
 mod tests {
-    use cortex_engine::fake::FakeBackend;
+    use cortex_engine::fake::FakeExecutor;
 
     use super::*;
 
     fn fake_engine() -> Result<Engine, EngineError> {
-        Engine::start_with_backend(
-            cortex_engine::EngineConfig::for_fake_backend(1, 16),
-            move || Ok::<_, EngineError>(FakeBackend::new()),
+        Engine::start_with_executor(
+            cortex_engine::EngineConfig::for_fake_executor(1, 16),
+            move || Ok::<_, EngineError>(FakeExecutor::new()),
         )
     }
 

@@ -531,7 +531,7 @@ fn work(
             drained =
                 worker.in_flight.is_empty() && !worker.plan.follow && !worker.work_remains()?;
             if worker.in_flight.is_empty() && !drained && !stop.load(Ordering::SeqCst) {
-                // Idle: wait for work to arrive (a backend with notifications
+                // Idle: wait for work to arrive (a driver with notifications
                 // wakes at once), then claim again.
                 worker.store.wait_for_work(IDLE_WAIT)?;
                 next_claim = Instant::now();

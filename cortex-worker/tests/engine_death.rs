@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use cortex_engine::fake::FakeBackend;
+use cortex_engine::fake::FakeExecutor;
 use cortex_engine::{Engine, EngineConfig, EngineError};
 use cortex_openai::SubmitJsonl;
 use cortex_queue::{ItemState, JobState, SubmitOptions};
@@ -19,11 +19,11 @@ use cortex_queue_sqlite::Store;
 use cortex_worker::{WorkerError, WorkerPlan, run_worker, work_queue};
 
 fn engine(panic_after: Option<usize>) -> Engine {
-    let mut config = EngineConfig::for_fake_backend(4, 16);
+    let mut config = EngineConfig::for_fake_executor(4, 16);
     config.prefix_sharing = false;
-    Engine::start_with_backend(config, move || {
+    Engine::start_with_executor(config, move || {
         // Slow enough that several items are in flight at the panic.
-        let fake = FakeBackend::new().decoding_for(Duration::from_millis(5));
+        let fake = FakeExecutor::new().decoding_for(Duration::from_millis(5));
         Ok::<_, EngineError>(match panic_after {
             Some(decodes) => fake.panicking_after(decodes),
             None => fake,

@@ -291,7 +291,7 @@ impl Cortex {
         }
     }
 
-    /// The backend's own consistency check (SQLite's integrity check, or
+    /// The driver's own consistency check (SQLite's integrity check, or
     /// PostgreSQL's counters against the items).
     pub fn check_store(&self) {
         match &self.postgres {

@@ -10,7 +10,7 @@ use std::process::Command;
 const CONFINED: &[(&str, &[&str], &str)] = &[
     (
         "rusqlite",
-        // The tests read how the SQLite backend stores a job.
+        // The tests read how the SQLite driver stores a job.
         &["cortex-queue-sqlite", "cortex-tests"],
         "a database client only in its queue driver",
     ),
@@ -378,6 +378,54 @@ fn only_the_cli_config_reads_the_settings_table() {
     );
 }
 
+/// "Backend" names llama.cpp's device modules (and cortex's own CPU
+/// backend among them), nothing else: the engine's trait for what runs a
+/// model is the `Executor`, queue storage a driver (ARCHITECTURE.md's
+/// glossary). Outside the binding, which loads those modules, nothing
+/// defined is named with the word but where the modules are looked for.
+#[test]
+fn backend_names_only_llama_cpps_modules() {
+    let root = workspace_root();
+    let mut files = Vec::new();
+    for member in std::fs::read_dir(&root).unwrap() {
+        let src = member.unwrap().path().join("src");
+        if src.is_dir() && !src.starts_with(root.join("cortex-llama")) {
+            rust_sources(&src, &mut files);
+        }
+    }
+    let mut offenders = Vec::new();
+    for file in &files {
+        let code = code_of(&std::fs::read_to_string(file).unwrap());
+        let words: Vec<&str> = code
+            .split(|c: char| !c.is_alphanumeric() && c != '_')
+            .filter(|word| !word.is_empty())
+            .collect();
+        for pair in words.windows(2) {
+            let defines = [
+                "trait", "struct", "enum", "type", "fn", "mod", "const", "static",
+            ];
+            // Where the modules are looked for (`backends_dir`) is about them.
+            let name = pair[1].to_lowercase();
+            if defines.contains(&pair[0])
+                && name.contains("backend")
+                && !name.contains("backends_dir")
+            {
+                offenders.push(format!(
+                    "{}: {} {}",
+                    file.strip_prefix(&root).unwrap_or(file).display(),
+                    pair[0],
+                    pair[1]
+                ));
+            }
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "\"backend\" names llama.cpp's modules only (the engine's trait is the Executor, queue storage a driver):\n{}",
+        offenders.join("\n")
+    );
+}
+
 #[test]
 fn every_module_says_what_it_is_for() {
     let metadata = metadata();
@@ -520,7 +568,7 @@ fn native_code_lives_only_in_the_bindings_kernels() {
 #[test]
 fn only_the_binding_and_the_programs_compile_llama_cpp() {
     // The engine, the worker and the server use the engine's handle and its
-    // `Backend` trait; llama.cpp (and cortex's C kernels) build into the
+    // `Executor` trait; llama.cpp (and cortex's C kernels) build into the
     // binding and what links a program from it. Normal dependencies only:
     // tests and examples may start a real engine.
     let metadata = metadata();
@@ -1045,7 +1093,7 @@ fn a_plain_cargo_test_runs_tidy() {
 
 #[test]
 fn test_support_is_switched_on_for_tests_only() {
-    // Test helpers (a fake backend, databases made and dropped) must not
+    // Test helpers (a fake executor, databases made and dropped) must not
     // reach a program: only a dev-dependency, or the tests crate (never a
     // default member), may ask for them.
     let problems = switched_on_outside_tests(&metadata(), "test-support");

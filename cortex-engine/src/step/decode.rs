@@ -9,8 +9,8 @@ use cortex_sample::{BatchRow, Constraint, TokenFilter, sample_batch};
 use cortex_sched::StepPlan;
 
 use super::{SampledAt, Seq, StepLoop};
-use crate::backend::{BackendError, BatchToken, StreamId};
 use crate::error::EngineError;
+use crate::executor::{BatchToken, ExecutorError, StreamId};
 
 /// A row of the batch whose logits are read: which sequence, where its
 /// logits are, and what they are for.
@@ -101,7 +101,8 @@ impl StepLoop<'_> {
             }
         }
         if steady {
-            let end = StreamId::try_from(self.backend.kv_layout().streams).unwrap_or(StreamId::MAX);
+            let end =
+                StreamId::try_from(self.executor.kv_layout().streams).unwrap_or(StreamId::MAX);
             self.fill_gap(
                 previous.unwrap_or(-1),
                 end,
@@ -123,7 +124,7 @@ impl StepLoop<'_> {
     /// number when `steady`), every one has room for it (else the gap
     /// stays: one full stream keeps the runs apart anyway) and the batch
     /// stays within [`crate::EngineConfig::decode_tokens`] (a larger one
-    /// the backend refuses, and the step falls back to a decode per
+    /// the executor refuses, and the step falls back to a decode per
     /// stream). Steady fillers ask for logits, so the outputs keep their
     /// count.
     fn fill_gap(
@@ -161,7 +162,7 @@ impl StepLoop<'_> {
         self.seqs[&id].stream.expect("running sequences are bound")
     }
 
-    /// Decodes the batch and samples every row. A backend failure is isolated:
+    /// Decodes the batch and samples every row. An executor failure is isolated:
     /// each stream is retried alone; one that still finds no KV slot is
     /// preempted (recomputed later, timing out if that never succeeds), one that
     /// fails otherwise fails. The rest of the step goes on.
@@ -184,18 +185,18 @@ impl StepLoop<'_> {
     }
 
     /// One decode, and the wait for its results on the host, each timed.
-    fn decode_and_wait(&mut self, batch: &[BatchToken]) -> Result<(), BackendError> {
+    fn decode_and_wait(&mut self, batch: &[BatchToken]) -> Result<(), ExecutorError> {
         let started = Instant::now();
-        if self.backend.reads_shared_prefixes() {
+        if self.executor.reads_shared_prefixes() {
             let mut streams: Vec<StreamId> = batch.iter().map(|t| t.stream).collect();
             streams.dedup();
             let shares = self.streams.shared_prefixes(&streams);
-            self.backend.share_prefixes(&shares);
+            self.executor.share_prefixes(&shares);
         }
-        let decoded = self.backend.decode(batch);
+        let decoded = self.executor.decode(batch);
         let submitted = Instant::now();
         if decoded.is_ok() {
-            self.backend.synchronize();
+            self.executor.synchronize();
         }
         let done = Instant::now();
         let (decode, wait) = (
@@ -213,7 +214,7 @@ impl StepLoop<'_> {
         &mut self,
         batch: &[BatchToken],
         rows: &[SampleRow],
-        first_error: &BackendError,
+        first_error: &ExecutorError,
     ) -> Vec<(RequestId, TokenId)> {
         let mut sampled = Vec::new();
         let mut streams: Vec<StreamId> = batch.iter().map(|t| t.stream).collect();
@@ -256,7 +257,7 @@ impl StepLoop<'_> {
                         .collect();
                     sampled.extend(self.read_rows(&local));
                 }
-                Err(BackendError::NoKvSlot) => {
+                Err(ExecutorError::NoKvSlot) => {
                     self.forget_batch_kv(&part);
                     if self.sched.preempt(seq_id).is_ok() {
                         self.tally.preempted();
@@ -265,14 +266,14 @@ impl StepLoop<'_> {
                 }
                 Err(error) => {
                     self.forget_batch_kv(&part);
-                    self.fail_request(owner, EngineError::backend(owner, &error));
+                    self.fail_request(owner, EngineError::executor(owner, &error));
                 }
             }
         }
         sampled
     }
 
-    /// Removes whatever the backend may have written for the batch's positions.
+    /// Removes whatever the executor may have written for the batch's positions.
     fn forget_batch_kv(&mut self, batch: &[BatchToken]) {
         let mut first: HashMap<StreamId, usize> = HashMap::new();
         for t in batch {
@@ -280,7 +281,7 @@ impl StepLoop<'_> {
             *p = (*p).min(t.pos);
         }
         for (stream, from) in first {
-            self.streams.truncate(stream, from, self.backend.as_mut());
+            self.streams.truncate(stream, from, self.executor.as_mut());
         }
     }
 
@@ -313,12 +314,12 @@ impl StepLoop<'_> {
         };
         let next = scores.tokens[pos + 1].token;
         let (logprob, alternatives) =
-            cortex_sample::logprobs(self.backend.logits(row.batch_index), next, scores.top);
+            cortex_sample::logprobs(self.executor.logits(row.batch_index), next, scores.top);
         let top = alternatives
             .into_iter()
             .map(|(token, logprob)| TopLogprob {
                 token,
-                bytes: self.backend.token_bytes(token),
+                bytes: self.executor.token_bytes(token),
                 logprob,
             })
             .collect();
@@ -332,7 +333,7 @@ impl StepLoop<'_> {
     }
 
     /// The token of each row, in order: taken from the device where it
-    /// sampled the row, the argmax of the backend's logits read in place
+    /// sampled the row, the argmax of the executor's logits read in place
     /// for a plain greedy row, else drawn by the row's sampler from a copy.
     /// A row the device should have sampled and did not fails its request.
     fn sample_rows(&mut self, rows: &[&SampleRow]) -> Vec<(RequestId, TokenId)> {
@@ -346,7 +347,7 @@ impl StepLoop<'_> {
                 continue;
             };
             match seq.sampled_at {
-                SampledAt::Device => match self.backend.device_sampled(row.batch_index) {
+                SampledAt::Device => match self.executor.device_sampled(row.batch_index) {
                     Some(token) => {
                         tokens[i] = Some(token);
                         self.step_times.device_sampled += 1;
@@ -360,7 +361,7 @@ impl StepLoop<'_> {
         if !argmax.is_empty() {
             let logits: Vec<&[f32]> = argmax
                 .iter()
-                .map(|&i| self.backend.logits(rows[i].batch_index))
+                .map(|&i| self.executor.logits(rows[i].batch_index))
                 .collect();
             for (&i, token) in argmax.iter().zip(cortex_sample::argmax_rows(&logits)) {
                 tokens[i] = Some(token);
@@ -374,8 +375,8 @@ impl StepLoop<'_> {
             }
         }
         for owner in lost {
-            let error = BackendError::Failed("the device returned no sampled token".into());
-            self.fail_request(owner, EngineError::backend(owner, &error));
+            let error = ExecutorError::Failed("the device returned no sampled token".into());
+            self.fail_request(owner, EngineError::executor(owner, &error));
         }
         self.step_times.sample += started.elapsed().as_secs_f64();
         rows.iter()
@@ -390,7 +391,7 @@ impl StepLoop<'_> {
             self.logits.push(Vec::new());
         }
         for (buffer, row) in self.logits.iter_mut().zip(rows) {
-            let logits = self.backend.logits(row.batch_index);
+            let logits = self.executor.logits(row.batch_index);
             buffer.clear();
             buffer.extend_from_slice(logits);
         }
@@ -446,7 +447,7 @@ impl StepLoop<'_> {
         let (logprob, alternatives) = cortex_sample::logprobs(&self.logits[row], token, top);
         let entry = |token: TokenId, logprob: f32| TopLogprob {
             token,
-            bytes: self.backend.token_bytes(token),
+            bytes: self.executor.token_bytes(token),
             logprob,
         };
         seq.logprobs.push(TokenLogprob {

@@ -8,9 +8,9 @@ use std::time::Instant;
 use cortex_request::{EmbeddingRequest, Prompt, RequestId, Response, Timings, TokenId, Usage};
 
 use super::StepLoop;
-use crate::backend::EMBED_SEQUENCES;
 use crate::error::EngineError;
 use crate::events::EngineEvent;
+use crate::executor::EMBED_SEQUENCES;
 use crate::protocol::EventSender;
 
 /// Tokens one embedding decode takes at most (a longer input goes alone).
@@ -72,7 +72,7 @@ impl StepLoop<'_> {
             .enumerate()
             .map(|(i, input)| {
                 let tokens = match input {
-                    Prompt::Text(text) => self.backend.tokenize(text, true, true),
+                    Prompt::Text(text) => self.executor.tokenize(text, true, true),
                     Prompt::Tokens(tokens) => {
                         self.check_vocabulary(tokens)
                             .map_err(|e| invalid(format!("input[{i}]: {e}")))?;
@@ -123,7 +123,7 @@ impl StepLoop<'_> {
         }
         self.tally.step();
         self.tally.prefilled(tokens as u64);
-        match self.backend.embed(&batch) {
+        match self.executor.embed(&batch) {
             Ok(vectors) => {
                 for (&(at, _), vector) in picked.iter().zip(vectors) {
                     self.embeds[at].vectors.push(vector);
@@ -134,7 +134,7 @@ impl StepLoop<'_> {
                 failed.dedup();
                 for at in failed.into_iter().rev() {
                     let pending = self.embeds.remove(at).expect("picked from the queue");
-                    let error = EngineError::backend(pending.id, &error);
+                    let error = EngineError::executor(pending.id, &error);
                     self.report_end(
                         &pending.events,
                         EngineEvent::Failed {

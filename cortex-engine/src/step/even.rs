@@ -20,7 +20,7 @@ use cortex_sched::{PrefillChunk, StepPlan};
 use super::StepLoop;
 use super::decode::StepBatch;
 use super::timeline::{passes, stream_tokens};
-use crate::backend::{BatchToken, StreamId};
+use crate::executor::{BatchToken, StreamId};
 
 /// Chunks at most this long go a token a step when the step's chunks are
 /// cut to a longer length; longer ones keep theirs. So no prompt waits

@@ -11,9 +11,9 @@ use cortex_sample::Sampler;
 use cortex_sched::{SchedError, SchedRequest};
 
 use super::{ChatReading, Live, PromptScores, SampledAt, Seq, StepLoop};
-use crate::backend::TokenGrammar;
 use crate::error::EngineError;
 use crate::events::EngineEvent;
+use crate::executor::TokenGrammar;
 use crate::protocol::EventSender;
 use crate::protocol::{Command, Shutdown};
 use crate::text::{StopMatcher, Utf8Stream};
@@ -58,7 +58,7 @@ impl StepLoop<'_> {
                     }
                 }
                 Command::Cancel(id) => self.cancel(id),
-                Command::Vocabulary(query) => query(self.backend.as_ref()),
+                Command::Vocabulary(query) => query(self.executor.as_ref()),
                 Command::Shutdown(Shutdown::Drain) => self.draining = true,
                 Command::Shutdown(Shutdown::Abort) => {
                     let ids: Vec<RequestId> = self.live.keys().copied().collect();
@@ -158,8 +158,8 @@ impl StepLoop<'_> {
             .grammar
             .as_deref()
             .or_else(|| chat.as_ref().and_then(|c| c.grammar.as_deref()));
-        let grammar = |backend: &dyn crate::backend::Backend| {
-            gbnf.map(|gbnf| backend.grammar(gbnf))
+        let grammar = |executor: &dyn crate::executor::Executor| {
+            gbnf.map(|gbnf| executor.grammar(gbnf))
                 .transpose()
                 .map_err(|e| EngineError::Invalid {
                     id,
@@ -171,7 +171,7 @@ impl StepLoop<'_> {
         // (Parsed again for each: llama.cpp's copy of a grammar costs more
         // than a parse, its stacks rebound by a scan of every rule.)
         let mut grammars = (0..request.choices())
-            .map(|_| grammar(self.backend.as_ref()))
+            .map(|_| grammar(self.executor.as_ref()))
             .collect::<Result<Vec<_>, _>>()?
             .into_iter();
         let now = Instant::now();
@@ -229,7 +229,7 @@ impl StepLoop<'_> {
                     .iter()
                     .map(|&token| PromptToken {
                         token,
-                        bytes: self.backend.token_bytes(token),
+                        bytes: self.executor.token_bytes(token),
                         logprob: None,
                         top: Vec::new(),
                     })
@@ -263,14 +263,14 @@ impl StepLoop<'_> {
                 variables: request.template_variables.as_deref(),
             };
             let rendered = self
-                .backend
+                .executor
                 .apply_chat_template(&conversation)
                 .map_err(|e| EngineError::Invalid {
                     id: request.id,
                     field: "messages".into(),
                     message: e.to_string(),
                 })?;
-            let tokens = self.backend.tokenize(&rendered.prompt, true, true);
+            let tokens = self.executor.tokenize(&rendered.prompt, true, true);
             self.check_prompt(request, &tokens, "messages")?;
             let kept = self.kept_tokens(&rendered.syntax);
             let chat = ChatOutput {
@@ -306,7 +306,7 @@ impl StepLoop<'_> {
         field: &str,
     ) -> Result<Vec<TokenId>, EngineError> {
         let tokens = match prompt {
-            Prompt::Text(text) => self.backend.tokenize(text, true, true),
+            Prompt::Text(text) => self.executor.tokenize(text, true, true),
             Prompt::Tokens(tokens) => {
                 self.check_vocabulary(tokens)
                     .map_err(|message| EngineError::Invalid {
@@ -347,8 +347,8 @@ impl StepLoop<'_> {
             .marker_texts()
             .into_iter()
             .filter_map(
-                |marker| match self.backend.tokenize(marker, false, true)[..] {
-                    [token] if self.backend.token_bytes(token).is_empty() => Some(token),
+                |marker| match self.executor.tokenize(marker, false, true)[..] {
+                    [token] if self.executor.token_bytes(token).is_empty() => Some(token),
                     _ => None,
                 },
             )

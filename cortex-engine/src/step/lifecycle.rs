@@ -168,7 +168,7 @@ impl StepLoop<'_> {
         let (sched, streams) = (&self.sched, &self.streams);
         let waiting = sched.num_waiting() + self.oversize.len();
         let kv_bytes =
-            (streams.count() * streams.capacity() * self.backend.kv_bytes_per_token()) as u64;
+            (streams.count() * streams.capacity() * self.executor.kv_bytes_per_token()) as u64;
         let stats = self.tally.snapshot(kv.evictions, |stats| {
             stats.waiting = waiting;
             stats.running = sched.num_running();

@@ -1,4 +1,4 @@
-//! The step loop: one thread that owns the backend, the scheduler, the KV
+//! The step loop: one thread that owns the executor, the scheduler, the KV
 //! binding and every request in flight. Each step plans with `cortex-sched`,
 //! binds admitted sequences to KV streams, decodes one batch, samples, and
 //! applies stop conditions. Split by concern:
@@ -42,10 +42,10 @@ use cortex_request::{Completion, PromptToken, RequestId, TokenId, TokenLogprob};
 use cortex_sample::Sampler;
 use cortex_sched::{Admission, SchedRequest, Scheduler, StepPlan};
 
-use crate::backend::{Backend, BatchToken, StreamId, TokenGrammar};
 use crate::config::EngineConfig;
 use crate::error::EngineError;
 use crate::events::{EngineEvent, StepObserver};
+use crate::executor::{BatchToken, Executor, StreamId, TokenGrammar};
 use crate::protocol::{Command, EngineHealth, EngineInfo, EventSender, Shared, panic_message};
 use crate::streams::{Streams, ToBind};
 use crate::text::{StopMatcher, Utf8Stream};
@@ -78,7 +78,7 @@ enum SampledAt {
     /// The argmax, taken by the device that computes the logits: one token
     /// per row comes back instead of the vocabulary's logits.
     Device,
-    /// The argmax of the logits, read where the backend left them.
+    /// The argmax of the logits, read where the executor left them.
     HostArgmax,
     /// The sequence's sampler, from a copy of the logits (randomness, bias,
     /// penalties, a grammar or log probabilities).
@@ -88,7 +88,7 @@ enum SampledAt {
 /// Seconds of one step by where they went (see [`crate::StepRecord`]).
 #[derive(Debug, Clone, Copy, Default)]
 struct StepTimes {
-    /// In the backend's decode call.
+    /// In the executor's decode call.
     decode: f64,
     /// Waiting for the device's results after it.
     wait: f64,
@@ -96,7 +96,7 @@ struct StepTimes {
     sample: f64,
     /// Tokens the device sampled (the rest were sampled on the host).
     device_sampled: usize,
-    /// Calls to the backend's decode: one, or more when it refused the
+    /// Calls to the executor's decode: one, or more when it refused the
     /// step's batch and each stream was decoded alone.
     decode_calls: usize,
 }
@@ -148,7 +148,7 @@ struct Seq {
     /// When it last computed anything (or was first bound).
     last_progress: Instant,
     /// Whether it computed anything since it was last bound: a request that is
-    /// bound again and again without progress (backend out of KV each time)
+    /// bound again and again without progress (executor out of KV each time)
     /// keeps its old clock and times out.
     progressed_since_bind: bool,
 }
@@ -161,9 +161,9 @@ struct PromptScores {
 }
 
 pub(crate) struct StepLoop<'b> {
-    // The model and its KV: the backend, the scheduler's plan and block
+    // The model and its KV: the executor, the scheduler's plan and block
     // accounting, the streams sequences run in, and how they are sized.
-    backend: Box<dyn Backend + Send + 'b>,
+    executor: Box<dyn Executor + Send + 'b>,
     sched: Scheduler,
     streams: Streams,
     sizing: Sizing,
@@ -216,32 +216,32 @@ const STATS_EVERY: Duration = Duration::from_millis(50);
 
 impl<'b> StepLoop<'b> {
     pub(crate) fn new(
-        mut backend: Box<dyn Backend + Send + 'b>,
+        mut executor: Box<dyn Executor + Send + 'b>,
         config: &EngineConfig,
         commands: flume::Receiver<Command>,
         shared: Arc<Shared>,
         observer: Option<Box<dyn StepObserver>>,
     ) -> Result<Self, EngineError> {
         // `config` is one loop's, sized for the device (`EngineConfig::per_loop`).
-        let sizing = Sizing::new(config, backend.as_ref())?;
+        let sizing = Sizing::new(config, executor.as_ref())?;
         let layout = sizing.layout(sizing.initial_capacity());
-        // The backend's first context: an error here (memory) stops the start.
-        backend
+        // The executor's first context: an error here (memory) stops the start.
+        executor
             .set_kv_layout(layout)
             .map_err(|e| EngineError::Model(e.to_string()))?;
-        let layout = backend.kv_layout();
+        let layout = executor.kv_layout();
         let sched = Scheduler::new(sizing.sched_config(layout))
             .map_err(|e| EngineError::Model(e.to_string()))?;
         let info = EngineInfo {
-            n_vocab: backend.n_vocab(),
-            n_ctx_train: backend.n_ctx_train(),
+            n_vocab: executor.n_vocab(),
+            n_ctx_train: executor.n_ctx_train(),
             max_sequence_tokens: sizing.max_sequence_tokens(),
             parallel: config.parallel.max(1),
             step_loops: 1,
         };
         Ok(Self {
             streams: Streams::new(layout.streams, layout.capacity, sizing.block_size()),
-            backend,
+            executor,
             sched,
             sizing,
             threads: config.adaptive_threads().map(ThreadGovernor::new),
@@ -330,7 +330,7 @@ impl<'b> StepLoop<'b> {
                 threads,
                 "decoding with {threads} thread(s): other processes use the rest"
             );
-            self.backend.set_threads(threads);
+            self.executor.set_threads(threads);
             self.tally.threads(threads);
         }
     }
@@ -380,14 +380,14 @@ impl<'b> StepLoop<'b> {
                 record.micro_batches = self.timeline.micro_batches(&batch);
                 record.gap_fillers = fillers.len();
             }
-            let reused_before = record.as_ref().map(|_| self.backend.graphs_reused());
+            let reused_before = record.as_ref().map(|_| self.executor.graphs_reused());
             let sampled = self.decode(&batch, &rows);
             if let (Some(record), Some(before)) = (&mut record, reused_before) {
-                let reused = self.backend.graphs_reused().saturating_sub(before);
+                let reused = self.executor.graphs_reused().saturating_sub(before);
                 record.graphs_reused = usize::try_from(reused).unwrap_or(usize::MAX);
             }
             for &(stream, pos) in &fillers {
-                self.streams.truncate(stream, pos, self.backend.as_mut());
+                self.streams.truncate(stream, pos, self.executor.as_mut());
             }
             self.tally
                 .prefilled(plan.prefill.iter().map(|c| c.len as u64).sum::<u64>());
@@ -433,7 +433,7 @@ impl<'b> StepLoop<'b> {
         let bound = self.streams.bind_all(
             admissions,
             self.sched.kv(),
-            self.backend.as_mut(),
+            self.executor.as_mut(),
             &mut orphans,
         );
         self.evict(&orphans);
@@ -448,7 +448,7 @@ impl<'b> StepLoop<'b> {
             let seq = self.seqs.get_mut(&id).expect("admitted sequences exist");
             seq.stream = Some(stream);
             let argmax_only = seq.sampled_at != SampledAt::HostSampler;
-            seq.sampled_at = match self.backend.sample_on_device(stream, argmax_only) {
+            seq.sampled_at = match self.executor.sample_on_device(stream, argmax_only) {
                 true => SampledAt::Device,
                 false if argmax_only => SampledAt::HostArgmax,
                 false => SampledAt::HostSampler,
@@ -473,8 +473,12 @@ impl<'b> StepLoop<'b> {
             return;
         };
         let mut orphans = Vec::new();
-        self.streams
-            .release(stream, self.sched.kv(), self.backend.as_mut(), &mut orphans);
+        self.streams.release(
+            stream,
+            self.sched.kv(),
+            self.executor.as_mut(),
+            &mut orphans,
+        );
         self.evict(&orphans);
     }
 
@@ -483,7 +487,7 @@ impl<'b> StepLoop<'b> {
         let mut orphans = Vec::new();
         for block in self.sched.drain_evicted() {
             self.streams
-                .evicted(block, self.backend.as_mut(), &mut orphans);
+                .evicted(block, self.executor.as_mut(), &mut orphans);
         }
         self.evict(&orphans);
     }

@@ -23,7 +23,7 @@ impl StepLoop<'_> {
         let owner = seq.owner;
         self.tally.generated();
         seq.tokens.push(token);
-        let is_end = !seq.ignore_eos && self.backend.is_end_of_generation(token);
+        let is_end = !seq.ignore_eos && self.executor.is_end_of_generation(token);
         let is_stop_token = seq.stop_token_ids.contains(&token);
         let mut finish = if is_end {
             Some(FinishReason::Eos)
@@ -39,9 +39,9 @@ impl StepLoop<'_> {
                 .as_ref()
                 .is_some_and(|r| r.kept.binary_search(&token).is_ok());
             let bytes = if kept {
-                self.backend.control_token_text(token)
+                self.executor.control_token_text(token)
             } else {
-                self.backend.token_bytes(token)
+                self.executor.token_bytes(token)
             };
             let text = seq.utf8.push(&bytes);
             match seq.stops.push(&text) {

@@ -10,9 +10,9 @@
 use cortex_sched::SchedConfig;
 
 use super::StepLoop;
-use crate::backend::{Backend, KvLayout};
 use crate::config::EngineConfig;
 use crate::error::EngineError;
+use crate::executor::{Executor, KvLayout};
 use crate::streams::Streams;
 
 /// llama.cpp pads cells per stream to this.
@@ -41,18 +41,18 @@ pub(super) struct Sizing {
 }
 
 impl Sizing {
-    /// The sizing for `config` on `backend`, refused when the KV cache it
+    /// The sizing for `config` on `executor`, refused when the KV cache it
     /// asks for cannot fit the memory of the device that holds it (so a job
     /// that does not fit fails at start, saying what to lower, never midway).
-    pub(super) fn new(config: &EngineConfig, backend: &dyn Backend) -> Result<Self, EngineError> {
+    pub(super) fn new(config: &EngineConfig, executor: &dyn Executor) -> Result<Self, EngineError> {
         config.check_limits()?;
-        let per_token = backend.kv_bytes_per_token().max(1);
+        let per_token = executor.kv_bytes_per_token().max(1);
         let parallel = config.parallel.max(1);
         let fixed = config
             .stream_tokens
             .map(|t| t.max(1).next_multiple_of(GRANULE));
-        let available = backend.kv_memory_available();
-        let device = backend.device_name();
+        let available = executor.kv_memory_available();
+        let device = executor.device_name();
         let refuse = |message: String| Err(EngineError::Model(message));
         let budget = if config.kv_memory > 0 {
             if let Some(available) = available
@@ -67,7 +67,7 @@ impl Sizing {
             config.kv_memory
         } else {
             // The device's share for each of the loops that run on it.
-            backend.default_kv_memory().unwrap_or(1 << 30) / config.step_loops.max(1)
+            executor.default_kv_memory().unwrap_or(1 << 30) / config.step_loops.max(1)
         };
         match (fixed, available) {
             (Some(cells), Some(available)) if parallel * cells * per_token > available => {
@@ -91,7 +91,7 @@ impl Sizing {
             fixed,
             budget_cells: budget / per_token,
             step_cells: config.step_cells.max(GRANULE),
-            model_limit: (backend.n_ctx_train() / GRANULE * GRANULE).max(GRANULE),
+            model_limit: (executor.n_ctx_train() / GRANULE * GRANULE).max(GRANULE),
             block_size: config.block_size.max(1),
             max_batch_tokens: config.max_batch_tokens.max(1),
             prefix_sharing: config.prefix_sharing,
@@ -161,7 +161,7 @@ impl Sizing {
 impl StepLoop<'_> {
     /// Rebuilds the KV with streams long enough for the parked requests:
     /// running sequences are preempted (recomputed later), cached prefixes
-    /// are dropped. If the backend cannot make the larger cache, the parked
+    /// are dropped. If the executor cannot make the larger cache, the parked
     /// requests fail and the old layout stays.
     pub(super) fn grow_streams(&mut self) {
         let need = self
@@ -170,7 +170,7 @@ impl StepLoop<'_> {
             .map(|r| r.prompt.len() + r.max_new_tokens)
             .max()
             .unwrap_or(0);
-        let old = self.backend.kv_layout();
+        let old = self.executor.kv_layout();
         let capacity = self.sizing.grown(old.capacity, need);
         let running: Vec<_> = self
             .seqs
@@ -187,13 +187,13 @@ impl StepLoop<'_> {
             }
         }
         let layout = self.sizing.layout(capacity);
-        if let Err(error) = self.backend.set_kv_layout(layout) {
+        if let Err(error) = self.executor.set_kv_layout(layout) {
             self.fail_oversize(&error.to_string());
-            self.backend
+            self.executor
                 .set_kv_layout(old)
                 .expect("the previous KV layout fits again");
         }
-        let layout = self.backend.kv_layout();
+        let layout = self.executor.kv_layout();
         self.streams = Streams::new(layout.streams, layout.capacity, self.sizing.block_size);
         self.tally.kv_rebuilt(self.sched.kv_stats().evictions);
         self.sched

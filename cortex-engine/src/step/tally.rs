@@ -68,7 +68,7 @@ impl Tally {
         self.stats.prefill_tokens_saved += cached_tokens as u64;
     }
 
-    /// Seconds spent inside the backend's decode.
+    /// Seconds spent inside the executor's decode.
     pub(super) fn decoded_for(&mut self, seconds: f64) {
         self.stats.decode_seconds += seconds;
     }
@@ -78,7 +78,7 @@ impl Tally {
         self.stats.busy_seconds += seconds;
     }
 
-    /// The threads the backend decodes with now.
+    /// The threads the executor decodes with now.
     pub(super) fn threads(&mut self, threads: usize) {
         self.stats.threads = threads;
     }

@@ -8,8 +8,8 @@ use cortex_request::TokenId;
 use cortex_sched::StepPlan;
 
 use super::StepTimes;
-use crate::backend::{BatchToken, StreamId};
 use crate::events::{StepObserver, StepRecord};
+use crate::executor::{BatchToken, StreamId};
 
 /// How many micro-batches of at most `micro_batch_tokens` llama.cpp computes
 /// a batch in (each one pass over the weights). With one stream per sequence
