@@ -58,7 +58,7 @@ fn an_engine_death_ends_its_items_as_suspects_with_the_panic_as_their_error() {
     let WorkerError::EngineDied { message, items } = &error else {
         panic!("expected EngineDied, got {error}");
     };
-    assert!(message.contains("injected backend bug"), "{message}");
+    assert!(message.contains("injected executor bug"), "{message}");
     assert!(*items > 0, "{error}");
     let job_now = store.job(job).unwrap();
     assert_eq!(job_now.counts.running, 0, "nothing is left under a lease");
@@ -73,7 +73,7 @@ fn an_engine_death_ends_its_items_as_suspects_with_the_panic_as_their_error() {
         assert_eq!((item.state, item.attempts), (ItemState::Pending, 0));
         let text = item.error_message.as_deref().unwrap();
         assert!(
-            text.contains("the engine died: ") && text.contains("injected backend bug"),
+            text.contains("the engine died: ") && text.contains("injected executor bug"),
             "{text}"
         );
     }
