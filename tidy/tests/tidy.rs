@@ -393,6 +393,9 @@ fn backend_names_only_llama_cpps_modules() {
             rust_sources(&src, &mut files);
         }
     }
+    let defines = [
+        "trait", "struct", "enum", "type", "fn", "mod", "const", "static",
+    ];
     let mut offenders = Vec::new();
     for file in &files {
         let code = code_of(&std::fs::read_to_string(file).unwrap());
@@ -401,9 +404,6 @@ fn backend_names_only_llama_cpps_modules() {
             .filter(|word| !word.is_empty())
             .collect();
         for pair in words.windows(2) {
-            let defines = [
-                "trait", "struct", "enum", "type", "fn", "mod", "const", "static",
-            ];
             // Where the modules are looked for (`backends_dir`) is about them.
             let name = pair[1].to_lowercase();
             if defines.contains(&pair[0])
