@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use cortex_queue::{Database, QueueOpener};
 
-use cortex_engine::EngineConfig;
+use cortex_engine::{CpuKernels, EngineConfig};
 use cortex_queue::{JobId, SubmitOptions};
 use cortex_webhooks::Notifier;
 use cortex_worker::{ModelIdentity, WorkerPlan};
@@ -314,7 +314,7 @@ impl Config {
         engine.gpu_layers = self.settings.gpu_layers.value;
         engine.cpu_kernels = self.settings.cpu_kernels.value;
         engine.sample_on_device = self.settings.sample_on_device.value;
-        engine.backends_dir = self.backends_dir();
+        engine.backends_dir = self.device_modules().0;
         engine
     }
 
@@ -413,10 +413,14 @@ impl Config {
         (!path.as_os_str().is_empty()).then(|| path.clone())
     }
 
-    /// The configured directory of backend modules, if any.
-    pub(crate) fn backends_dir(&self) -> Option<PathBuf> {
+    /// Where `cortex devices` loads the backend modules from (the configured
+    /// directory, if any) and which CPU kernels it registers.
+    pub(crate) fn device_modules(&self) -> (Option<PathBuf>, CpuKernels) {
         let dir = &self.settings.backends_dir.value;
-        (!dir.as_os_str().is_empty()).then(|| dir.clone())
+        (
+            (!dir.as_os_str().is_empty()).then(|| dir.clone()),
+            self.settings.cpu_kernels.value,
+        )
     }
 
     /// The queue's database: a SQLite path (or `sqlite://PATH`) or a

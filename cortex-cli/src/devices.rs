@@ -10,7 +10,8 @@ use crate::config::Config;
 use crate::output::{out, outln};
 
 pub(crate) fn devices(config: &Config, json: bool) -> anyhow::Result<()> {
-    let backends = cortex_llama::load_backends(config.backends_dir().as_deref());
+    let (dir, cpu_kernels) = config.device_modules();
+    let backends = cortex_llama::load_backends(dir.as_deref(), cpu_kernels);
     let devices = cortex_llama::devices();
     if json {
         outln!(

@@ -164,7 +164,7 @@ pub(crate) fn describe_device(engine: &Engine) -> String {
             device.memory_total >> 20
         );
     }
-    let variant = cortex_llama::load_backends(None)
+    let variant = cortex_llama::load_backends(None, Default::default())
         .loaded
         .iter()
         .find(|m| m.backend == "CPU")

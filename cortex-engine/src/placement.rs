@@ -104,8 +104,19 @@ pub enum CpuKernels {
     /// llama.cpp's own, with the same results to float rounding.
     #[default]
     Cortex,
+    /// cortex's kernels with AVX2 only, on a CPU that has AVX-512 too: what
+    /// an AVX2-only machine runs, for measuring it here. The first model a
+    /// process loads decides the kernels' instruction set for the process.
+    CortexAvx2,
     /// llama.cpp's CPU backend for every weight.
     Llama,
+}
+
+impl CpuKernels {
+    /// Whether cortex's kernels multiply the weights they have.
+    pub fn are_cortexs(self) -> bool {
+        self != CpuKernels::Llama
+    }
 }
 
 impl FromStr for CpuKernels {
@@ -114,8 +125,9 @@ impl FromStr for CpuKernels {
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         match text.trim() {
             t if t.eq_ignore_ascii_case("cortex") => Ok(CpuKernels::Cortex),
+            t if t.eq_ignore_ascii_case("cortex-avx2") => Ok(CpuKernels::CortexAvx2),
             t if t.eq_ignore_ascii_case("llama") => Ok(CpuKernels::Llama),
-            t => Err(format!("{t:?}: expected cortex or llama")),
+            t => Err(format!("{t:?}: expected cortex, cortex-avx2 or llama")),
         }
     }
 }
@@ -124,6 +136,7 @@ impl fmt::Display for CpuKernels {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             CpuKernels::Cortex => "cortex",
+            CpuKernels::CortexAvx2 => "cortex-avx2",
             CpuKernels::Llama => "llama",
         })
     }

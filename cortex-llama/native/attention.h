@@ -22,6 +22,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels.h"
+
 struct ck_attention {
     // q: [dk, rows, heads, seqs] floats; k, v: [d, cells, kv_heads, kv_seqs]
     // fp16; mask: [cells, >= rows, mask_heads, mask_seqs] fp16 or NULL;
@@ -34,6 +36,7 @@ struct ck_attention {
     int64_t dk, dv, rows, heads, seqs, cells, kv_heads, kv_seqs, mask_heads, mask_seqs;
     size_t q_nb[4], k_nb[4], v_nb[4], mask_nb[4], out_nb[4];
     float scale;
+    enum ck_isa isa;  // the kernels that compute it
 };
 
 // Rows of one KV head's queries handled together (with every head of its
@@ -80,9 +83,11 @@ bool ck_attention_supported(int64_t dk, int64_t dv, int64_t heads, int64_t kv_he
 void ck_attention_reference(const struct ck_attention * a);
 
 // Random Q, K, V and masks of several shapes (grouped heads, several
-// sequences, causal and sparse masks): the kernel against the reference
-// (within float rounding), and the same query in two layouts bit for bit;
-// returns the number of failures and writes the first into `why`.
-int ck_attention_self_check(char * why, size_t why_len);
+// sequences, causal and sparse masks): the kernels of `isa` against the
+// reference (within float rounding), the same query in two layouts bit for
+// bit, and (where `against` is another instruction set, CK_ISA_NONE for
+// none) its kernels' results bit for bit; returns the number of failures
+// and writes the first into `why`.
+int ck_attention_self_check(enum ck_isa isa, enum ck_isa against, char * why, size_t why_len);
 
 #endif

@@ -145,10 +145,11 @@ static void run_all(const struct ck_attention * a) {
 // as groups reading that one's cells: every member's output must equal its
 // own items' bit for bit. The last sequence is the source, the others the
 // members (in groups of at most what one item holds).
-static int check_groups(int64_t dk, int64_t heads, int64_t kv_heads, int64_t seqs, int64_t rows, int64_t cells,
-                        int64_t len, int64_t shared, uint64_t seed, char * why, size_t why_len) {
+static int check_groups(enum ck_isa isa, int64_t dk, int64_t heads, int64_t kv_heads, int64_t seqs, int64_t rows,
+                        int64_t cells, int64_t len, int64_t shared, uint64_t seed, char * why, size_t why_len) {
     struct layout l = make_layout(dk, dk, heads, kv_heads, seqs, rows, cells, len, 0, seed, seed + 1);
     struct ck_attention * a = &l.a;
+    a->isa = isa;
     const int64_t src = seqs - 1;
     for (int64_t s = 0; s < src; s++) {
         for (int64_t g = 0; g < kv_heads; g++) {
@@ -187,7 +188,7 @@ static int check_groups(int64_t dk, int64_t heads, int64_t kv_heads, int64_t seq
     return failures;
 }
 
-int ck_attention_self_check(char * why, size_t why_len) {
+int ck_attention_self_check(enum ck_isa isa, enum ck_isa against, char * why, size_t why_len) {
     // dk/dv, heads, kv heads, seqs, rows, cells, own cells, offset
     static const int64_t cases[][8] = {
         {64, 3 * 3, 3, 4, 1, 256, 100, 0},    // decode, grouped heads, several sequences
@@ -205,10 +206,19 @@ int ck_attention_self_check(char * why, size_t why_len) {
         const int64_t dk = c[0], heads = c[1], kv_heads = c[2], seqs = c[3], rows = c[4], cells = c[5], len = c[6],
                       offset = c[7];
         struct layout l = make_layout(dk, dk, heads, kv_heads, seqs, rows, cells, len, offset, 7 + t, 99);
+        l.a.isa = isa;
         const size_t n = (size_t)(dk * heads * rows * seqs);
         run_all(&l.a);
         float * got = malloc(sizeof(float) * n);
         memcpy(got, l.out, sizeof(float) * n);
+        if (against != CK_ISA_NONE && against != isa) {
+            l.a.isa = against;
+            run_all(&l.a);
+            if (memcmp(l.out, got, sizeof(float) * n) != 0 && failures++ == 0) {
+                snprintf(why, why_len, "case %zu: the %s and %s kernels differ", t, ck_isa_name(isa),
+                         ck_isa_name(against));
+            }
+        }
         ck_attention_reference(&l.a);
         for (size_t i = 0; i < n; i++) {
             const float e = l.out[i];
@@ -219,6 +229,7 @@ int ck_attention_self_check(char * why, size_t why_len) {
         // The same sequence elsewhere in the cache, beside other cells.
         if (len > 0) {
             struct layout moved = make_layout(dk, dk, heads, kv_heads, seqs, rows, cells + 37, len, offset + 37, 7 + t, 12345);
+            moved.a.isa = isa;
             run_all(&moved.a);
             if (memcmp(moved.out, got, sizeof(float) * n) != 0 && failures++ == 0) {
                 snprintf(why, why_len, "case %zu: the same sequence 37 cells further gives another result", t);
@@ -238,9 +249,9 @@ int ck_attention_self_check(char * why, size_t why_len) {
     for (size_t t = 0; t < sizeof groups / sizeof groups[0]; t++) {
         const int64_t * c = groups[t];
         if (failures == 0) {
-            failures += check_groups(c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], 31 + t, why, why_len);
+            failures += check_groups(isa, c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], 31 + t, why, why_len);
         } else {
-            failures += check_groups(c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], 31 + t, NULL, 0);
+            failures += check_groups(isa, c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], 31 + t, NULL, 0);
         }
     }
     return failures;

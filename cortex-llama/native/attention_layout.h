@@ -65,4 +65,10 @@ static inline const uint16_t * v_row(const struct ck_attention * a, const struct
     return (const uint16_t *)((const char *)a->v + cell * a->v_nb[1] + it->g * a->v_nb[2] + it->ks * a->v_nb[3]);
 }
 
+// The kernels of each instruction set (attention_passes.h).
+void ck_attend_avx512(const struct ck_attention * a, const struct item * its, int64_t n, int64_t shared,
+                      ptrdiff_t k_off, ptrdiff_t v_off, float * scratch);
+void ck_attend_avx2(const struct ck_attention * a, const struct item * its, int64_t n, int64_t shared,
+                    ptrdiff_t k_off, ptrdiff_t v_off, float * scratch);
+
 #endif

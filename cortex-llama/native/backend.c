@@ -11,8 +11,8 @@
 //   Every other weight stays with the CPU backend.
 // - Scheduling. ggml runs an operation where its weight lives, so every
 //   product with a packed weight comes here (and a row lookup in one, which
-//   the CPU could not read). On AVX-512 the device also takes attention
-//   over an F16 KV cache (attention.h), and the argmax of greedy rows
+//   the CPU could not read). The device also takes attention over an F16
+//   KV cache (attention.h), and the argmax of greedy rows
 //   after the output projection (argmax.c); everything else runs on the
 //   CPU backend.
 // - Threads. A product runs as two custom operations (quantize the
@@ -77,9 +77,9 @@ static bool supports_get_rows(const struct ggml_tensor * op) {
            op->type == GGML_TYPE_F32 && ggml_is_contiguous(rows) && ggml_is_contiguous(op);
 }
 
-// Attention over an F16 KV cache without ALiBi, soft-capping or sinks, on
-// AVX-512 (elsewhere llama.cpp's kernel runs). The softmax's precision
-// setting needs nothing: the kernel computes in F32 throughout.
+// Attention over an F16 KV cache without ALiBi, soft-capping or sinks
+// (otherwise llama.cpp's kernel runs). The softmax's precision setting
+// needs nothing: the kernel computes in F32 throughout.
 static bool supports_flash_attn(const struct ggml_tensor * op) {
     const struct ggml_tensor * q = op->src[0];
     const struct ggml_tensor * k = op->src[1];
@@ -88,7 +88,7 @@ static bool supports_flash_attn(const struct ggml_tensor * op) {
     float max_bias, softcap;
     memcpy(&max_bias, (const float *)op->op_params + 1, sizeof(float));
     memcpy(&softcap, (const float *)op->op_params + 2, sizeof(float));
-    return ck_kernels_isa == CK_ISA_AVX512 && q->type == GGML_TYPE_F32 && k->type == GGML_TYPE_F16 &&
+    return ck_kernels_isa != CK_ISA_NONE && q->type == GGML_TYPE_F32 && k->type == GGML_TYPE_F16 &&
            v->type == GGML_TYPE_F16 && (mask == NULL || (mask->type == GGML_TYPE_F16 && mask->nb[0] == 2 &&
                                                           mask->ne[0] >= k->ne[1] && mask->ne[1] >= q->ne[1])) &&
            op->src[4] == NULL && max_bias == 0.0f && softcap == 0.0f && q->nb[0] == sizeof(float) &&
@@ -285,17 +285,21 @@ static struct ggml_backend_reg registry = {
 };
 
 // Registers the kernels with ggml, once; returns the instruction set they
-// run with, or 0 where this CPU has none of theirs (nothing registered).
+// run with (this CPU's best, or `ceiling` if lower and not 0), or 0 where
+// this CPU has none of theirs (nothing registered).
 static pthread_mutex_t register_lock = PTHREAD_MUTEX_INITIALIZER;
 
-int cortex_kernels_register(void) {
+int cortex_kernels_register(int ceiling) {
     pthread_mutex_lock(&register_lock);
     if (ck_kernels_isa == CK_ISA_NONE) {
-        const enum ck_isa isa = ck_detect_isa();
+        enum ck_isa isa = ck_detect_isa();
+        if (ceiling > 0 && (int)isa > ceiling) {
+            isa = (enum ck_isa)ceiling;
+        }
         if (isa != CK_ISA_NONE) {
             ck_buffer_type.device = device_of_registry();
-            snprintf(description, sizeof description, "cortex kernels for 4- to 8-bit weights%s (%s)",
-                     isa == CK_ISA_AVX512 ? " and attention" : "", ck_isa_name(isa));
+            snprintf(description, sizeof description, "cortex kernels for 4- to 8-bit weights and attention (%s)",
+                     ck_isa_name(isa));
             ggml_backend_register(&registry);
             ck_kernels_isa = isa;
         }
@@ -305,8 +309,8 @@ int cortex_kernels_register(void) {
 }
 
 // The attention kernel's self-check (see attention.h) for the Rust tests.
-int cortex_kernels_attention_self_check(char * why, size_t why_len) {
-    return ck_attention_self_check(why, why_len);
+int cortex_kernels_attention_self_check(int isa, int against, char * why, size_t why_len) {
+    return ck_attention_self_check((enum ck_isa)isa, (enum ck_isa)against, why, why_len);
 }
 
 // The kernels' self-check (see kernels.h) for the Rust tests.

@@ -313,6 +313,7 @@ static struct ck_attention attention_shape(const struct ggml_tensor * op) {
         a.mask_nb[i] = mask ? mask->nb[i] : 0;
     }
     memcpy(&a.scale, (const float *)op->op_params, sizeof(float));
+    a.isa = ck_kernels_isa;
     return a;
 }
 

@@ -3,12 +3,12 @@
 
 use std::time::{Duration, Instant};
 
-use cortex_engine::{Engine, EngineConfig, EngineError, EngineEvent};
+use cortex_engine::{CpuKernels, Engine, EngineConfig, EngineError, EngineEvent};
 use cortex_request::{Prompt, Request, RequestId, SamplingParams, TokenId, Work};
 
 use crate::Model;
 pub use crate::sys::profile::OpTime;
-use crate::sys::{ContextParams, RawBatch, RawContext, profile};
+use crate::sys::{self, ContextParams, RawBatch, RawContext, profile};
 
 /// One row of a batched-bench table.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -444,7 +444,9 @@ pub struct Int8Peak {
 
 impl Int8Peak {
     /// Reads the clock and the instruction set of this machine's CPU
-    /// (Linux, x86-64); `None` where `/proc/cpuinfo` does not say.
+    /// (Linux, x86-64), lowered to AVX2 where cortex's kernels run with
+    /// AVX2 (`--cpu-kernels cortex-avx2`); `None` where `/proc/cpuinfo` does
+    /// not say.
     pub fn of_this_cpu(cores: usize) -> Option<Int8Peak> {
         let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
         let field = |name: &str| {
@@ -456,7 +458,10 @@ impl Int8Peak {
         let ghz = field("cpu MHz")?.parse::<f64>().ok()? / 1e3;
         let flags = field("flags")?;
         let has = |flag: &str| flags.split_whitespace().any(|f| f == flag);
-        let (per_cycle, instruction) = if has("avx512_vnni") {
+        let avx2_kernels = crate::devices::load_backends(None, CpuKernels::default())
+            .cortex_kernels
+            == Some(sys::kernels::KernelIsa::Avx2.name());
+        let (per_cycle, instruction) = if has("avx512_vnni") && !avx2_kernels {
             (2 * 64, "vpdpbusd zmm")
         } else if has("avx2") {
             (2 * 32, "vpmaddubsw ymm")

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use cortex_engine::{Device, DeviceChoice, DeviceKind, EngineError};
+use cortex_engine::{CpuKernels, Device, DeviceChoice, DeviceKind, EngineError};
 
 use crate::sys::{self, RawDevice, RawDeviceKind};
 
@@ -56,16 +56,20 @@ pub struct LoadedModule {
 
 static BACKENDS: OnceLock<Backends> = OnceLock::new();
 
-/// Finds and loads the backend modules, once per process (see the module
-/// documentation for where); later calls return what the first loaded,
-/// whatever directory they name.
-pub fn load_backends(configured: Option<&Path>) -> &'static Backends {
+/// Finds and loads the backend modules and registers cortex's CPU kernels
+/// (with AVX2 at most for `CpuKernels::CortexAvx2`), once per process (see
+/// the module documentation for where); later calls return what the first
+/// loaded, whatever directory and kernels they name.
+pub fn load_backends(configured: Option<&Path>, cpu_kernels: CpuKernels) -> &'static Backends {
     BACKENDS.get_or_init(|| {
         sys::route_logs();
         let searched = search_dirs(configured);
         let mut backends = discover(&searched);
         sys::init();
-        backends.cortex_kernels = sys::kernels::register().map(sys::kernels::KernelIsa::name);
+        let ceiling =
+            (cpu_kernels == CpuKernels::CortexAvx2).then_some(sys::kernels::KernelIsa::Avx2);
+        backends.cortex_kernels =
+            sys::kernels::register(ceiling).map(sys::kernels::KernelIsa::name);
         backends.registered = sys::registered_backends();
         backends
     })
@@ -198,7 +202,7 @@ fn load_best(
 /// The devices of the loaded backends (loading them first if nothing has),
 /// with their memory now.
 pub fn devices() -> Vec<Device> {
-    load_backends(None);
+    load_backends(None, CpuKernels::default());
     RawDevice::all().into_iter().map(device).collect()
 }
 
@@ -223,7 +227,7 @@ pub(crate) fn device(raw: RawDevice) -> Device {
 /// The CPU as a device (ggml's, or this machine's memory when no backend
 /// lists one).
 pub(crate) fn cpu_device() -> Device {
-    load_backends(None);
+    load_backends(None, CpuKernels::default());
     RawDevice::all()
         .into_iter()
         .map(device)
@@ -233,7 +237,7 @@ pub(crate) fn cpu_device() -> Device {
 
 /// The GPU `choice` names, or `None` for the CPU (auto without a GPU).
 pub(crate) fn resolve(choice: &DeviceChoice) -> Result<Option<RawDevice>, EngineError> {
-    load_backends(None);
+    load_backends(None, CpuKernels::default());
     let all = RawDevice::all();
     let gpu = |raw: &RawDevice| device(*raw).kind.is_gpu();
     match choice {

@@ -109,7 +109,8 @@
 //!     of the decoding context (`RawContext::decode` sets it): the same threads
 //!     run llama.cpp's operations and the kernels', never two pools spinning on
 //!     two cores.
-//!   - *Attention* (`attention.c`, AVX-512): the device also takes
+//!   - *Attention* (`attention.c`, AVX-512 or AVX2 from one source,
+//!     `attention_passes.h`, alike bit for bit): the device also takes
 //!     `FLASH_ATTN_EXT` over an F16 KV cache (no ALiBi, soft-capping or sinks).
 //!     Per KV head and block of 8 query rows, every query of the head's group
 //!     shares each block of 16 cells of K (converted and transposed once) and
@@ -123,7 +124,7 @@
 //!     2.7x on 64 sequences of 160 cells, 2.0x on 8 of 2,000, 1.2x on a
 //!     512-token causal prefill. Checked against a scalar reference, and the
 //!     same sequence 37 cells further along, bit for bit
-//!     (`attention_agrees_with_its_reference_wherever_a_sequence_lies`).
+//!     (`attention_agrees_with_its_reference_wherever_a_sequence_lies_and_alike_on_both_isas`).
 //!     llama.cpp's automatic flash-attention setting turns the fused operation
 //!     off when it runs on another device than the layer (here: CortexCPU, not
 //!     CPU), falling back to an unfused path several times slower; so a context
@@ -174,7 +175,7 @@ pub use start::{start, start_observed};
 
 /// Work items of cortex's attention kernel so far, in this process, that
 /// read a prompt prefix several sequences hold copies of once for all of
-/// them (0 where the kernel does not run: no AVX-512, a GPU,
+/// them (0 where the kernel does not run: no AVX2, a GPU,
 /// `--cpu-kernels llama`). A diagnostic: the tests check with it that
 /// shared prefixes reach the kernel.
 pub fn shared_prefix_attention_items() -> u64 {

@@ -97,7 +97,7 @@ impl Model {
     ) -> Result<Self, EngineError> {
         read_gguf(path)?;
         let gpu = devices::resolve(device)?;
-        let cortex_kernels = cpu_kernels == CpuKernels::Cortex;
+        let cortex_kernels = cpu_kernels.are_cortexs();
         let placement = match gpu {
             None => RawPlacement::cpu(cortex_kernels),
             Some(gpu) => RawPlacement {
@@ -133,7 +133,7 @@ impl Model {
             gpu_free_before,
             gpu_share,
             cortex_kernels: (cortex_kernels && gpu_share < 1.0)
-                .then(|| devices::load_backends(None).cortex_kernels)
+                .then(|| devices::load_backends(None, CpuKernels::default()).cortex_kernels)
                 .flatten(),
         })
     }
@@ -164,11 +164,10 @@ impl Model {
         }
     }
 
-    /// Whether cortex's attention kernel (AVX-512) computes attention over
-    /// a KV cache in host memory: the model wholly on the CPU with cortex's
-    /// kernels.
+    /// Whether cortex's attention kernel computes attention over a KV cache
+    /// in host memory: the model wholly on the CPU with cortex's kernels.
     pub(crate) fn attention_on_cortex_kernels(&self) -> bool {
-        self.gpu.is_none() && self.cortex_kernels == Some(sys::kernels::KernelIsa::Avx512.name())
+        self.gpu.is_none() && self.cortex_kernels.is_some()
     }
 
     /// What computes its layers, for sizing: a GPU with memory of its own,

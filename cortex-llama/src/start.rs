@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use cortex_engine::{Engine, EngineConfig, EngineError, Executor, StepObserver};
+use cortex_engine::{CpuKernels, Engine, EngineConfig, EngineError, Executor, StepObserver};
 
 use crate::chat::resolve_chat_template;
 use crate::executor::{ContextConfig, LlamaExecutor};
@@ -58,7 +58,20 @@ pub fn start_observed(
 /// `backends_dir`, then its layers on `device` (`gpu_layers` of them), the
 /// CPU's multiplied by `cpu_kernels`.
 pub(crate) fn load_model(config: &EngineConfig) -> Result<Model, EngineError> {
-    crate::devices::load_backends(config.backends_dir.as_deref());
+    let backends =
+        crate::devices::load_backends(config.backends_dir.as_deref(), config.cpu_kernels);
+    let avx2 = crate::sys::kernels::KernelIsa::Avx2.name();
+    if config.cpu_kernels == CpuKernels::CortexAvx2
+        && let Some(isa) = backends.cortex_kernels.filter(|isa| *isa != avx2)
+    {
+        return Err(EngineError::Load {
+            path: config.model.clone(),
+            detail: format!(
+                "--cpu-kernels cortex-avx2: this process already runs cortex's kernels with {isa} \
+                 (the first model a process loads decides)"
+            ),
+        });
+    }
     Model::load_on(
         &config.model,
         &config.device,

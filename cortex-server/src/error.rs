@@ -160,9 +160,9 @@ impl ApiError {
 
 /// What the model pool refuses, as HTTP: a model nobody has is a 404, one
 /// over the whole memory budget a 507, no room now a 503.
-impl From<cortex_worker::PoolError> for ApiError {
-    fn from(error: cortex_worker::PoolError) -> Self {
-        use cortex_worker::PoolError;
+impl From<crate::pool::PoolError> for ApiError {
+    fn from(error: crate::pool::PoolError) -> Self {
+        use crate::pool::PoolError;
         match error {
             PoolError::NotFound(message) => Self::model_not_found(&message),
             PoolError::TooLarge(message) => Self::insufficient_storage(message),

@@ -5,7 +5,7 @@
 //! store client, `cortex-objects`, drives its requests on a private one).
 //!
 //! - A request's `model` picks the model: loaded on demand, kept for its
-//!   `keep_alive`, within a memory budget (`cortex_worker::ModelPool`); Ollama's model
+//!   `keep_alive`, within a memory budget (`pool::ModelPool`); Ollama's model
 //!   management (pull, create, blobs, copy, delete, show, ps) works on the
 //!   registry.
 //! - Online requests (`/v1/chat/completions`, `/v1/completions`,
@@ -44,7 +44,7 @@
 //! # Design notes
 //!
 //! `cortex serve` as a library (`serve(ServerConfig, Engine)`): the only crate
-//! with tokio and axum. The loaded models are `cortex_worker::ModelPool`'s
+//! with tokio and axum. The loaded models are `pool::ModelPool`'s
 //! (its `PoolError`s become HTTP statuses in `error.rs`), the default
 //! one from start, others loaded on demand by the `EngineStarter` the CLI
 //! gives (one load at a time, off the async threads). A request holds its
@@ -183,6 +183,7 @@ mod metrics;
 mod ollama;
 mod online;
 mod openapi;
+mod pool;
 mod queue_worker;
 mod routes;
 mod shutdown;
@@ -202,8 +203,8 @@ pub use config::{
     DEFAULT_MAX_CLIENT_PRIORITY, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_ONLINE_REQUESTS,
     DEFAULT_MAX_PROJECT_FILE_BYTES, DEFAULT_MAX_REQUEST_TOKENS, ServerConfig,
 };
-pub use cortex_worker::{EngineStarter, KeepAlive, PoolLimits};
 pub use error::ServerError;
+pub use pool::{EngineStarter, KeepAlive, PoolLimits};
 pub use stream::ONLINE_PRIORITY;
 
 /// How long a stopping server keeps retrying webhook events due soon.
@@ -223,7 +224,7 @@ pub fn serve(config: ServerConfig, engine: Engine) -> Result<(), ServerError> {
             context: "cannot start the HTTP runtime".into(),
             source,
         })?;
-    let models = cortex_worker::ModelPool::new(
+    let models = pool::ModelPool::new(
         config.registry.clone(),
         config.model.clone(),
         engine,

@@ -19,8 +19,8 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 
+use crate::pool::Running;
 use crate::system::SystemGauges;
-use cortex_worker::Running;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {

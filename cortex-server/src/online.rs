@@ -18,9 +18,9 @@ use serde_json::Value;
 
 use crate::auth::Caller;
 use crate::error::ApiError;
+use crate::pool::ModelPool;
 use crate::state::{AppState, off_async};
 use crate::stream::{Call, sse};
-use cortex_worker::ModelPool;
 
 /// The body's bytes, or why it could not be read (over the size limit, ...).
 pub(crate) fn body_bytes(

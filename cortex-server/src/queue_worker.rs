@@ -39,7 +39,7 @@ fn work(state: &AppState) {
         follow: true,
         ..WorkerPlan::new(config.lease)
     };
-    let mut models = Arc::clone(&state.models);
+    let mut models = crate::pool::PoolEngines(Arc::clone(&state.models));
     while !state.stop_worker.load(Ordering::SeqCst) {
         let worked = config
             .queue

@@ -12,9 +12,9 @@ use cortex_request::{Request, RequestId};
 use crate::error::ApiError;
 use crate::files::FileStore;
 use crate::metrics::Metrics;
+use crate::pool::{KeepAlive, ModelPool, ModelUse};
 use crate::system::SystemSampler;
 use crate::{ServerConfig, ServerError};
-use cortex_worker::{KeepAlive, ModelPool, ModelUse};
 
 /// Online request ids start here, far above any queue item's id.
 const ONLINE_IDS: u64 = 1 << 62;

@@ -17,8 +17,8 @@ use serde_json::Value;
 
 use crate::auth::Caller;
 use crate::error::ApiError;
+use crate::pool::ModelUse;
 use crate::state::AppState;
-use cortex_worker::ModelUse;
 
 /// Added to an online request's priority: the engine admits every online
 /// request before any queued item that waits (queue items keep their own

@@ -16,7 +16,7 @@
 //!   worker without a model of its own ([`work_in_turns`] over
 //!   [`OneModelAtATime`]) loads each job's model from the registry in turn,
 //!   one at a time; a server's queue worker runs the same rotation over its
-//!   [`ModelPool`].
+//!   model pool (an [`EngineSource`] of `cortex-server`'s).
 //!
 //! # Example
 //!
@@ -56,10 +56,7 @@
 //! claim nothing more, return when the items in flight end) when its model's
 //! pending items run out or another model's job has waited `switch_after`
 //! and its own turn has lasted as long; a model its source cannot run now
-//! (`HoldError::Unavailable`) is left out for a minute. `pool.rs`:
-//! `ModelPool`, the loaded models of a server (load on demand, keep-alive,
-//! a memory budget, least recently used out first), with its own
-//! `PoolError` that the server maps to HTTP. `queue_loop.rs`: `run_worker(store,
+//! (`HoldError::Unavailable`) is left out for a minute. `queue_loop.rs`: `run_worker(store,
 //! engine, plan, stop, tick)` claims as many items as the engine has free
 //! slots (`available_slots`; suspects only into an idle engine, and then
 //! nothing more until they finish), submits them on one event channel, writes
@@ -78,14 +75,10 @@
 #![forbid(unsafe_code)]
 
 mod model;
-mod pool;
 mod queue_loop;
 mod rotation;
 
 pub use model::{ModelIdentity, identify, jobs_needing, model_defaults, resolve};
-pub use pool::{
-    EngineStarter, KeepAlive, LoadedModel, ModelPool, ModelUse, PoolError, PoolLimits, Running,
-};
 pub use queue_loop::{WorkerPlan, WorkerReport, run_worker, work_queue};
 pub use rotation::{
     DEFAULT_MODEL_SWITCH, EngineSource, HoldError, ModelDemand, OneModelAtATime, work_in_turns,

@@ -87,6 +87,57 @@ fn a_batched_greedy_job_answers_alike_with_either_kernels() {
 }
 
 #[test]
+fn cortex_avx2_runs_the_avx2_kernels_on_any_cpu_that_has_them() {
+    // What an AVX2-only machine runs, measurable on an AVX-512 one: the
+    // kernels registered with AVX2, and a job answering as the best ones do.
+    if !cpu_runs_the_kernels() {
+        return;
+    }
+    let cortex = Cortex::new();
+    let found: Value =
+        serde_json::from_str(&cortex.ok(&["--cpu-kernels", "cortex-avx2", "devices", "--json"]))
+            .unwrap();
+    assert_eq!(found["cortex_kernels"], "AVX2", "{found}");
+    let mistyped = cortex.run(&["--cpu-kernels", "avx3", "devices"]);
+    assert!(!mistyped.status.success());
+    let why = String::from_utf8_lossy(&mistyped.stderr);
+    assert!(
+        why.contains("expected cortex, cortex-avx2 or llama"),
+        "{why}"
+    );
+
+    cortex.write(
+        "job.jsonl",
+        &greedy_job(
+            &[
+                "The capital of France is",
+                "1, 2, 3, 4,",
+                "def fibonacci(n):",
+            ],
+            24,
+        ),
+    );
+    for kernels in ["cortex", "cortex-avx2"] {
+        cortex.ok(&[
+            "--cpu-kernels",
+            kernels,
+            "run",
+            "job.jsonl",
+            "--device",
+            "cpu",
+            "-o",
+            &format!("{kernels}.jsonl"),
+        ]);
+    }
+    assert_greedy_agrees(
+        ("the best kernels", &cortex.dir().join("cortex.jsonl")),
+        ("the AVX2 kernels", &cortex.dir().join("cortex-avx2.jsonl")),
+        0.5,
+        0.3,
+    );
+}
+
+#[test]
 fn a_k_quant_models_weights_go_to_the_kernels_and_answer_alike() {
     // Gemma 3 270M Q4_K_M: Q4_K, Q5_0, Q6_K and Q8_0 matrices, the 4-bit
     // ones packed as Q4_1 (scales rounded to fp16), the 5- and 6-bit ones

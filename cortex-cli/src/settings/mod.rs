@@ -366,9 +366,11 @@ settings! {
     Engine, "N|all";
     /// Which code multiplies the weights on the CPU: cortex (its kernels for
     /// 4-, 5-, 6- and 8-bit weights: Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K,
-    /// Q8_0; llama.cpp's for the rest) or llama.
-    cpu_kernels: CpuKernels = CpuKernels::Cortex;
-    Engine, "cortex|llama";
+    /// Q8_0, and attention; llama.cpp's for the rest), cortex-avx2 (the
+    /// same with AVX2 only, to measure an AVX2-only machine's speed on an
+    /// AVX-512 CPU) or llama.
+    cpu_kernels: CpuKernels = CpuKernels::default();
+    Engine, "cortex|cortex-avx2|llama";
     /// Take the argmax of greedy requests on the device that computes the
     /// logits (a GPU, or cortex's CPU kernels): one token per sequence comes
     /// back instead of all the logits.

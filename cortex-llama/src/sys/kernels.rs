@@ -2,7 +2,7 @@
 //! registered beside llama.cpp's CPU backend that stores 4- to 8-bit
 //! weights (Q4_0, Q4_1, Q4_K as Q4_1; Q5_0, Q5_1, Q5_K, Q6_K as Q8_0; Q8_0)
 //! packed in panels of 16 rows and runs their matrix products, and
-//! (on AVX-512) attention over an F16 KV cache (see `native/backend.c` for
+//! attention over an F16 KV cache (see `native/backend.c` for
 //! how ggml hands them over).
 
 use std::ffi::{CStr, c_char, c_int, c_void};
@@ -10,7 +10,7 @@ use std::ffi::{CStr, c_char, c_int, c_void};
 use llama_cpp_sys_2 as ffi;
 
 unsafe extern "C" {
-    fn cortex_kernels_register() -> c_int;
+    fn cortex_kernels_register(ceiling: c_int) -> c_int;
     #[cfg_attr(not(test), allow(dead_code))]
     fn cortex_kernels_detect_isa() -> c_int;
     fn cortex_kernels_set_threadpool(pool: *mut c_void);
@@ -19,7 +19,12 @@ unsafe extern "C" {
     fn cortex_kernels_place_weights(place: c_int);
     fn cortex_kernels_self_check(isa: c_int, why: *mut c_char, why_len: usize) -> c_int;
     #[cfg_attr(not(test), allow(dead_code))]
-    fn cortex_kernels_attention_self_check(why: *mut c_char, why_len: usize) -> c_int;
+    fn cortex_kernels_attention_self_check(
+        isa: c_int,
+        against: c_int,
+        why: *mut c_char,
+        why_len: usize,
+    ) -> c_int;
 }
 
 /// The instruction sets the kernels are built for (`enum ck_isa`).
@@ -54,12 +59,14 @@ impl KernelIsa {
 }
 
 /// Registers the kernels with ggml (once per process; later calls return
-/// the first answer): the instruction set they run with, or `None` on a CPU
-/// without one, where nothing is registered.
-pub(crate) fn register() -> Option<KernelIsa> {
+/// the first answer): the instruction set they run with (this CPU's best, or
+/// `ceiling` if lower), or `None` on a CPU without one, where nothing is
+/// registered.
+pub(crate) fn register(ceiling: Option<KernelIsa>) -> Option<KernelIsa> {
+    let ceiling = ceiling.map_or(0, |isa| isa as c_int);
     // SAFETY: registration runs once under the kernels' own lock; ggml's
     // registry keeps the backend for the life of the process.
-    KernelIsa::from_raw(unsafe { cortex_kernels_register() })
+    KernelIsa::from_raw(unsafe { cortex_kernels_register(ceiling) })
 }
 
 /// The ggml threadpool the calling thread's next decodes run on: the
@@ -109,13 +116,20 @@ pub(crate) fn self_check(isa: KernelIsa) -> Result<(), String> {
     failures(mismatches, &why)
 }
 
-/// Runs the attention kernel (AVX-512) against its reference on several
-/// shapes, and the same sequence at two places in the cache bit for bit.
+/// Runs the attention kernel of `isa` against its reference on several
+/// shapes, the same sequence at two places in the cache bit for bit, and
+/// (with `against`) another instruction set's kernel bit for bit.
 #[cfg_attr(not(test), allow(dead_code))]
-pub(crate) fn attention_self_check() -> Result<(), String> {
+pub(crate) fn attention_self_check(
+    isa: KernelIsa,
+    against: Option<KernelIsa>,
+) -> Result<(), String> {
     let mut why = [0 as c_char; 512];
+    let against = against.map_or(0, |isa| isa as c_int);
     // SAFETY: as above.
-    let failed = unsafe { cortex_kernels_attention_self_check(why.as_mut_ptr(), why.len()) };
+    let failed = unsafe {
+        cortex_kernels_attention_self_check(isa as c_int, against, why.as_mut_ptr(), why.len())
+    };
     failures(failed, &why)
 }
 
@@ -147,11 +161,15 @@ mod tests {
     }
 
     #[test]
-    fn attention_agrees_with_its_reference_wherever_a_sequence_lies() {
-        if KernelIsa::detect() != Some(KernelIsa::Avx512) {
-            eprintln!("the attention kernel needs AVX-512");
+    fn attention_agrees_with_its_reference_wherever_a_sequence_lies_and_alike_on_both_isas() {
+        let Some(best) = KernelIsa::detect() else {
+            eprintln!("this CPU runs none of the kernels");
             return;
+        };
+        attention_self_check(KernelIsa::Avx2, None).unwrap_or_else(|why| panic!("AVX2: {why}"));
+        if best == KernelIsa::Avx512 {
+            attention_self_check(KernelIsa::Avx512, Some(KernelIsa::Avx2))
+                .unwrap_or_else(|why| panic!("AVX-512: {why}"));
         }
-        attention_self_check().unwrap();
     }
 }

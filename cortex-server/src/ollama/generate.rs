@@ -26,9 +26,9 @@ use super::shape::{
 };
 use crate::auth::Caller;
 use crate::online::body_bytes;
+use crate::pool::{KeepAlive, ModelPool};
 use crate::state::{AppState, off_async};
 use crate::stream::Call;
-use cortex_worker::{KeepAlive, ModelPool};
 
 /// A parsed `/api/generate` or `/api/chat` body.
 struct OllamaRequest {

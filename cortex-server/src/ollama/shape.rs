@@ -11,7 +11,7 @@ use cortex_worker::ModelIdentity;
 use serde_json::{Map, Value, json};
 
 use crate::error::ApiError;
-use cortex_worker::KeepAlive;
+use crate::pool::KeepAlive;
 
 /// The Ollama API version cortex answers like.
 pub(crate) const OLLAMA_VERSION: &str = "0.12.0";
@@ -25,8 +25,8 @@ impl From<ApiError> for OllamaError {
     }
 }
 
-impl From<cortex_worker::PoolError> for OllamaError {
-    fn from(error: cortex_worker::PoolError) -> Self {
+impl From<crate::pool::PoolError> for OllamaError {
+    fn from(error: crate::pool::PoolError) -> Self {
         ApiError::from(error).into()
     }
 }

@@ -15,12 +15,11 @@ use std::time::{Duration, Instant, SystemTime};
 use cortex_engine::{Device, Engine, EngineError, EngineHealth, EngineStats};
 use cortex_models::{ModelName, Registry, RegistryError};
 
-use crate::ModelIdentity;
-use crate::rotation::{EngineSource, HoldError, ModelDemand};
+use cortex_worker::{EngineSource, HoldError, ModelDemand, ModelIdentity};
 
 /// Why the pool cannot give a model.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PoolError {
+pub(crate) enum PoolError {
     /// No model has that name (the registry's message, listing what is installed).
     #[error("{0}")]
     NotFound(String),
@@ -107,7 +106,7 @@ impl std::fmt::Debug for EngineStarter {
 }
 
 /// A model in memory.
-pub struct LoadedModel {
+pub(crate) struct LoadedModel {
     /// Which model.
     pub model: ModelIdentity,
     /// Its engine.
@@ -116,7 +115,7 @@ pub struct LoadedModel {
 
 /// A request's hold on a loaded model: the model is not unloaded while it
 /// lives; when it drops, the model's keep-alive starts.
-pub struct ModelUse {
+pub(crate) struct ModelUse {
     pool: Arc<ModelPool>,
     loaded: Arc<LoadedModel>,
     keep_alive: Option<KeepAlive>,
@@ -136,10 +135,13 @@ impl AsRef<Engine> for ModelUse {
     }
 }
 
-/// A server's queue worker takes the models of its jobs from the pool,
-/// beside the online requests: a model that cannot be loaded now (no room,
-/// or its file fails) is left out for a while, not an error.
-impl EngineSource for Arc<ModelPool> {
+/// The pool as the engines of a server's queue worker: it takes the models
+/// of its jobs from the pool, beside the online requests; a model that
+/// cannot be loaded now (no room, or its file fails) is left out for a
+/// while, not an error.
+pub(crate) struct PoolEngines(pub(crate) Arc<ModelPool>);
+
+impl EngineSource for PoolEngines {
     type Held = ModelUse;
 
     fn model(
@@ -147,17 +149,18 @@ impl EngineSource for Arc<ModelPool> {
         sha256: &str,
         demand: &ModelDemand,
     ) -> Result<Option<ModelIdentity>, HoldError> {
-        if let Some(model) = self.find_loaded(sha256) {
+        if let Some(model) = self.0.find_loaded(sha256) {
             return Ok(Some(model));
         }
         demand
-            .entry(sha256, self.registry())
+            .entry(sha256, self.0.registry())
             .map(|entry| entry.map(ModelIdentity::from))
             .map_err(|e| HoldError::Unavailable(e.to_string()))
     }
 
     fn hold(&mut self, model: &ModelIdentity) -> Result<ModelUse, HoldError> {
-        self.acquire(model, None)
+        self.0
+            .acquire(model, None)
             .map_err(|e| HoldError::Unavailable(format!("cannot load it for its jobs now: {e}")))
     }
 }
@@ -221,7 +224,7 @@ impl std::fmt::Display for KeepAlive {
 }
 
 /// A loaded model as `/api/ps` shows it.
-pub struct Running {
+pub(crate) struct Running {
     /// Which model.
     pub model: ModelIdentity,
     /// Bytes it takes: weights and KV memory (at least what it has on a GPU).
@@ -262,7 +265,7 @@ impl Default for PoolLimits {
 }
 
 /// The loaded models, shared by a server's requests and its queue worker.
-pub struct ModelPool {
+pub(crate) struct ModelPool {
     registry: Registry,
     default: ModelIdentity,
     starter: EngineStarter,
@@ -292,7 +295,7 @@ fn mib(bytes: u64) -> u64 {
 
 impl ModelPool {
     /// A pool holding `engine` for the server's default model, idle.
-    pub fn new(
+    pub(crate) fn new(
         registry: Registry,
         default: ModelIdentity,
         engine: Engine,
@@ -330,12 +333,12 @@ impl ModelPool {
     }
 
     /// The registry the pool loads from.
-    pub fn registry(&self) -> &Registry {
+    pub(crate) fn registry(&self) -> &Registry {
         &self.registry
     }
 
     /// The server's default model (what `default`, or no `model`, means).
-    pub fn default_model(&self) -> &ModelIdentity {
+    pub(crate) fn default_model(&self) -> &ModelIdentity {
         &self.default
     }
 
@@ -350,12 +353,12 @@ impl ModelPool {
     /// model's name mean the default; any other name goes to the registry
     /// (a known model is fetched on first use). Blocking: call it off the
     /// async threads.
-    pub fn identify(&self, asked: Option<&str>) -> Result<ModelIdentity, PoolError> {
+    pub(crate) fn identify(&self, asked: Option<&str>) -> Result<ModelIdentity, PoolError> {
         self.named(asked, true)
     }
 
     /// [`ModelPool::identify`] without fetching a known model (to describe it).
-    pub fn describe(&self, asked: Option<&str>) -> Result<ModelIdentity, PoolError> {
+    pub(crate) fn describe(&self, asked: Option<&str>) -> Result<ModelIdentity, PoolError> {
         self.named(asked, false)
     }
 
@@ -386,7 +389,7 @@ impl ModelPool {
     }
 
     /// The loaded model with this SHA-256, if any (not counted as a use).
-    pub fn find_loaded(&self, sha256: &str) -> Option<ModelIdentity> {
+    pub(crate) fn find_loaded(&self, sha256: &str) -> Option<ModelIdentity> {
         self.lock()
             .slots
             .iter()
@@ -396,7 +399,7 @@ impl ModelPool {
 
     /// Holds `model`, loading it first if it is not loaded (unloading idle
     /// models, least recently used first, to make room). Blocking.
-    pub fn acquire(
+    pub(crate) fn acquire(
         self: &Arc<Self>,
         model: &ModelIdentity,
         keep_alive: Option<KeepAlive>,
@@ -569,7 +572,7 @@ impl ModelPool {
 
     /// Unloads the idle models whose keep-alive ran out; the server calls it
     /// every second.
-    pub fn unload_expired(&self) {
+    pub(crate) fn unload_expired(&self) {
         let now = SystemTime::now();
         let mut slots = self.lock();
         let mut gone = Vec::new();
@@ -595,7 +598,7 @@ impl ModelPool {
 
     /// Unloads the model with this SHA-256 if it is idle (Ollama's
     /// `keep_alive: 0` with no prompt); whether it is gone now.
-    pub fn unload(&self, sha256: &str) -> bool {
+    pub(crate) fn unload(&self, sha256: &str) -> bool {
         let mut slots = self.lock();
         let Some(i) = slots
             .slots
@@ -618,7 +621,7 @@ impl ModelPool {
     }
 
     /// The loaded models, most recently used first.
-    pub fn running(&self) -> Vec<Running> {
+    pub(crate) fn running(&self) -> Vec<Running> {
         let slots = self.lock();
         let mut running: Vec<(&Slot, Running)> = slots
             .slots
@@ -647,7 +650,7 @@ impl ModelPool {
 
     /// Every engine's totals, unloaded ones included (counters never go
     /// back), with the gauges of the loaded ones.
-    pub fn stats(&self) -> EngineStats {
+    pub(crate) fn stats(&self) -> EngineStats {
         let slots = self.lock();
         let mut total = slots.retired;
         total.running = 0;
@@ -665,7 +668,7 @@ impl ModelPool {
     }
 
     /// The device the models run on, and the memory of it in use for them.
-    pub fn device(&self) -> (Option<Device>, u64) {
+    pub(crate) fn device(&self) -> (Option<Device>, u64) {
         let slots = self.lock();
         let used = match slots.slots.first() {
             Some(first) if first.loaded.engine.gpu_memory_used().is_none() => {
@@ -681,7 +684,7 @@ impl ModelPool {
     }
 
     /// Running unless a loaded engine stopped or died.
-    pub fn health(&self) -> EngineHealth {
+    pub(crate) fn health(&self) -> EngineHealth {
         let slots = self.lock();
         for slot in &slots.slots {
             match slot.loaded.engine.health() {
@@ -693,7 +696,7 @@ impl ModelPool {
     }
 
     /// Cancels these requests in whichever engine has them.
-    pub fn cancel(&self, ids: &[cortex_request::RequestId]) {
+    pub(crate) fn cancel(&self, ids: &[cortex_request::RequestId]) {
         let loaded: Vec<Arc<LoadedModel>> = self
             .lock()
             .slots
@@ -708,7 +711,7 @@ impl ModelPool {
     }
 
     /// Every loaded model goes (server shutdown).
-    pub fn unload_all(&self) {
+    pub(crate) fn unload_all(&self) {
         let gone = std::mem::take(&mut self.lock().slots);
         drop(gone);
     }
