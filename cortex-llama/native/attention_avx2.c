@@ -51,17 +51,15 @@ CK_ATT static inline v16 v16_from_half(const uint16_t * h) {
 // after the clamp, so 2^n is a normal float).
 CK_ATT static inline __m256 exp8(__m256 x) {
     const __m256 finite = _mm256_cmp_ps(x, _mm256_set1_ps(-INFINITY), _CMP_NEQ_OQ);
-    x = _mm256_max_ps(x, _mm256_set1_ps(-87.33654f));
+    x = _mm256_max_ps(x, _mm256_set1_ps(CK_EXP_LOWEST));
     const __m256 n =
-        _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500E-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507E-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073E-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894E-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459E-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201E-1f));
+        _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(CK_EXP_LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(CK_EXP_LN2_HIGH), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(CK_EXP_LN2_LOW), r);
+    __m256 p = _mm256_set1_ps(ck_exp_poly[0]);
+    for (int i = 1; i < CK_EXP_TERMS; i++) {
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ck_exp_poly[i]));
+    }
     const __m256 y = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
     const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_and_ps(_mm256_mul_ps(y, _mm256_castsi256_ps(e)), finite);

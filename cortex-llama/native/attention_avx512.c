@@ -57,21 +57,19 @@ CK_ATT static inline __attribute__((always_inline)) void transpose16(__m512 r[16
     _Pragma("GCC unroll 16") CK_STAGE(1, lo1, hi1);
 }
 
-// exp(x) for x <= 0 (Cephes' single-precision polynomial, ~1 ulp),
-// 16 at a time; -inf gives exactly 0.
+// exp(x) for x <= 0 (attention_layout.h), 16 at a time; -inf gives
+// exactly 0.
 CK_ATT static inline __m512 exp16(__m512 x) {
     const __mmask16 finite = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ);
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.33654f));
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+    x = _mm512_max_ps(x, _mm512_set1_ps(CK_EXP_LOWEST));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(CK_EXP_LOG2E)),
                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500E-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507E-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073E-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894E-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459E-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201E-1f));
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(CK_EXP_LN2_HIGH), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(CK_EXP_LN2_LOW), r);
+    __m512 p = _mm512_set1_ps(ck_exp_poly[0]);
+    for (int i = 1; i < CK_EXP_TERMS; i++) {
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ck_exp_poly[i]));
+    }
     const __m512 y = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
     return _mm512_maskz_mov_ps(finite, _mm512_scalef_ps(y, n));
 }

@@ -65,6 +65,18 @@ static inline const uint16_t * v_row(const struct ck_attention * a, const struct
     return (const uint16_t *)((const char *)a->v + cell * a->v_nb[1] + it->g * a->v_nb[2] + it->ks * a->v_nb[3]);
 }
 
+// exp(x) for x <= 0 as Cephes' expf computes it (~1 ulp): x clamped at
+// CK_EXP_LOWEST, n = round(x / ln 2), r = x - n ln 2 (in two parts), then
+// 2^n (1 + r + r^2 p(r)) with p's coefficients from the highest power down.
+// One set of constants, so every instruction set computes alike.
+#define CK_EXP_LOWEST (-87.33654f)
+#define CK_EXP_LOG2E 1.44269504088896341f
+#define CK_EXP_LN2_HIGH 0.693359375f
+#define CK_EXP_LN2_LOW (-2.12194440e-4f)
+#define CK_EXP_TERMS 6
+static const float ck_exp_poly[CK_EXP_TERMS] = {1.9875691500E-4f, 1.3981999507E-3f, 8.3334519073E-3f,
+                                                4.1665795894E-2f, 1.6666665459E-1f, 5.0000001201E-1f};
+
 // The kernels of each instruction set (attention_passes.h).
 void ck_attend_avx512(const struct ck_attention * a, const struct item * its, int64_t n, int64_t shared,
                       ptrdiff_t k_off, ptrdiff_t v_off, float * scratch);

@@ -117,21 +117,15 @@ fn cortex_avx2_runs_the_avx2_kernels_on_any_cpu_that_has_them() {
             24,
         ),
     );
-    for kernels in ["cortex", "cortex-avx2"] {
-        cortex.ok(&[
-            "--cpu-kernels",
-            kernels,
-            "run",
-            "job.jsonl",
-            "--device",
-            "cpu",
-            "-o",
-            &format!("{kernels}.jsonl"),
-        ]);
-    }
     assert_greedy_agrees(
-        ("the best kernels", &cortex.dir().join("cortex.jsonl")),
-        ("the AVX2 kernels", &cortex.dir().join("cortex-avx2.jsonl")),
+        (
+            "the best kernels",
+            &run_job_with(&cortex, "default", "cortex"),
+        ),
+        (
+            "the AVX2 kernels",
+            &run_job_with(&cortex, "default", "cortex-avx2"),
+        ),
         0.5,
         0.3,
     );
@@ -168,21 +162,10 @@ fn greedy_answers_agree(model: &str, tolerance: f64) {
         "The chemical symbol for gold is",
     ];
     cortex.write("job.jsonl", &greedy_job(&prompts, 24));
-    for kernels in ["cortex", "llama"] {
-        cortex.ok(&[
-            "--model",
-            model,
-            "--cpu-kernels",
-            kernels,
-            "run",
-            "job.jsonl",
-            "--device",
-            "cpu",
-            "-o",
-            &format!("{kernels}.jsonl"),
-            "--force",
-        ]);
-    }
+    let (ours, theirs) = (
+        run_job_with(&cortex, model, "cortex"),
+        run_job_with(&cortex, model, "llama"),
+    );
     // The products add floats in another order; where an activation lands
     // a hair's breadth from a rounding boundary of its 8-bit quantization,
     // the two sides round it apart and 30 layers carry that on, so
@@ -190,9 +173,29 @@ fn greedy_answers_agree(model: &str, tolerance: f64) {
     // AVX2 and AVX-512 builds), and a greedy choice can differ only at a
     // near-tie. A wrong kernel gives other tokens from the first one.
     assert_greedy_agrees(
-        ("cortex's kernels", &cortex.dir().join("cortex.jsonl")),
-        ("llama.cpp's", &cortex.dir().join("llama.jsonl")),
+        ("cortex's kernels", &ours),
+        ("llama.cpp's", &theirs),
         0.5,
         tolerance,
     );
+}
+
+/// Runs `job.jsonl` on `model` on the CPU with `--cpu-kernels kernels`; the
+/// output file.
+fn run_job_with(cortex: &Cortex, model: &str, kernels: &str) -> std::path::PathBuf {
+    let out = format!("{kernels}.jsonl");
+    cortex.ok(&[
+        "--model",
+        model,
+        "--cpu-kernels",
+        kernels,
+        "run",
+        "job.jsonl",
+        "--device",
+        "cpu",
+        "-o",
+        &out,
+        "--force",
+    ]);
+    cortex.dir().join(out)
 }
