@@ -114,7 +114,7 @@ pub enum CpuKernels {
 
 impl CpuKernels {
     /// Whether cortex's kernels multiply the weights they have.
-    pub fn are_cortexs(self) -> bool {
+    pub fn uses_cortex_kernels(self) -> bool {
         self != CpuKernels::Llama
     }
 }

@@ -97,7 +97,7 @@ impl Model {
     ) -> Result<Self, EngineError> {
         read_gguf(path)?;
         let gpu = devices::resolve(device)?;
-        let cortex_kernels = cpu_kernels.are_cortexs();
+        let cortex_kernels = cpu_kernels.uses_cortex_kernels();
         let placement = match gpu {
             None => RawPlacement::cpu(cortex_kernels),
             Some(gpu) => RawPlacement {
