@@ -314,7 +314,7 @@ impl Config {
         engine.gpu_layers = self.settings.gpu_layers.value;
         engine.cpu_kernels = self.settings.cpu_kernels.value;
         engine.sample_on_device = self.settings.sample_on_device.value;
-        engine.backends_dir = self.device_modules().0;
+        engine.backends_dir = self.backends_dir();
         engine
     }
 
@@ -413,14 +413,16 @@ impl Config {
         (!path.as_os_str().is_empty()).then(|| path.clone())
     }
 
+    /// The configured directory of backend modules, if any.
+    fn backends_dir(&self) -> Option<PathBuf> {
+        let dir = &self.settings.backends_dir.value;
+        (!dir.as_os_str().is_empty()).then(|| dir.clone())
+    }
+
     /// Where `cortex devices` loads the backend modules from (the configured
     /// directory, if any) and which CPU kernels it registers.
     pub(crate) fn device_modules(&self) -> (Option<PathBuf>, CpuKernels) {
-        let dir = &self.settings.backends_dir.value;
-        (
-            (!dir.as_os_str().is_empty()).then(|| dir.clone()),
-            self.settings.cpu_kernels.value,
-        )
+        (self.backends_dir(), self.settings.cpu_kernels.value)
     }
 
     /// The queue's database: a SQLite path (or `sqlite://PATH`) or a
