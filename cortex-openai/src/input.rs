@@ -971,4 +971,72 @@ mod tests {
         );
         assert!(chat.unwrap_err().message.contains("\"echo\""));
     }
+
+    #[test]
+    fn both_formats_parse_with_their_fields_and_job_defaults() {
+        let mut defaults = JobDefaults::default();
+        defaults.stop.max_tokens = 99;
+        defaults.sampling.temperature = 0.25;
+
+        let chat = parse_line(
+            3,
+            r#"{"custom_id": "c", "method": "POST", "url": "/v1/chat/completions", "body": {"model": "gpt-x", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "Hi"}]}], "max_tokens": 12, "top_k": -1, "seed": 5, "stop": ["\n"], "logit_bias": {"42": -100}, "priority": 2}}"#,
+            &defaults,
+        )
+        .unwrap();
+        assert_eq!(chat.endpoint, Endpoint::ChatCompletions.url());
+        assert_eq!(chat.model.as_deref(), Some("gpt-x"));
+        assert_eq!(
+            chat.request.as_generate().unwrap().prompt,
+            Prompt::Chat(vec![
+                ChatMessage::system("Be brief."),
+                ChatMessage::user("Hi")
+            ])
+        );
+        let r = chat.request.as_generate().unwrap();
+        assert_eq!(
+            (
+                r.stop.max_tokens,
+                r.sampling.temperature,
+                r.sampling.top_k,
+                r.sampling.seed
+            ),
+            (12, 0.25, 0, Some(5))
+        );
+        assert_eq!(
+            (
+                r.stop.stop.clone(),
+                r.sampling.logit_bias.get(&42).copied(),
+                r.priority
+            ),
+            (vec!["\n".to_owned()], Some(-100.0), 2)
+        );
+
+        let plain = parse_line(
+            9,
+            r#"{"prompt": [1, 2, 3], "temperature": 0, "min_p": 0.1, "repetition_penalty": 1.1, "ignore_eos": true, "stop_token_ids": [2], "n": 2}"#,
+            &defaults,
+        )
+        .unwrap();
+        assert_eq!(
+            (plain.custom_id.as_str(), plain.endpoint.as_str()),
+            ("9", Endpoint::Completions.url())
+        );
+        assert_eq!(
+            plain.request.as_generate().unwrap().prompt,
+            Prompt::Tokens(vec![1, 2, 3])
+        );
+        let r = plain.request.as_generate().unwrap();
+        assert_eq!(
+            (
+                r.stop.max_tokens,
+                r.sampling.temperature,
+                r.sampling.min_p,
+                r.n
+            ),
+            (99, 0.0, 0.1, 2)
+        );
+        assert!(r.stop.ignore_eos);
+        assert_eq!(r.stop.stop_token_ids, [2]);
+    }
 }

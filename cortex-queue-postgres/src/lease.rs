@@ -245,7 +245,7 @@ impl PgStore {
         reap_now: bool,
     ) -> Result<Vec<ClaimedItem>> {
         let worker = self.ensure_worker(options.model_sha256.as_deref())?;
-        let lone_retry_ms = duration_ms(self.config.lone_retry);
+        let lone_retry_ms = duration_ms(self.config.retry.lone_retry);
         let mut touched = BTreeSet::new();
         let dead = self.dead_workers_here(worker, reap_now)?;
         if reap_now && dead.is_empty() {
@@ -536,8 +536,8 @@ impl PgStore {
 
     fn fail_lease(&mut self, lease: &Lease, failure: &ItemFailure) -> Result<FailOutcome> {
         let (base, cap) = (
-            duration_ms(self.config.retry_backoff),
-            duration_ms(self.config.max_retry_backoff),
+            duration_ms(self.config.retry.retry_backoff),
+            duration_ms(self.config.retry.max_retry_backoff),
         );
         let (outcome, job) = self.run(|tx| {
             let row = tx.query_opt(
@@ -596,7 +596,7 @@ impl PgStore {
     }
 
     fn abandon_leases(&mut self, leases: &[Lease], cause: &str) -> Result<usize> {
-        let lone_retry_ms = duration_ms(self.config.lone_retry);
+        let lone_retry_ms = duration_ms(self.config.retry.lone_retry);
         let (ids, tokens) = lease_arrays(leases);
         // One statement: the death and the streak it leaves.
         let ended = self.run_autocommit(|tx| {

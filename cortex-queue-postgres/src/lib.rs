@@ -92,7 +92,7 @@
 //!   it) so the copy never fails half-way. Export runs in one `REPEATABLE READ`
 //!   snapshot through a cursor (portal, 5,000 rows a fetch).
 //! - `check_counts` compares every job's counters with its items and results
-//!   (the conformance tests' consistency check, as `integrity_check` is for SQLite).
+//!   (the shared suite's consistency check, as `integrity_check` is for SQLite).
 
 #![forbid(unsafe_code)]
 
@@ -104,7 +104,7 @@ mod lease;
 mod session;
 mod submit;
 mod webhooks;
-// For the conformance suite in the tests crate (a fresh database per test on
+// For the shared suite in the tests crate (a fresh database per case on
 // the test server): behind the `test-support` feature, not the driver's API.
 #[cfg(feature = "test-support")]
 pub mod testing;
@@ -114,7 +114,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use cortex_queue::{Database, QueueError, QueueOpener, Result};
+use cortex_queue::{Database, QueueError, QueueOpener, Result, RetryPolicy};
 use postgres::Row;
 use postgres::fallible_iterator::FallibleIterator;
 use session::{Conn, Failure, Tx, attempt, describe, is_connection_lost, is_transient, pg_error};
@@ -127,13 +127,8 @@ const WORK_CHANNEL: &str = "cortex_work";
 /// How a [`PgStore`] behaves.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PgConfig {
-    /// First retry delay of a failed item; doubled per attempt.
-    pub retry_backoff: Duration,
-    /// Longest retry delay.
-    pub max_retry_backoff: Duration,
-    /// How long a lone suspect whose worker died waits before it runs alone
-    /// again (see the SQLite `cortex_queue_sqlite::StoreConfig`).
-    pub lone_retry: Duration,
+    /// When failed items and lone suspects run again.
+    pub retry: RetryPolicy,
     /// How long a call keeps reconnecting after the connection was lost
     /// before it gives up with an error.
     pub reconnect_patience: Duration,
@@ -144,9 +139,7 @@ pub struct PgConfig {
 impl Default for PgConfig {
     fn default() -> Self {
         Self {
-            retry_backoff: Duration::from_secs(2),
-            max_retry_backoff: Duration::from_secs(300),
-            lone_retry: Duration::from_secs(1),
+            retry: RetryPolicy::default(),
             reconnect_patience: Duration::from_secs(300),
             connect_timeout: Duration::from_secs(10),
         }

@@ -270,7 +270,7 @@ impl WorkerStore for Store {
              ORDER BY min(deaths, ?7) DESC, updated_at, priority DESC, id LIMIT ?2"
         ));
         let lease_ms = duration_ms(options.lease);
-        let lone_retry_ms = duration_ms(self.config.lone_retry);
+        let lone_retry_ms = duration_ms(self.config.retry.lone_retry);
         let db_path = self.path.clone();
         let model = options.model_sha256.clone();
         let mut claimed = self.write_checked(|tx| {
@@ -355,7 +355,7 @@ impl WorkerStore for Store {
     /// death would (see [`ClaimOptions::suspects`]), recording `cause` (the
     /// engine's error) as their last error. Returns how many leases were held.
     fn abandon(&mut self, leases: &[Lease], cause: &str) -> Result<usize> {
-        let lone_retry_ms = duration_ms(self.config.lone_retry);
+        let lone_retry_ms = duration_ms(self.config.retry.lone_retry);
         self.write(|tx| {
             let now = now_ms();
             let mut touched = BTreeSet::new();
@@ -495,8 +495,8 @@ impl WorkerStore for Store {
     /// `max_attempts`; anything else fails the item now. The error is kept.
     fn fail(&mut self, lease: &Lease, failure: &ItemFailure) -> Result<FailOutcome> {
         let (base, cap) = (
-            duration_ms(self.config.retry_backoff),
-            duration_ms(self.config.max_retry_backoff),
+            duration_ms(self.config.retry.retry_backoff),
+            duration_ms(self.config.retry.max_retry_backoff),
         );
         self.write_checked(|tx| {
             let now = now_ms();

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use rusqlite::{Connection, ErrorCode, OpenFlags, Transaction, TransactionBehavior};
 
 use crate::schema::{MIGRATIONS, SCHEMA_VERSION};
-use cortex_queue::{QueueError, Result, now_ms};
+use cortex_queue::{QueueError, Result, RetryPolicy, now_ms};
 
 /// How hard SQLite pushes each commit to the disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -28,16 +28,8 @@ pub struct StoreConfig {
     /// How long a call keeps retrying (with jitter) while the database stays
     /// busy before it gives up with [`QueueError::Busy`].
     pub busy_patience: Duration,
-    /// First retry delay of a failed item; doubled per attempt.
-    pub retry_backoff: Duration,
-    /// Longest retry delay.
-    pub max_retry_backoff: Duration,
-    /// How long a suspect whose lone run ended in a worker death waits
-    /// before it runs alone again (doubled per attempt charged, up to 32
-    /// times): some worker must stay alive meanwhile, and kills from outside
-    /// hit idle and busy workers alike, ending the streak of deaths that
-    /// charges a lone suspect (a poison item's deaths stay in a row).
-    pub lone_retry: Duration,
+    /// When failed items and lone suspects run again.
+    pub retry: RetryPolicy,
 }
 
 impl Default for StoreConfig {
@@ -46,9 +38,7 @@ impl Default for StoreConfig {
             synchronous: Synchronous::Full,
             busy_timeout: Duration::from_millis(250),
             busy_patience: Duration::from_secs(120),
-            retry_backoff: Duration::from_secs(2),
-            max_retry_backoff: Duration::from_secs(300),
-            lone_retry: Duration::from_secs(1),
+            retry: RetryPolicy::default(),
         }
     }
 }

@@ -160,9 +160,8 @@ impl<T: WorkerStore + JobStore + WebhookStore + Send + std::fmt::Debug + ?Sized>
 // What a driver is written with. A third driver (a crate of its own,
 // like `cortex-queue-sqlite` and `cortex-queue-postgres`) implements
 // `WorkerStore` and `JobStore` over its storage and uses these, so that the
-// rules are the same everywhere; it then runs the shared suite in the tests
-// crate (`tests/tests/queue_common`: a constructor beside `Driver::sqlite`
-// and a module in `on_both_drivers!`).
+// rules are the same everywhere; its tests then run the shared suite
+// (`cortex-queue-suite`: implement `DriverUnderTest`, invoke `queue_suite!`).
 // Applications see a queue only through the traits above.
 
 /// Stored forms: a request kept apart from what its job shares (a grammar

@@ -11,6 +11,32 @@ use crate::{ItemId, JobId};
 /// at a third of it): a dead worker's items are free again after this.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
 
+/// When a failed item, or a lone suspect whose worker died, may run again:
+/// the rules every driver retries by, with one set of defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// First retry delay of a failed item; doubled per attempt.
+    pub retry_backoff: Duration,
+    /// Longest retry delay.
+    pub max_retry_backoff: Duration,
+    /// How long a suspect whose lone run ended in a worker death waits
+    /// before it runs alone again (doubled per attempt charged, up to 32
+    /// times): some worker must stay alive meanwhile, and kills from outside
+    /// hit idle and busy workers alike, ending the streak of deaths that
+    /// charges a lone suspect (a poison item's deaths stay in a row).
+    pub lone_retry: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            retry_backoff: Duration::from_secs(2),
+            max_retry_backoff: Duration::from_secs(300),
+            lone_retry: Duration::from_secs(1),
+        }
+    }
+}
+
 /// The right to write an item's outcome: valid while its token is the item's current one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Lease {

@@ -28,8 +28,8 @@
 //!   [`ClaimOptions::model_sha256`] takes only that model's jobs;
 //! - exports written atomically, each line in the caller's [`ExportFormat`].
 //!
-//! The shared conformance suite (`tests/tests/queue_*.rs`) runs every rule
-//! on both drivers.
+//! The shared driver suite (`cortex-queue-suite`) runs every rule on each
+//! driver.
 //!
 //! # Design notes
 //!
@@ -59,11 +59,13 @@
 //! token and duration), and
 //! `export_files` (the export loop: each driver hands it the rows of one
 //! snapshot; it renders them in the caller's format, writes each file
-//! atomically and returns the summary). The conformance suite lives in the `tests` crate, where
-//! both drivers and the wire format are below it
-//! (`tests/tests/queue_{lifecycle,input,processes,storage}.rs`, helpers in
-//! `queue_common`): every test runs on a `Store` and on a `PgStore` (a fresh
-//! database on `CORTEX_TEST_POSTGRES`), with the same snapshots; the queue's
+//! atomically and returns the summary). The shared driver suite is its own crate,
+//! `cortex-queue-suite` (above the wire format, whose files its cases
+//! submit): a driver implements its `DriverUnderTest` and invokes
+//! `queue_suite!`; SQLite and PostgreSQL run it from the tests crate
+//! (`tests/tests/queue_suite_{sqlite,postgres}.rs`, a fresh database per case
+//! on `CORTEX_TEST_POSTGRES`), and `queue_storage.rs` holds SQLite's own
+//! cases (migrations, a full disk); the queue's
 //! benchmarks are `cargo bench -p cortex-tests --bench queue` (SQLite at scale)
 //! and `--bench queue_drivers` (both side by side).
 //!
@@ -121,6 +123,7 @@ pub use jobs::{
 };
 pub use lease::{
     ClaimOptions, ClaimedItem, DEFAULT_LEASE, FailOutcome, ItemFailure, Lease, LeaseStatus,
+    RetryPolicy,
 };
 pub use output_file::{Destination, OutputFile};
 pub use submit::{DEFAULT_MAX_ATTEMPTS, ItemSource, LineResult, NewItem, SubmitOptions, Submitted};

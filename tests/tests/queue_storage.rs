@@ -1,8 +1,6 @@
 //! The database itself: schema migrations from version 1, a newer schema,
 //! and a full disk during commits and exports.
 
-mod queue_common;
-
 use cortex_queue::{JobStore, WorkerStore};
 use std::path::Path;
 use std::process::Command;
@@ -10,8 +8,8 @@ use std::process::Command;
 use cortex_openai::{ExportJsonl, SubmitJsonl};
 use cortex_queue::{ClaimOptions, JobState, QueueError, SubmitOptions};
 use cortex_queue_sqlite::{SCHEMA_VERSION, Store};
+use cortex_queue_suite::{response_for, submit_prompts, write_prompts};
 use cortex_request::{ChatMessage, Request, RequestId};
-use queue_common::{response_for, submit_prompts, write_prompts};
 
 /// Builds a database the way version 1 of the schema left it: its migration
 /// only, with a job of three items (one completed, one pending, one failed).

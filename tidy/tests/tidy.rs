@@ -1100,6 +1100,25 @@ fn test_support_is_switched_on_for_tests_only() {
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
+#[test]
+fn the_queue_suite_is_only_a_dev_dependency() {
+    // Its cases arm failpoints and spawn the test binary again: they belong
+    // in a driver's tests (or the tests crate's), never in a library's build.
+    let mut problems = Vec::new();
+    for package in packages(&metadata()) {
+        let name = package["name"].as_str().unwrap();
+        for dependency in package["dependencies"].as_array().unwrap() {
+            let dev = dependency["kind"].as_str() == Some("dev");
+            if dependency["name"] == "cortex-queue-suite" && !dev {
+                problems.push(format!(
+                    "{name} depends on cortex-queue-suite outside its dev-dependencies"
+                ));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
 /// ARCHITECTURE.md's layers table: each crate and the crates it may depend
 /// on, in the table's order (lowest first).
 fn layers_table() -> Vec<(String, BTreeSet<String>)> {

@@ -2,18 +2,16 @@
 //! cancel/resume/retry, status and export. The conformance suite of the
 //! storage boundary: every test runs on SQLite and on PostgreSQL.
 
-#[macro_use]
-mod queue_common;
-
 use std::thread::sleep;
 use std::time::Duration;
 
+use crate::{DriverUnderTest, response_for, submit_prompts, write_prompts};
 use cortex_openai::{ExportJsonl, SubmitJsonl};
 use cortex_queue::{
     BATCH_EXPIRED, ClaimOptions, CompletionWindow, EXPORT_EVENT, FailOutcome, ItemFailure,
-    ItemQuery, ItemState, JobFilter, JobState, LeaseStatus, Queue, QueueError, SubmitOptions,
+    ItemQuery, ItemState, JobFilter, JobState, LeaseStatus, Queue, QueueError, RetryPolicy,
+    SubmitOptions,
 };
-use queue_common::{Driver, RetryTimings, response_for, submit_prompts, write_prompts};
 
 fn lease(ms: u64) -> ClaimOptions {
     ClaimOptions {
@@ -30,12 +28,14 @@ fn failure(retryable: bool) -> ItemFailure {
     }
 }
 
-fn a_job_runs_to_completion_and_exports_openai_batch_output_in_input_order(b: &Driver) {
-    let dir = &b.dir;
+pub fn a_job_runs_to_completion_and_exports_openai_batch_output_in_input_order(
+    b: &dyn DriverUnderTest,
+) {
+    let dir = b.scratch();
     let mut store = b.open();
     let job = store
         .submit_file(
-            &write_prompts(dir.path(), "p.jsonl", 5),
+            &write_prompts(dir, "p.jsonl", 5),
             &SubmitOptions::new("smol"),
         )
         .unwrap()
@@ -79,9 +79,9 @@ fn a_job_runs_to_completion_and_exports_openai_batch_output_in_input_order(b: &D
     assert!(status.items_per_second > 0.0 && status.tokens_per_second > 0.0);
     assert_eq!(status.eta, None);
 
-    let output = dir.path().join("out.jsonl");
+    let output = dir.join("out.jsonl");
     let summary = store
-        .export(job, &output, Some(&dir.path().join("err.jsonl")), false)
+        .export(job, &output, Some(&dir.join("err.jsonl")), false)
         .unwrap();
     assert_eq!((summary.results, summary.errors), (5, 0));
     let lines: Vec<serde_json::Value> = std::fs::read_to_string(&output)
@@ -108,22 +108,19 @@ fn a_job_runs_to_completion_and_exports_openai_batch_output_in_input_order(b: &D
     assert_eq!(text["object"], "text_completion");
     assert_eq!(text["choices"][0]["text"], "answer to item-1");
     // No temporary file is left beside the outputs.
-    let names: Vec<String> = std::fs::read_dir(dir.path())
+    let names: Vec<String> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     assert!(names.iter().all(|n| !n.ends_with(".tmp")), "{names:?}");
 }
 
-fn a_lost_lease_cannot_heartbeat_or_write_and_the_new_holder_wins(b: &Driver) {
-    let dir = &b.dir;
+pub fn a_lost_lease_cannot_heartbeat_or_write_and_the_new_holder_wins(b: &dyn DriverUnderTest) {
+    let dir = b.scratch();
     let mut zombie = b.open();
     let mut other = b.open();
     let job = zombie
-        .submit_file(
-            &write_prompts(dir.path(), "p.jsonl", 1),
-            &SubmitOptions::new("m"),
-        )
+        .submit_file(&write_prompts(dir, "p.jsonl", 1), &SubmitOptions::new("m"))
         .unwrap()
         .job;
 
@@ -176,15 +173,12 @@ fn a_lost_lease_cannot_heartbeat_or_write_and_the_new_holder_wins(b: &Driver) {
     b.check();
 }
 
-fn heartbeats_keep_a_lease_alive(b: &Driver) {
-    let dir = &b.dir;
+pub fn heartbeats_keep_a_lease_alive(b: &dyn DriverUnderTest) {
+    let dir = b.scratch();
     let mut worker = b.open();
     let mut thief = b.open();
     worker
-        .submit_file(
-            &write_prompts(dir.path(), "p.jsonl", 1),
-            &SubmitOptions::new("m"),
-        )
+        .submit_file(&write_prompts(dir, "p.jsonl", 1), &SubmitOptions::new("m"))
         .unwrap();
     let held = worker.claim(1, &lease(150)).unwrap().remove(0);
     for _ in 0..4 {
@@ -198,15 +192,17 @@ fn heartbeats_keep_a_lease_alive(b: &Driver) {
     worker.complete(&held.lease, &response_for(&held)).unwrap();
 }
 
-fn retryable_failures_back_off_until_max_attempts_then_fail_with_the_last_error(b: &Driver) {
-    let dir = &b.dir;
+pub fn retryable_failures_back_off_until_max_attempts_then_fail_with_the_last_error(
+    b: &dyn DriverUnderTest,
+) {
+    let dir = b.scratch();
     let mut store = b.open_fast();
     let options = SubmitOptions {
         max_attempts: 3,
         ..SubmitOptions::new("m")
     };
     let job = store
-        .submit_file(&write_prompts(dir.path(), "p.jsonl", 1), &options)
+        .submit_file(&write_prompts(dir, "p.jsonl", 1), &options)
         .unwrap()
         .job;
 
@@ -257,10 +253,10 @@ fn retryable_failures_back_off_until_max_attempts_then_fail_with_the_last_error(
     assert_eq!(store.job(job).unwrap().state, JobState::Completed);
 }
 
-fn a_non_retryable_failure_fails_at_once_and_is_exported_as_an_error(b: &Driver) {
-    let dir = &b.dir;
+pub fn a_non_retryable_failure_fails_at_once_and_is_exported_as_an_error(b: &dyn DriverUnderTest) {
+    let dir = b.scratch();
     let mut store = b.open();
-    let job = submit_prompts(store.as_mut(), dir.path(), "p.jsonl", 2);
+    let job = submit_prompts(store.as_mut(), dir, "p.jsonl", 2);
     let claimed = store.claim(2, &ClaimOptions::default()).unwrap();
     let too_long = ItemFailure {
         code: "prompt_too_long".into(),
@@ -276,9 +272,9 @@ fn a_non_retryable_failure_fails_at_once_and_is_exported_as_an_error(b: &Driver)
         .unwrap();
     assert_eq!(store.job(job).unwrap().state, JobState::Completed);
 
-    let errors = dir.path().join("errors.jsonl");
+    let errors = dir.join("errors.jsonl");
     let summary = store
-        .export(job, &dir.path().join("out.jsonl"), Some(&errors), false)
+        .export(job, &dir.join("out.jsonl"), Some(&errors), false)
         .unwrap();
     assert_eq!((summary.results, summary.errors), (1, 1));
     let line: serde_json::Value =
@@ -292,15 +288,15 @@ fn a_non_retryable_failure_fails_at_once_and_is_exported_as_an_error(b: &Driver)
 /// the rest (waiting or running) fails `batch_expired`, a running item's
 /// lease is gone (its heartbeat says so and its result is refused), and
 /// nothing more is claimed. Resuming runs the rest without a window.
-fn a_job_past_its_window_expires_keeping_what_finished(b: &Driver) {
-    let dir = &b.dir;
+pub fn a_job_past_its_window_expires_keeping_what_finished(b: &dyn DriverUnderTest) {
+    let dir = b.scratch();
     let mut store = b.open();
     let options = SubmitOptions {
         completion_window: Some(CompletionWindow::new(Duration::from_millis(400))),
         ..SubmitOptions::new("m")
     };
     let job = store
-        .submit_file(&write_prompts(dir.path(), "p.jsonl", 4), &options)
+        .submit_file(&write_prompts(dir, "p.jsonl", 4), &options)
         .unwrap()
         .job;
     let submitted = store.job(job).unwrap();
@@ -336,9 +332,9 @@ fn a_job_past_its_window_expires_keeping_what_finished(b: &Driver) {
     ));
     assert!(store.claim(4, &ClaimOptions::default()).unwrap().is_empty());
 
-    let errors = dir.path().join("errors.jsonl");
+    let errors = dir.join("errors.jsonl");
     let summary = store
-        .export(job, &dir.path().join("out.jsonl"), Some(&errors), false)
+        .export(job, &dir.join("out.jsonl"), Some(&errors), false)
         .unwrap();
     assert_eq!((summary.results, summary.errors), (1, 3));
     for line in std::fs::read_to_string(&errors).unwrap().lines() {
@@ -358,20 +354,22 @@ fn a_job_past_its_window_expires_keeping_what_finished(b: &Driver) {
 /// A job that names a URL has an event in the outbox the moment it ends
 /// (in the same transaction), one per ending; deliverers take due events
 /// under a lease, and a failed attempt is tried again after a backoff.
-fn a_job_that_ends_has_its_webhook_event_in_the_outbox_until_delivered(b: &Driver) {
-    let dir = &b.dir;
+pub fn a_job_that_ends_has_its_webhook_event_in_the_outbox_until_delivered(
+    b: &dyn DriverUnderTest,
+) {
+    let dir = b.scratch();
     let mut store = b.open();
     let notify = |name: &str| SubmitOptions {
         notify_url: Some(format!("http://127.0.0.1:9/{name}")),
         ..SubmitOptions::new(name)
     };
     let job = store
-        .submit_file(&write_prompts(dir.path(), "p.jsonl", 2), &notify("done"))
+        .submit_file(&write_prompts(dir, "p.jsonl", 2), &notify("done"))
         .unwrap()
         .job;
     let quiet = store
         .submit_file(
-            &write_prompts(dir.path(), "q.jsonl", 1),
+            &write_prompts(dir, "q.jsonl", 1),
             &SubmitOptions::new("quiet"),
         )
         .unwrap()
@@ -427,7 +425,7 @@ fn a_job_that_ends_has_its_webhook_event_in_the_outbox_until_delivered(b: &Drive
 
     // Every ending: a cancel, and a window that ends.
     let cancelled = store
-        .submit_file(&write_prompts(dir.path(), "c.jsonl", 1), &notify("cancel"))
+        .submit_file(&write_prompts(dir, "c.jsonl", 1), &notify("cancel"))
         .unwrap()
         .job;
     store.cancel(cancelled).unwrap();
@@ -436,7 +434,7 @@ fn a_job_that_ends_has_its_webhook_event_in_the_outbox_until_delivered(b: &Drive
         ..notify("expire")
     };
     let expired = store
-        .submit_file(&write_prompts(dir.path(), "e.jsonl", 1), &expiring)
+        .submit_file(&write_prompts(dir, "e.jsonl", 1), &expiring)
         .unwrap()
         .job;
     sleep(Duration::from_millis(100));
@@ -450,15 +448,15 @@ fn a_job_that_ends_has_its_webhook_event_in_the_outbox_until_delivered(b: &Drive
     assert_eq!(kinds, ["batch.cancelled", "batch.expired"]);
 }
 
-fn a_lone_poison_item_is_charged_only_for_deaths_while_alone(b: &Driver) {
-    let dir = &b.dir;
+pub fn a_lone_poison_item_is_charged_only_for_deaths_while_alone(b: &dyn DriverUnderTest) {
+    let dir = b.scratch();
     let mut store = b.open_fast();
     let options = SubmitOptions {
         max_attempts: 2,
         ..SubmitOptions::new("m")
     };
     let job = store
-        .submit_file(&write_prompts(dir.path(), "p.jsonl", 1), &options)
+        .submit_file(&write_prompts(dir, "p.jsonl", 1), &options)
         .unwrap()
         .job;
     // The first death is not charged (it was not known to run alone), nor
@@ -484,15 +482,15 @@ fn a_lone_poison_item_is_charged_only_for_deaths_while_alone(b: &Driver) {
     assert_eq!(store.job(job).unwrap().state, JobState::Failed);
 }
 
-fn lone_suspects_take_turns_and_wait_for_a_workers_later_claim(b: &Driver) {
-    let dir = &b.dir;
+pub fn lone_suspects_take_turns_and_wait_for_a_workers_later_claim(b: &dyn DriverUnderTest) {
+    let dir = b.scratch();
     let mut store = b.open_fast();
     let options = SubmitOptions {
         max_attempts: 5,
         ..SubmitOptions::new("m")
     };
     let job = store
-        .submit_file(&write_prompts(dir.path(), "p.jsonl", 3), &options)
+        .submit_file(&write_prompts(dir, "p.jsonl", 3), &options)
         .unwrap()
         .job;
     let first_claim = ClaimOptions {
@@ -540,13 +538,13 @@ fn lone_suspects_take_turns_and_wait_for_a_workers_later_claim(b: &Driver) {
     assert_eq!(store.job(job).unwrap().state, JobState::Completed);
 }
 
-fn a_lone_suspect_whose_worker_died_waits_before_it_runs_alone_again(b: &Driver) {
-    let dir = &b.dir;
-    let mut store = b.open_timed(RetryTimings {
+pub fn a_lone_suspect_whose_worker_died_waits_before_it_runs_alone_again(b: &dyn DriverUnderTest) {
+    let dir = b.scratch();
+    let mut store = b.open_with(RetryPolicy {
         lone_retry: Duration::from_millis(400),
-        ..RetryTimings::default_for_tests()
+        ..RetryPolicy::default()
     });
-    let job = submit_prompts(store.as_mut(), dir.path(), "p.jsonl", 1);
+    let job = submit_prompts(store.as_mut(), dir, "p.jsonl", 1);
     let die = || sleep(Duration::from_millis(80));
     assert!(!store.claim(1, &lease(50)).unwrap()[0].alone);
     die();
@@ -589,15 +587,17 @@ fn work_with_poison(store: &mut dyn Queue, parallel: usize, poison: &str) -> usi
     }
 }
 
-fn a_poison_item_among_others_fails_alone_and_costs_the_others_no_attempts(b: &Driver) {
-    let dir = &b.dir;
+pub fn a_poison_item_among_others_fails_alone_and_costs_the_others_no_attempts(
+    b: &dyn DriverUnderTest,
+) {
+    let dir = b.scratch();
     let mut store = b.open_fast();
     let options = SubmitOptions {
         max_attempts: 3,
         ..SubmitOptions::new("m")
     };
     let job = store
-        .submit_file(&write_prompts(dir.path(), "p.jsonl", 40), &options)
+        .submit_file(&write_prompts(dir, "p.jsonl", 40), &options)
         .unwrap()
         .job;
     let deaths = work_with_poison(store.as_mut(), 16, "item-5");
@@ -621,12 +621,12 @@ fn a_poison_item_among_others_fails_alone_and_costs_the_others_no_attempts(b: &D
     assert_eq!((job.counts.completed, job.counts.failed), (39, 1));
 }
 
-fn cancel_stops_pending_items_at_once_and_running_ones_at_their_heartbeat_then_resume_finishes(
-    b: &Driver,
+pub fn cancel_stops_pending_items_at_once_and_running_ones_at_their_heartbeat_then_resume_finishes(
+    b: &dyn DriverUnderTest,
 ) {
-    let dir = &b.dir;
+    let dir = b.scratch();
     let mut store = b.open();
-    let job = submit_prompts(store.as_mut(), dir.path(), "p.jsonl", 6);
+    let job = submit_prompts(store.as_mut(), dir, "p.jsonl", 6);
     let done = store.claim(1, &ClaimOptions::default()).unwrap().remove(0);
     store.complete(&done.lease, &response_for(&done)).unwrap();
     let running = store.claim(2, &ClaimOptions::default()).unwrap();
@@ -701,10 +701,10 @@ fn cancel_stops_pending_items_at_once_and_running_ones_at_their_heartbeat_then_r
     b.check();
 }
 
-fn released_items_are_pending_again_without_using_an_attempt(b: &Driver) {
-    let dir = &b.dir;
+pub fn released_items_are_pending_again_without_using_an_attempt(b: &dyn DriverUnderTest) {
+    let dir = b.scratch();
     let mut store = b.open();
-    let job = submit_prompts(store.as_mut(), dir.path(), "p.jsonl", 2);
+    let job = submit_prompts(store.as_mut(), dir, "p.jsonl", 2);
     let claimed = store.claim(2, &ClaimOptions::default()).unwrap();
     assert_eq!(store.job(job).unwrap().state, JobState::InProgress);
     let leases: Vec<_> = claimed.iter().map(|c| c.lease).collect();
@@ -718,16 +718,18 @@ fn released_items_are_pending_again_without_using_an_attempt(b: &Driver) {
     assert!(again.iter().all(|c| c.attempt == 1 && c.lease.token == 2));
 }
 
-fn higher_priority_jobs_are_claimed_first_and_claims_can_be_limited_to_jobs(b: &Driver) {
-    let dir = &b.dir;
+pub fn higher_priority_jobs_are_claimed_first_and_claims_can_be_limited_to_jobs(
+    b: &dyn DriverUnderTest,
+) {
+    let dir = b.scratch();
     let mut store = b.open();
-    let low = submit_prompts(store.as_mut(), dir.path(), "low.jsonl", 2);
+    let low = submit_prompts(store.as_mut(), dir, "low.jsonl", 2);
     let options = SubmitOptions {
         priority: 5,
         ..SubmitOptions::new("m")
     };
     let high = store
-        .submit_file(&write_prompts(dir.path(), "high.jsonl", 3), &options)
+        .submit_file(&write_prompts(dir, "high.jsonl", 3), &options)
         .unwrap()
         .job;
     let claimed = store.claim(4, &ClaimOptions::default()).unwrap();
@@ -757,11 +759,11 @@ fn higher_priority_jobs_are_claimed_first_and_claims_can_be_limited_to_jobs(b: &
     );
 }
 
-fn jobs_belong_to_a_project_and_list_by_it(b: &Driver) {
-    let dir = &b.dir;
+pub fn jobs_belong_to_a_project_and_list_by_it(b: &dyn DriverUnderTest) {
+    let dir = b.scratch();
     let mut store = b.open();
-    let plain = submit_prompts(store.as_mut(), dir.path(), "plain.jsonl", 1);
-    let input = write_prompts(dir.path(), "alpha.jsonl", 2);
+    let plain = submit_prompts(store.as_mut(), dir, "plain.jsonl", 1);
+    let input = write_prompts(dir, "alpha.jsonl", 2);
     let alpha = SubmitOptions {
         project: "alpha".into(),
         ..SubmitOptions::new("m")
@@ -795,16 +797,18 @@ fn jobs_belong_to_a_project_and_list_by_it(b: &Driver) {
     assert_eq!(store.jobs(&JobFilter::default()).unwrap().len(), 3);
 }
 
-fn export_refuses_a_running_job_unless_partial_and_never_leaves_half_a_file(b: &Driver) {
-    let dir = &b.dir;
+pub fn export_refuses_a_running_job_unless_partial_and_never_leaves_half_a_file(
+    b: &dyn DriverUnderTest,
+) {
+    let dir = b.scratch();
     let mut store = b.open();
-    let job = submit_prompts(store.as_mut(), dir.path(), "p.jsonl", 3);
+    let job = submit_prompts(store.as_mut(), dir, "p.jsonl", 3);
     let claimed = store.claim(1, &ClaimOptions::default()).unwrap().remove(0);
     store
         .complete(&claimed.lease, &response_for(&claimed))
         .unwrap();
 
-    let output = dir.path().join("out.jsonl");
+    let output = dir.join("out.jsonl");
     std::fs::write(&output, "earlier export\n").unwrap();
     let error = store.export(job, &output, None, false).unwrap_err();
     assert_eq!(
@@ -822,7 +826,7 @@ fn export_refuses_a_running_job_unless_partial_and_never_leaves_half_a_file(b: &
     assert_eq!(summary.results, 1);
     assert_eq!(std::fs::read_to_string(&output).unwrap().lines().count(), 1);
 
-    let nowhere = dir.path().join("missing-dir").join("out.jsonl");
+    let nowhere = dir.join("missing-dir").join("out.jsonl");
     let error = store.export(job, &nowhere, None, true).unwrap_err();
     assert!(
         error.to_string().starts_with(&format!(
@@ -847,10 +851,10 @@ fn export_refuses_a_running_job_unless_partial_and_never_leaves_half_a_file(b: &
     ));
 }
 
-fn status_reports_throughput_and_an_eta_while_running(b: &Driver) {
-    let dir = &b.dir;
+pub fn status_reports_throughput_and_an_eta_while_running(b: &dyn DriverUnderTest) {
+    let dir = b.scratch();
     let mut store = b.open();
-    let job = submit_prompts(store.as_mut(), dir.path(), "p.jsonl", 10);
+    let job = submit_prompts(store.as_mut(), dir, "p.jsonl", 10);
     for claimed in store.claim(4, &ClaimOptions::default()).unwrap() {
         store
             .complete(&claimed.lease, &response_for(&claimed))
@@ -869,10 +873,10 @@ fn status_reports_throughput_and_an_eta_while_running(b: &Driver) {
 /// A job's status counts tokens as running items report them, not only
 /// when items finish; a report under a lease no longer held counts nothing,
 /// and a new claim starts the item's count again.
-fn status_counts_the_tokens_of_running_items_as_they_are_reported(b: &Driver) {
-    let dir = &b.dir;
+pub fn status_counts_the_tokens_of_running_items_as_they_are_reported(b: &dyn DriverUnderTest) {
+    let dir = b.scratch();
     let mut store = b.open();
-    let job = submit_prompts(store.as_mut(), dir.path(), "p.jsonl", 4);
+    let job = submit_prompts(store.as_mut(), dir, "p.jsonl", 4);
     let running = store.claim(2, &ClaimOptions::default()).unwrap();
     let (a, b_item) = (&running[0], &running[1]);
     let status = store.status(job).unwrap();
@@ -925,10 +929,10 @@ fn status_counts_the_tokens_of_running_items_as_they_are_reported(b: &Driver) {
 /// What a dashboard reads: pages of items filtered by state and `custom_id`,
 /// one item whole (with where it ran), the latencies of results, and the
 /// workers with their heartbeat and items in flight.
-fn items_page_and_inspect_with_their_runs_and_latencies(b: &Driver) {
-    let dir = &b.dir;
+pub fn items_page_and_inspect_with_their_runs_and_latencies(b: &dyn DriverUnderTest) {
+    let dir = b.scratch();
     let mut store = b.open_fast();
-    let job = submit_prompts(store.as_mut(), dir.path(), "p.jsonl", 12);
+    let job = submit_prompts(store.as_mut(), dir, "p.jsonl", 12);
     let claimed = store.claim(3, &ClaimOptions::default()).unwrap();
     let mut timed = response_for(&claimed[0]);
     timed.timings.first_token = Some(Duration::from_millis(40));
@@ -1029,11 +1033,11 @@ fn items_page_and_inspect_with_their_runs_and_latencies(b: &Driver) {
 
 /// A page of jobs: filtered by model (and state) in the query, counted in
 /// all, with every model of the project to choose from.
-fn job_pages_filter_by_model_and_count_every_match(b: &Driver) {
-    let dir = &b.dir;
+pub fn job_pages_filter_by_model_and_count_every_match(b: &dyn DriverUnderTest) {
+    let dir = b.scratch();
     let mut store = b.open();
     let mut submit = |name: &str, model: &str, project: &str| {
-        let input = write_prompts(dir.path(), name, 2);
+        let input = write_prompts(dir, name, 2);
         let options = SubmitOptions {
             project: project.into(),
             // The files hold the same lines: each is a job of its own.
@@ -1085,8 +1089,10 @@ fn job_pages_filter_by_model_and_count_every_match(b: &Driver) {
 
 /// A job that carries its destination has an `export` row in the outbox
 /// when it ends, beside its webhook event, taken the same way.
-fn a_job_that_carries_its_destination_has_an_export_in_the_outbox_when_it_ends(b: &Driver) {
-    let dir = &b.dir;
+pub fn a_job_that_carries_its_destination_has_an_export_in_the_outbox_when_it_ends(
+    b: &dyn DriverUnderTest,
+) {
+    let dir = b.scratch();
     let mut store = b.open();
     let both = SubmitOptions {
         notify_url: Some("http://127.0.0.1:9/hook".into()),
@@ -1094,7 +1100,7 @@ fn a_job_that_carries_its_destination_has_an_export_in_the_outbox_when_it_ends(b
         ..SubmitOptions::new("both")
     };
     let job = store
-        .submit_file(&write_prompts(dir.path(), "p.jsonl", 1), &both)
+        .submit_file(&write_prompts(dir, "p.jsonl", 1), &both)
         .unwrap()
         .job;
     assert_eq!(
@@ -1125,7 +1131,7 @@ fn a_job_that_carries_its_destination_has_an_export_in_the_outbox_when_it_ends(b
         ..SubmitOptions::new("only")
     };
     let job = store
-        .submit_file(&write_prompts(dir.path(), "q.jsonl", 1), &only)
+        .submit_file(&write_prompts(dir, "q.jsonl", 1), &only)
         .unwrap()
         .job;
     store.cancel(job).unwrap();
@@ -1137,27 +1143,3 @@ fn a_job_that_carries_its_destination_has_an_export_in_the_outbox_when_it_ends(b
         .collect();
     assert_eq!(kinds, [EXPORT_EVENT]);
 }
-
-on_both_drivers!(
-    a_job_runs_to_completion_and_exports_openai_batch_output_in_input_order,
-    a_lost_lease_cannot_heartbeat_or_write_and_the_new_holder_wins,
-    heartbeats_keep_a_lease_alive,
-    retryable_failures_back_off_until_max_attempts_then_fail_with_the_last_error,
-    a_non_retryable_failure_fails_at_once_and_is_exported_as_an_error,
-    a_job_past_its_window_expires_keeping_what_finished,
-    a_job_that_ends_has_its_webhook_event_in_the_outbox_until_delivered,
-    a_job_that_carries_its_destination_has_an_export_in_the_outbox_when_it_ends,
-    a_lone_poison_item_is_charged_only_for_deaths_while_alone,
-    lone_suspects_take_turns_and_wait_for_a_workers_later_claim,
-    a_lone_suspect_whose_worker_died_waits_before_it_runs_alone_again,
-    a_poison_item_among_others_fails_alone_and_costs_the_others_no_attempts,
-    cancel_stops_pending_items_at_once_and_running_ones_at_their_heartbeat_then_resume_finishes,
-    released_items_are_pending_again_without_using_an_attempt,
-    higher_priority_jobs_are_claimed_first_and_claims_can_be_limited_to_jobs,
-    jobs_belong_to_a_project_and_list_by_it,
-    export_refuses_a_running_job_unless_partial_and_never_leaves_half_a_file,
-    status_reports_throughput_and_an_eta_while_running,
-    status_counts_the_tokens_of_running_items_as_they_are_reported,
-    items_page_and_inspect_with_their_runs_and_latencies,
-    job_pages_filter_by_model_and_count_every_match,
-);

@@ -1,12 +1,10 @@
-//! Several worker processes against one database: concurrency, kill -9 at
+//! Several worker processes against one queue: concurrency, kill -9 at
 //! chosen points (failpoints), a stopped zombie worker, and dead-worker reclaim.
 //!
-//! The workers are this test binary run again with `CHILD_ROLE` set: the
-//! `child_process_entry` test below is their entry point and does nothing in a
-//! normal run.
-
-#[macro_use]
-mod queue_common;
+//! The workers are the driver's test binary run again with `CHILD_ROLE` set:
+//! the `child_process_entry` test that [`queue_suite!`](crate::queue_suite)
+//! adds at the binary's root calls [`child_process_entry`] and does nothing
+//! in a normal run.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
@@ -15,11 +13,11 @@ use std::process::{Child, Command, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
+use crate::{DriverUnderTest, response_for, submit_prompts, write_prompts};
 use cortex_openai::{ExportJsonl, SubmitJsonl};
 use cortex_queue::{
     ClaimOptions, ItemState, JobId, JobState, LeaseStatus, Queue, QueueError, SubmitOptions,
 };
-use queue_common::{Driver, open_location, response_for, submit_prompts, write_prompts};
 
 const ROLE: &str = "CHILD_ROLE";
 const DB: &str = "CHILD_DB";
@@ -34,13 +32,13 @@ fn env_ms(name: &str, default: u64) -> Duration {
     )
 }
 
-/// Entry point of the child processes; a no-op when run as a normal test.
-#[test]
-fn child_process_entry() {
+/// Entry point of the child processes, which open the queue with `open`;
+/// a no-op when run as a normal test.
+pub fn child_process_entry(open: fn(&str) -> Box<dyn Queue>) {
     let Ok(role) = std::env::var(ROLE) else {
         return;
     };
-    let mut store = open_location(&std::env::var(DB).unwrap());
+    let mut store = open(&std::env::var(DB).unwrap());
     let options = ClaimOptions {
         lease: env_ms(LEASE_MS, 60_000),
         ..ClaimOptions::default()
@@ -145,8 +143,13 @@ fn wait_for_line(child: &mut Child, prefix: &str) -> String {
 }
 
 /// Every item of the job has exactly one result, and the export says the same.
-fn assert_exactly_one_result_each(b: &Driver, store: &mut dyn Queue, job: JobId, items: usize) {
-    let dir = b.path();
+fn assert_exactly_one_result_each(
+    b: &dyn DriverUnderTest,
+    store: &mut dyn Queue,
+    job: JobId,
+    items: usize,
+) {
+    let dir = b.scratch();
     let records = store.items(job).unwrap();
     assert_eq!(records.len(), items);
     let unfinished: Vec<_> = records
@@ -177,11 +180,11 @@ fn assert_exactly_one_result_each(b: &Driver, store: &mut dyn Queue, job: JobId,
     b.check();
 }
 
-fn four_worker_processes_share_a_job_and_no_item_is_claimed_twice(b: &Driver) {
-    let dir = &b.dir;
+pub fn four_worker_processes_share_a_job_and_no_item_is_claimed_twice(b: &dyn DriverUnderTest) {
+    let dir = b.scratch();
     let db = b.location();
     let mut store = b.open();
-    let job = submit_prompts(store.as_mut(), dir.path(), "p.jsonl", 400);
+    let job = submit_prompts(store.as_mut(), dir, "p.jsonl", 400);
 
     let children: Vec<Child> = (0..4).map(|_| spawn("worker", &db, 60_000, None)).collect();
     let mut per_worker = Vec::new();
@@ -202,8 +205,15 @@ fn four_worker_processes_share_a_job_and_no_item_is_claimed_twice(b: &Driver) {
     );
 }
 
-fn kill_9_at_every_failpoint_loses_nothing_and_records_each_result_once(b: &Driver) {
-    let dir = &b.dir;
+pub fn kill_9_at_every_failpoint_loses_nothing_and_records_each_result_once(
+    b: &dyn DriverUnderTest,
+) {
+    if !cortex_queue::failpoint::ENABLED {
+        panic!(
+            "this test build has no failpoints: switch on cortex-queue's `failpoints` feature in the driver's dev-dependencies"
+        );
+    }
+    let dir = b.scratch();
     let db = b.location();
     let mut store = b.open();
     let items = 120;
@@ -211,7 +221,7 @@ fn kill_9_at_every_failpoint_loses_nothing_and_records_each_result_once(b: &Driv
     // the default attempts are enough however many crashes there are.
     let options = SubmitOptions::new("m");
     let job = store
-        .submit_file(&write_prompts(dir.path(), "p.jsonl", items), &options)
+        .submit_file(&write_prompts(dir, "p.jsonl", items), &options)
         .unwrap()
         .job;
 
@@ -275,11 +285,11 @@ fn kill_9_at_every_failpoint_loses_nothing_and_records_each_result_once(b: &Driv
     }
 }
 
-fn a_dead_workers_leases_are_reclaimed_at_once(b: &Driver) {
-    let dir = &b.dir;
+pub fn a_dead_workers_leases_are_reclaimed_at_once(b: &dyn DriverUnderTest) {
+    let dir = b.scratch();
     let db = b.location();
     let mut store = b.open();
-    let job = submit_prompts(store.as_mut(), dir.path(), "p.jsonl", 5);
+    let job = submit_prompts(store.as_mut(), dir, "p.jsonl", 5);
     let mut child = spawn("hold", &db, 600_000, None);
     assert_eq!(wait_for_line(&mut child, "claimed "), "claimed 5");
     // Alive: its 10-minute leases are respected.
@@ -309,11 +319,11 @@ fn a_dead_workers_leases_are_reclaimed_at_once(b: &Driver) {
     assert_exactly_one_result_each(b, store.as_mut(), job, 5);
 }
 
-fn a_stopped_zombie_worker_cannot_heartbeat_or_write_its_stale_result(b: &Driver) {
-    let dir = &b.dir;
+pub fn a_stopped_zombie_worker_cannot_heartbeat_or_write_its_stale_result(b: &dyn DriverUnderTest) {
+    let dir = b.scratch();
     let db = b.location();
     let mut store = b.open();
-    let job = submit_prompts(store.as_mut(), dir.path(), "p.jsonl", 1);
+    let job = submit_prompts(store.as_mut(), dir, "p.jsonl", 1);
     let mut child = spawn("zombie", &db, 300, None);
     wait_for_line(&mut child, "claimed ");
     let pid = child.id().to_string();
@@ -352,13 +362,6 @@ fn a_stopped_zombie_worker_cannot_heartbeat_or_write_its_stale_result(b: &Driver
     );
     assert_eq!(report, "heartbeat [Lost] complete lease_lost");
     assert_exactly_one_result_each(b, store.as_mut(), job, 1);
-    let output = std::fs::read_to_string(dir.path().join("out.jsonl")).unwrap();
+    let output = std::fs::read_to_string(dir.join("out.jsonl")).unwrap();
     assert!(output.contains("answer to item-0") && !output.contains("zombie"));
 }
-
-on_both_drivers!(
-    four_worker_processes_share_a_job_and_no_item_is_claimed_twice,
-    kill_9_at_every_failpoint_loses_nothing_and_records_each_result_once,
-    a_dead_workers_leases_are_reclaimed_at_once,
-    a_stopped_zombie_worker_cannot_heartbeat_or_write_its_stale_result,
-);

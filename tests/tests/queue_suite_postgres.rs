@@ -1,0 +1,72 @@
+//! The queue's shared driver suite (`cortex-queue-suite`) on PostgreSQL: a
+//! fresh database per case on the server `CORTEX_TEST_POSTGRES` names (the
+//! cases pass without running when none is configured, unless
+//! `CORTEX_REQUIRE_POSTGRES` is set).
+
+use std::path::Path;
+
+use cortex_queue::{Queue, RetryPolicy};
+use cortex_queue_postgres::{PgConfig, PgStore};
+use cortex_queue_suite::DriverUnderTest;
+
+/// A database of its own, and a scratch directory for files.
+struct Postgres {
+    url: String,
+    dir: tempfile::TempDir,
+}
+
+impl DriverUnderTest for Postgres {
+    fn fresh(test: &str) -> Option<Postgres> {
+        Some(Postgres {
+            url: cortex_queue_postgres::testing::fresh_database(test)?,
+            dir: tempfile::tempdir().unwrap(),
+        })
+    }
+
+    fn open_location(location: &str) -> Box<dyn Queue> {
+        Box::new(PgStore::connect(location).unwrap())
+    }
+
+    fn scratch(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn location(&self) -> String {
+        self.url.clone()
+    }
+
+    fn open_with(&self, retry: RetryPolicy) -> Box<dyn Queue> {
+        let config = PgConfig {
+            retry,
+            ..PgConfig::default()
+        };
+        Box::new(PgStore::connect_with(&self.url, config).unwrap())
+    }
+
+    /// The per-job counters against the items themselves.
+    fn check(&self) {
+        PgStore::connect(&self.url).unwrap().check_counts().unwrap();
+    }
+
+    /// Asked with `psql`, apart from the driver's own client.
+    fn stored_grammars_and_longest_request(&self) -> (i64, i64) {
+        let number = |sql: &str| -> i64 {
+            let out = std::process::Command::new("psql")
+                .args([self.url.as_str(), "-qAt", "-c", sql])
+                .output()
+                .expect("psql runs");
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+        };
+        (
+            number("SELECT count(*) FROM grammars"),
+            number("SELECT max(length(request)) FROM items"),
+        )
+    }
+}
+
+cortex_queue_suite::queue_suite!(Postgres);
