@@ -9,6 +9,8 @@
 # Prints the directory holding the two binaries.
 #   PEER_CPU=x86-64-v3          build for AVX2 instead (cortex's build before
 #                               its CPU backend became run-time variants)
+#   PEER_CPU=alderlake          build for AVX2 with AVX-VNNI (256-bit VNNI, no
+#                               AVX-512: Alder Lake, Sierra Forest)
 #   PEER_GPU=cuda               build with CUDA too (CUDA_ARCHITECTURES=90, ...)
 #   LLAMA_CPP_PYTHON_SDIST=F    the sdist file, where nothing can be downloaded
 #   NO_BUILD=1                  only fetch and unpack the source
@@ -69,7 +71,9 @@ native)
     ;;
 x86-64-v3) cpu_options=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
     -DGGML_BMI2=ON -DCMAKE_C_FLAGS=-march=x86-64-v3 -DCMAKE_CXX_FLAGS=-march=x86-64-v3) ;;
-*) echo "PEER_CPU is native or x86-64-v3" >&2; exit 2 ;;
+alderlake) cpu_options=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+    -DGGML_BMI2=ON -DGGML_AVX_VNNI=ON -DCMAKE_C_FLAGS=-march=alderlake -DCMAKE_CXX_FLAGS=-march=alderlake) ;;
+*) echo "PEER_CPU is native, x86-64-v3 or alderlake" >&2; exit 2 ;;
 esac
 gpu_options=()
 suffix=$cpu

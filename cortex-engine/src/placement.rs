@@ -108,6 +108,10 @@ pub enum CpuKernels {
     /// an AVX2-only machine runs, for measuring it here. The first model a
     /// process loads decides the kernels' instruction set for the process.
     CortexAvx2,
+    /// cortex's kernels with AVX-VNNI at most (256-bit `vpdpbusd`, no
+    /// AVX-512): what an Alder Lake or Sierra Forest CPU runs, for measuring
+    /// it on a CPU that has AVX-512 too (AVX2 where the CPU lacks AVX-VNNI).
+    CortexAvxVnni,
     /// llama.cpp's CPU backend for every weight.
     Llama,
 }
@@ -126,8 +130,11 @@ impl FromStr for CpuKernels {
         match text.trim() {
             t if t.eq_ignore_ascii_case("cortex") => Ok(CpuKernels::Cortex),
             t if t.eq_ignore_ascii_case("cortex-avx2") => Ok(CpuKernels::CortexAvx2),
+            t if t.eq_ignore_ascii_case("cortex-avx-vnni") => Ok(CpuKernels::CortexAvxVnni),
             t if t.eq_ignore_ascii_case("llama") => Ok(CpuKernels::Llama),
-            t => Err(format!("{t:?}: expected cortex, cortex-avx2 or llama")),
+            t => Err(format!(
+                "{t:?}: expected cortex, cortex-avx2, cortex-avx-vnni or llama"
+            )),
         }
     }
 }
@@ -137,6 +144,7 @@ impl fmt::Display for CpuKernels {
         f.write_str(match self {
             CpuKernels::Cortex => "cortex",
             CpuKernels::CortexAvx2 => "cortex-avx2",
+            CpuKernels::CortexAvxVnni => "cortex-avx-vnni",
             CpuKernels::Llama => "llama",
         })
     }

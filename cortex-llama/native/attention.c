@@ -49,7 +49,8 @@ static void attend(const struct ck_attention * a, const struct item * its, int64
 #if CK_ATTENTION_X86
     switch (a->isa) {
         case CK_ISA_AVX512: ck_attend_avx512(a, its, n, shared, k_off, v_off, scratch); return;
-        case CK_ISA_AVX2: ck_attend_avx2(a, its, n, shared, k_off, v_off, scratch); return;
+        case CK_ISA_AVX2:
+        case CK_ISA_AVX_VNNI: ck_attend_avx2(a, its, n, shared, k_off, v_off, scratch); return;
         default: break;
     }
 #endif

@@ -292,10 +292,7 @@ static pthread_mutex_t register_lock = PTHREAD_MUTEX_INITIALIZER;
 int cortex_kernels_register(int ceiling) {
     pthread_mutex_lock(&register_lock);
     if (ck_kernels_isa == CK_ISA_NONE) {
-        enum ck_isa isa = ck_detect_isa();
-        if (ceiling > 0 && (int)isa > ceiling) {
-            isa = (enum ck_isa)ceiling;
-        }
+        const enum ck_isa isa = ceiling > 0 ? ck_best_isa_up_to((enum ck_isa)ceiling) : ck_detect_isa();
         if (isa != CK_ISA_NONE) {
             ck_buffer_type.device = device_of_registry();
             snprintf(description, sizeof description, "cortex kernels for 4- to 8-bit weights and attention (%s)",
@@ -319,3 +316,5 @@ int cortex_kernels_self_check(int isa, char * why, size_t why_len) {
 }
 
 int cortex_kernels_detect_isa(void) { return (int)ck_detect_isa(); }
+
+int cortex_kernels_isa_supported(int isa) { return ck_isa_supported((enum ck_isa)isa); }

@@ -1,6 +1,6 @@
 // The matrix kernels: 16 rows of a packed panel times up to 8 quantized
-// columns in registers (AVX-512 VNNI), or 8 rows times 4 (AVX2), for every
-// panel of a range (see kernels.h for the contract).
+// columns in registers (AVX-512 VNNI), or 8 rows times 4 (AVX2, AVX-VNNI),
+// for every panel of a range (see kernels.h for the contract).
 
 #include <stdlib.h>
 
@@ -237,27 +237,124 @@ CK_AVX2 CK_INLINE void q8_0_tile_avx2(const uint8_t * w, int64_t nb, const uint8
             }                                                                           \
         }
 
+// Every panel of [p0, p1) times the columns, 4 at a time, with `q4_1_tile`
+// and `q8_0_tile` (8 rows each, see CK_TILE2): the loop both 256-bit
+// instruction sets share.
+#    define CK_GEMM_YMM(q4_1_tile, q8_0_tile)                                                        \
+        const int64_t nb = cols / CK_BLOCK;                                                              \
+        const size_t astride = ck_activation_bytes(cols);                                                \
+        const size_t panel_bytes = (size_t)nb * panel_block_bytes(format);                               \
+        for (int64_t group = p0; group < p1; group += CK_PANEL_GROUP) {                                  \
+            const int64_t group_end = group + CK_PANEL_GROUP < p1 ? group + CK_PANEL_GROUP : p1;          \
+            for (int64_t c = 0; c < n_cols; c += 4) {                                                    \
+                const int n = (int)(n_cols - c < 4 ? n_cols - c : 4);                                    \
+                const uint8_t * a = act + (size_t)c * astride;                                           \
+                for (int64_t p = group; p < group_end; p++) {                                            \
+                    const uint8_t * w = packed + (size_t)p * panel_bytes;                                \
+                    float * out = dst + p * CK_PANEL_ROWS + c * ldd;                                     \
+                    if (format == CK_Q4_1) {                                                             \
+                        CK_TILE2(q4_1_tile, w, nb, a, astride, out, ldd, n)                              \
+                    } else {                                                                             \
+                        CK_TILE2(q8_0_tile, w, nb, a, astride, out, ldd, n)                              \
+                    }                                                                                    \
+                }                                                                                        \
+            }                                                                                            \
+        }
+
 CK_AVX2 static void gemm_avx2(enum ck_format format, const uint8_t * packed, int64_t cols, int64_t p0,
                               int64_t p1, const uint8_t * act, int64_t n_cols, float * dst, int64_t ldd) {
-    const int64_t nb = cols / CK_BLOCK;
-    const size_t astride = ck_activation_bytes(cols);
-    const size_t panel_bytes = (size_t)nb * panel_block_bytes(format);
-    for (int64_t group = p0; group < p1; group += CK_PANEL_GROUP) {
-        const int64_t group_end = group + CK_PANEL_GROUP < p1 ? group + CK_PANEL_GROUP : p1;
-        for (int64_t c = 0; c < n_cols; c += 4) {
-            const int n = (int)(n_cols - c < 4 ? n_cols - c : 4);
-            const uint8_t * a = act + (size_t)c * astride;
-            for (int64_t p = group; p < group_end; p++) {
-                const uint8_t * w = packed + (size_t)p * panel_bytes;
-                float * out = dst + p * CK_PANEL_ROWS + c * ldd;
-                if (format == CK_Q4_1) {
-                    CK_TILE2(q4_1_tile_avx2, w, nb, a, astride, out, ldd, n)
-                } else {
-                    CK_TILE2(q8_0_tile_avx2, w, nb, a, astride, out, ldd, n)
-                }
+    CK_GEMM_YMM(q4_1_tile_avx2, q8_0_tile_avx2)
+}
+
+// ---------------------------------------------------------------- AVX-VNNI
+
+// 8 rows x C columns of Q4_1 with AVX-VNNI: vpdpbusd multiplies the
+// nibbles (unsigned) by the quants and adds in 32 bits, one instruction
+// where AVX2 needs a multiply, a widening add and an add. The low nibbles
+// (quants 0-15) and the high ones (16-31) sum in two chains per column,
+// enough in flight to cover the instruction's latency.
+CK_AVX_VNNI CK_INLINE void q4_1_tile_avx_vnni(const uint8_t * w, int64_t nb, const uint8_t * act, size_t astride,
+                                              float * dst, int64_t ldd, const int C, const int half) {
+    __m256 acc[4];
+    for (int c = 0; c < C; c++) {
+        acc[c] = _mm256_setzero_ps();
+    }
+    const __m256i low = _mm256_set1_epi8(0x0F);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t * blk = w + (size_t)b * Q4_1_PANEL_BLOCK;
+        __m256i s[4], t[4];
+        for (int c = 0; c < C; c++) {
+            s[c] = _mm256_setzero_si256();
+            t[c] = _mm256_setzero_si256();
+        }
+        for (int h = 0; h < 4; h++) {
+            const __m256i p = _mm256_loadu_si256((const __m256i *)(blk + 64 * h + 32 * half));
+            const __m256i lo = _mm256_and_si256(p, low);
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(p, 4), low);
+            for (int c = 0; c < C; c++) {
+                const int32_t * q = (const int32_t *)(act + (size_t)c * astride + (size_t)b * CK_BLOCK);
+                s[c] = _mm256_dpbusd_avx_epi32(s[c], lo, _mm256_set1_epi32(q[h]));
+                t[c] = _mm256_dpbusd_avx_epi32(t[c], hi, _mm256_set1_epi32(q[4 + h]));
             }
         }
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 256 + 16 * half)));
+        const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 288 + 16 * half)));
+        for (int c = 0; c < C; c++) {
+            const uint8_t * col = act + (size_t)c * astride;
+            const __m256 isum = _mm256_cvtepi32_ps(_mm256_add_epi32(s[c], t[c]));
+            const __m256 dx = _mm256_set1_ps(column_scales(col, nb)[b]);
+            acc[c] = _mm256_fmadd_ps(isum, _mm256_mul_ps(dw, dx), acc[c]);
+            acc[c] = _mm256_fmadd_ps(mw, _mm256_set1_ps(column_sums(col, nb)[b]), acc[c]);
+        }
     }
+    for (int c = 0; c < C; c++) {
+        _mm256_storeu_ps(dst + c * ldd + 8 * half, acc[c]);
+    }
+}
+
+// 8 rows x C columns of Q8_0 with AVX-VNNI: as the AVX-512 tile (the quants
+// offset by 128, each sum starting at -128 sum(w)), the block's even and odd
+// groups of four in two chains per column.
+CK_AVX_VNNI CK_INLINE void q8_0_tile_avx_vnni(const uint8_t * w, int64_t nb, const uint8_t * act, size_t astride,
+                                              float * dst, int64_t ldd, const int C, const int half) {
+    __m256 acc[4];
+    for (int c = 0; c < C; c++) {
+        acc[c] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t * blk = w + (size_t)b * Q8_0_PANEL_BLOCK;
+        const __m256i start = _mm256_sub_epi32(
+            _mm256_setzero_si256(),
+            _mm256_slli_epi32(_mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i *)(blk + 544 + 16 * half))), 7));
+        __m256i s[4], t[4];
+        for (int c = 0; c < C; c++) {
+            s[c] = start;
+            t[c] = _mm256_setzero_si256();
+        }
+        for (int g = 0; g < 8; g += 2) {
+            const __m256i even = _mm256_loadu_si256((const __m256i *)(blk + 64 * g + 32 * half));
+            const __m256i odd = _mm256_loadu_si256((const __m256i *)(blk + 64 * (g + 1) + 32 * half));
+            for (int c = 0; c < C; c++) {
+                const int32_t * q = (const int32_t *)(act + (size_t)c * astride + (size_t)b * CK_BLOCK);
+                s[c] = _mm256_dpbusd_avx_epi32(s[c], _mm256_set1_epi32(q[g]), even);
+                t[c] = _mm256_dpbusd_avx_epi32(t[c], _mm256_set1_epi32(q[g + 1]), odd);
+            }
+        }
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 512 + 16 * half)));
+        for (int c = 0; c < C; c++) {
+            const __m256 dx = _mm256_set1_ps(column_scales(act + (size_t)c * astride, nb)[b]);
+            const __m256 isum = _mm256_cvtepi32_ps(_mm256_add_epi32(s[c], t[c]));
+            acc[c] = _mm256_fmadd_ps(isum, _mm256_mul_ps(dw, dx), acc[c]);
+        }
+    }
+    for (int c = 0; c < C; c++) {
+        _mm256_storeu_ps(dst + c * ldd + 8 * half, acc[c]);
+    }
+}
+
+CK_AVX_VNNI static void gemm_avx_vnni(enum ck_format format, const uint8_t * packed, int64_t cols, int64_t p0,
+                                      int64_t p1, const uint8_t * act, int64_t n_cols, float * dst, int64_t ldd) {
+    CK_GEMM_YMM(q4_1_tile_avx_vnni, q8_0_tile_avx_vnni)
 }
 
 #endif  // CK_X86
@@ -267,6 +364,10 @@ void ck_gemm(enum ck_isa isa, enum ck_format format, const void * packed, int64_
 #if CK_X86
     if (isa == CK_ISA_AVX512) {
         gemm_avx512(format, packed, cols, panel_begin, panel_end, activations, n_cols, dst, ldd);
+        return;
+    }
+    if (isa == CK_ISA_AVX_VNNI) {
+        gemm_avx_vnni(format, packed, cols, panel_begin, panel_end, activations, n_cols, dst, ldd);
         return;
     }
     if (isa == CK_ISA_AVX2) {

@@ -30,12 +30,18 @@ enum ck_format {
 enum ck_isa {
     CK_ISA_NONE = 0,
     CK_ISA_AVX2 = 1,       // AVX2 + FMA + F16C
-    CK_ISA_AVX512 = 2,     // AVX-512 F/BW/VL + VNNI
+    CK_ISA_AVX_VNNI = 2,   // the same with AVX-VNNI (256-bit vpdpbusd, no AVX-512)
+    CK_ISA_AVX512 = 3,     // AVX-512 F/BW/VL + VNNI
 };
 
 // The best kernels this CPU runs (CK_ISA_NONE: none; the backend then
 // stays unregistered and llama.cpp's own kernels run).
 enum ck_isa ck_detect_isa(void);
+// Whether this CPU runs `isa`'s kernels (an AVX-512 CPU may lack AVX-VNNI,
+// whose instructions are encoded apart).
+bool ck_isa_supported(enum ck_isa isa);
+// The best kernels this CPU runs that are no better than `ceiling`.
+enum ck_isa ck_best_isa_up_to(enum ck_isa ceiling);
 const char * ck_isa_name(enum ck_isa isa);
 
 // Other ggml formats are packed as one of the two (convert.c): Q4_0 and

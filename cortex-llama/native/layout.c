@@ -8,24 +8,42 @@
 #include "fp16.h"
 #include "panels.h"
 
-enum ck_isa ck_detect_isa(void) {
+bool ck_isa_supported(enum ck_isa isa) {
 #if CK_X86 && defined(__GNUC__)
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni")) {
-        return CK_ISA_AVX512;
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                      __builtin_cpu_supports("f16c");
+    switch (isa) {
+        case CK_ISA_AVX512:
+            return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                   __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+        case CK_ISA_AVX_VNNI: return avx2 && __builtin_cpu_supports("avxvnni");
+        case CK_ISA_AVX2: return avx2;
+        default: return false;
     }
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("f16c")) {
-        return CK_ISA_AVX2;
-    }
+#else
+    (void)isa;
+    return false;
 #endif
+}
+
+enum ck_isa ck_best_isa_up_to(enum ck_isa ceiling) {
+    for (int isa = ceiling; isa > CK_ISA_NONE; isa--) {
+        if (ck_isa_supported((enum ck_isa)isa)) {
+            return (enum ck_isa)isa;
+        }
+    }
     return CK_ISA_NONE;
+}
+
+enum ck_isa ck_detect_isa(void) {
+    return ck_best_isa_up_to(CK_ISA_AVX512);
 }
 
 const char * ck_isa_name(enum ck_isa isa) {
     switch (isa) {
         case CK_ISA_AVX512: return "AVX-512 VNNI";
+        case CK_ISA_AVX_VNNI: return "AVX-VNNI";
         case CK_ISA_AVX2: return "AVX2";
         default: return "none";
     }

@@ -11,6 +11,7 @@
 #    include <immintrin.h>
 #    define CK_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma,f16c")))
 #    define CK_AVX2 __attribute__((target("avx2,fma,f16c")))
+#    define CK_AVX_VNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
 #    define CK_INLINE static inline __attribute__((always_inline))
 #endif
 
@@ -44,9 +45,16 @@ static inline const float * column_sums(const uint8_t * column, int64_t nb) {
     return (const float *)(column + (size_t)nb * CK_BLOCK) + nb;
 }
 
-// Whether `isa`'s kernel for `format` takes its quants offset by 128.
+// Whether `isa` runs in 256-bit registers (AVX2, with or without AVX-VNNI):
+// the same quantizer, attention and argmax, only the matrix tiles differ.
+static inline bool ymm_isa(enum ck_isa isa) {
+    return isa == CK_ISA_AVX2 || isa == CK_ISA_AVX_VNNI;
+}
+
+// Whether `isa`'s kernel for `format` takes its quants offset by 128
+// (vpdpbusd multiplies an unsigned byte by a signed one).
 static inline bool offset_quants(enum ck_isa isa, enum ck_format format) {
-    return format == CK_Q8_0 && isa == CK_ISA_AVX512;
+    return format == CK_Q8_0 && (isa == CK_ISA_AVX512 || isa == CK_ISA_AVX_VNNI);
 }
 
 // Quantizes one column in plain C (the vector versions must match it).

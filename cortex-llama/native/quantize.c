@@ -61,7 +61,7 @@ void ck_quantize_column(enum ck_isa isa, enum ck_format format, const float * x,
         quantize_column_avx512(format, offset, x, cols, out);
         return;
     }
-    if (isa == CK_ISA_AVX2) {
+    if (ymm_isa(isa)) {
         quantize_column_avx2(format, offset, x, cols, out);
         return;
     }

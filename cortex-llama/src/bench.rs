@@ -436,17 +436,17 @@ pub struct Int8Peak {
     /// Their clock, as `/proc/cpuinfo` gives it.
     pub ghz: f64,
     /// Multiply-adds per cycle and core: two vector instructions a cycle,
-    /// each 64 (AVX-512 VNNI `vpdpbusd`) or 32 (AVX2 `vpmaddubsw`) of them.
+    /// each 64 (AVX-512 VNNI `vpdpbusd`) or 32 (AVX-VNNI's `vpdpbusd`,
+    /// AVX2's `vpmaddubsw`) of them.
     pub per_cycle: u32,
     /// The instruction counted.
     pub instruction: &'static str,
 }
 
 impl Int8Peak {
-    /// Reads the clock and the instruction set of this machine's CPU
-    /// (Linux, x86-64), lowered to AVX2 where cortex's kernels run with
-    /// AVX2 (`--cpu-kernels cortex-avx2`); `None` where `/proc/cpuinfo` does
-    /// not say.
+    /// Reads the clock of this machine's CPU and counts the instruction
+    /// cortex's kernels run with (AVX-512 VNNI, AVX-VNNI or AVX2, as
+    /// `--cpu-kernels` let them); `None` where `/proc/cpuinfo` does not say.
     pub fn of_this_cpu(cores: usize) -> Option<Int8Peak> {
         let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
         let field = |name: &str| {
@@ -458,15 +458,14 @@ impl Int8Peak {
         let ghz = field("cpu MHz")?.parse::<f64>().ok()? / 1e3;
         let flags = field("flags")?;
         let has = |flag: &str| flags.split_whitespace().any(|f| f == flag);
-        let avx2_kernels = crate::devices::load_backends(None, CpuKernels::default())
+        let kernels = crate::devices::load_backends(None, CpuKernels::default())
             .cortex_kernels
-            == Some(sys::kernels::KernelIsa::Avx2.name());
-        let (per_cycle, instruction) = if has("avx512_vnni") && !avx2_kernels {
-            (2 * 64, "vpdpbusd zmm")
-        } else if has("avx2") {
-            (2 * 32, "vpmaddubsw ymm")
-        } else {
-            return None;
+            .and_then(sys::kernels::KernelIsa::named);
+        let (per_cycle, instruction) = match kernels {
+            Some(sys::kernels::KernelIsa::Avx512) => (2 * 64, "vpdpbusd zmm"),
+            Some(sys::kernels::KernelIsa::AvxVnni) => (2 * 32, "vpdpbusd ymm"),
+            _ if has("avx2") => (2 * 32, "vpmaddubsw ymm"),
+            _ => return None,
         };
         Some(Int8Peak {
             cores,

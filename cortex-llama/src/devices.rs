@@ -57,7 +57,8 @@ pub struct LoadedModule {
 static BACKENDS: OnceLock<Backends> = OnceLock::new();
 
 /// Finds and loads the backend modules and registers cortex's CPU kernels
-/// (with AVX2 at most for `CpuKernels::CortexAvx2`), once per process (see
+/// (with AVX2 at most for `CpuKernels::CortexAvx2`, AVX-VNNI for
+/// `CortexAvxVnni`), once per process (see
 /// the module documentation for where); later calls return what the first
 /// loaded, whatever directory and kernels they name.
 pub fn load_backends(configured: Option<&Path>, cpu_kernels: CpuKernels) -> &'static Backends {
@@ -66,13 +67,22 @@ pub fn load_backends(configured: Option<&Path>, cpu_kernels: CpuKernels) -> &'st
         let searched = search_dirs(configured);
         let mut backends = discover(&searched);
         sys::init();
-        let ceiling =
-            (cpu_kernels == CpuKernels::CortexAvx2).then_some(sys::kernels::KernelIsa::Avx2);
+        let ceiling = kernels_ceiling(cpu_kernels);
         backends.cortex_kernels =
             sys::kernels::register(ceiling).map(sys::kernels::KernelIsa::name);
         backends.registered = sys::registered_backends();
         backends
     })
+}
+
+/// The best instruction set `cpu_kernels` lets cortex's kernels use, where
+/// it sets one.
+pub(crate) fn kernels_ceiling(cpu_kernels: CpuKernels) -> Option<sys::kernels::KernelIsa> {
+    match cpu_kernels {
+        CpuKernels::CortexAvx2 => Some(sys::kernels::KernelIsa::Avx2),
+        CpuKernels::CortexAvxVnni => Some(sys::kernels::KernelIsa::AvxVnni),
+        CpuKernels::Cortex | CpuKernels::Llama => None,
+    }
 }
 
 /// The directories to look in, in order, without repeats.

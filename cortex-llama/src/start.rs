@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use cortex_engine::{CpuKernels, Engine, EngineConfig, EngineError, Executor, StepObserver};
+use cortex_engine::{Engine, EngineConfig, EngineError, Executor, StepObserver};
 
 use crate::chat::resolve_chat_template;
 use crate::executor::{ContextConfig, LlamaExecutor};
@@ -60,15 +60,19 @@ pub fn start_observed(
 pub(crate) fn load_model(config: &EngineConfig) -> Result<Model, EngineError> {
     let backends =
         crate::devices::load_backends(config.backends_dir.as_deref(), config.cpu_kernels);
-    let avx2 = crate::sys::kernels::KernelIsa::Avx2.name();
-    if config.cpu_kernels == CpuKernels::CortexAvx2
-        && let Some(isa) = backends.cortex_kernels.filter(|isa| *isa != avx2)
+    if let Some(ceiling) = crate::devices::kernels_ceiling(config.cpu_kernels)
+        && let Some(isa) = backends
+            .cortex_kernels
+            .and_then(crate::sys::kernels::KernelIsa::named)
+            .filter(|isa| *isa > ceiling)
     {
         return Err(EngineError::Load {
             path: config.model.clone(),
             detail: format!(
-                "--cpu-kernels cortex-avx2: this process already runs cortex's kernels with {isa} \
-                 (the first model a process loads decides)"
+                "--cpu-kernels {}: this process already runs cortex's kernels with {} \
+                 (the first model a process loads decides)",
+                config.cpu_kernels,
+                isa.name()
             ),
         });
     }

@@ -10,8 +10,16 @@ use serde_json::Value;
 
 /// Whether this CPU has what the kernels need at least (AVX2 and FMA).
 fn cpu_runs_the_kernels() -> bool {
-    let flags = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    cfg!(target_arch = "x86_64") && flags.contains(" avx2") && flags.contains(" fma")
+    cfg!(target_arch = "x86_64") && cpu_has("avx2") && cpu_has("fma")
+}
+
+/// Whether `/proc/cpuinfo` lists `flag`.
+fn cpu_has(flag: &str) -> bool {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter(|line| line.starts_with("flags"))
+        .any(|line| line.split_whitespace().any(|f| f == flag))
 }
 
 #[test]
@@ -25,7 +33,14 @@ fn the_kernels_are_registered_where_the_cpu_runs_them() {
     let isa = found["cortex_kernels"]
         .as_str()
         .expect("an instruction set");
-    assert!(isa == "AVX2" || isa == "AVX-512 VNNI", "{isa}");
+    let best = if cpu_has("avx512_vnni") && cpu_has("avx512bw") && cpu_has("avx512vl") {
+        "AVX-512 VNNI"
+    } else if cpu_has("avx_vnni") {
+        "AVX-VNNI"
+    } else {
+        "AVX2"
+    };
+    assert_eq!(isa, best);
     assert!(
         found["devices"]
             .as_array()
@@ -87,22 +102,30 @@ fn a_batched_greedy_job_answers_alike_with_either_kernels() {
 }
 
 #[test]
-fn cortex_avx2_runs_the_avx2_kernels_on_any_cpu_that_has_them() {
-    // What an AVX2-only machine runs, measurable on an AVX-512 one: the
-    // kernels registered with AVX2, and a job answering as the best ones do.
+fn the_avx2_and_avx_vnni_kernels_run_on_any_cpu_that_has_them() {
+    // What an AVX2-only machine, and one with AVX-VNNI but no AVX-512, run,
+    // measurable on an AVX-512 one: the kernels registered with that
+    // instruction set at most, and a job answering as the best ones do.
     if !cpu_runs_the_kernels() {
         return;
     }
     let cortex = Cortex::new();
-    let found: Value =
-        serde_json::from_str(&cortex.ok(&["--cpu-kernels", "cortex-avx2", "devices", "--json"]))
-            .unwrap();
-    assert_eq!(found["cortex_kernels"], "AVX2", "{found}");
+    let vnni = if cpu_has("avx_vnni") {
+        "AVX-VNNI"
+    } else {
+        "AVX2"
+    };
+    for (kernels, expected) in [("cortex-avx2", "AVX2"), ("cortex-avx-vnni", vnni)] {
+        let found: Value =
+            serde_json::from_str(&cortex.ok(&["--cpu-kernels", kernels, "devices", "--json"]))
+                .unwrap();
+        assert_eq!(found["cortex_kernels"], expected, "{kernels}: {found}");
+    }
     let mistyped = cortex.run(&["--cpu-kernels", "avx3", "devices"]);
     assert!(!mistyped.status.success());
     let why = String::from_utf8_lossy(&mistyped.stderr);
     assert!(
-        why.contains("expected cortex, cortex-avx2 or llama"),
+        why.contains("expected cortex, cortex-avx2, cortex-avx-vnni or llama"),
         "{why}"
     );
 
@@ -117,18 +140,15 @@ fn cortex_avx2_runs_the_avx2_kernels_on_any_cpu_that_has_them() {
             24,
         ),
     );
-    assert_greedy_agrees(
-        (
-            "the best kernels",
-            &run_job_with(&cortex, "default", "cortex"),
-        ),
-        (
-            "the AVX2 kernels",
-            &run_job_with(&cortex, "default", "cortex-avx2"),
-        ),
-        0.5,
-        0.3,
-    );
+    let best = run_job_with(&cortex, "default", "cortex");
+    for kernels in ["cortex-avx2", "cortex-avx-vnni"] {
+        assert_greedy_agrees(
+            ("the best kernels", &best),
+            (kernels, &run_job_with(&cortex, "default", kernels)),
+            0.5,
+            0.3,
+        );
+    }
 }
 
 #[test]

@@ -368,9 +368,10 @@ settings! {
     /// 4-, 5-, 6- and 8-bit weights: Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K,
     /// Q8_0, and attention; llama.cpp's for the rest), cortex-avx2 (the
     /// same with AVX2 only, to measure an AVX2-only machine's speed on an
-    /// AVX-512 CPU) or llama.
+    /// AVX-512 CPU), cortex-avx-vnni (with AVX-VNNI at most, as on an Alder
+    /// Lake or Sierra Forest) or llama.
     cpu_kernels: CpuKernels = CpuKernels::default();
-    Engine, "cortex|cortex-avx2|llama";
+    Engine, "cortex|cortex-avx2|cortex-avx-vnni|llama";
     /// Take the argmax of greedy requests on the device that computes the
     /// logits (a GPU, or cortex's CPU kernels): one token per sequence comes
     /// back instead of all the logits.

@@ -13,6 +13,8 @@ unsafe extern "C" {
     fn cortex_kernels_register(ceiling: c_int) -> c_int;
     #[cfg_attr(not(test), allow(dead_code))]
     fn cortex_kernels_detect_isa() -> c_int;
+    #[cfg_attr(not(test), allow(dead_code))]
+    fn cortex_kernels_isa_supported(isa: c_int) -> c_int;
     fn cortex_kernels_set_threadpool(pool: *mut c_void);
     fn cortex_kernels_set_prefix_shares(source: *const i32, cells: *const i32, streams: i32);
     fn cortex_kernels_attention_group_items() -> std::ffi::c_longlong;
@@ -31,14 +33,21 @@ unsafe extern "C" {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum KernelIsa {
     Avx2 = 1,
-    Avx512 = 2,
+    /// AVX2 with AVX-VNNI (256-bit `vpdpbusd`), without AVX-512.
+    AvxVnni = 2,
+    Avx512 = 3,
 }
 
 impl KernelIsa {
+    /// Every one, lowest first.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) const ALL: [KernelIsa; 3] = [Self::Avx2, Self::AvxVnni, Self::Avx512];
+
     fn from_raw(raw: c_int) -> Option<Self> {
         match raw {
             1 => Some(Self::Avx2),
-            2 => Some(Self::Avx512),
+            2 => Some(Self::AvxVnni),
+            3 => Some(Self::Avx512),
             _ => None,
         }
     }
@@ -46,8 +55,21 @@ impl KernelIsa {
     pub(crate) fn name(self) -> &'static str {
         match self {
             Self::Avx2 => "AVX2",
+            Self::AvxVnni => "AVX-VNNI",
             Self::Avx512 => "AVX-512 VNNI",
         }
+    }
+
+    /// The one named `name` (as [`KernelIsa::name`] gives it).
+    pub(crate) fn named(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|isa| isa.name() == name)
+    }
+
+    /// Whether this CPU runs it (an AVX-512 CPU may lack AVX-VNNI).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn supported(self) -> bool {
+        // SAFETY: reads the CPU's features.
+        unsafe { cortex_kernels_isa_supported(self as c_int) != 0 }
     }
 
     /// This CPU's best, if it runs any.
@@ -59,9 +81,9 @@ impl KernelIsa {
 }
 
 /// Registers the kernels with ggml (once per process; later calls return
-/// the first answer): the instruction set they run with (this CPU's best, or
-/// `ceiling` if lower), or `None` on a CPU without one, where nothing is
-/// registered.
+/// the first answer): the instruction set they run with (this CPU's best,
+/// or its best no better than `ceiling`), or `None` on a CPU without one,
+/// where nothing is registered.
 pub(crate) fn register(ceiling: Option<KernelIsa>) -> Option<KernelIsa> {
     let ceiling = ceiling.map_or(0, |isa| isa as c_int);
     // SAFETY: registration runs once under the kernels' own lock; ggml's
@@ -153,23 +175,28 @@ mod tests {
             eprintln!("this CPU runs none of the kernels");
             return;
         };
-        for isa in [KernelIsa::Avx2, KernelIsa::Avx512] {
-            if isa <= best {
+        for isa in KernelIsa::ALL {
+            if isa.supported() {
                 self_check(isa).unwrap_or_else(|why| panic!("{}: {why}", isa.name()));
+            } else {
+                eprintln!("this CPU does not run the {} kernels", isa.name());
             }
         }
+        assert!(best.supported());
     }
 
     #[test]
-    fn attention_agrees_with_its_reference_wherever_a_sequence_lies_and_alike_on_both_isas() {
-        let Some(best) = KernelIsa::detect() else {
+    fn attention_agrees_with_its_reference_wherever_a_sequence_lies_and_alike_on_every_isa() {
+        if KernelIsa::detect().is_none() {
             eprintln!("this CPU runs none of the kernels");
             return;
-        };
+        }
         attention_self_check(KernelIsa::Avx2, None).unwrap_or_else(|why| panic!("AVX2: {why}"));
-        if best == KernelIsa::Avx512 {
-            attention_self_check(KernelIsa::Avx512, Some(KernelIsa::Avx2))
-                .unwrap_or_else(|why| panic!("AVX-512: {why}"));
+        for isa in [KernelIsa::AvxVnni, KernelIsa::Avx512] {
+            if isa.supported() {
+                attention_self_check(isa, Some(KernelIsa::Avx2))
+                    .unwrap_or_else(|why| panic!("{}: {why}", isa.name()));
+            }
         }
     }
 }
