@@ -168,7 +168,7 @@ impl Engine {
     }
 
     /// The instruction set cortex's own CPU kernels run with in this engine
-    /// (`AVX-512 VNNI`, `AVX2`); `None` when llama.cpp's kernels do all the
+    /// (`AVX-512 VNNI`, `AVX-VNNI`, `AVX2`); `None` when llama.cpp's kernels do all the
     /// work (`--cpu-kernels llama`, a model wholly on a GPU, a CPU without
     /// AVX2).
     pub fn cortex_kernels(&self) -> Option<&'static str> {

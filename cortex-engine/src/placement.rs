@@ -191,7 +191,7 @@ pub trait ModelPlacement: Send + Sync {
     /// memory now.
     fn device(&self) -> Device;
     /// The instruction set cortex's own CPU kernels run with for this model
-    /// (`AVX-512 VNNI`, `AVX2`); `None` when the binding's library does all
+    /// (`AVX-512 VNNI`, `AVX-VNNI`, `AVX2`); `None` when the binding's library does all
     /// its work.
     fn cortex_kernels(&self) -> Option<&'static str>;
     /// Bytes of the GPU's memory the model takes with `kv_bytes` of KV

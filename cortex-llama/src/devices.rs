@@ -38,7 +38,7 @@ pub struct Backends {
     /// program (a build without modules has the CPU's built in).
     pub registered: Vec<String>,
     /// The instruction set cortex's CPU kernels run with here (`AVX-512
-    /// VNNI`, `AVX2`); `None` on a CPU they do not run on.
+    /// VNNI`, `AVX-VNNI`, `AVX2`); `None` on a CPU they do not run on.
     pub cortex_kernels: Option<&'static str>,
 }
 

@@ -86,8 +86,11 @@
 //!     no horizontal sum, and up to 8 columns reuse the unpacked weights in
 //!     registers. Q4_1 panels take exactly ggml's bytes; Q8_0 (the default
 //!     model's output) adds each row's block sum (activations go in as
-//!     unsigned bytes, x + 128). An AVX2 path (maddubs/madd, 8 rows a half)
-//!     serves CPUs without AVX-512 VNNI; elsewhere nothing is registered.
+//!     unsigned bytes, x + 128). Two 256-bit paths, 8 rows a half, serve
+//!     CPUs without AVX-512: AVX-VNNI's `vpdpbusd` on ymm (Alder Lake,
+//!     Sierra Forest) with the same layout and offsets, and AVX2's
+//!     `vpmaddubsw`/`vpmaddwd` (three instructions where VNNI has one);
+//!     elsewhere nothing is registered.
 //!   - *Placement.* llama.cpp offers each CPU weight to an accelerator's buffer
 //!     type first, asking the device whether it would run the weight's
 //!     operation; the device accepts matrix products of the weights it can pack
