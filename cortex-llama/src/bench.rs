@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use cortex_engine::{CpuKernels, Engine, EngineConfig, EngineError, EngineEvent};
+use cortex_engine::{Engine, EngineConfig, EngineError, EngineEvent};
 use cortex_request::{Prompt, Request, RequestId, SamplingParams, TokenId, Work};
 
 use crate::Model;
@@ -444,10 +444,12 @@ pub struct Int8Peak {
 }
 
 impl Int8Peak {
-    /// Reads the clock of this machine's CPU and counts the instruction
-    /// cortex's kernels run with (AVX-512 VNNI, AVX-VNNI or AVX2, as
-    /// `--cpu-kernels` let them); `None` where `/proc/cpuinfo` does not say.
-    pub fn of_this_cpu(cores: usize) -> Option<Int8Peak> {
+    /// Reads the clock of this machine's CPU and counts the instruction of
+    /// `kernels`, the instruction set cortex's kernels run with
+    /// ([`Backends::cortex_kernels`](crate::Backends::cortex_kernels):
+    /// AVX-512 VNNI, AVX-VNNI or AVX2, as `--cpu-kernels` let them); `None`
+    /// where `/proc/cpuinfo` does not say.
+    pub fn of_this_cpu(cores: usize, kernels: Option<&str>) -> Option<Int8Peak> {
         let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
         let field = |name: &str| {
             info.lines()
@@ -458,10 +460,7 @@ impl Int8Peak {
         let ghz = field("cpu MHz")?.parse::<f64>().ok()? / 1e3;
         let flags = field("flags")?;
         let has = |flag: &str| flags.split_whitespace().any(|f| f == flag);
-        let kernels = crate::devices::load_backends(None, CpuKernels::default())
-            .cortex_kernels
-            .and_then(sys::kernels::KernelIsa::named);
-        let (per_cycle, instruction) = match kernels {
+        let (per_cycle, instruction) = match kernels.and_then(sys::kernels::KernelIsa::named) {
             Some(sys::kernels::KernelIsa::Avx512) => (2 * 64, "vpdpbusd zmm"),
             Some(sys::kernels::KernelIsa::AvxVnni) => (2 * 32, "vpdpbusd ymm"),
             _ if has("avx2") => (2 * 32, "vpmaddubsw ymm"),
@@ -561,6 +560,10 @@ pub struct BenchReport {
     pub prefix: Vec<PrefixRun>,
     /// Peak resident memory of the process.
     pub peak_rss_bytes: Option<u64>,
+    /// The int8 peak of the cores the engine ran on, with the instruction
+    /// set its kernels ran with: what its matrix products are measured
+    /// against.
+    pub int8_peak: Option<Int8Peak>,
 }
 
 /// The shape of the shared-prefix job: requests, prefix tokens, own tokens, TG.
@@ -627,5 +630,10 @@ pub fn run_report(
         batched,
         prefix,
         peak_rss_bytes: peak_rss_bytes(),
+        int8_peak: Int8Peak::of_this_cpu(
+            cores(base.threads),
+            crate::devices::load_backends(base.backends_dir.as_deref(), base.cpu_kernels)
+                .cortex_kernels,
+        ),
     })
 }

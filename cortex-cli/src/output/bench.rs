@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use cortex_llama::bench::{BenchReport, BenchRow, OpTime, PREFIX_JOB, ReportPlan};
+use cortex_llama::bench::{BenchReport, BenchRow, Int8Peak, OpTime, PREFIX_JOB, ReportPlan};
 use serde_json::json;
 
 use super::print_json;
@@ -106,15 +106,11 @@ fn report_tables(report: &BenchReport) -> String {
             }
         }
     }
-    // The cores the products ran on: those asked for, else every one.
-    let threads = match report.plan.engine.threads {
-        0 => std::thread::available_parallelism().map_or(1, usize::from),
-        n => n,
-    };
     for row in &report.batched {
         for (side, ops) in [("engine", &row.engine_ops), ("plain loop", &row.raw_ops)] {
             if !ops.is_empty() {
-                let _ = write!(out, "\n{}", ops_table(side, row.engine.b, ops, threads));
+                let peak = report.int8_peak;
+                let _ = write!(out, "\n{}", ops_table(side, row.engine.b, ops, peak));
             }
         }
     }
@@ -156,7 +152,7 @@ fn report_tables(report: &BenchReport) -> String {
 const OPS_SHOWN: usize = 16;
 
 /// Where one side's profiled run spent its time, by graph operation.
-fn ops_table(side: &str, b: usize, ops: &[OpTime], threads: usize) -> String {
+fn ops_table(side: &str, b: usize, ops: &[OpTime], peak: Option<Int8Peak>) -> String {
     let total: f64 = ops.iter().map(|op| op.total.as_secs_f64()).sum();
     let mut out = format!(
         "time per graph operation, {side}, B = {b} (each computed alone and waited for: \
@@ -186,13 +182,13 @@ fn ops_table(side: &str, b: usize, ops: &[OpTime], threads: usize) -> String {
         let seconds = rest.iter().map(|op| op.total.as_secs_f64()).sum();
         line(&mut out, &format!("{} others", rest.len()), calls, seconds);
     }
-    out.push_str(&matrix_rate(ops, threads));
+    out.push_str(&matrix_rate(ops, peak));
     out
 }
 
 /// The matrix products' multiply-adds per second, beside the int8 peak of
 /// the cores they ran on (the products of the host CPU's operations only).
-fn matrix_rate(ops: &[OpTime], threads: usize) -> String {
+fn matrix_rate(ops: &[OpTime], peak: Option<Int8Peak>) -> String {
     let products = ops.iter().filter(|op| op.multiply_adds > 0);
     let (multiply_adds, seconds) = products.fold((0u64, 0.0), |(m, s), op| {
         (m + op.multiply_adds, s + op.total.as_secs_f64())
@@ -207,7 +203,7 @@ fn matrix_rate(ops: &[OpTime], threads: usize) -> String {
         seconds * 1e3,
         rate / 1e9
     );
-    if let Some(peak) = cortex_llama::bench::Int8Peak::of_this_cpu(threads) {
+    if let Some(peak) = peak {
         let _ = write!(
             text,
             " = {:.0}% of the int8 peak, {:.0} G/s ({} cores x {:.2} GHz x {} a cycle: two {} a cycle)",
