@@ -152,6 +152,50 @@ fn the_avx2_and_avx_vnni_kernels_run_on_any_cpu_that_has_them() {
 }
 
 #[test]
+fn a_profiled_bench_counts_the_matrix_products_against_the_peak_of_the_kernels_run() {
+    // Figures are not checked (timing belongs to benchmarks): only that the
+    // profile is printed and its peak counts the instruction the kernels ran.
+    if !cpu_runs_the_kernels() {
+        return;
+    }
+    let cortex = Cortex::new();
+    let best = if cpu_has("avx512_vnni") && cpu_has("avx512bw") && cpu_has("avx512vl") {
+        "two vpdpbusd zmm a cycle"
+    } else if cpu_has("avx_vnni") {
+        "two vpdpbusd ymm a cycle"
+    } else {
+        "two vpmaddubsw ymm a cycle"
+    };
+    for (kernels, instruction) in [
+        ("cortex", best),
+        ("cortex-avx2", "two vpmaddubsw ymm a cycle"),
+    ] {
+        let text = cortex.ok(&[
+            "--cpu-kernels",
+            kernels,
+            "bench",
+            "--batch",
+            "2",
+            "--no-prefix",
+            "--engine-only",
+            "--profile-ops",
+        ]);
+        assert!(
+            text.contains("time per graph operation, engine, B = 2"),
+            "{text}"
+        );
+        let rate = text
+            .lines()
+            .find(|line| line.starts_with("matrix products:"))
+            .unwrap_or_else(|| panic!("{kernels}: no matrix products line in\n{text}"));
+        assert!(
+            rate.contains("of the int8 peak") && rate.contains(instruction),
+            "{kernels}: {rate}"
+        );
+    }
+}
+
+#[test]
 fn a_k_quant_models_weights_go_to_the_kernels_and_answer_alike() {
     // Gemma 3 270M Q4_K_M: Q4_K, Q5_0, Q6_K and Q8_0 matrices, the 4-bit
     // ones packed as Q4_1 (scales rounded to fp16), the 5- and 6-bit ones
