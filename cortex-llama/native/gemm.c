@@ -147,6 +147,32 @@ CK_AVX512 static void gemm_avx512(enum ck_format format, const uint8_t * packed,
 
 // ---------------------------------------------------------------- AVX2
 
+// A Q4_1 block's float step on 256 bits, for AVX2 and AVX-VNNI alike (the
+// scalar reference's order, so both give its results bit for bit): each
+// column's integer sums times the rows' and the column's scales, plus the
+// rows' minimums times the column's sum.
+CK_AVX2 CK_INLINE void q4_1_block_ymm(const uint8_t * blk, const int half, const uint8_t * act, size_t astride,
+                                      int64_t nb, int64_t b, const __m256i * sums, __m256 * acc, const int C) {
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 256 + 16 * half)));
+    const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 288 + 16 * half)));
+    for (int c = 0; c < C; c++) {
+        const uint8_t * col = act + (size_t)c * astride;
+        const __m256 dx = _mm256_set1_ps(column_scales(col, nb)[b]);
+        acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[c]), _mm256_mul_ps(dw, dx), acc[c]);
+        acc[c] = _mm256_fmadd_ps(mw, _mm256_set1_ps(column_sums(col, nb)[b]), acc[c]);
+    }
+}
+
+// A Q8_0 block's float step on 256 bits, as q4_1_block_ymm (no minimums).
+CK_AVX2 CK_INLINE void q8_0_block_ymm(const uint8_t * blk, const int half, const uint8_t * act, size_t astride,
+                                      int64_t nb, int64_t b, const __m256i * sums, __m256 * acc, const int C) {
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 512 + 16 * half)));
+    for (int c = 0; c < C; c++) {
+        const __m256 dx = _mm256_set1_ps(column_scales(act + (size_t)c * astride, nb)[b]);
+        acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[c]), _mm256_mul_ps(dw, dx), acc[c]);
+    }
+}
+
 // 8 rows (half `half` of a panel) x C columns of Q4_1. A block's 16
 // products per lane pair fit in 16 bits (16 x 15 x 127 < 32768), so they
 // are summed there and widened once.
@@ -176,15 +202,10 @@ CK_AVX2 CK_INLINE void q4_1_tile_avx2(const uint8_t * w, int64_t nb, const uint8
                 CK_KEEP_SUM(t[c]);
             }
         }
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 256 + 16 * half)));
-        const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 288 + 16 * half)));
         for (int c = 0; c < C; c++) {
-            const uint8_t * col = act + (size_t)c * astride;
-            const __m256 isum = _mm256_cvtepi32_ps(_mm256_madd_epi16(t[c], ones));
-            const __m256 dx = _mm256_set1_ps(column_scales(col, nb)[b]);
-            acc[c] = _mm256_fmadd_ps(isum, _mm256_mul_ps(dw, dx), acc[c]);
-            acc[c] = _mm256_fmadd_ps(mw, _mm256_set1_ps(column_sums(col, nb)[b]), acc[c]);
+            t[c] = _mm256_madd_epi16(t[c], ones);
         }
+        q4_1_block_ymm(blk, half, act, astride, nb, b, t, acc, C);
     }
     for (int c = 0; c < C; c++) {
         _mm256_storeu_ps(dst + c * ldd + 8 * half, acc[c]);
@@ -216,11 +237,7 @@ CK_AVX2 CK_INLINE void q8_0_tile_avx2(const uint8_t * w, int64_t nb, const uint8
                 CK_KEEP_SUM(s[c]);
             }
         }
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 512 + 16 * half)));
-        for (int c = 0; c < C; c++) {
-            const __m256 dx = _mm256_set1_ps(column_scales(act + (size_t)c * astride, nb)[b]);
-            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[c]), _mm256_mul_ps(dw, dx), acc[c]);
-        }
+        q8_0_block_ymm(blk, half, act, astride, nb, b, s, acc, C);
     }
     for (int c = 0; c < C; c++) {
         _mm256_storeu_ps(dst + c * ldd + 8 * half, acc[c]);
@@ -270,9 +287,9 @@ CK_AVX2 static void gemm_avx2(enum ck_format format, const uint8_t * packed, int
 
 // 8 rows x C columns of Q4_1 with AVX-VNNI: vpdpbusd multiplies the
 // nibbles (unsigned) by the quants and adds in 32 bits, one instruction
-// where AVX2 needs a multiply, a widening add and an add. The low nibbles
-// (quants 0-15) and the high ones (16-31) sum in two chains per column,
-// enough in flight to cover the instruction's latency.
+// where AVX2 needs a multiply, a widening add and an add. (A second chain of
+// sums per column measured no faster: the tile is bound by the two ports
+// that run vpdpbusd and the float step, not by latency.)
 CK_AVX_VNNI CK_INLINE void q4_1_tile_avx_vnni(const uint8_t * w, int64_t nb, const uint8_t * act, size_t astride,
                                               float * dst, int64_t ldd, const int C, const int half) {
     __m256 acc[4];
@@ -282,10 +299,9 @@ CK_AVX_VNNI CK_INLINE void q4_1_tile_avx_vnni(const uint8_t * w, int64_t nb, con
     const __m256i low = _mm256_set1_epi8(0x0F);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t * blk = w + (size_t)b * Q4_1_PANEL_BLOCK;
-        __m256i s[4], t[4];
+        __m256i s[4];
         for (int c = 0; c < C; c++) {
             s[c] = _mm256_setzero_si256();
-            t[c] = _mm256_setzero_si256();
         }
         for (int h = 0; h < 4; h++) {
             const __m256i p = _mm256_loadu_si256((const __m256i *)(blk + 64 * h + 32 * half));
@@ -294,18 +310,10 @@ CK_AVX_VNNI CK_INLINE void q4_1_tile_avx_vnni(const uint8_t * w, int64_t nb, con
             for (int c = 0; c < C; c++) {
                 const int32_t * q = (const int32_t *)(act + (size_t)c * astride + (size_t)b * CK_BLOCK);
                 s[c] = _mm256_dpbusd_avx_epi32(s[c], lo, _mm256_set1_epi32(q[h]));
-                t[c] = _mm256_dpbusd_avx_epi32(t[c], hi, _mm256_set1_epi32(q[4 + h]));
+                s[c] = _mm256_dpbusd_avx_epi32(s[c], hi, _mm256_set1_epi32(q[4 + h]));
             }
         }
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 256 + 16 * half)));
-        const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 288 + 16 * half)));
-        for (int c = 0; c < C; c++) {
-            const uint8_t * col = act + (size_t)c * astride;
-            const __m256 isum = _mm256_cvtepi32_ps(_mm256_add_epi32(s[c], t[c]));
-            const __m256 dx = _mm256_set1_ps(column_scales(col, nb)[b]);
-            acc[c] = _mm256_fmadd_ps(isum, _mm256_mul_ps(dw, dx), acc[c]);
-            acc[c] = _mm256_fmadd_ps(mw, _mm256_set1_ps(column_sums(col, nb)[b]), acc[c]);
-        }
+        q4_1_block_ymm(blk, half, act, astride, nb, b, s, acc, C);
     }
     for (int c = 0; c < C; c++) {
         _mm256_storeu_ps(dst + c * ldd + 8 * half, acc[c]);
@@ -313,8 +321,7 @@ CK_AVX_VNNI CK_INLINE void q4_1_tile_avx_vnni(const uint8_t * w, int64_t nb, con
 }
 
 // 8 rows x C columns of Q8_0 with AVX-VNNI: as the AVX-512 tile (the quants
-// offset by 128, each sum starting at -128 sum(w)), the block's even and odd
-// groups of four in two chains per column.
+// offset by 128, each sum starting at -128 sum(w)).
 CK_AVX_VNNI CK_INLINE void q8_0_tile_avx_vnni(const uint8_t * w, int64_t nb, const uint8_t * act, size_t astride,
                                               float * dst, int64_t ldd, const int C, const int half) {
     __m256 acc[4];
@@ -326,26 +333,18 @@ CK_AVX_VNNI CK_INLINE void q8_0_tile_avx_vnni(const uint8_t * w, int64_t nb, con
         const __m256i start = _mm256_sub_epi32(
             _mm256_setzero_si256(),
             _mm256_slli_epi32(_mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i *)(blk + 544 + 16 * half))), 7));
-        __m256i s[4], t[4];
+        __m256i s[4];
         for (int c = 0; c < C; c++) {
             s[c] = start;
-            t[c] = _mm256_setzero_si256();
         }
-        for (int g = 0; g < 8; g += 2) {
-            const __m256i even = _mm256_loadu_si256((const __m256i *)(blk + 64 * g + 32 * half));
-            const __m256i odd = _mm256_loadu_si256((const __m256i *)(blk + 64 * (g + 1) + 32 * half));
+        for (int g = 0; g < 8; g++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(blk + 64 * g + 32 * half));
             for (int c = 0; c < C; c++) {
                 const int32_t * q = (const int32_t *)(act + (size_t)c * astride + (size_t)b * CK_BLOCK);
-                s[c] = _mm256_dpbusd_avx_epi32(s[c], _mm256_set1_epi32(q[g]), even);
-                t[c] = _mm256_dpbusd_avx_epi32(t[c], _mm256_set1_epi32(q[g + 1]), odd);
+                s[c] = _mm256_dpbusd_avx_epi32(s[c], _mm256_set1_epi32(q[g]), v);
             }
         }
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 512 + 16 * half)));
-        for (int c = 0; c < C; c++) {
-            const __m256 dx = _mm256_set1_ps(column_scales(act + (size_t)c * astride, nb)[b]);
-            const __m256 isum = _mm256_cvtepi32_ps(_mm256_add_epi32(s[c], t[c]));
-            acc[c] = _mm256_fmadd_ps(isum, _mm256_mul_ps(dw, dx), acc[c]);
-        }
+        q8_0_block_ymm(blk, half, act, astride, nb, b, s, acc, C);
     }
     for (int c = 0; c < C; c++) {
         _mm256_storeu_ps(dst + c * ldd + 8 * half, acc[c]);

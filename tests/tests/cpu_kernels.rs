@@ -13,6 +13,19 @@ fn cpu_runs_the_kernels() -> bool {
     cfg!(target_arch = "x86_64") && cpu_has("avx2") && cpu_has("fma")
 }
 
+/// The instruction set cortex's kernels take on this CPU (as `cortex
+/// devices` names it), and the instruction a profile's int8 peak counts
+/// for it.
+fn best_kernels() -> (&'static str, &'static str) {
+    if cpu_has("avx512_vnni") && cpu_has("avx512bw") && cpu_has("avx512vl") {
+        ("AVX-512 VNNI", "two vpdpbusd zmm a cycle")
+    } else if cpu_has("avx_vnni") {
+        ("AVX-VNNI", "two vpdpbusd ymm a cycle")
+    } else {
+        ("AVX2", "two vpmaddubsw ymm a cycle")
+    }
+}
+
 /// Whether `/proc/cpuinfo` lists `flag`.
 fn cpu_has(flag: &str) -> bool {
     std::fs::read_to_string("/proc/cpuinfo")
@@ -33,14 +46,7 @@ fn the_kernels_are_registered_where_the_cpu_runs_them() {
     let isa = found["cortex_kernels"]
         .as_str()
         .expect("an instruction set");
-    let best = if cpu_has("avx512_vnni") && cpu_has("avx512bw") && cpu_has("avx512vl") {
-        "AVX-512 VNNI"
-    } else if cpu_has("avx_vnni") {
-        "AVX-VNNI"
-    } else {
-        "AVX2"
-    };
-    assert_eq!(isa, best);
+    assert_eq!(isa, best_kernels().0);
     assert!(
         found["devices"]
             .as_array()
@@ -159,15 +165,8 @@ fn a_profiled_bench_counts_the_matrix_products_against_the_peak_of_the_kernels_r
         return;
     }
     let cortex = Cortex::new();
-    let best = if cpu_has("avx512_vnni") && cpu_has("avx512bw") && cpu_has("avx512vl") {
-        "two vpdpbusd zmm a cycle"
-    } else if cpu_has("avx_vnni") {
-        "two vpdpbusd ymm a cycle"
-    } else {
-        "two vpmaddubsw ymm a cycle"
-    };
     for (kernels, instruction) in [
-        ("cortex", best),
+        ("cortex", best_kernels().1),
         ("cortex-avx2", "two vpmaddubsw ymm a cycle"),
     ] {
         let text = cortex.ok(&[
