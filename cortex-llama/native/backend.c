@@ -4,9 +4,9 @@
 // - Placement. llama.cpp offers each CPU-resident weight to an
 //   accelerator's buffer type first, asking the device whether it would
 //   run the weight's operation. This device says yes for the matrix
-//   products of the weights it can pack (Q4_1 and Q8_0, and what
-//   convert.c turns into them: Q4_0, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K; shapes
-//   in whole panels), so those weights are stored here, converted and
+//   products of the weights it can pack (Q4_1, Q5_1 and Q8_0, and what
+//   convert.c turns into them: Q4_0, Q4_K, Q5_0, Q5_K, Q6_K; shapes in
+//   whole panels), so those weights are stored here, converted and
 //   packed into panels as they are loaded.
 //   Every other weight stays with the CPU backend.
 // - Scheduling. ggml runs an operation where its weight lives, so every

@@ -44,7 +44,7 @@ void ck_ensure_packed(struct ggml_tensor * t) {
             GGML_ABORT("%s: no memory to pack %s", CK_DEVICE_NAME, t->name);
         }
         memcpy(raw, t->data, n);
-        ck_pack((int)t->type, raw, t->data, t->ne[1], t->ne[0]);
+        ck_pack(ck_kernels_isa, (int)t->type, raw, t->data, t->ne[1], t->ne[0]);
         free(raw);
         mark_packed(t);
     }
@@ -108,7 +108,7 @@ static void buffer_set_tensor(ggml_backend_buffer_t buffer, struct ggml_tensor *
                               size_t offset, size_t size) {
     if (buffer->usage == GGML_BACKEND_BUFFER_USAGE_WEIGHTS && ck_is_packable(tensor) && offset == 0 &&
         size == ggml_nbytes(tensor)) {
-        ck_pack((int)tensor->type, data, tensor->data, tensor->ne[1], tensor->ne[0]);
+        ck_pack(ck_kernels_isa, (int)tensor->type, data, tensor->data, tensor->ne[1], tensor->ne[0]);
         mark_packed(tensor);
         release_source_pages(data, size);
         return;
@@ -128,7 +128,7 @@ static void buffer_get_tensor(ggml_backend_buffer_t buffer, const struct ggml_te
     if (raw == NULL) {
         GGML_ABORT("%s: no memory to read %s", CK_DEVICE_NAME, tensor->name);
     }
-    ck_unpack((int)tensor->type, tensor->data, raw, tensor->ne[1], tensor->ne[0]);
+    ck_unpack(ck_kernels_isa, (int)tensor->type, tensor->data, raw, tensor->ne[1], tensor->ne[0]);
     memcpy(data, raw + offset, size);
     free(raw);
 }
@@ -173,7 +173,7 @@ static size_t buffer_type_alignment(ggml_backend_buffer_type_t buft) {
 static size_t buffer_type_alloc_size(ggml_backend_buffer_type_t buft, const struct ggml_tensor * tensor) {
     (void)buft;
     if (ck_is_packable(tensor)) {
-        return ck_packed_size((int)tensor->type, tensor->ne[1], tensor->ne[0]);
+        return ck_packed_size(ck_kernels_isa, (int)tensor->type, tensor->ne[1], tensor->ne[0]);
     }
     return ggml_nbytes(tensor);
 }

@@ -26,7 +26,7 @@ static void get_rows(struct ggml_tensor * op) {
     for (int64_t i = 0; i < n; i++) {
         const int64_t row = ((const int32_t *)rows->data)[i];
         GGML_ASSERT(row >= 0 && row < w->ne[1]);
-        ck_dequantize_row(ck_panel_format((int)w->type), w->data, w->ne[1], w->ne[0], row,
+        ck_dequantize_row(ck_panel_format(ck_kernels_isa, (int)w->type), w->data, w->ne[1], w->ne[0], row,
                           (float *)((char *)op->data + i * op->nb[1]));
     }
 }
@@ -108,7 +108,7 @@ static void multiply_task(struct ggml_tensor * dst, int ith, int nth, void * use
         const struct ggml_tensor * w = job->op->src[0];
         const int64_t p0 = (chunk - job->first_chunk) * job->chunk_panels;
         const int64_t p1 = p0 + job->chunk_panels < job->panels ? p0 + job->chunk_panels : job->panels;
-        ck_gemm(batch->isa, ck_panel_format((int)w->type), w->data, w->ne[0], p0, p1,
+        ck_gemm(batch->isa, ck_panel_format(batch->isa, (int)w->type), w->data, w->ne[0], p0, p1,
                 batch->scratch + job->activations->offset, job->activations->columns, (float *)job->op->data,
                 job->op->ne[0]);
     }
@@ -497,6 +497,7 @@ static enum ggml_status run_products(struct ck_compute * ctx) {
         return GGML_STATUS_SUCCESS;
     }
     size_t scratch_used = 0;
+    batch->isa = ck_kernels_isa;
     batch->n_activations = 0;
     batch->total_columns = 0;
     batch->total_chunks = 0;
@@ -513,7 +514,8 @@ static enum ggml_status run_products(struct ck_compute * ctx) {
         struct product_job * job = &batch->products[j];
         struct ggml_tensor * w = job->op->src[0];
         ck_ensure_packed(w);
-        job->activations = activations_for(batch, job->op->src[1], ck_panel_format((int)w->type), &scratch_used);
+        job->activations =
+            activations_for(batch, job->op->src[1], ck_panel_format(batch->isa, (int)w->type), &scratch_used);
         job->panels = w->ne[1] / CK_PANEL_ROWS;
         job->chunk_panels = target_chunk;
         job->first_chunk = batch->total_chunks;
@@ -522,7 +524,6 @@ static enum ggml_status run_products(struct ck_compute * ctx) {
     if (!reserve_scratch(ctx, scratch_used) || !prepare_cpu(ctx)) {
         return GGML_STATUS_ALLOC_FAILED;
     }
-    batch->isa = ck_kernels_isa;
     batch->scratch = ctx->scratch;
     atomic_store(&batch->next_chunk, 0);
     const enum ggml_status status = run_on_threads(ctx, quantize_task, multiply_task, batch);

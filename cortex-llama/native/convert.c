@@ -1,11 +1,13 @@
 // Weights of formats without kernels of their own, as the blocks of the
-// two panel formats (see kernels.h), so that the panel kernels multiply
-// them: Q4_0 and Q4_K become Q4_1 blocks (Q4_K's sub-block scales and mins
-// unpacked: each 32 weights' d * sc and -dmin * m, rounded to fp16, where
-// ggml multiplies in fp32), Q5_0 becomes Q8_0 blocks exactly (its 5-bit
-// quants minus 16, the same d), and Q5_1, Q5_K and Q6_K are requantized to
-// Q8_0 (8 bits a weight: at most half an 8-bit step off the value ggml
-// dequantizes, within a quarter of their own step). And back: a weight is
+// three panel formats (see kernels.h), so that the panel kernels multiply
+// them: Q4_0 and Q4_K become Q4_1 blocks, Q5_K Q5_1 blocks (the same
+// quants; the k-quants' sub-block scales and mins unpacked: each 32
+// weights' d * sc and -dmin * m, rounded to fp16, where ggml multiplies in
+// fp32), Q5_0 exactly either Q5_1 blocks (a min of -16 d, exact in fp16)
+// or Q8_0 ones (its quants minus 16), as the kernels prefer (see
+// ck_panel_format), and Q6_K is requantized to Q8_0
+// (8 bits a weight: at most half an 8-bit step off the value ggml
+// dequantizes, within a quarter of its own step). And back: a weight is
 // read as ggml's quantizer writes the values it holds.
 
 #include <stdlib.h>
@@ -19,7 +21,6 @@
 enum {
     TYPE_Q4_0 = GGML_TYPE_Q4_0,
     TYPE_Q5_0 = GGML_TYPE_Q5_0,
-    TYPE_Q5_1 = GGML_TYPE_Q5_1,
     TYPE_Q4_K = GGML_TYPE_Q4_K,
     TYPE_Q5_K = GGML_TYPE_Q5_K,
     TYPE_Q6_K = GGML_TYPE_Q6_K,
@@ -29,13 +30,13 @@ enum {
 #define Q4_0_BLOCK 18   // fp16 d, 16 nibble bytes
 #define Q5_0_BLOCK 22   // fp16 d, 4 bytes of high bits, 16 nibble bytes
 #define Q4_K_BLOCK 144  // fp16 d, fp16 dmin, 12 bytes of 6-bit scales and mins, 128 nibble bytes
+#define Q5_K_BLOCK 176  // as Q4_K, with 32 bytes of high bits before the nibbles
 #define K_WEIGHTS 256   // weights per k-quant super-block
 
 bool ck_convertible(int type) {
     switch (type) {
         case TYPE_Q4_0:
         case TYPE_Q5_0:
-        case TYPE_Q5_1:
         case TYPE_Q4_K:
         case TYPE_Q5_K:
         case TYPE_Q6_K: return true;
@@ -43,11 +44,14 @@ bool ck_convertible(int type) {
     }
 }
 
-enum ck_format ck_panel_format(int type) {
+enum ck_format ck_panel_format(enum ck_isa isa, int type) {
     switch (type) {
         case CK_Q4_1:
         case TYPE_Q4_0:
         case TYPE_Q4_K: return CK_Q4_1;
+        case TYPE_Q5_0: return isa == CK_ISA_AVX2 ? CK_Q5_1 : CK_Q8_0;
+        case CK_Q5_1:
+        case TYPE_Q5_K: return CK_Q5_1;
         default: return CK_Q8_0;
     }
 }
@@ -96,42 +100,74 @@ static void q4_0_row(const uint8_t * src, uint8_t * dst, int64_t cols) {
     }
 }
 
-static void q5_0_row(const uint8_t * src, uint8_t * dst, int64_t cols) {
+// d (q - 16) = d q + (-16 d): the same quants, a min of -16 d (exact in fp16).
+static void q5_0_row_as_q5_1(const uint8_t * src, uint8_t * dst, int64_t cols) {
+    for (int64_t b = 0; b < cols / CK_BLOCK; b++) {
+        const uint8_t * in = src + (size_t)b * Q5_0_BLOCK;
+        uint8_t * out = dst + (size_t)b * Q5_1_BLOCK;
+        uint16_t dh;
+        memcpy(&dh, in, 2);
+        const uint16_t mh = ck_fp32_to_fp16(-16.0f * ck_fp16_to_fp32(dh));
+        memcpy(out, &dh, 2);
+        memcpy(out + 2, &mh, 2);
+        memcpy(out + 4, in + 2, 20);  // the high bits and the nibbles, as Q5_1 holds them
+    }
+}
+
+// d (q - 16): the 5-bit quants minus 16 as bytes, the same d.
+static void q5_0_row_as_q8_0(const uint8_t * src, uint8_t * dst, int64_t cols) {
     for (int64_t b = 0; b < cols / CK_BLOCK; b++) {
         const uint8_t * in = src + (size_t)b * Q5_0_BLOCK;
         uint8_t * out = dst + (size_t)b * Q8_0_BLOCK;
-        uint32_t qh;
-        memcpy(&qh, in + 2, 4);
+        uint8_t w[CK_BLOCK];
+        q5_quants(in + 2, in + 6, w);
         memcpy(out, in, 2);  // d
-        for (int j = 0; j < 16; j++) {
-            const int low = ((in[6 + j] & 0x0F) | (((qh >> j) << 4) & 0x10)) - 16;
-            const int high = ((in[6 + j] >> 4) | ((qh >> (j + 12)) & 0x10)) - 16;
-            out[2 + j] = (uint8_t)(int8_t)low;
-            out[2 + j + 16] = (uint8_t)(int8_t)high;
+        for (int j = 0; j < CK_BLOCK; j++) {
+            out[2 + j] = (uint8_t)(int8_t)(w[j] - 16);
         }
     }
 }
 
-static void q4_k_row(const uint8_t * src, uint8_t * dst, int64_t cols) {
+// A Q5_1 block of 32 5-bit weights w.
+static void q5_1_block(uint8_t * out, float d, float m, const uint8_t * w) {
+    const uint16_t dh = ck_fp32_to_fp16(d), mh = ck_fp32_to_fp16(m);
+    memcpy(out, &dh, 2);
+    memcpy(out + 2, &mh, 2);
+    q5_encode(w, out + 4, out + 8);
+}
+
+// Q4_K and Q5_K rows as Q4_1 and Q5_1 blocks: a super-block's 8
+// sub-blocks of 32 weights, 2j and 2j + 1 in the low and high nibbles of
+// 32 bytes; Q5_K's fifth bits in qh (bit `sub` of byte l for sub-block
+// sub's weight l).
+static void k_quant_row(bool five_bits, const uint8_t * src, uint8_t * dst, int64_t cols) {
+    const size_t in_block = five_bits ? Q5_K_BLOCK : Q4_K_BLOCK;
+    const size_t out_block = five_bits ? Q5_1_BLOCK : Q4_1_BLOCK;
     for (int64_t s = 0; s < cols / K_WEIGHTS; s++) {
-        const uint8_t * in = src + (size_t)s * Q4_K_BLOCK;
-        uint8_t * out = dst + (size_t)s * 8 * Q4_1_BLOCK;
+        const uint8_t * in = src + (size_t)s * in_block;
+        uint8_t * out = dst + (size_t)s * 8 * out_block;
         uint16_t dh, mh;
         memcpy(&dh, in, 2);
         memcpy(&mh, in + 2, 2);
         const float d = ck_fp16_to_fp32(dh), dmin = ck_fp16_to_fp32(mh);
         const uint8_t * scales = in + 4;
-        const uint8_t * qs = in + 16;
-        // Sub-blocks 2j and 2j + 1: the low and high nibbles of 32 bytes.
-        for (int j = 0; j < 4; j++) {
-            uint8_t w[32];
-            for (int half = 0; half < 2; half++) {
-                uint8_t sc, mn;
-                scale_min_k4(2 * j + half, scales, &sc, &mn);
-                for (int l = 0; l < 32; l++) {
-                    w[l] = half ? qs[32 * j + l] >> 4 : qs[32 * j + l] & 0x0F;
+        const uint8_t * qh = in + 16;
+        const uint8_t * qs = in + (five_bits ? 48 : 16);
+        for (int sub = 0; sub < 8; sub++) {
+            uint8_t sc, mn, w[32];
+            scale_min_k4(sub, scales, &sc, &mn);
+            for (int l = 0; l < 32; l++) {
+                const uint8_t byte = qs[32 * (sub / 2) + l];
+                w[l] = (uint8_t)(sub % 2 ? byte >> 4 : byte & 0x0F);
+                if (five_bits) {
+                    w[l] = (uint8_t)(w[l] | (((qh[l] >> sub) & 1) << 4));
                 }
-                q4_1_block(out + (size_t)(2 * j + half) * Q4_1_BLOCK, d * (float)sc, -dmin * (float)mn, w);
+            }
+            uint8_t * o = out + (size_t)sub * out_block;
+            if (five_bits) {
+                q5_1_block(o, d * (float)sc, -dmin * (float)mn, w);
+            } else {
+                q4_1_block(o, d * (float)sc, -dmin * (float)mn, w);
             }
         }
     }
@@ -144,11 +180,12 @@ static void requantized_row(int type, const uint8_t * src, uint8_t * dst, int64_
     ggml_get_type_traits(GGML_TYPE_Q8_0)->from_float_ref(scratch, dst, cols);
 }
 
-void ck_convert(int type, const void * src, void * dst, int64_t rows, int64_t cols) {
+void ck_convert(enum ck_isa isa, int type, const void * src, void * dst, int64_t rows, int64_t cols) {
+    const enum ck_format format = ck_panel_format(isa, type);
     const size_t src_row = ggml_row_size((enum ggml_type)type, cols);
-    const size_t dst_row = (size_t)(cols / CK_BLOCK) * block_bytes(ck_panel_format(type));
+    const size_t dst_row = (size_t)(cols / CK_BLOCK) * block_bytes(format);
     float * scratch = NULL;
-    if (type != TYPE_Q4_0 && type != TYPE_Q5_0 && type != TYPE_Q4_K) {
+    if (type == TYPE_Q6_K) {
         scratch = malloc(sizeof(float) * (size_t)cols);
         if (scratch == NULL) {
             abort();
@@ -159,16 +196,23 @@ void ck_convert(int type, const void * src, void * dst, int64_t rows, int64_t co
         uint8_t * out = (uint8_t *)dst + (size_t)r * dst_row;
         switch (type) {
             case TYPE_Q4_0: q4_0_row(in, out, cols); break;
-            case TYPE_Q5_0: q5_0_row(in, out, cols); break;
-            case TYPE_Q4_K: q4_k_row(in, out, cols); break;
+            case TYPE_Q5_0:
+                if (format == CK_Q5_1) {
+                    q5_0_row_as_q5_1(in, out, cols);
+                } else {
+                    q5_0_row_as_q8_0(in, out, cols);
+                }
+                break;
+            case TYPE_Q4_K: k_quant_row(false, in, out, cols); break;
+            case TYPE_Q5_K: k_quant_row(true, in, out, cols); break;
             default: requantized_row(type, in, out, cols, scratch); break;
         }
     }
     free(scratch);
 }
 
-void ck_convert_back(int type, const void * src, void * dst, int64_t rows, int64_t cols) {
-    const enum ggml_type panel = (enum ggml_type)ck_panel_format(type);
+void ck_convert_back(enum ck_isa isa, int type, const void * src, void * dst, int64_t rows, int64_t cols) {
+    const enum ggml_type panel = (enum ggml_type)ck_panel_format(isa, type);
     const size_t src_row = ggml_row_size(panel, cols);
     float * values = malloc(sizeof(float) * (size_t)rows * (size_t)cols);
     if (values == NULL) {

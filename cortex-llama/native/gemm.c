@@ -22,6 +22,23 @@
 // they spill to the stack, and the tile runs 1.2-1.4x slower.
 #    define CK_KEEP_SUM(sum) __asm__("" : "+x"(sum))
 
+// A block's float step for a format with a minimum (Q4_1, Q5_1), in the
+// scalar reference's order: each column's integer sums times the rows' and
+// the column's scales, plus the rows' minimums (fp16 at `m16`) times the
+// column's scaled sum.
+CK_AVX512 CK_INLINE void min_block_zmm(const uint8_t * d16, const uint8_t * m16, const uint8_t * act,
+                                       size_t astride, int64_t nb, int64_t b, const __m512i * sums, __m512 * acc,
+                                       const int C) {
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)d16));
+    const __m512 mw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)m16));
+    for (int c = 0; c < C; c++) {
+        const uint8_t * col = act + (size_t)c * astride;
+        const __m512 dx = _mm512_set1_ps(column_scales(col, nb)[b]);
+        acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[c]), _mm512_mul_ps(dw, dx), acc[c]);
+        acc[c] = _mm512_fmadd_ps(mw, _mm512_set1_ps(column_sums(col, nb)[b]), acc[c]);
+    }
+}
+
 // 16 rows x C columns of a Q4_1 panel.
 CK_AVX512 CK_INLINE void q4_1_tile_avx512(const uint8_t * w, int64_t nb, const uint8_t * act, size_t astride,
                                           float * dst, int64_t ldd, const int C) {
@@ -38,8 +55,6 @@ CK_AVX512 CK_INLINE void q4_1_tile_avx512(const uint8_t * w, int64_t nb, const u
             g[2 * h] = _mm512_and_si512(p, low);
             g[2 * h + 1] = _mm512_and_si512(_mm512_srli_epi16(p, 4), low);
         }
-        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 256)));
-        const __m512 mw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 288)));
         // One chain of sums per column, the columns side by side at each
         // step of the block (see the Q8_0 tile).
         __m512i s[8];
@@ -55,12 +70,40 @@ CK_AVX512 CK_INLINE void q4_1_tile_avx512(const uint8_t * w, int64_t nb, const u
                 s[c] = _mm512_dpbusd_epi32(s[c], g[i], _mm512_set1_epi32(q[word]));
             }
         }
-        for (int c = 0; c < C; c++) {
-            const uint8_t * col = act + (size_t)c * astride;
-            const __m512 dx = _mm512_set1_ps(column_scales(col, nb)[b]);
-            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[c]), _mm512_mul_ps(dw, dx), acc[c]);
-            acc[c] = _mm512_fmadd_ps(mw, _mm512_set1_ps(column_sums(col, nb)[b]), acc[c]);
+        min_block_zmm(blk + 256, blk + 288, act, astride, nb, b, s, acc, C);
+    }
+    for (int c = 0; c < C; c++) {
+        _mm512_storeu_ps(dst + c * ldd, acc[c]);
+    }
+}
+
+// 16 rows x C columns of a Q5_1 panel: as Q4_1's, a byte per quant. (One
+// function for both, the quants' width a parameter, ran the Q4_1 products
+// about 10% slower, with AVX-512 and with AVX-VNNI alike.)
+CK_AVX512 CK_INLINE void q5_1_tile_avx512(const uint8_t * w, int64_t nb, const uint8_t * act, size_t astride,
+                                          float * dst, int64_t ldd, const int C) {
+    __m512 acc[8];
+    for (int c = 0; c < C; c++) {
+        acc[c] = _mm512_setzero_ps();
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t * blk = w + (size_t)b * Q5_1_PANEL_BLOCK;
+        __m512i g[8];
+        for (int i = 0; i < 8; i++) {
+            g[i] = _mm512_loadu_si512(blk + 64 * i);
         }
+        __m512i s[8];
+        for (int c = 0; c < C; c++) {
+            const int32_t * q = (const int32_t *)(act + (size_t)c * astride + (size_t)b * CK_BLOCK);
+            s[c] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), g[0], _mm512_set1_epi32(q[0]));
+        }
+        for (int i = 1; i < 8; i++) {
+            for (int c = 0; c < C; c++) {
+                const int32_t * q = (const int32_t *)(act + (size_t)c * astride + (size_t)b * CK_BLOCK);
+                s[c] = _mm512_dpbusd_epi32(s[c], g[i], _mm512_set1_epi32(q[i]));
+            }
+        }
+        min_block_zmm(blk + 512, blk + 544, act, astride, nb, b, s, acc, C);
     }
     for (int c = 0; c < C; c++) {
         _mm512_storeu_ps(dst + c * ldd, acc[c]);
@@ -137,6 +180,8 @@ CK_AVX512 static void gemm_avx512(enum ck_format format, const uint8_t * packed,
                 float * out = dst + p * CK_PANEL_ROWS + c * ldd;
                 if (format == CK_Q4_1) {
                     CK_TILE8(q4_1_tile_avx512, w, nb, a, astride, out, ldd, n)
+                } else if (format == CK_Q5_1) {
+                    CK_TILE8(q5_1_tile_avx512, w, nb, a, astride, out, ldd, n)
                 } else {
                     CK_TILE8(q8_0_tile_avx512, w, nb, a, astride, out, ldd, n)
                 }
@@ -147,14 +192,14 @@ CK_AVX512 static void gemm_avx512(enum ck_format format, const uint8_t * packed,
 
 // ---------------------------------------------------------------- AVX2
 
-// A Q4_1 block's float step on 256 bits, for AVX2 and AVX-VNNI alike (the
-// scalar reference's order, so both give its results bit for bit): each
-// column's integer sums times the rows' and the column's scales, plus the
-// rows' minimums times the column's sum.
-CK_AVX2 CK_INLINE void q4_1_block_ymm(const uint8_t * blk, const int half, const uint8_t * act, size_t astride,
-                                      int64_t nb, int64_t b, const __m256i * sums, __m256 * acc, const int C) {
-    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 256 + 16 * half)));
-    const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 288 + 16 * half)));
+// A block's float step on 256 bits for a format with a minimum (Q4_1,
+// Q5_1; d and m as fp16 at `d16` and `m16`), for AVX2 and AVX-VNNI alike:
+// as min_block_zmm, the scalar reference's order, so both give its results
+// bit for bit.
+CK_AVX2 CK_INLINE void min_block_ymm(const uint8_t * d16, const uint8_t * m16, const uint8_t * act, size_t astride,
+                                     int64_t nb, int64_t b, const __m256i * sums, __m256 * acc, const int C) {
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)d16));
+    const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)m16));
     for (int c = 0; c < C; c++) {
         const uint8_t * col = act + (size_t)c * astride;
         const __m256 dx = _mm256_set1_ps(column_scales(col, nb)[b]);
@@ -163,7 +208,7 @@ CK_AVX2 CK_INLINE void q4_1_block_ymm(const uint8_t * blk, const int half, const
     }
 }
 
-// A Q8_0 block's float step on 256 bits, as q4_1_block_ymm (no minimums).
+// A Q8_0 block's float step on 256 bits, as min_block_ymm (no minimums).
 CK_AVX2 CK_INLINE void q8_0_block_ymm(const uint8_t * blk, const int half, const uint8_t * act, size_t astride,
                                       int64_t nb, int64_t b, const __m256i * sums, __m256 * acc, const int C) {
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 512 + 16 * half)));
@@ -205,7 +250,53 @@ CK_AVX2 CK_INLINE void q4_1_tile_avx2(const uint8_t * w, int64_t nb, const uint8
         for (int c = 0; c < C; c++) {
             t[c] = _mm256_madd_epi16(t[c], ones);
         }
-        q4_1_block_ymm(blk, half, act, astride, nb, b, t, acc, C);
+        min_block_ymm(blk + 256 + 16 * half, blk + 288 + 16 * half, act, astride, nb, b, t, acc, C);
+    }
+    for (int c = 0; c < C; c++) {
+        _mm256_storeu_ps(dst + c * ldd + 8 * half, acc[c]);
+    }
+}
+
+// A Q5_1 block's chunks first..first + 3 times C columns, widened to 32
+// bits. The quants are unsigned, as vpmaddubsw's first operand wants, and
+// four of its products per lane pair fit in 16 bits (4 x 2 x 31 x 127 <
+// 32768): they are summed there and widened once.
+CK_AVX2 CK_INLINE void q5_1_half_sums_avx2(const uint8_t * blk, const int half, const uint8_t * act, size_t astride,
+                                           int64_t b, const int first, __m256i * sums, const int C) {
+    __m256i t[4];
+    for (int c = 0; c < C; c++) {
+        t[c] = _mm256_setzero_si256();
+    }
+    for (int g = first; g < first + 4; g++) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(blk + 64 * g + 32 * half));
+        for (int c = 0; c < C; c++) {
+            const int32_t * q = (const int32_t *)(act + (size_t)c * astride + (size_t)b * CK_BLOCK);
+            t[c] = _mm256_add_epi16(t[c], _mm256_maddubs_epi16(v, _mm256_set1_epi32(q[g])));
+            CK_KEEP_SUM(t[c]);
+        }
+    }
+    for (int c = 0; c < C; c++) {
+        sums[c] = _mm256_madd_epi16(t[c], _mm256_set1_epi16(1));
+    }
+}
+
+// 8 rows x C columns of Q5_1: half the work of a Q8_0 block (no signs to
+// move, one widening per four products instead of one per product).
+CK_AVX2 CK_INLINE void q5_1_tile_avx2(const uint8_t * w, int64_t nb, const uint8_t * act, size_t astride,
+                                      float * dst, int64_t ldd, const int C, const int half) {
+    __m256 acc[4];
+    for (int c = 0; c < C; c++) {
+        acc[c] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t * blk = w + (size_t)b * Q5_1_PANEL_BLOCK;
+        __m256i s[4], rest[4];
+        q5_1_half_sums_avx2(blk, half, act, astride, b, 0, s, C);
+        q5_1_half_sums_avx2(blk, half, act, astride, b, 4, rest, C);
+        for (int c = 0; c < C; c++) {
+            s[c] = _mm256_add_epi32(s[c], rest[c]);
+        }
+        min_block_ymm(blk + 512 + 16 * half, blk + 544 + 16 * half, act, astride, nb, b, s, acc, C);
     }
     for (int c = 0; c < C; c++) {
         _mm256_storeu_ps(dst + c * ldd + 8 * half, acc[c]);
@@ -254,10 +345,10 @@ CK_AVX2 CK_INLINE void q8_0_tile_avx2(const uint8_t * w, int64_t nb, const uint8
             }                                                                           \
         }
 
-// Every panel of [p0, p1) times the columns, 4 at a time, with `q4_1_tile`
-// and `q8_0_tile` (8 rows each, see CK_TILE2): the loop both 256-bit
-// instruction sets share.
-#    define CK_GEMM_YMM(q4_1_tile, q8_0_tile)                                                        \
+// Every panel of [p0, p1) times the columns, 4 at a time, with `q4_1_tile`,
+// `q5_1_tile` and `q8_0_tile` (8 rows each, see CK_TILE2): the loop both
+// 256-bit instruction sets share.
+#    define CK_GEMM_YMM(q4_1_tile, q5_1_tile, q8_0_tile)                                                        \
         const int64_t nb = cols / CK_BLOCK;                                                              \
         const size_t astride = ck_activation_bytes(cols);                                                \
         const size_t panel_bytes = (size_t)nb * panel_block_bytes(format);                               \
@@ -271,6 +362,8 @@ CK_AVX2 CK_INLINE void q8_0_tile_avx2(const uint8_t * w, int64_t nb, const uint8
                     float * out = dst + p * CK_PANEL_ROWS + c * ldd;                                     \
                     if (format == CK_Q4_1) {                                                             \
                         CK_TILE2(q4_1_tile, w, nb, a, astride, out, ldd, n)                              \
+                    } else if (format == CK_Q5_1) {                                                      \
+                        CK_TILE2(q5_1_tile, w, nb, a, astride, out, ldd, n)                              \
                     } else {                                                                             \
                         CK_TILE2(q8_0_tile, w, nb, a, astride, out, ldd, n)                              \
                     }                                                                                    \
@@ -280,7 +373,7 @@ CK_AVX2 CK_INLINE void q8_0_tile_avx2(const uint8_t * w, int64_t nb, const uint8
 
 CK_AVX2 static void gemm_avx2(enum ck_format format, const uint8_t * packed, int64_t cols, int64_t p0,
                               int64_t p1, const uint8_t * act, int64_t n_cols, float * dst, int64_t ldd) {
-    CK_GEMM_YMM(q4_1_tile_avx2, q8_0_tile_avx2)
+    CK_GEMM_YMM(q4_1_tile_avx2, q5_1_tile_avx2, q8_0_tile_avx2)
 }
 
 // ---------------------------------------------------------------- AVX-VNNI
@@ -313,7 +406,34 @@ CK_AVX_VNNI CK_INLINE void q4_1_tile_avx_vnni(const uint8_t * w, int64_t nb, con
                 s[c] = _mm256_dpbusd_avx_epi32(s[c], hi, _mm256_set1_epi32(q[4 + h]));
             }
         }
-        q4_1_block_ymm(blk, half, act, astride, nb, b, s, acc, C);
+        min_block_ymm(blk + 256 + 16 * half, blk + 288 + 16 * half, act, astride, nb, b, s, acc, C);
+    }
+    for (int c = 0; c < C; c++) {
+        _mm256_storeu_ps(dst + c * ldd + 8 * half, acc[c]);
+    }
+}
+
+// 8 rows x C columns of Q5_1 with AVX-VNNI: vpdpbusd on the quant bytes.
+CK_AVX_VNNI CK_INLINE void q5_1_tile_avx_vnni(const uint8_t * w, int64_t nb, const uint8_t * act, size_t astride,
+                                              float * dst, int64_t ldd, const int C, const int half) {
+    __m256 acc[4];
+    for (int c = 0; c < C; c++) {
+        acc[c] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t * blk = w + (size_t)b * Q5_1_PANEL_BLOCK;
+        __m256i s[4];
+        for (int c = 0; c < C; c++) {
+            s[c] = _mm256_setzero_si256();
+        }
+        for (int g = 0; g < 8; g++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(blk + 64 * g + 32 * half));
+            for (int c = 0; c < C; c++) {
+                const int32_t * q = (const int32_t *)(act + (size_t)c * astride + (size_t)b * CK_BLOCK);
+                s[c] = _mm256_dpbusd_avx_epi32(s[c], v, _mm256_set1_epi32(q[g]));
+            }
+        }
+        min_block_ymm(blk + 512 + 16 * half, blk + 544 + 16 * half, act, astride, nb, b, s, acc, C);
     }
     for (int c = 0; c < C; c++) {
         _mm256_storeu_ps(dst + c * ldd + 8 * half, acc[c]);
@@ -353,7 +473,7 @@ CK_AVX_VNNI CK_INLINE void q8_0_tile_avx_vnni(const uint8_t * w, int64_t nb, con
 
 CK_AVX_VNNI static void gemm_avx_vnni(enum ck_format format, const uint8_t * packed, int64_t cols, int64_t p0,
                                       int64_t p1, const uint8_t * act, int64_t n_cols, float * dst, int64_t ldd) {
-    CK_GEMM_YMM(q4_1_tile_avx_vnni, q8_0_tile_avx_vnni)
+    CK_GEMM_YMM(q4_1_tile_avx_vnni, q5_1_tile_avx_vnni, q8_0_tile_avx_vnni)
 }
 
 #endif  // CK_X86

@@ -14,7 +14,7 @@
 
 // The same arithmetic as the vector kernels, one element at a time: a
 // block's integer sum (exact), then fmaf(sum, dw * dx, acc) (and for Q4_1
-// fmaf(m, dx * sum_x, acc)), blocks in order. The vector kernels must
+// fmaf(m, dx * sum_x, acc) for Q4_1 and Q5_1), blocks in order. The vector kernels must
 // agree with it bit for bit.
 static float reference_dot(enum ck_format format, const void * m, int64_t cols, int64_t row,
                            const uint8_t * column, bool offset) {
@@ -32,6 +32,16 @@ static float reference_dot(enum ck_format format, const void * m, int64_t cols, 
             for (int j = 0; j < 16; j++) {
                 isum += (blk[4 + j] & 0x0F) * q[b * CK_BLOCK + j];
                 isum += (blk[4 + j] >> 4) * q[b * CK_BLOCK + j + 16];
+            }
+            uint16_t mh;
+            memcpy(&mh, blk + 2, 2);
+            acc = fmaf((float)isum, dw * dx, acc);
+            acc = fmaf(ck_fp16_to_fp32(mh), column_sums(column, nb)[b], acc);
+        } else if (format == CK_Q5_1) {
+            uint8_t w[CK_BLOCK];
+            q5_quants(blk + 4, blk + 8, w);
+            for (int j = 0; j < CK_BLOCK; j++) {
+                isum += w[j] * q[b * CK_BLOCK + j];
             }
             uint16_t mh;
             memcpy(&mh, blk + 2, 2);
@@ -62,11 +72,11 @@ static void random_matrix(enum ck_format format, uint8_t * m, int64_t rows, int6
         uint8_t * blk = m + i * block_bytes(format);
         const uint16_t d = ck_fp32_to_fp16(random_unit(state) * 0.02f);
         memcpy(blk, &d, 2);
-        if (format == CK_Q4_1) {
+        if (has_min(format)) {
             const uint16_t mn = ck_fp32_to_fp16(random_unit(state) * 0.1f);
             memcpy(blk + 2, &mn, 2);
-            for (int j = 0; j < 16; j++) {
-                blk[4 + j] = (uint8_t)next_random(state);
+            for (size_t j = 4; j < block_bytes(format); j++) {
+                blk[j] = (uint8_t)next_random(state);
             }
         } else {
             for (int j = 0; j < CK_BLOCK; j++) {
@@ -91,14 +101,14 @@ static int check_converted(enum ck_isa isa, char * why, size_t why_len, uint64_t
     static const int64_t batches[] = {1, 3, 8, 9};
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         const int type = types[t];
-        const enum ck_format format = ck_panel_format(type);
+        const enum ck_format format = ck_panel_format(isa, type);
         // How far a packed weight may be from ggml's value, relative to the
         // row's largest: exact, fp16-rounded scales, or half an 8-bit step
         // (and the fp16 rounding of its scale).
         const float weight_tolerance =
-            type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q5_0 ? 0.0f
-            : type == GGML_TYPE_Q4_K                         ? 2e-3f
-                                                              : 0.6f / 127.0f;
+            type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q5_1 ? 0.0f
+            : type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K                         ? 2e-3f
+                                                                                        : 0.6f / 127.0f;
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
             const int64_t rows = shapes[s][0], cols = shapes[s][1];
             float * w = malloc(sizeof(float) * (size_t)(rows * cols));
@@ -107,8 +117,8 @@ static int check_converted(enum ck_isa isa, char * why, size_t why_len, uint64_t
             }
             uint8_t * raw = malloc(ggml_row_size((enum ggml_type)type, cols) * (size_t)rows);
             ggml_quantize_chunk((enum ggml_type)type, w, raw, 0, rows, cols, NULL);
-            uint8_t * packed = malloc(ck_packed_size(type, rows, cols));
-            ck_pack(type, raw, packed, rows, cols);
+            uint8_t * packed = malloc(ck_packed_size(isa, type, rows, cols));
+            ck_pack(isa, type, raw, packed, rows, cols);
             // ggml's values of the weights, and the kernels' row.
             float * values = malloc(sizeof(float) * (size_t)(rows * cols));
             float * row = malloc(sizeof(float) * (size_t)cols);
@@ -222,23 +232,23 @@ static int check_argmax(enum ck_isa isa, char * why, size_t why_len, uint64_t * 
 int ck_self_check(enum ck_isa isa, char * why, size_t why_len) {
     static const int64_t shapes[][2] = {{16, 32}, {48, 96}, {192, 576}, {576, 576}, {576, 1536}, {1536, 576}};
     static const int64_t batches[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 17, 33};
-    const enum ck_format formats[] = {CK_Q4_1, CK_Q8_0};
+    const enum ck_format formats[] = {CK_Q4_1, CK_Q5_1, CK_Q8_0};
     uint64_t state = 0x5eed;
     int mismatches = 0;
     if (why_len) {
         why[0] = 0;
     }
-    for (size_t f = 0; f < 2; f++) {
+    for (size_t f = 0; f < sizeof formats / sizeof formats[0]; f++) {
         const enum ck_format format = formats[f];
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
             const int64_t rows = shapes[s][0], cols = shapes[s][1];
             const size_t raw_bytes = (size_t)rows * (size_t)(cols / CK_BLOCK) * block_bytes(format);
             uint8_t * raw = malloc(raw_bytes);
             uint8_t * back = malloc(raw_bytes);
-            uint8_t * packed = malloc(ck_packed_size(format, rows, cols));
+            uint8_t * packed = malloc(ck_packed_size(isa, format, rows, cols));
             random_matrix(format, raw, rows, cols, &state);
-            ck_pack(format, raw, packed, rows, cols);
-            ck_unpack(format, packed, back, rows, cols);
+            ck_pack(isa, format, raw, packed, rows, cols);
+            ck_unpack(isa, format, packed, back, rows, cols);
             if (memcmp(raw, back, raw_bytes) != 0 && mismatches++ == 0) {
                 snprintf(why, why_len, "format %d %lldx%lld: unpack(pack(m)) != m", (int)format,
                          (long long)rows, (long long)cols);
@@ -256,6 +266,12 @@ int ck_self_check(enum ck_isa isa, char * why, size_t why_len) {
                     memcpy(&mh, blk + 2, 2);
                     const int q = j < 16 ? blk[4 + j] & 0x0F : blk[4 + j - 16] >> 4;
                     expected = (float)q * ck_fp16_to_fp32(dh) + ck_fp16_to_fp32(mh);
+                } else if (format == CK_Q5_1) {
+                    uint16_t mh;
+                    memcpy(&mh, blk + 2, 2);
+                    uint8_t w[CK_BLOCK];
+                    q5_quants(blk + 4, blk + 8, w);
+                    expected = (float)w[j] * ck_fp16_to_fp32(dh) + ck_fp16_to_fp32(mh);
                 } else {
                     expected = (float)(int8_t)blk[2 + j] * ck_fp16_to_fp32(dh);
                 }

@@ -50,15 +50,15 @@ const char * ck_isa_name(enum ck_isa isa) {
 }
 
 bool ck_packable(int type, int64_t rows, int64_t cols) {
-    return (type == CK_Q4_1 || type == CK_Q8_0 || ck_convertible(type)) && rows > 0 && cols > 0 &&
+    return (type == CK_Q4_1 || type == CK_Q5_1 || type == CK_Q8_0 || ck_convertible(type)) && rows > 0 && cols > 0 &&
            rows % CK_PANEL_ROWS == 0 && cols % ck_type_block(type) == 0;
 }
 
-size_t ck_packed_size(int type, int64_t rows, int64_t cols) {
+size_t ck_packed_size(enum ck_isa isa, int type, int64_t rows, int64_t cols) {
     if (!ck_packable(type, rows, cols)) {
         return 0;
     }
-    return (size_t)(rows / CK_PANEL_ROWS) * (size_t)(cols / CK_BLOCK) * panel_block_bytes(ck_panel_format(type));
+    return (size_t)(rows / CK_PANEL_ROWS) * (size_t)(cols / CK_BLOCK) * panel_block_bytes(ck_panel_format(isa, type));
 }
 
 // Where row r's block b lives in ggml's layout, and in the panels.
@@ -66,6 +66,8 @@ size_t ck_packed_size(int type, int64_t rows, int64_t cols) {
 // Q4_1 panel block: chunk h (64 bytes) holds, in lane r, row r's nibble
 // bytes 4h..4h+3; their low nibbles are weights 4h..4h+3 and their high
 // nibbles weights 16+4h..16+4h+3. Then 16 fp16 d and 16 fp16 m.
+// Q5_1 panel block: chunk g holds, in lane r, row r's quants 4g..4g+3 (a
+// byte each, 0-31); then 16 fp16 d and 16 fp16 m.
 // Q8_0 panel block: chunk g holds, in lane r, row r's weights 4g..4g+3;
 // then 16 fp16 d and the 16 rows' sums of the block's weights (int16).
 static void pack_block(enum ck_format format, const void * src, int64_t cols, int64_t panel, int64_t b,
@@ -78,6 +80,14 @@ static void pack_block(enum ck_format format, const void * src, int64_t cols, in
             }
             memcpy(out + 256 + 2 * r, blk, 2);      // d
             memcpy(out + 288 + 2 * r, blk + 2, 2);  // m
+        } else if (format == CK_Q5_1) {
+            uint8_t w[CK_BLOCK];
+            q5_quants(blk + 4, blk + 8, w);
+            for (int g = 0; g < 8; g++) {
+                memcpy(out + 64 * g + 4 * r, w + 4 * g, 4);
+            }
+            memcpy(out + 512 + 2 * r, blk, 2);      // d
+            memcpy(out + 544 + 2 * r, blk + 2, 2);  // m
         } else {
             int16_t sum = 0;
             for (int g = 0; g < 8; g++) {
@@ -99,6 +109,14 @@ static void unpack_block(enum ck_format format, const uint8_t * in, int r, uint8
         }
         memcpy(blk, in + 256 + 2 * r, 2);
         memcpy(blk + 2, in + 288 + 2 * r, 2);
+    } else if (format == CK_Q5_1) {
+        uint8_t w[CK_BLOCK];
+        for (int g = 0; g < 8; g++) {
+            memcpy(w + 4 * g, in + 64 * g + 4 * r, 4);
+        }
+        q5_encode(w, blk + 4, blk + 8);
+        memcpy(blk, in + 512 + 2 * r, 2);
+        memcpy(blk + 2, in + 544 + 2 * r, 2);
     } else {
         for (int g = 0; g < 8; g++) {
             memcpy(blk + 2 + 4 * g, in + 64 * g + 4 * r, 4);
@@ -136,27 +154,27 @@ static void * converted_buffer(enum ck_format format, int64_t rows, int64_t cols
     return buffer;
 }
 
-void ck_pack(int type, const void * src, void * dst, int64_t rows, int64_t cols) {
-    const enum ck_format format = ck_panel_format(type);
+void ck_pack(enum ck_isa isa, int type, const void * src, void * dst, int64_t rows, int64_t cols) {
+    const enum ck_format format = ck_panel_format(isa, type);
     if (!ck_convertible(type)) {
         pack_panel_format(format, src, dst, rows, cols);
         return;
     }
     void * converted = converted_buffer(format, rows, cols);
-    ck_convert(type, src, converted, rows, cols);
+    ck_convert(isa, type, src, converted, rows, cols);
     pack_panel_format(format, converted, dst, rows, cols);
     free(converted);
 }
 
-void ck_unpack(int type, const void * src, void * dst, int64_t rows, int64_t cols) {
-    const enum ck_format format = ck_panel_format(type);
+void ck_unpack(enum ck_isa isa, int type, const void * src, void * dst, int64_t rows, int64_t cols) {
+    const enum ck_format format = ck_panel_format(isa, type);
     if (!ck_convertible(type)) {
         unpack_panel_format(format, src, dst, rows, cols);
         return;
     }
     void * converted = converted_buffer(format, rows, cols);
     unpack_panel_format(format, src, converted, rows, cols);
-    ck_convert_back(type, converted, dst, rows, cols);
+    ck_convert_back(isa, type, converted, dst, rows, cols);
     free(converted);
 }
 
@@ -179,6 +197,15 @@ void ck_dequantize_row(enum ck_format format, const void * packed, int64_t rows,
             for (int j = 0; j < 16; j++) {
                 o[j] = (float)(blk[4 + j] & 0x0F) * d + m;
                 o[j + 16] = (float)(blk[4 + j] >> 4) * d + m;
+            }
+        } else if (format == CK_Q5_1) {
+            uint16_t mh;
+            memcpy(&mh, blk + 2, 2);
+            const float m = ck_fp16_to_fp32(mh);
+            uint8_t w[CK_BLOCK];
+            q5_quants(blk + 4, blk + 8, w);
+            for (int j = 0; j < CK_BLOCK; j++) {
+                o[j] = (float)w[j] * d + m;
             }
         } else {
             for (int j = 0; j < CK_BLOCK; j++) {

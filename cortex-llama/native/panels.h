@@ -4,6 +4,8 @@
 #ifndef CORTEX_PANELS_H
 #define CORTEX_PANELS_H
 
+#include <string.h>
+
 #include "kernels.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -17,16 +19,32 @@
 
 // Bytes of one block of one panel: 16 rows of one quantization block.
 #define Q4_1_PANEL_BLOCK 320  // 4 x 64 nibble bytes, 16 fp16 d, 16 fp16 m
+#define Q5_1_PANEL_BLOCK 576  // 8 x 64 quant bytes (0-31), 16 fp16 d, 16 fp16 m
 #define Q8_0_PANEL_BLOCK 576  // 8 x 64 bytes, 16 fp16 d, 16 int16 row sums
 #define Q4_1_BLOCK 20         // ggml's block_q4_1: fp16 d, fp16 m, 16 bytes
+#define Q5_1_BLOCK 24         // ggml's block_q5_1: fp16 d, fp16 m, 4 bytes of high bits, 16 bytes
 #define Q8_0_BLOCK 34         // ggml's block_q8_0: fp16 d, 32 bytes
 
 static inline size_t panel_block_bytes(enum ck_format format) {
-    return format == CK_Q4_1 ? Q4_1_PANEL_BLOCK : Q8_0_PANEL_BLOCK;
+    switch (format) {
+        case CK_Q4_1: return Q4_1_PANEL_BLOCK;
+        case CK_Q5_1: return Q5_1_PANEL_BLOCK;
+        default: return Q8_0_PANEL_BLOCK;
+    }
 }
 
 static inline size_t block_bytes(enum ck_format format) {
-    return format == CK_Q4_1 ? Q4_1_BLOCK : Q8_0_BLOCK;
+    switch (format) {
+        case CK_Q4_1: return Q4_1_BLOCK;
+        case CK_Q5_1: return Q5_1_BLOCK;
+        default: return Q8_0_BLOCK;
+    }
+}
+
+// Whether a format's weights have a minimum (d q + m), so its activations
+// carry each block's scale times the sum of its quants.
+static inline bool has_min(enum ck_format format) {
+    return format == CK_Q4_1 || format == CK_Q5_1;
 }
 
 static inline const uint8_t * ggml_block(enum ck_format format, const void * m, int64_t cols, int64_t r, int64_t b) {
@@ -35,6 +53,26 @@ static inline const uint8_t * ggml_block(enum ck_format format, const void * m, 
 
 static inline size_t panel_block_offset(enum ck_format format, int64_t cols, int64_t panel, int64_t b) {
     return ((size_t)panel * (size_t)(cols / CK_BLOCK) + (size_t)b) * panel_block_bytes(format);
+}
+
+// A 5-bit block's 32 quants (0-31), from ggml's 4 bytes of high bits and
+// 16 nibble bytes (weight j and j + 16 share byte j), and back.
+static inline void q5_quants(const uint8_t * qh_bytes, const uint8_t * qs, uint8_t * w) {
+    uint32_t qh;
+    memcpy(&qh, qh_bytes, 4);
+    for (int j = 0; j < 16; j++) {
+        w[j] = (uint8_t)((qs[j] & 0x0F) | (((qh >> j) << 4) & 0x10));
+        w[j + 16] = (uint8_t)((qs[j] >> 4) | ((qh >> (j + 12)) & 0x10));
+    }
+}
+
+static inline void q5_encode(const uint8_t * w, uint8_t * qh_bytes, uint8_t * qs) {
+    uint32_t qh = 0;
+    for (int j = 0; j < 16; j++) {
+        qs[j] = (uint8_t)((w[j] & 0x0F) | ((w[j + 16] & 0x0F) << 4));
+        qh |= (uint32_t)(w[j] >> 4) << j | (uint32_t)(w[j + 16] >> 4) << (j + 16);
+    }
+    memcpy(qh_bytes, &qh, 4);
 }
 
 static inline const float * column_scales(const uint8_t * column, int64_t nb) {

@@ -15,6 +15,22 @@ size_t ck_activation_bytes(int64_t cols) {
     return (nb * (CK_BLOCK + 8) + 63) & ~(size_t)63;
 }
 
+// A block's scale times the sum of its quants, for the formats with a
+// minimum: for Q4_1 through fp16, as ggml's Q8_1 holds it; for Q5_1 the
+// stored scale times the sum, exact in a float (11 + 12 bits). A Q5_1
+// minimum's product cancels most of the quants' (Q5_0's is -16 d, its
+// quants offset by 16), so an fp16 rounding of the sum would weigh up to
+// 16 x 32 times a quant's rounding; exact, it weighs nothing.
+// (`through_fp16`: the scale times the sum rounded through fp16, by the
+// caller's instructions.)
+static inline float scaled_sum(enum ck_format format, float stored_scale, float through_fp16, int sum) {
+    switch (format) {
+        case CK_Q4_1: return through_fp16;
+        case CK_Q5_1: return stored_scale * (float)sum;
+        default: return 0.0f;
+    }
+}
+
 // As ggml's quantize_row_q8_1 / quantize_row_q8_0: scale = max|x| / 127,
 // quants rounded to nearest even, scale (and scale x sum) through fp16.
 // The AVX-512 Q8_0 kernel takes its quants offset by 128, as unsigned
@@ -45,7 +61,7 @@ void ck_quantize_column_scalar(enum ck_format format, bool offset, const float *
             }
         }
         scales[b] = ck_round_through_fp16(d);
-        sums[b] = format == CK_Q4_1 ? ck_round_through_fp16(d * (float)sum) : 0.0f;
+        sums[b] = scaled_sum(format, scales[b], ck_round_through_fp16(d * (float)sum), sum);
     }
 }
 
@@ -93,7 +109,7 @@ CK_AVX512 static void quantize_column_avx512(enum ck_format format, bool offset,
         _mm_storeu_si128((__m128i *)(out + b * CK_BLOCK), _mm512_cvtepi32_epi8(_mm512_add_epi32(q0, bias)));
         _mm_storeu_si128((__m128i *)(out + b * CK_BLOCK + 16), _mm512_cvtepi32_epi8(_mm512_add_epi32(q1, bias)));
         scales[b] = _cvtsh_ss(_cvtss_sh(d, 0));
-        sums[b] = format == CK_Q4_1 ? _cvtsh_ss(_cvtss_sh(d * (float)sum, 0)) : 0.0f;
+        sums[b] = scaled_sum(format, scales[b], _cvtsh_ss(_cvtss_sh(d * (float)sum, 0)), sum);
     }
 }
 
@@ -136,7 +152,7 @@ CK_AVX2 static void quantize_column_avx2(enum ck_format format, bool offset, con
         }
         _mm256_storeu_si256((__m256i *)(out + b * CK_BLOCK), bytes);
         scales[b] = _cvtsh_ss(_cvtss_sh(d, 0));
-        sums[b] = format == CK_Q4_1 ? _cvtsh_ss(_cvtss_sh(d * (float)sum, 0)) : 0.0f;
+        sums[b] = scaled_sum(format, scales[b], _cvtsh_ss(_cvtss_sh(d * (float)sum, 0)), sum);
     }
 }
 

@@ -104,7 +104,7 @@ fn the_default_models_weights_go_to_the_kernels_unless_told_otherwise() {
 
 #[test]
 fn a_batched_greedy_job_answers_alike_with_either_kernels() {
-    greedy_answers_agree("default", 0.3);
+    greedy_answers_agree("default", &["cortex"], 0.3);
 }
 
 #[test]
@@ -197,20 +197,22 @@ fn a_profiled_bench_counts_the_matrix_products_against_the_peak_of_the_kernels_r
 #[test]
 fn a_k_quant_models_weights_go_to_the_kernels_and_answer_alike() {
     // Gemma 3 270M Q4_K_M: Q4_K, Q5_0, Q6_K and Q8_0 matrices, the 4-bit
-    // ones packed as Q4_1 (scales rounded to fp16), the 5- and 6-bit ones
-    // as Q8_0 (Q5_0 exactly, Q6_K within half a step of its 8-bit grid).
+    // ones packed as Q4_1 (scales rounded to fp16), Q5_0 exactly (as Q5_1
+    // for the AVX2 kernels, Q8_0 for the VNNI ones), Q6_K as Q8_0 (within
+    // half a step of its 8-bit grid). The AVX2 kernels run too, for their
+    // Q5_1 panels.
     if cpu_runs_the_kernels() {
         let cortex = Cortex::new();
         let with = model_weights_buffers(&cortex, "gemma3-270m", "cortex");
         assert!(with.contains("CortexCPU model buffer"), "{with}");
     }
-    greedy_answers_agree("gemma3-270m", 0.5);
+    greedy_answers_agree("gemma3-270m", &["cortex", "cortex-avx2"], 0.5);
 }
 
 /// A batched greedy job of `model` gives the same tokens with cortex's
-/// kernels and llama.cpp's, but at near-ties, and log-probabilities within
-/// `tolerance`.
-fn greedy_answers_agree(model: &str, tolerance: f64) {
+/// kernels (each of `kernels`) and llama.cpp's, but at near-ties, and
+/// log-probabilities within `tolerance`.
+fn greedy_answers_agree(model: &str, kernels: &[&str], tolerance: f64) {
     let cortex = Cortex::new();
     let prompts = [
         "The capital of France is",
@@ -225,22 +227,21 @@ fn greedy_answers_agree(model: &str, tolerance: f64) {
         "The chemical symbol for gold is",
     ];
     cortex.write("job.jsonl", &greedy_job(&prompts, 24));
-    let (ours, theirs) = (
-        run_job_with(&cortex, model, "cortex"),
-        run_job_with(&cortex, model, "llama"),
-    );
+    let theirs = run_job_with(&cortex, model, "llama");
     // The products add floats in another order; where an activation lands
     // a hair's breadth from a rounding boundary of its 8-bit quantization,
     // the two sides round it apart and 30 layers carry that on, so
     // log-probabilities differ by up to ~0.15 (as between llama.cpp's own
     // AVX2 and AVX-512 builds), and a greedy choice can differ only at a
     // near-tie. A wrong kernel gives other tokens from the first one.
-    assert_greedy_agrees(
-        ("cortex's kernels", &ours),
-        ("llama.cpp's", &theirs),
-        0.5,
-        tolerance,
-    );
+    for &kernels in kernels {
+        assert_greedy_agrees(
+            (kernels, &run_job_with(&cortex, model, kernels)),
+            ("llama.cpp's", &theirs),
+            0.5,
+            tolerance,
+        );
+    }
 }
 
 /// Runs `job.jsonl` on `model` on the CPU with `--cpu-kernels kernels`; the
