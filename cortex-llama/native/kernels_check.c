@@ -13,9 +13,9 @@
 #include "panels.h"
 
 // The same arithmetic as the vector kernels, one element at a time: a
-// block's integer sum (exact), then fmaf(sum, dw * dx, acc) (and for Q4_1
-// fmaf(m, dx * sum_x, acc) for Q4_1 and Q5_1), blocks in order. The vector kernels must
-// agree with it bit for bit.
+// block's integer sum (exact), then fmaf(sum, dw * dx, acc) (and, for the
+// formats with a minimum, fmaf(m, dx * sum_x, acc)), blocks in order. The
+// vector kernels must agree with it bit for bit.
 static float reference_dot(enum ck_format format, const void * m, int64_t cols, int64_t row,
                            const uint8_t * column, bool offset) {
     const int64_t nb = cols / CK_BLOCK;
@@ -33,26 +33,23 @@ static float reference_dot(enum ck_format format, const void * m, int64_t cols, 
                 isum += (blk[4 + j] & 0x0F) * q[b * CK_BLOCK + j];
                 isum += (blk[4 + j] >> 4) * q[b * CK_BLOCK + j + 16];
             }
-            uint16_t mh;
-            memcpy(&mh, blk + 2, 2);
-            acc = fmaf((float)isum, dw * dx, acc);
-            acc = fmaf(ck_fp16_to_fp32(mh), column_sums(column, nb)[b], acc);
         } else if (format == CK_Q5_1) {
             uint8_t w[CK_BLOCK];
             q5_quants(blk + 4, blk + 8, w);
             for (int j = 0; j < CK_BLOCK; j++) {
                 isum += w[j] * q[b * CK_BLOCK + j];
             }
-            uint16_t mh;
-            memcpy(&mh, blk + 2, 2);
-            acc = fmaf((float)isum, dw * dx, acc);
-            acc = fmaf(ck_fp16_to_fp32(mh), column_sums(column, nb)[b], acc);
         } else {
             for (int j = 0; j < CK_BLOCK; j++) {
                 const int x = offset ? (int)((const uint8_t *)q)[b * CK_BLOCK + j] - 128 : q[b * CK_BLOCK + j];
                 isum += (int8_t)blk[2 + j] * x;
             }
-            acc = fmaf((float)isum, dw * dx, acc);
+        }
+        acc = fmaf((float)isum, dw * dx, acc);
+        if (has_min(format)) {
+            uint16_t mh;
+            memcpy(&mh, blk + 2, 2);
+            acc = fmaf(ck_fp16_to_fp32(mh), column_sums(column, nb)[b], acc);
         }
     }
     return acc;

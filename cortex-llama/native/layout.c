@@ -70,29 +70,37 @@ size_t ck_packed_size(enum ck_isa isa, int type, int64_t rows, int64_t cols) {
 // byte each, 0-31); then 16 fp16 d and 16 fp16 m.
 // Q8_0 panel block: chunk g holds, in lane r, row r's weights 4g..4g+3;
 // then 16 fp16 d and the 16 rows' sums of the block's weights (int16).
+// A row's 4 * `chunks` bytes into its lane r of a panel block (4 bytes in
+// each 64-byte chunk), and back.
+static void to_lane(uint8_t * panel_block, int r, const uint8_t * bytes, int chunks) {
+    for (int g = 0; g < chunks; g++) {
+        memcpy(panel_block + 64 * g + 4 * r, bytes + 4 * g, 4);
+    }
+}
+
+static void from_lane(const uint8_t * panel_block, int r, uint8_t * bytes, int chunks) {
+    for (int g = 0; g < chunks; g++) {
+        memcpy(bytes + 4 * g, panel_block + 64 * g + 4 * r, 4);
+    }
+}
+
 static void pack_block(enum ck_format format, const void * src, int64_t cols, int64_t panel, int64_t b,
                        uint8_t * out) {
     for (int r = 0; r < CK_PANEL_ROWS; r++) {
         const uint8_t * blk = ggml_block(format, src, cols, panel * CK_PANEL_ROWS + r, b);
         if (format == CK_Q4_1) {
-            for (int h = 0; h < 4; h++) {
-                memcpy(out + 64 * h + 4 * r, blk + 4 + 4 * h, 4);
-            }
+            to_lane(out, r, blk + 4, 4);
             memcpy(out + 256 + 2 * r, blk, 2);      // d
             memcpy(out + 288 + 2 * r, blk + 2, 2);  // m
         } else if (format == CK_Q5_1) {
             uint8_t w[CK_BLOCK];
             q5_quants(blk + 4, blk + 8, w);
-            for (int g = 0; g < 8; g++) {
-                memcpy(out + 64 * g + 4 * r, w + 4 * g, 4);
-            }
+            to_lane(out, r, w, 8);
             memcpy(out + 512 + 2 * r, blk, 2);      // d
             memcpy(out + 544 + 2 * r, blk + 2, 2);  // m
         } else {
             int16_t sum = 0;
-            for (int g = 0; g < 8; g++) {
-                memcpy(out + 64 * g + 4 * r, blk + 2 + 4 * g, 4);
-            }
+            to_lane(out, r, blk + 2, 8);
             for (int k = 0; k < CK_BLOCK; k++) {
                 sum = (int16_t)(sum + (int8_t)blk[2 + k]);
             }
@@ -104,23 +112,17 @@ static void pack_block(enum ck_format format, const void * src, int64_t cols, in
 
 static void unpack_block(enum ck_format format, const uint8_t * in, int r, uint8_t * blk) {
     if (format == CK_Q4_1) {
-        for (int h = 0; h < 4; h++) {
-            memcpy(blk + 4 + 4 * h, in + 64 * h + 4 * r, 4);
-        }
+        from_lane(in, r, blk + 4, 4);
         memcpy(blk, in + 256 + 2 * r, 2);
         memcpy(blk + 2, in + 288 + 2 * r, 2);
     } else if (format == CK_Q5_1) {
         uint8_t w[CK_BLOCK];
-        for (int g = 0; g < 8; g++) {
-            memcpy(w + 4 * g, in + 64 * g + 4 * r, 4);
-        }
+        from_lane(in, r, w, 8);
         q5_encode(w, blk + 4, blk + 8);
         memcpy(blk, in + 512 + 2 * r, 2);
         memcpy(blk + 2, in + 544 + 2 * r, 2);
     } else {
-        for (int g = 0; g < 8; g++) {
-            memcpy(blk + 2 + 4 * g, in + 64 * g + 4 * r, 4);
-        }
+        from_lane(in, r, blk + 2, 8);
         memcpy(blk, in + 512 + 2 * r, 2);
     }
 }
