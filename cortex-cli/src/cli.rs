@@ -73,16 +73,8 @@ pub(crate) enum Command {
     Results {
         /// The job's id.
         job: i64,
-        /// The output file (default: results-JOB.jsonl; `-`: stdout); a `.parquet`
-        /// name writes one table of results and errors. A local path or a URL
-        /// (s3://, gs://, az://): a file or an object appears whole, once
-        /// written; a device or a pipe is written into.
-        #[arg(short, long, value_name = "FILE|URL")]
-        output: Option<String>,
-        /// The error file for failed, cancelled and invalid requests (default:
-        /// errors-JOB.jsonl; `-`: stdout, after the results); a local path or a URL.
-        #[arg(long, value_name = "FILE|URL")]
-        errors: Option<String>,
+        #[command(flatten)]
+        outputs: OutputArgs,
         /// Export what is done even though the job is still running.
         #[arg(long)]
         partial: bool,
@@ -241,16 +233,16 @@ pub(crate) struct SubmitCommand {
 #[derive(Debug, Args, Clone, Default)]
 pub(crate) struct RequestFlags {
     /// Tokens to generate at most, for requests that set none (default:
-    /// the model's num_predict, else a request's default).
+    /// the model's num_predict, else 256).
     #[arg(long)]
     pub(crate) max_tokens: Option<u32>,
     /// Sampling temperature, for requests that set none (default: the
-    /// model's, else a request's default).
+    /// model's, else 1.0; 0 is greedy).
     #[arg(long)]
     pub(crate) temperature: Option<f32>,
     /// Nucleus sampling: draw from the smallest set of tokens whose
     /// probabilities add up to this, for requests that set none (default:
-    /// the model's, else off).
+    /// the model's, else 1.0: off).
     #[arg(long)]
     pub(crate) top_p: Option<f32>,
     /// The random seed: the same seed and input give the same text, for
@@ -366,6 +358,12 @@ pub(crate) struct BenchArgs {
     /// Runs per row (the best is kept).
     #[arg(long, default_value_t = 1)]
     pub(crate) repeat: usize,
+    /// Prompt tokens of each sequence (llama-batched-bench's -npp).
+    #[arg(long, default_value_t = cortex_llama::bench::BATCHED_TOKENS.0)]
+    pub(crate) pp: usize,
+    /// Tokens each sequence generates (llama-batched-bench's -ntg).
+    #[arg(long, default_value_t = cortex_llama::bench::BATCHED_TOKENS.1)]
+    pub(crate) tg: usize,
     /// Skip the shared-prefix table.
     #[arg(long)]
     pub(crate) no_prefix: bool,
@@ -384,18 +382,30 @@ pub(crate) struct BenchArgs {
     pub(crate) settings: SettingFlags<ForEngine>,
 }
 
+/// Where a job's results and errors go, for `run` and `results` alike.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct OutputArgs {
+    /// The results (default: NAME.results.jsonl here, NAME being the input's
+    /// file name less .jsonl for `run`, job-N for `results`; `-`: stdout); a
+    /// `.parquet` name writes one table of results and errors. A local path or
+    /// a URL (s3://, gs://, az://): a file or an object appears whole, once
+    /// written; a device or a pipe is written into. Never a file the job reads.
+    #[arg(short, long, value_name = "FILE|URL")]
+    pub(crate) output: Option<String>,
+    /// The error file for failed, cancelled and invalid requests (default:
+    /// beside the results, named after them: OUT.errors.jsonl, or
+    /// NAME.errors.jsonl here when the results go to stdout or a device; `-`:
+    /// stdout, after the results); a local path or a URL.
+    #[arg(long, value_name = "FILE|URL")]
+    pub(crate) errors: Option<String>,
+}
+
 #[derive(Debug, Args, Clone)]
 pub(crate) struct RunArgs {
     #[command(flatten)]
     pub(crate) submit: SubmitArgs,
-    /// The output file (default: FILE's name with .results.jsonl, here; `-`:
-    /// stdout); a `.parquet` name writes one table of results and errors. A
-    /// local path or a URL (s3://, gs://, az://): a file or an object appears
-    /// whole, once written; a device or a pipe is written into. The error
-    /// file goes beside it, named after it (OUT.errors.jsonl; for stdout or
-    /// a device, FILE's name with .errors.jsonl, here).
-    #[arg(short, long, value_name = "FILE|URL")]
-    pub(crate) output: Option<String>,
+    #[command(flatten)]
+    pub(crate) outputs: OutputArgs,
     /// For a Parquet input and a .parquet output: input columns to carry into
     /// the output table beside each row's answer (comma-separated; one named
     /// like an output column becomes input_NAME).
@@ -475,6 +485,30 @@ impl Command {
             Command::Serve(args) => of(&args.settings),
             Command::Devices { settings, .. } => of(settings),
             Command::Config { settings, .. } => of(settings),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory as _;
+    use cortex_request::{SamplingParams, StopConditions};
+
+    /// The sampling flags' help states the library's defaults as numbers,
+    /// and they are the numbers the library uses.
+    #[test]
+    fn the_request_flags_help_gives_the_librarys_defaults_as_numbers() {
+        let mut cli = super::Cli::command();
+        let run = cli.find_subcommand_mut("run").expect("cortex run");
+        let help = run.render_long_help().to_string();
+        let flat = help.split_whitespace().collect::<Vec<_>>().join(" ");
+        let defaults = SamplingParams::default();
+        for expected in [
+            format!("num_predict, else {})", StopConditions::DEFAULT_MAX_TOKENS),
+            format!("model's, else {:.1}; 0 is greedy)", defaults.temperature),
+            format!("model's, else {:.1}: off)", defaults.top_p),
+        ] {
+            assert!(flat.contains(&expected), "{expected}\n{flat}");
         }
     }
 }

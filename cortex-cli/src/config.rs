@@ -437,6 +437,17 @@ impl Config {
         Ok(Database::parse(&self.settings.db.value.to_string_lossy()))
     }
 
+    /// The files every command that touches the queue reads, which no
+    /// output may replace: the SQLite database (PostgreSQL has none here).
+    pub(crate) fn files_read(&self) -> Vec<crate::export::ReadFile> {
+        match Database::parse(&self.settings.db.value.to_string_lossy()) {
+            Database::Sqlite(path) => {
+                vec![crate::export::ReadFile::new(path, "the queue's database")]
+            }
+            Database::Postgres(_) => Vec::new(),
+        }
+    }
+
     /// Opens connections to the configured queue, with its driver.
     pub(crate) fn queue(&self) -> anyhow::Result<QueueOpener> {
         Ok(match self.database()? {

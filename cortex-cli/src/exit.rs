@@ -23,6 +23,11 @@ message_error!(
     BadInput
 );
 message_error!(
+    /// A job asked for that is not there, or none when the newest was asked
+    /// for (exit code 4, as for a job id that does not exist).
+    NoJob
+);
+message_error!(
     /// A command line whose parts do not go together (exit code 2, as
     /// clap's own usage errors), found once the command looks at what it names.
     Usage

@@ -65,18 +65,125 @@ pub(crate) fn is_stdout(location: &Location) -> bool {
     })
 }
 
+/// Where a command writes a job's results and its error file, settled
+/// before any work: one rule for `cortex run` and `cortex results`.
+pub(crate) struct Outputs {
+    pub(crate) results: Location,
+    pub(crate) errors: Location,
+}
+
+impl Outputs {
+    /// `-o` and `--errors` as given, else named after `name` (the input's
+    /// file name for `run`, `job-N` for `results`): `NAME.results.jsonl`
+    /// here, and the error file beside the results, named after them (`-o
+    /// sub/titles.parquet`: `sub/titles.errors.jsonl`), or `NAME.errors.jsonl`
+    /// here when the results go to a stream (stdout, a device).
+    pub(crate) fn choose(
+        output: Option<&str>,
+        errors: Option<&str>,
+        name: &str,
+    ) -> anyhow::Result<Self> {
+        let results = match output {
+            Some(text) => output_location(text)?,
+            None => Location::Local(PathBuf::from(format!("{name}.results.jsonl"))),
+        };
+        let errors = match errors {
+            Some(text) => output_location(text)?,
+            None => errors_beside(&results, name),
+        };
+        Ok(Self { results, errors })
+    }
+
+    /// Refuses, before anything is submitted or generated, an output that
+    /// would replace a file the command reads (compared by device and
+    /// inode, so another name of it, a link or a hard link, is caught too),
+    /// and an output that cannot be created.
+    pub(crate) fn check(&self, reads: &[ReadFile]) -> anyhow::Result<()> {
+        for (what, location) in [("results", &self.results), ("error file", &self.errors)] {
+            let Location::Local(path) = location else {
+                continue;
+            };
+            if let Some(read) = reads.iter().find(|read| same_file(path, &read.path)) {
+                return Err(crate::exit::Usage(format!(
+                    "refusing to write the {what} to {}: it is {} ({}), which would be lost; name another file{}",
+                    path.display(),
+                    read.what,
+                    read.path.display(),
+                    if what == "results" { " with -o" } else { " with --errors, or another -o" },
+                ))
+                .into());
+            }
+        }
+        for (what, location) in [("results", &self.results), ("error file", &self.errors)] {
+            match location {
+                // A temporary file made beside it and removed: the export's
+                // own first step, whose error names the place.
+                Location::Local(path) => OutputFile::create(path).map(drop)?,
+                Location::Object(object) => object
+                    .check_writable()
+                    .with_context(|| format!("cannot write the {what} to {location}"))?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A file a command reads, which none of its outputs may replace.
+pub(crate) struct ReadFile {
+    pub(crate) path: PathBuf,
+    /// What it is to the command, as an error names it ("the input").
+    pub(crate) what: &'static str,
+}
+
+impl ReadFile {
+    pub(crate) fn new(path: impl Into<PathBuf>, what: &'static str) -> Self {
+        Self {
+            path: path.into(),
+            what,
+        }
+    }
+}
+
+/// Whether two names lead to one file (links followed); a name that leads
+/// nowhere yet is no file a command reads.
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+/// The name a job's default outputs are named after: the input's file name,
+/// less a `.jsonl` (`prompts.jsonl`: `prompts`, whose results are
+/// `prompts.results.jsonl`), whole otherwise (`bom.csv`: `bom.csv`), so that
+/// two inputs that differ only in their extension never share results.
+pub(crate) fn output_name(input: &Location) -> String {
+    let name = input.file_name().unwrap_or_else(|| "job".into());
+    match name.len().checked_sub(".jsonl".len()) {
+        Some(cut)
+            if cut > 0
+                && name.is_char_boundary(cut)
+                && name[cut..].eq_ignore_ascii_case(".jsonl") =>
+        {
+            name[..cut].to_owned()
+        }
+        _ => name,
+    }
+}
+
 /// The error file that goes with `output`: beside it, named after it
 /// (`sub/titles.parquet`: `sub/titles.errors.jsonl`; the default
 /// `in.results.jsonl`: `in.errors.jsonl`), or, when the results go to a
-/// stream (stdout, a device), `{input_stem}.errors.jsonl` here.
-pub(crate) fn errors_beside(output: &Location, input_stem: &str) -> Location {
+/// stream (stdout, a device), `{name}.errors.jsonl` here.
+pub(crate) fn errors_beside(output: &Location, name: &str) -> Location {
     let streamed = output
         .local()
         .is_some_and(|path| matches!(Destination::of(path), Ok(Destination::Stream)));
     if streamed {
-        return Location::Local(PathBuf::from(format!("{input_stem}.errors.jsonl")));
+        return Location::Local(PathBuf::from(format!("{name}.errors.jsonl")));
     }
-    let stem = output.file_stem().unwrap_or_else(|| input_stem.to_owned());
+    let stem = output.file_stem().unwrap_or_else(|| name.to_owned());
     let stem = stem.strip_suffix(".results").unwrap_or(&stem);
     output.with_file_name(&format!("{stem}.errors.jsonl"))
 }
@@ -219,9 +326,8 @@ pub(crate) fn export_to_destination(
     job: JobId,
     url: &str,
 ) -> anyhow::Result<Exported> {
-    let output = Location::parse(url)?;
-    let errors = errors_beside(&output, "results");
-    export_job(store, job, &output, &errors, false, None)
+    let outputs = Outputs::choose(Some(url), None, "results")?;
+    export_job(store, job, &outputs.results, &outputs.errors, false, None)
 }
 
 /// How this binary writes the outbox's exports (`submit --output`), beside

@@ -65,6 +65,9 @@ fn exit_code(error: &anyhow::Error) -> u8 {
     if error.downcast_ref::<commands::Usage>().is_some() {
         return 2;
     }
+    if error.downcast_ref::<commands::NoJob>().is_some() {
+        return 4;
+    }
     if let Some(unfinished) = error.downcast_ref::<commands::Unfinished>() {
         return unfinished.exit as u8;
     }
@@ -171,12 +174,11 @@ fn run(cli: Cli, config: &Config) -> anyhow::Result<()> {
         }
         Command::Results {
             job,
-            output,
-            errors,
+            outputs,
             partial,
             json,
             ..
-        } => c::results(config, job, output, errors, partial, json),
+        } => c::results(config, job, &outputs, partial, json),
         Command::Cancel { job, json, .. } => c::cancel(config, job, json),
         Command::Resume { job, json, .. } => c::resume(config, job, json),
         Command::Retry { job, json, .. } => c::retry(config, job, json),

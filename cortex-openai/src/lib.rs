@@ -96,7 +96,7 @@ pub use online::{
     BodyError, ChunkHead, OnlineRequest, ResponseEvents, StreamOptions, error_body, model_object,
     online_body, parse_request, parse_request_with, response_deleted_object,
 };
-pub use output::{BatchOutput, response_body};
+pub use output::{BatchOutput, answer_preview, response_body};
 pub use tokenizer::{
     DetokenizeCall, TokenizeCall, detokenize_body, parse_detokenize, parse_tokenize, tokenize_body,
     tokenizer_info_body,

@@ -529,3 +529,92 @@ mod tests {
         assert_eq!(body["choices"][0]["logprobs"], Value::Null);
     }
 }
+
+/// What an output line answered, as a person would glance at it: a chat's
+/// message, else its tool calls as `name(arguments)`; a completion's text; a
+/// response's output text and calls; an embedding's size. `None` for a line
+/// that is not an output line.
+pub fn answer_preview(line: &str) -> Option<String> {
+    let value: Value = serde_json::from_str(line).ok()?;
+    let body = value.pointer("/response/body")?;
+    let call = |name: &Value, arguments: &Value| {
+        format!(
+            "{}({})",
+            name.as_str().unwrap_or_default(),
+            arguments.as_str().unwrap_or_default()
+        )
+    };
+    let choice = &body["choices"][0];
+    if let Some(text) = choice["message"]["content"]
+        .as_str()
+        .or(choice["text"].as_str())
+        .filter(|text| !text.trim().is_empty())
+    {
+        return Some(text.to_owned());
+    }
+    if let Some(calls) = choice["message"]["tool_calls"].as_array() {
+        let calls: Vec<String> = calls
+            .iter()
+            .map(|c| call(&c["function"]["name"], &c["function"]["arguments"]))
+            .collect();
+        return Some(calls.join(" "));
+    }
+    if let Some(output) = body["output"].as_array() {
+        let parts: Vec<String> = output
+            .iter()
+            .flat_map(|item| match item["type"].as_str() {
+                Some("message") => item["content"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|part| part["text"].as_str().map(str::to_owned))
+                    .collect(),
+                Some("function_call") => vec![call(&item["name"], &item["arguments"])],
+                _ => Vec::new(),
+            })
+            .filter(|part| !part.trim().is_empty())
+            .collect();
+        return Some(parts.join(" "));
+    }
+    if let Some(embedding) = body["data"][0]["embedding"].as_array() {
+        return Some(format!("(an embedding of {} numbers)", embedding.len()));
+    }
+    Some(String::new())
+}
+
+#[cfg(test)]
+mod preview_tests {
+    use super::answer_preview;
+
+    #[test]
+    fn every_kind_of_output_line_has_a_preview() {
+        let line = |body: &str| format!(r#"{{"custom_id": "a", "response": {{"body": {body}}}}}"#);
+        let cases = [
+            (
+                r#"{"choices": [{"message": {"content": "Paris."}}]}"#,
+                "Paris.",
+            ),
+            (r#"{"choices": [{"text": " blue"}]}"#, " blue"),
+            (
+                r#"{"choices": [{"message": {"content": null, "tool_calls": [{"function": {"name": "get_weather", "arguments": "{\"city\":\"Oslo\"}"}}]}}]}"#,
+                r#"get_weather({"city":"Oslo"})"#,
+            ),
+            (
+                r#"{"output": [{"type": "message", "content": [{"type": "output_text", "text": "Hi there"}]}, {"type": "function_call", "name": "f", "arguments": "{}"}]}"#,
+                "Hi there f({})",
+            ),
+            (
+                r#"{"data": [{"embedding": [0.1, 0.2]}]}"#,
+                "(an embedding of 2 numbers)",
+            ),
+        ];
+        for (body, expected) in cases {
+            assert_eq!(
+                answer_preview(&line(body)).as_deref(),
+                Some(expected),
+                "{body}"
+            );
+        }
+        assert_eq!(answer_preview("not json"), None);
+    }
+}

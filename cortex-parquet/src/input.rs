@@ -13,6 +13,26 @@ use serde_json::{Map, Value};
 
 use crate::remote::ObjectChunks;
 
+/// A JSON array's elements as JSONL lines, an element a line (compact, in
+/// order), and how many there are: what people write with `json.dump` of a
+/// list becomes the lines a job reads, its element N line N.
+pub fn json_array_lines(mut reader: impl Read) -> io::Result<(Box<dyn BufRead>, usize)> {
+    let mut text = Vec::new();
+    reader.read_to_end(&mut text)?;
+    let text = text.strip_prefix("\u{feff}".as_bytes()).unwrap_or(&text);
+    let elements: Vec<Value> = serde_json::from_slice(text).map_err(|e| {
+        invalid(format!(
+            "it starts as a JSON array but is not one ({e}); write an array of request objects, or JSONL: one object a line"
+        ))
+    })?;
+    let mut lines = Vec::with_capacity(text.len());
+    for element in &elements {
+        serde_json::to_writer(&mut lines, element).map_err(io::Error::other)?;
+        lines.push(b'\n');
+    }
+    Ok((Box::new(io::Cursor::new(lines)), elements.len()))
+}
+
 /// Rows read at a time.
 const BATCH_ROWS: usize = 1024;
 
@@ -55,6 +75,9 @@ pub enum TextTable {
     Jsonl,
     /// Comma-separated values, the first row naming the columns.
     Csv,
+    /// One JSON array of objects (what `json.dump` of a list writes), an
+    /// element a row: read whole, then an element a line.
+    JsonArray,
 }
 
 impl TextTable {
@@ -65,6 +88,9 @@ impl TextTable {
         let line = line.trim_start_matches('\u{feff}').trim();
         if line.starts_with('{') {
             return Some(TextTable::Jsonl);
+        }
+        if line.starts_with('[') {
+            return Some(TextTable::JsonArray);
         }
         let names = csv_fields(line).ok()?;
         (names.len() > 1 && names.iter().all(|name| !name.trim().is_empty()))
@@ -314,6 +340,11 @@ impl RowLines {
             TextTable::Jsonl => {
                 let columns = first_row_keys(reader.as_mut())?;
                 (RowSource::Jsonl(reader), columns)
+            }
+            TextTable::JsonArray => {
+                let (mut lines, _) = json_array_lines(reader)?;
+                let columns = first_row_keys(lines.as_mut())?;
+                (RowSource::Jsonl(lines), columns)
             }
         };
         let template = checked_template(table, &columns)?;

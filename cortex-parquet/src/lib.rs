@@ -36,7 +36,7 @@ mod input;
 mod output;
 mod remote;
 
-pub use input::{RowLines, TableInput, TextTable, is_parquet, is_parquet_object};
+pub use input::{RowLines, TableInput, TextTable, is_parquet, is_parquet_object, json_array_lines};
 pub use output::{KeptColumns, ResultTable, write_results};
 
 #[cfg(test)]

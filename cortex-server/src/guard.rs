@@ -86,10 +86,13 @@ fn has_body(headers: &HeaderMap) -> bool {
             .is_some_and(|v| v.trim() != "0")
 }
 
-/// The media type a body to `path` must have, if it is not that. A body
-/// without any type is taken when no web page sent it (no `Origin`: every
-/// browser names the page a POST comes from), as Ollama takes the bodies
-/// LiteLLM's Ollama providers post without one.
+/// The media type a body to `path` must have, if it is not that. A JSON
+/// body is taken whatever type it is labelled with (`curl -d` labels it a
+/// form, as in Ollama's own API docs; LiteLLM's Ollama providers send none;
+/// Ollama takes both): this runs only for requests that no web page sent
+/// (every browser names the page a POST comes from in `Origin`) or that an
+/// allowed page sent, which may send JSON anyway; any other page was
+/// refused by its origin before. Uploads and blobs must say what they are.
 fn wrong_body_type(
     method: &Method,
     path: &str,
@@ -107,7 +110,7 @@ fn wrong_body_type(
     } else if path.starts_with(crate::ollama::BLOBS_PREFIX) {
         "application/octet-stream"
     } else {
-        "application/json"
+        return None;
     };
     let given = headers
         .get(header::CONTENT_TYPE)

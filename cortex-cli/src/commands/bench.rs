@@ -12,6 +12,8 @@ pub(crate) fn bench(config: &Config, args: &BenchArgs) -> anyhow::Result<()> {
         // The batched rows and the prefix job set their own parallelism.
         engine: config.engine_config(&model),
         batch_sizes: args.batch.clone(),
+        prompt_tokens: args.pp.max(1),
+        generated_tokens: args.tg.max(1),
         repeats: args.repeat.max(1),
         raw: !args.engine_only,
         prefix_job: !args.no_prefix,

@@ -9,10 +9,10 @@ use cortex_openai::SubmitJsonl;
 use cortex_parquet::{RowLines, TableInput, TextTable};
 use cortex_queue::{JobFilter, JobId, JobState, Queue, QueueError, Submitted};
 
-use super::{BadInput, open_store};
-use crate::cli::SubmitArgs;
+use super::{BadInput, NoJob, open_store};
+use crate::cli::{OutputArgs, SubmitArgs};
 use crate::config::Config;
-use crate::export::{export_job, output_location};
+use crate::export::{Outputs, ReadFile, export_job};
 use crate::output;
 
 /// The configuration a job of `args.file` runs with: the model its lines
@@ -35,7 +35,14 @@ pub(crate) fn for_input(config: &Config, args: &SubmitArgs) -> anyhow::Result<Co
         // The submit says why it cannot read it.
         return Ok(config.clone());
     };
-    let reader = std::io::BufReader::new(file);
+    let mut reader: Box<dyn BufRead> = Box::new(std::io::BufReader::new(file));
+    if starts_an_array(reader.as_mut()) {
+        match cortex_parquet::json_array_lines(reader) {
+            Ok((lines, _)) => reader = lines,
+            // The submit says what is wrong with it.
+            Err(_) => return Ok(config.clone()),
+        }
+    }
     if args.ignore_line_models {
         // Whatever the lines name runs on the job's model, said once.
         let named = cortex_openai::named_models(reader)
@@ -134,6 +141,11 @@ pub(super) fn submit_job(
                         let rows = RowLines::open_text(open()?, kind, &table).map_err(bad_table)?;
                         store.submit_reader(rows, &name, &options)
                     }
+                    Some(TextTable::JsonArray) => store.submit_reader(
+                        array_lines(&name, open()?).map_err(bad_table)?,
+                        &name,
+                        &options,
+                    ),
                     _ => store.submit_file(path, &options),
                 }
             }
@@ -154,6 +166,11 @@ pub(super) fn submit_job(
                         let rows = RowLines::open_text(reader, kind, &table).map_err(bad_table)?;
                         store.submit_reader(rows, &name, &options)
                     }
+                    Some(TextTable::JsonArray) => store.submit_reader(
+                        array_lines(&name, reader).map_err(bad_table)?,
+                        &name,
+                        &options,
+                    ),
                     _ => store.submit_reader(reader, &name, &options),
                 }
             }
@@ -167,6 +184,25 @@ pub(super) fn submit_job(
             )
         }
         other => other.into(),
+    })
+}
+
+/// A JSON array's elements as the job's lines, saying so once (its line
+/// numbers in any error are the elements').
+fn array_lines(name: &str, reader: impl std::io::Read) -> std::io::Result<Box<dyn BufRead>> {
+    let (lines, elements) = cortex_parquet::json_array_lines(reader)?;
+    eprintln!("{name} is a JSON array: its {elements} elements are read as lines 1-{elements}");
+    Ok(lines)
+}
+
+/// Whether a text input's first character that is not blank (or a BOM)
+/// opens a JSON array.
+fn starts_an_array(reader: &mut dyn BufRead) -> bool {
+    reader.fill_buf().is_ok_and(|buffered| {
+        String::from_utf8_lossy(buffered)
+            .trim_start_matches('\u{feff}')
+            .trim_start()
+            .starts_with('[')
     })
 }
 
@@ -215,10 +251,25 @@ pub(crate) fn submit(
 ) -> anyhow::Result<()> {
     let output_url = output.map(destination).transpose()?;
     let config = &for_input(config, args)?;
+    if let Some(url) = &output_url {
+        // Where the worker will write, checked now as `run` checks its -o.
+        let mut reads = config.files_read();
+        if let Ok(Location::Local(path)) = Location::parse(&args.file) {
+            reads.push(ReadFile::new(path, "the input"));
+        }
+        Outputs::choose(Some(url), None, "results")?.check(&reads)?;
+    }
     let mut store = open_store(config)?;
     let submitted = submit_job(store.as_mut(), config, args, output_url)?;
     let job = store.job(submitted.job)?;
-    let worker = live_worker(store.as_mut(), config, &job)?;
+    // A worker started with --detach that is still loading its model will
+    // take the job too (it works every job of its model, or every job).
+    let worker = match live_worker(store.as_mut(), config, &job)? {
+        Some(worker) => Some(worker),
+        None => super::detached_workers(config)
+            .first()
+            .map(|(pid, _)| format!("this host, starting (pid {pid})")),
+    };
     output::submitted(&submitted, worker.as_deref(), args.json)
 }
 
@@ -266,7 +317,7 @@ fn newest_job(store: &mut dyn Queue) -> anyhow::Result<JobId> {
     })?;
     jobs.first()
         .map(|j| j.id)
-        .ok_or_else(|| anyhow::anyhow!("no jobs yet; submit one with `cortex submit FILE`"))
+        .ok_or_else(|| NoJob("no jobs yet; submit one with `cortex submit FILE`".into()).into())
 }
 
 pub(crate) fn status(
@@ -294,14 +345,21 @@ pub(crate) fn status(
             bar.finish();
             return output::final_status(&status, json);
         }
-        // Nothing moves without a worker; say so rather than show 0 tok/s forever.
+        // Nothing moves without a worker; say so rather than show 0 tok/s
+        // forever (one started with --detach registers once its model loads).
         let idle = tick % 10 == 0
             && status.job.counts.running == 0
             && live_worker(store.as_mut(), config, &status.job)?.is_none();
-        let hint = idle.then_some("no worker is running: start one with `cortex worker`");
+        let hint = idle.then(|| match super::detached_workers(config).first() {
+            Some((pid, log)) => format!(
+                "a worker is starting in the background (pid {pid}, loading its model; log: {})",
+                log.display()
+            ),
+            None => "no worker is running: start one with `cortex worker`".to_owned(),
+        });
         if on_terminal {
             output::update_bar(&bar, &status);
-            if let Some(hint) = hint {
+            if let Some(hint) = &hint {
                 bar.println(hint);
             }
         } else {
@@ -310,7 +368,7 @@ pub(crate) fn status(
                 count != finished || at.elapsed() >= Duration::from_secs(30)
             });
             if due || hint.is_some() {
-                output::progress_line(&status, hint);
+                output::progress_line(&status, hint.as_deref());
                 last_line = Some((finished, std::time::Instant::now()));
             }
         }
@@ -340,19 +398,27 @@ pub(crate) fn list(
 pub(crate) fn results(
     config: &Config,
     job: i64,
-    output_to: Option<String>,
-    errors: Option<String>,
+    outputs: &OutputArgs,
     partial: bool,
     json: bool,
 ) -> anyhow::Result<()> {
     let mut store = open_store(config)?;
-    let output_to = output_location(&output_to.unwrap_or_else(|| format!("results-{job}.jsonl")))?;
-    let errors = output_location(&errors.unwrap_or_else(|| format!("errors-{job}.jsonl")))?;
+    let outputs = Outputs::choose(
+        outputs.output.as_deref(),
+        outputs.errors.as_deref(),
+        &format!("job-{job}"),
+    )?;
+    // The file the job was submitted from, where it still is, is an input too.
+    let mut reads = config.files_read();
+    if let Ok(Location::Local(source)) = Location::parse(&store.job(JobId(job))?.source_name) {
+        reads.push(ReadFile::new(source, "the job's input"));
+    }
+    outputs.check(&reads)?;
     let exported = export_job(
         store.as_mut(),
         JobId(job),
-        &output_to,
-        &errors,
+        &outputs.results,
+        &outputs.errors,
         partial,
         None,
     )

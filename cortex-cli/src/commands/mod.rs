@@ -19,9 +19,9 @@ pub(crate) use models::{
     models_add, models_copy, models_info, models_list, models_pull, models_remove,
 };
 pub(crate) use run::run_file;
-pub(crate) use worker::{detach_worker, worker};
+pub(crate) use worker::{detach_worker, detached_workers, worker};
 
-pub(crate) use crate::exit::{BadInput, Exit, Unfinished, Usage};
+pub(crate) use crate::exit::{BadInput, Exit, NoJob, Unfinished, Usage};
 
 fn open_store(config: &Config) -> anyhow::Result<Box<dyn Queue>> {
     Ok(config.queue()?.open()?)

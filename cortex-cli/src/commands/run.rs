@@ -1,10 +1,9 @@
 //! `cortex run`: submit a file (or find it submitted), work on it to the
 //! end, write its results.
 
-use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::bail;
+use anyhow::{Context as _, bail};
 use cortex_objects::Location;
 use cortex_queue::{JobState, QueueError};
 
@@ -12,7 +11,7 @@ use super::jobs::{for_input, submit_job};
 use super::open_store;
 use crate::cli::RunArgs;
 use crate::config::Config;
-use crate::export::{check_kept_columns, errors_beside, export_job, output_location};
+use crate::export::{Outputs, ReadFile, check_kept_columns, export_job, output_name};
 use crate::output;
 use crate::work::{
     Interrupted, StopFlag, WorkerScope, finish_deliveries, start_deliveries, work_one_model,
@@ -23,19 +22,26 @@ use crate::work::{
 pub(crate) fn run_file(config: &Config, args: &RunArgs) -> anyhow::Result<()> {
     let stop = StopFlag::install()?;
     let input = Location::parse(&args.submit.file)?;
-    let stem = input.file_stem().unwrap_or_else(|| "job".into());
-    let output_to = match &args.output {
-        Some(text) => output_location(text)?,
-        None => Location::Local(PathBuf::from(format!("{stem}.results.jsonl"))),
-    };
-    let errors_to = errors_beside(&output_to, &stem);
+    let outputs = Outputs::choose(
+        args.outputs.output.as_deref(),
+        args.outputs.errors.as_deref(),
+        &output_name(&input),
+    )?;
     // Columns to keep are checked before any work, not after it.
     if !args.keep_columns.is_empty() {
-        check_kept_columns(&input, &output_to, &args.keep_columns)?;
+        check_kept_columns(&input, &outputs.results, &args.keep_columns)?;
     }
     let config = &for_input(config, &args.submit)?;
     // Fetch the model before anything is stored, so a missing model fails early.
     let model = config.resolve_model()?;
+    // Nothing the job reads is overwritten, and a place that cannot be
+    // written is found before the job is generated, not after.
+    let mut reads = config.files_read();
+    reads.push(ReadFile::new(&model.path, "the model"));
+    if let Location::Local(path) = &input {
+        reads.push(ReadFile::new(path, "the input"));
+    }
+    outputs.check(&reads)?;
     let mut store = open_store(config)?;
     let job = match submit_job(store.as_mut(), config, &args.submit, None) {
         Ok(submitted) => {
@@ -108,7 +114,8 @@ pub(crate) fn run_file(config: &Config, args: &RunArgs) -> anyhow::Result<()> {
         // With --force the same command would submit yet another job.
         let to_continue = if args.submit.force {
             format!(
-                "`cortex worker --jobs {job}` continues it, then `cortex results {job} -o {output_to}` writes its results (`cortex cancel {job}` drops it)"
+                "`cortex worker --jobs {job}` continues it, then `cortex results {job} -o {}` writes its results (`cortex cancel {job}` drops it)",
+                outputs.results
             )
         } else {
             "run the same command again to continue".to_owned()
@@ -124,7 +131,19 @@ pub(crate) fn run_file(config: &Config, args: &RunArgs) -> anyhow::Result<()> {
         bail!(message);
     }
     let keep = (!args.keep_columns.is_empty()).then_some((&input, args.keep_columns.as_slice()));
-    let exported = export_job(store.as_mut(), job, &output_to, &errors_to, false, keep)?;
+    let exported = export_job(
+        store.as_mut(),
+        job,
+        &outputs.results,
+        &outputs.errors,
+        false,
+        keep,
+    )
+    .with_context(|| {
+        format!(
+            "job {job} is done, but its results could not be written; `cortex results {job} -o FILE` writes them elsewhere (as does this command with another -o), without generating anything again"
+        )
+    })?;
     output::run_summary(&status.job, &exported, started.elapsed(), generated)?;
     finish_deliveries(deliveries);
     items_failed(&status.job.counts)

@@ -68,6 +68,17 @@ pub(crate) fn detach_worker(config: &Config) -> anyhow::Result<()> {
         .process_group(0)
         .spawn()
         .context("cannot start the worker")?;
+    // The log's name carries the pid, so that until the worker registers
+    // (after loading its model) `cortex status` can tell it is starting.
+    let named = logs.join(format!(
+        "worker-{}-pid{}.log",
+        cortex_queue::now_ms(),
+        child.id()
+    ));
+    let log_path = match std::fs::rename(&log_path, &named) {
+        Ok(()) => named,
+        Err(_) => log_path,
+    };
     outln!("{}", child.id())?;
     eprintln!(
         "worker started in the background (pid {}); log: {}",
@@ -75,4 +86,30 @@ pub(crate) fn detach_worker(config: &Config) -> anyhow::Result<()> {
         log_path.display()
     );
     Ok(())
+}
+
+/// Workers started with `--detach` that are still running, newest first:
+/// their pids and logs (a worker registers in the queue only once its model
+/// has loaded; until then this is how one is known to be starting).
+pub(crate) fn detached_workers(config: &Config) -> Vec<(u32, std::path::PathBuf)> {
+    let Ok(entries) = std::fs::read_dir(config.log_dir()) else {
+        return Vec::new();
+    };
+    let mut found: Vec<(u32, std::path::PathBuf)> = entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let pid: u32 = name
+                .strip_suffix(".log")?
+                .rsplit_once("-pid")?
+                .1
+                .parse()
+                .ok()?;
+            std::path::Path::new(&format!("/proc/{pid}"))
+                .exists()
+                .then(|| (pid, entry.path()))
+        })
+        .collect();
+    found.sort_by(|a, b| b.1.cmp(&a.1));
+    found
 }

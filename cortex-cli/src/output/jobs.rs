@@ -314,11 +314,7 @@ pub(crate) fn run_summary(
     // A taste of the output (a table is for other tools to read).
     for line in &exported.first_lines {
         let value: serde_json::Value = serde_json::from_str(line)?;
-        let body = &value["response"]["body"]["choices"][0];
-        let answer = body["message"]["content"]
-            .as_str()
-            .or(body["text"].as_str())
-            .unwrap_or_default();
+        let answer = cortex_openai::answer_preview(line).unwrap_or_default();
         let mut short: String = answer
             .trim()
             .chars()

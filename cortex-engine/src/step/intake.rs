@@ -140,6 +140,19 @@ impl StepLoop<'_> {
                 message: e.to_string(),
             })?;
         }
+        // Generation stops at the context's end (`length`), but a max_tokens
+        // no context of the model's could ever hold is a mistake, refused
+        // as OpenAI refuses one (the default of 256 fits every model).
+        if request.stop.max_tokens as usize > self.info.n_ctx_train.max(1) {
+            return Err(EngineError::Invalid {
+                id,
+                field: "max_tokens".into(),
+                message: format!(
+                    "{} is more than this model's context of {} tokens (prompt and generation together)",
+                    request.stop.max_tokens, self.info.n_ctx_train
+                ),
+            });
+        }
         let (prompts, chat) = self.tokenize_prompts(request)?;
         let limit = self.info.max_sequence_tokens;
         if let Some(long) = prompts.iter().find(|p| p.len() >= limit) {

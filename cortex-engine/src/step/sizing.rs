@@ -25,7 +25,12 @@ fn mib(bytes: usize) -> usize {
 #[derive(Debug, Clone)]
 pub(super) struct Sizing {
     parallel: usize,
+    /// Cells per stream when the user fixed the context: theirs, in whole
+    /// granules (llama.cpp's padding).
     fixed: Option<usize>,
+    /// The context the user fixed, exactly: the longest sequence (prompt
+    /// plus generation) a request may have, though its stream holds more.
+    context: Option<usize>,
     /// Cells the memory budget allows, across all streams.
     budget_cells: usize,
     /// Cells the streams of one step span at most (fewer, longer streams
@@ -89,6 +94,7 @@ impl Sizing {
         Ok(Self {
             parallel,
             fixed,
+            context: config.stream_tokens.map(|t| t.max(1)),
             budget_cells: budget / per_token,
             step_cells: config.step_cells.max(GRANULE),
             model_limit: (executor.n_ctx_train() / GRANULE * GRANULE).max(GRANULE),
@@ -103,10 +109,10 @@ impl Sizing {
         self.block_size
     }
 
-    /// The longest sequence a request may have: the fixed cells per stream,
+    /// The longest sequence a request may have: the context the user fixed,
     /// or the model's context within the memory budget of one stream.
     pub(super) fn max_sequence_tokens(&self) -> usize {
-        self.fixed.unwrap_or_else(|| {
+        self.context.unwrap_or_else(|| {
             self.model_limit
                 .min(self.budget_cells / GRANULE * GRANULE)
                 .max(GRANULE)

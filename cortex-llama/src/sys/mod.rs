@@ -54,14 +54,11 @@ pub(crate) fn init() {
     });
 }
 
-/// llama.cpp's warnings about what cortex asks for on purpose: nothing a
-/// user should act on, so they are debug lines (`-vv`).
-const CHOSEN_BY_CORTEX: &[&str] = &[
-    // A sliding-window model keeps a full-size cache (llama.cpp's default,
-    // kept): a cached prompt prefix stays whole for the sequences sharing it.
-    "using full-size SWA cache",
-];
-
+/// llama.cpp's own lines are debug lines (`-vv`): its warnings speak of its
+/// internals (a sliding-window cache kept whole on purpose, a vocabulary
+/// token's type corrected, a pooling type cortex sets), nothing a user acts
+/// on; what does matter reaches the user as cortex's own error, in its
+/// words. Its errors stay errors: they explain a failure cortex reports.
 unsafe extern "C" fn log_to_tracing(
     level: ffi::ggml_log_level,
     text: *const c_char,
@@ -78,11 +75,9 @@ unsafe extern "C" fn log_to_tracing(
     }
     match level {
         ffi::GGML_LOG_LEVEL_ERROR => tracing::error!(target: "llama.cpp", "{text}"),
-        ffi::GGML_LOG_LEVEL_WARN if CHOSEN_BY_CORTEX.iter().any(|note| text.contains(note)) => {
+        ffi::GGML_LOG_LEVEL_WARN | ffi::GGML_LOG_LEVEL_INFO => {
             tracing::debug!(target: "llama.cpp", "{text}");
         }
-        ffi::GGML_LOG_LEVEL_WARN => tracing::warn!(target: "llama.cpp", "{text}"),
-        ffi::GGML_LOG_LEVEL_INFO => tracing::debug!(target: "llama.cpp", "{text}"),
         _ => tracing::trace!(target: "llama.cpp", "{text}"),
     }
 }
