@@ -7,12 +7,32 @@
 #include "panels.h"
 
 // Panels a column tile runs over before the next columns: each column's
-// results then leave as 16 panels' contiguous 1 KiB instead of one 64-byte
+// results then leave as the group's contiguous rows instead of one 64-byte
 // line per panel (a write stream per column, each line a read for
-// ownership), while the group's weights (16 x 11.5 KiB at 640 columns)
-// stay in L2 for the other columns. About 20% off a B = 64 product with
-// Gemma's 262,144-row output projection (AVX-512).
+// ownership), while the group's weights stay in L2 for the other columns.
+// About 20% off a B = 64 product with Gemma's 262,144-row output projection
+// (AVX-512). At most 16 panels, and no more than CK_GROUP_BYTES of them: a
+// long row's panel is big (147 KiB at 8,192 columns of Q8_0), and 16 of
+// them spilled out of L2, so that every column tile after the first read
+// them from memory again (a 2,048 x 8,192 Q8_0 product at B = 64: 15%
+// slower with 16 panels than with 3).
 #define CK_PANEL_GROUP 16
+#define CK_GROUP_BYTES (512 * 1024)
+
+static int64_t panel_group(size_t panel_bytes) {
+    const int64_t fit = (int64_t)(CK_GROUP_BYTES / panel_bytes);
+    return fit < 1 ? 1 : fit > CK_PANEL_GROUP ? CK_PANEL_GROUP : fit;
+}
+
+// How far ahead of the block it multiplies a group's first column tile asks
+// for the weights it reads next (into L1, from where the other column
+// tiles' reads come out of L2): the hardware prefetcher alone left a product
+// of weights that stream from memory (a model larger than the caches) 1.4x
+// (B = 16) to 1.6x (B = 8) slower than the same product in cache, waiting
+// for each line as the tile reached it (2 cores, Zen 5, 8,192 x 2,048 Q4_1).
+// No effect on a product whose weights are in cache, nor at B = 1, which
+// memory's bandwidth bounds; results do not change.
+#define CK_FETCH_AHEAD 8192
 
 #if CK_X86
 
@@ -21,6 +41,14 @@
 // into trees that hold every product at once: with AVX2's 16 registers
 // they spill to the stack, and the tile runs 1.2-1.4x slower.
 #    define CK_KEEP_SUM(sum) __asm__("" : "+x"(sum))
+
+// Asks for the lines CK_FETCH_AHEAD bytes past a panel block of `bytes`
+// (a prefetch never faults, so past the matrix's end is harmless).
+CK_INLINE void fetch_ahead(const uint8_t * blk, size_t bytes) {
+    for (size_t k = 0; k < bytes; k += 64) {
+        _mm_prefetch((const char *)blk + CK_FETCH_AHEAD + k, _MM_HINT_T0);
+    }
+}
 
 // A block's float step for a format with a minimum (Q4_1, Q5_1), in the
 // scalar reference's order: each column's integer sums times the rows' and
@@ -41,7 +69,7 @@ CK_AVX512 CK_INLINE void min_block_zmm(const uint8_t * d16, const uint8_t * m16,
 
 // 16 rows x C columns of a Q4_1 panel.
 CK_AVX512 CK_INLINE void q4_1_tile_avx512(const uint8_t * w, int64_t nb, const uint8_t * act, size_t astride,
-                                          float * dst, int64_t ldd, const int C) {
+                                          float * dst, int64_t ldd, const int C, const bool fetch) {
     __m512 acc[8];
     for (int c = 0; c < C; c++) {
         acc[c] = _mm512_setzero_ps();
@@ -49,6 +77,9 @@ CK_AVX512 CK_INLINE void q4_1_tile_avx512(const uint8_t * w, int64_t nb, const u
     const __m512i low = _mm512_set1_epi8(0x0F);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t * blk = w + (size_t)b * Q4_1_PANEL_BLOCK;
+        if (fetch) {
+            fetch_ahead(blk, Q4_1_PANEL_BLOCK);
+        }
         __m512i g[8];
         for (int h = 0; h < 4; h++) {
             const __m512i p = _mm512_loadu_si512(blk + 64 * h);
@@ -81,13 +112,16 @@ CK_AVX512 CK_INLINE void q4_1_tile_avx512(const uint8_t * w, int64_t nb, const u
 // function for both, the quants' width a parameter, ran the Q4_1 products
 // about 10% slower, with AVX-512 and with AVX-VNNI alike.)
 CK_AVX512 CK_INLINE void q5_1_tile_avx512(const uint8_t * w, int64_t nb, const uint8_t * act, size_t astride,
-                                          float * dst, int64_t ldd, const int C) {
+                                          float * dst, int64_t ldd, const int C, const bool fetch) {
     __m512 acc[8];
     for (int c = 0; c < C; c++) {
         acc[c] = _mm512_setzero_ps();
     }
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t * blk = w + (size_t)b * Q5_1_PANEL_BLOCK;
+        if (fetch) {
+            fetch_ahead(blk, Q5_1_PANEL_BLOCK);
+        }
         __m512i g[8];
         for (int i = 0; i < 8; i++) {
             g[i] = _mm512_loadu_si512(blk + 64 * i);
@@ -112,13 +146,16 @@ CK_AVX512 CK_INLINE void q5_1_tile_avx512(const uint8_t * w, int64_t nb, const u
 
 // 16 rows x C columns of a Q8_0 panel; the quants come offset by 128.
 CK_AVX512 CK_INLINE void q8_0_tile_avx512(const uint8_t * w, int64_t nb, const uint8_t * act, size_t astride,
-                                          float * dst, int64_t ldd, const int C) {
+                                          float * dst, int64_t ldd, const int C, const bool fetch) {
     __m512 acc[8];
     for (int c = 0; c < C; c++) {
         acc[c] = _mm512_setzero_ps();
     }
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t * blk = w + (size_t)b * Q8_0_PANEL_BLOCK;
+        if (fetch) {
+            fetch_ahead(blk, Q8_0_PANEL_BLOCK);
+        }
         __m512i g[8];
         for (int i = 0; i < 8; i++) {
             g[i] = _mm512_loadu_si512(blk + 64 * i);
@@ -153,16 +190,16 @@ CK_AVX512 CK_INLINE void q8_0_tile_avx512(const uint8_t * w, int64_t nb, const u
     }
 }
 
-#    define CK_TILE8(tile, w, nb, act, astride, dst, ldd, n)         \
-        switch (n) {                                                  \
-            case 1: tile(w, nb, act, astride, dst, ldd, 1); break;    \
-            case 2: tile(w, nb, act, astride, dst, ldd, 2); break;    \
-            case 3: tile(w, nb, act, astride, dst, ldd, 3); break;    \
-            case 4: tile(w, nb, act, astride, dst, ldd, 4); break;    \
-            case 5: tile(w, nb, act, astride, dst, ldd, 5); break;    \
-            case 6: tile(w, nb, act, astride, dst, ldd, 6); break;    \
-            case 7: tile(w, nb, act, astride, dst, ldd, 7); break;    \
-            default: tile(w, nb, act, astride, dst, ldd, 8); break;   \
+#    define CK_TILE8(tile, w, nb, act, astride, dst, ldd, n, fetch)         \
+        switch (n) {                                                         \
+            case 1: tile(w, nb, act, astride, dst, ldd, 1, fetch); break;    \
+            case 2: tile(w, nb, act, astride, dst, ldd, 2, fetch); break;    \
+            case 3: tile(w, nb, act, astride, dst, ldd, 3, fetch); break;    \
+            case 4: tile(w, nb, act, astride, dst, ldd, 4, fetch); break;    \
+            case 5: tile(w, nb, act, astride, dst, ldd, 5, fetch); break;    \
+            case 6: tile(w, nb, act, astride, dst, ldd, 6, fetch); break;    \
+            case 7: tile(w, nb, act, astride, dst, ldd, 7, fetch); break;    \
+            default: tile(w, nb, act, astride, dst, ldd, 8, fetch); break;   \
         }
 
 CK_AVX512 static void gemm_avx512(enum ck_format format, const uint8_t * packed, int64_t cols, int64_t p0,
@@ -170,20 +207,22 @@ CK_AVX512 static void gemm_avx512(enum ck_format format, const uint8_t * packed,
     const int64_t nb = cols / CK_BLOCK;
     const size_t astride = ck_activation_bytes(cols);
     const size_t panel_bytes = (size_t)nb * panel_block_bytes(format);
-    for (int64_t group = p0; group < p1; group += CK_PANEL_GROUP) {
-        const int64_t group_end = group + CK_PANEL_GROUP < p1 ? group + CK_PANEL_GROUP : p1;
+    const int64_t group_panels = panel_group(panel_bytes);
+    for (int64_t group = p0; group < p1; group += group_panels) {
+        const int64_t group_end = group + group_panels < p1 ? group + group_panels : p1;
         for (int64_t c = 0; c < n_cols; c += 8) {
             const int n = (int)(n_cols - c < 8 ? n_cols - c : 8);
             const uint8_t * a = act + (size_t)c * astride;
+            const bool fetch = c == 0;
             for (int64_t p = group; p < group_end; p++) {
                 const uint8_t * w = packed + (size_t)p * panel_bytes;
                 float * out = dst + p * CK_PANEL_ROWS + c * ldd;
                 if (format == CK_Q4_1) {
-                    CK_TILE8(q4_1_tile_avx512, w, nb, a, astride, out, ldd, n)
+                    CK_TILE8(q4_1_tile_avx512, w, nb, a, astride, out, ldd, n, fetch)
                 } else if (format == CK_Q5_1) {
-                    CK_TILE8(q5_1_tile_avx512, w, nb, a, astride, out, ldd, n)
+                    CK_TILE8(q5_1_tile_avx512, w, nb, a, astride, out, ldd, n, fetch)
                 } else {
-                    CK_TILE8(q8_0_tile_avx512, w, nb, a, astride, out, ldd, n)
+                    CK_TILE8(q8_0_tile_avx512, w, nb, a, astride, out, ldd, n, fetch)
                 }
             }
         }
@@ -222,7 +261,8 @@ CK_AVX2 CK_INLINE void q8_0_block_ymm(const uint8_t * blk, const int half, const
 // products per lane pair fit in 16 bits (16 x 15 x 127 < 32768), so they
 // are summed there and widened once.
 CK_AVX2 CK_INLINE void q4_1_tile_avx2(const uint8_t * w, int64_t nb, const uint8_t * act, size_t astride,
-                                      float * dst, int64_t ldd, const int C, const int half) {
+                                      float * dst, int64_t ldd, const int C, const int half,
+                                      const bool fetch) {
     __m256 acc[4];
     for (int c = 0; c < C; c++) {
         acc[c] = _mm256_setzero_ps();
@@ -231,6 +271,9 @@ CK_AVX2 CK_INLINE void q4_1_tile_avx2(const uint8_t * w, int64_t nb, const uint8
     const __m256i ones = _mm256_set1_epi16(1);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t * blk = w + (size_t)b * Q4_1_PANEL_BLOCK;
+        if (fetch) {
+            fetch_ahead(blk, Q4_1_PANEL_BLOCK);
+        }
         __m256i t[4];
         for (int c = 0; c < C; c++) {
             t[c] = _mm256_setzero_si256();
@@ -283,13 +326,17 @@ CK_AVX2 CK_INLINE void q5_1_half_sums_avx2(const uint8_t * blk, const int half, 
 // 8 rows x C columns of Q5_1: half the work of a Q8_0 block (no signs to
 // move, one widening per four products instead of one per product).
 CK_AVX2 CK_INLINE void q5_1_tile_avx2(const uint8_t * w, int64_t nb, const uint8_t * act, size_t astride,
-                                      float * dst, int64_t ldd, const int C, const int half) {
+                                      float * dst, int64_t ldd, const int C, const int half,
+                                      const bool fetch) {
     __m256 acc[4];
     for (int c = 0; c < C; c++) {
         acc[c] = _mm256_setzero_ps();
     }
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t * blk = w + (size_t)b * Q5_1_PANEL_BLOCK;
+        if (fetch) {
+            fetch_ahead(blk, Q5_1_PANEL_BLOCK);
+        }
         __m256i s[4], rest[4];
         q5_1_half_sums_avx2(blk, half, act, astride, b, 0, s, C);
         q5_1_half_sums_avx2(blk, half, act, astride, b, 4, rest, C);
@@ -306,7 +353,8 @@ CK_AVX2 CK_INLINE void q5_1_tile_avx2(const uint8_t * w, int64_t nb, const uint8
 // 8 rows x C columns of Q8_0: |w| times x with w's sign (maddubs takes one
 // unsigned operand).
 CK_AVX2 CK_INLINE void q8_0_tile_avx2(const uint8_t * w, int64_t nb, const uint8_t * act, size_t astride,
-                                      float * dst, int64_t ldd, const int C, const int half) {
+                                      float * dst, int64_t ldd, const int C, const int half,
+                                      const bool fetch) {
     __m256 acc[4];
     for (int c = 0; c < C; c++) {
         acc[c] = _mm256_setzero_ps();
@@ -314,6 +362,9 @@ CK_AVX2 CK_INLINE void q8_0_tile_avx2(const uint8_t * w, int64_t nb, const uint8
     const __m256i ones = _mm256_set1_epi16(1);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t * blk = w + (size_t)b * Q8_0_PANEL_BLOCK;
+        if (fetch) {
+            fetch_ahead(blk, Q8_0_PANEL_BLOCK);
+        }
         __m256i s[4];
         for (int c = 0; c < C; c++) {
             s[c] = _mm256_setzero_si256();
@@ -335,14 +386,16 @@ CK_AVX2 CK_INLINE void q8_0_tile_avx2(const uint8_t * w, int64_t nb, const uint8
     }
 }
 
-#    define CK_TILE2(tile, w, nb, act, astride, dst, ldd, n)                          \
-        for (int half = 0; half < 2; half++) {                                          \
-            switch (n) {                                                                \
-                case 1: tile(w, nb, act, astride, dst, ldd, 1, half); break;            \
-                case 2: tile(w, nb, act, astride, dst, ldd, 2, half); break;            \
-                case 3: tile(w, nb, act, astride, dst, ldd, 3, half); break;            \
-                default: tile(w, nb, act, astride, dst, ldd, 4, half); break;           \
-            }                                                                           \
+// (The first half asks for the lines ahead: the second reads the same ones.)
+#    define CK_TILE2(tile, w, nb, act, astride, dst, ldd, n, fetch)                           \
+        for (int half = 0; half < 2; half++) {                                                  \
+            const bool ask = (fetch) && half == 0;                                              \
+            switch (n) {                                                                        \
+                case 1: tile(w, nb, act, astride, dst, ldd, 1, half, ask); break;               \
+                case 2: tile(w, nb, act, astride, dst, ldd, 2, half, ask); break;               \
+                case 3: tile(w, nb, act, astride, dst, ldd, 3, half, ask); break;               \
+                default: tile(w, nb, act, astride, dst, ldd, 4, half, ask); break;              \
+            }                                                                                   \
         }
 
 // Every panel of [p0, p1) times the columns, 4 at a time, with `q4_1_tile`,
@@ -352,20 +405,22 @@ CK_AVX2 CK_INLINE void q8_0_tile_avx2(const uint8_t * w, int64_t nb, const uint8
         const int64_t nb = cols / CK_BLOCK;                                                              \
         const size_t astride = ck_activation_bytes(cols);                                                \
         const size_t panel_bytes = (size_t)nb * panel_block_bytes(format);                               \
-        for (int64_t group = p0; group < p1; group += CK_PANEL_GROUP) {                                  \
-            const int64_t group_end = group + CK_PANEL_GROUP < p1 ? group + CK_PANEL_GROUP : p1;          \
+        const int64_t group_panels = panel_group(panel_bytes);                                           \
+        for (int64_t group = p0; group < p1; group += group_panels) {                                    \
+            const int64_t group_end = group + group_panels < p1 ? group + group_panels : p1;             \
             for (int64_t c = 0; c < n_cols; c += 4) {                                                    \
                 const int n = (int)(n_cols - c < 4 ? n_cols - c : 4);                                    \
                 const uint8_t * a = act + (size_t)c * astride;                                           \
+                const bool fetch = c == 0;                                                               \
                 for (int64_t p = group; p < group_end; p++) {                                            \
                     const uint8_t * w = packed + (size_t)p * panel_bytes;                                \
                     float * out = dst + p * CK_PANEL_ROWS + c * ldd;                                     \
                     if (format == CK_Q4_1) {                                                             \
-                        CK_TILE2(q4_1_tile, w, nb, a, astride, out, ldd, n)                              \
+                        CK_TILE2(q4_1_tile, w, nb, a, astride, out, ldd, n, fetch)                       \
                     } else if (format == CK_Q5_1) {                                                      \
-                        CK_TILE2(q5_1_tile, w, nb, a, astride, out, ldd, n)                              \
+                        CK_TILE2(q5_1_tile, w, nb, a, astride, out, ldd, n, fetch)                       \
                     } else {                                                                             \
-                        CK_TILE2(q8_0_tile, w, nb, a, astride, out, ldd, n)                              \
+                        CK_TILE2(q8_0_tile, w, nb, a, astride, out, ldd, n, fetch)                       \
                     }                                                                                    \
                 }                                                                                        \
             }                                                                                            \
@@ -384,7 +439,8 @@ CK_AVX2 static void gemm_avx2(enum ck_format format, const uint8_t * packed, int
 // sums per column measured no faster: the tile is bound by the two ports
 // that run vpdpbusd and the float step, not by latency.)
 CK_AVX_VNNI CK_INLINE void q4_1_tile_avx_vnni(const uint8_t * w, int64_t nb, const uint8_t * act, size_t astride,
-                                              float * dst, int64_t ldd, const int C, const int half) {
+                                              float * dst, int64_t ldd, const int C, const int half,
+                                      const bool fetch) {
     __m256 acc[4];
     for (int c = 0; c < C; c++) {
         acc[c] = _mm256_setzero_ps();
@@ -392,6 +448,9 @@ CK_AVX_VNNI CK_INLINE void q4_1_tile_avx_vnni(const uint8_t * w, int64_t nb, con
     const __m256i low = _mm256_set1_epi8(0x0F);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t * blk = w + (size_t)b * Q4_1_PANEL_BLOCK;
+        if (fetch) {
+            fetch_ahead(blk, Q4_1_PANEL_BLOCK);
+        }
         __m256i s[4];
         for (int c = 0; c < C; c++) {
             s[c] = _mm256_setzero_si256();
@@ -415,13 +474,17 @@ CK_AVX_VNNI CK_INLINE void q4_1_tile_avx_vnni(const uint8_t * w, int64_t nb, con
 
 // 8 rows x C columns of Q5_1 with AVX-VNNI: vpdpbusd on the quant bytes.
 CK_AVX_VNNI CK_INLINE void q5_1_tile_avx_vnni(const uint8_t * w, int64_t nb, const uint8_t * act, size_t astride,
-                                              float * dst, int64_t ldd, const int C, const int half) {
+                                              float * dst, int64_t ldd, const int C, const int half,
+                                      const bool fetch) {
     __m256 acc[4];
     for (int c = 0; c < C; c++) {
         acc[c] = _mm256_setzero_ps();
     }
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t * blk = w + (size_t)b * Q5_1_PANEL_BLOCK;
+        if (fetch) {
+            fetch_ahead(blk, Q5_1_PANEL_BLOCK);
+        }
         __m256i s[4];
         for (int c = 0; c < C; c++) {
             s[c] = _mm256_setzero_si256();
@@ -443,13 +506,17 @@ CK_AVX_VNNI CK_INLINE void q5_1_tile_avx_vnni(const uint8_t * w, int64_t nb, con
 // 8 rows x C columns of Q8_0 with AVX-VNNI: as the AVX-512 tile (the quants
 // offset by 128, each sum starting at -128 sum(w)).
 CK_AVX_VNNI CK_INLINE void q8_0_tile_avx_vnni(const uint8_t * w, int64_t nb, const uint8_t * act, size_t astride,
-                                              float * dst, int64_t ldd, const int C, const int half) {
+                                              float * dst, int64_t ldd, const int C, const int half,
+                                      const bool fetch) {
     __m256 acc[4];
     for (int c = 0; c < C; c++) {
         acc[c] = _mm256_setzero_ps();
     }
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t * blk = w + (size_t)b * Q8_0_PANEL_BLOCK;
+        if (fetch) {
+            fetch_ahead(blk, Q8_0_PANEL_BLOCK);
+        }
         const __m256i start = _mm256_sub_epi32(
             _mm256_setzero_si256(),
             _mm256_slli_epi32(_mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i *)(blk + 544 + 16 * half))), 7));
