@@ -271,10 +271,12 @@ def batched_bench(peers, model, threads, b, pp=32, tg=128):
     raise RuntimeError(f"no row in llama-batched-bench output:\n{out}")
 
 
-def cortex_bench(cortex, model, threads, b, extra_env=None):
+def cortex_bench(cortex, model, threads, b, extra_env=None, pp=32, tg=128):
     env = cortex_env(model, threads, extra_env)
+    # (The shape flags only when asked: a build before them has no such flags.)
+    shape = [] if (pp, tg) == (32, 128) else ["--pp", str(pp), "--tg", str(tg)]
     _, rss, out = run_timed([cortex, "bench", "--batch", str(b), "--no-prefix",
-                             "--engine-only", "--json"], env)
+                             "--engine-only", "--json", *shape], env)
     row = json.loads(out)["batched"][0]["engine"]
     return {"s_pp": row["s_pp"], "s_tg": row["s_tg"], "s": row["s"], "peak_rss_bytes": rss}
 
@@ -515,6 +517,15 @@ def main():
                         help="cortex's threads (default: --threads on the CPU; on a GPU 0, "
                              "cortex's own choice for the device)")
     parser.add_argument("--batches", default="1,16,64")
+    parser.add_argument("--pp", type=int, default=32, help="prompt tokens a sequence in the engine rows")
+    parser.add_argument("--tg", type=int, default=128, help="tokens a sequence generates in the engine rows")
+    parser.add_argument("--fixed-counts", action="store_true",
+                        help="every job item ignores EOS, so both sides generate every max_tokens "
+                             "(for random-weight models, whose EOS falls anywhere)")
+    parser.add_argument("--job-items", default="",
+                        help="the first K items of some jobs, e.g. summarise=8,chat=32 (big models on few cores)")
+    parser.add_argument("--max-tokens", type=int,
+                        help="at most this many tokens an item generates, in every job")
     parser.add_argument("--jobs", default=",".join(JOBS))
     parser.add_argument("--slots", default="16,64")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per measurement")
@@ -560,20 +571,22 @@ def main():
         variants.append((name, dict(pair.split("=", 1) for pair in settings.split(",") if pair)))
     batches = [int(b) for b in args.batches.split(",") if b]
     if batches:
-        print("engine decode against llama-batched-bench (PP 32, TG 128), tokens/s")
+        print(f"engine decode against llama-batched-bench (PP {args.pp}, TG {args.tg}), tokens/s")
         print("|    B | batched S_TG | cortex S_TG | ratio | batched S_PP | cortex S_PP | ratio | RSS MiB peer/cortex |")
         print("|------|--------------|-------------|-------|--------------|-------------|-------|---------------------|")
     for b in batches:
         log(f"engine: B = {b}")
         sides = [
-            ("peer", lambda b=b: batched_bench(args.peers, args.model, args.threads, b)),
-            ("cortex", lambda b=b: cortex_bench(args.cortex, args.model, cortex_threads, b)),
+            ("peer", lambda b=b: batched_bench(args.peers, args.model, args.threads, b, args.pp, args.tg)),
+            ("cortex", lambda b=b: cortex_bench(args.cortex, args.model, cortex_threads, b,
+                                                pp=args.pp, tg=args.tg)),
         ]
         if args.compare:
-            sides.append(("before", lambda b=b: cortex_bench(args.compare, args.model, cortex_threads, b)))
+            sides.append(("before", lambda b=b: cortex_bench(args.compare, args.model, cortex_threads, b,
+                                                             pp=args.pp, tg=args.tg)))
         for variant, env in (variants if args.engine_variants else []):
             sides.append((variant, lambda b=b, env=env: cortex_bench(
-                args.cortex, args.model, cortex_threads, b, env)))
+                args.cortex, args.model, cortex_threads, b, env, pp=args.pp, tg=args.tg)))
         runs = interleaved(args.engine_rounds or args.rounds, sides)
         peer, ours = ok(runs["peer"]), ok(runs["cortex"])
         results["engine"].append({"b": b, **runs})
@@ -606,6 +619,7 @@ def main():
     slots = [int(s) for s in args.slots.split(",") if s]
     job_slots = {k: [int(v)] for k, v in (pair.split("=") for pair in args.job_slots.split(",") if pair)}
     job_scale = {k: int(v) for k, v in (pair.split("=") for pair in args.job_scale.split(",") if pair)}
+    job_items = {k: int(v) for k, v in (pair.split("=") for pair in args.job_items.split(",") if pair)}
     jobs = [j for j in args.jobs.split(",") if j]
     if jobs:
         print("\nwhole jobs: `cortex run` (defaults) against llama-server driven by one client per slot; seconds")
@@ -613,6 +627,12 @@ def main():
         print("|----------|-------|--------------------|--------------------------|------------|---------|---------|-------|------------------|")
     for name in jobs:
         items = scaled(JOBS[name](), job_scale.get(name, args.scale))
+        items = items[:job_items.get(name, len(items))]
+        for item in items:
+            if args.fixed_counts:
+                item["ignore_eos"] = True
+            if args.max_tokens:
+                item["max_tokens"] = min(item["max_tokens"], args.max_tokens)
         # Slots long enough for the longest request (a token is 3+ characters
         # of this English text), in llama.cpp's 256-token granules.
         slot_tokens = min(8192, max(

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds llama.cpp's own `llama-batched-bench` and `llama-server` from the
+# Builds llama.cpp's own `llama-batched-bench` and `llama-server` (and
+# `llama-quantize`, which scripts/sized_model.py --via-quantize runs) from the
 # llama.cpp source that ships inside the `llama-cpp-python` sdist, the best
 # way for this machine: Release, OpenMP, GGML_NATIVE=ON (every instruction
 # this CPU has: AVX-512, VNNI, ...). For measuring only: nothing of it is
@@ -82,10 +83,10 @@ if [[ ${PEER_GPU:-} == cuda ]]; then
     suffix=$cpu-cuda
 fi
 out=$dir/build-$build_type-$suffix
-if [[ ! -x $out/bin/llama-server || ! -x $out/bin/llama-batched-bench ]]; then
-    echo "==> building llama-batched-bench and llama-server ($build_type, $suffix) in $out" >&2
+if [[ ! -x $out/bin/llama-server || ! -x $out/bin/llama-batched-bench || ! -x $out/bin/llama-quantize ]]; then
+    echo "==> building llama-batched-bench, llama-server and llama-quantize ($build_type, $suffix) in $out" >&2
     cmake -S "$src" -B "$out" -DCMAKE_BUILD_TYPE="$build_type" "${cpu_options[@]}" "${gpu_options[@]}" \
         -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF >/dev/null
-    cmake --build "$out" --target llama-batched-bench llama-server -j "$(nproc)" >&2
+    cmake --build "$out" --target llama-batched-bench llama-server llama-quantize -j "$(nproc)" >&2
 fi
 echo "$out/bin"

@@ -34,6 +34,12 @@
 #       measured on a GPU go in as variants beside the defaults, e.g.
 #       `--variant loops4:CORTEX_STEP_LOOPS=4 --timelines` (the job times
 #       and each one's trace summary, against the default; with
+#       `--sized NAME[:TYPE]` measures a model of a real shape instead of
+#       the default one (llama3.1-8b, qwen2.5-7b, gemma3-4b, llama3.2-3b,
+#       llama3.2-1b; Q4_K_M unless `:q8_0`), its random weights written
+#       there in seconds by scripts/sized_model.py from the tokenizers and
+#       templates the kit carries (no weights travel), every token count
+#       fixed (`--fixed-counts`). With
 #       `--engine-variants` the engine decode rows too, e.g. the decode
 #       threads of a model wholly on the GPU, one a loop by default, against
 #       every core, `t16:CORTEX_THREADS=16`). cortex's threads are its own
@@ -208,13 +214,23 @@ pack)
     strip --strip-unneeded "$stage/kit/bin/"* "$stage/kit/peers/"* 2>/dev/null || true
     model=$(target/release/cortex models pull 2>/dev/null | tail -1)
     cp "$model" "$stage/kit/model.gguf"
-    cp scripts/bench_peers.py scripts/gpu-kit.sh scripts/gpu_check.py "$stage/kit/scripts/"
+    cp scripts/bench_peers.py scripts/gpu-kit.sh scripts/gpu_check.py scripts/sized_model.py "$stage/kit/scripts/"
+    # What `bench --sized` makes models of real shapes from there: the
+    # tokenizers (Gemma 3's taken out of the gemma3-270m GGUF) and the chat
+    # templates, a few MB; the weights are written there, at random.
+    models_src=$(NO_INSTALL=1 NO_BUILD=1 bash scripts/build-peers.sh)/llama_cpp_python-*/vendor/llama.cpp/models
+    mkdir -p "$stage/kit/sized/templates"
+    cp $models_src/ggml-vocab-llama-bpe.gguf $models_src/ggml-vocab-qwen2.gguf "$stage/kit/sized/"
+    cp $models_src/templates/meta-llama-Llama-3.*-Instruct.jinja $models_src/templates/Qwen-Qwen2.5-7B-Instruct.jinja \
+        "$stage/kit/sized/templates/"
+    gemma=$(target/release/cortex models pull gemma3-270m 2>/dev/null | tail -1)
+    python3 scripts/sized_model.py --extract-vocab "$gemma" "$stage/kit/sized/ggml-vocab-gemma3.gguf" >/dev/null
     mkdir -p "$kit"
     rm -f "$kit"/kit.tar.xz.part-*
     echo "==> packing (xz) into parts of 60 MiB in $kit" >&2
     # The programs first, the model last: the first two parts alone unpack
     # to a cortex that can say whether it sees the GPU.
-    tar -C "$stage" -cf - kit/bin kit/peers kit/scripts kit/model.gguf | xz -T0 -6 |
+    tar -C "$stage" -cf - kit/bin kit/peers kit/scripts kit/sized kit/model.gguf | xz -T0 -6 |
         split -b 60M -d - "$kit/kit.tar.xz.part-"
     ls -l "$kit"/kit.tar.xz.part-* >&2
     echo "$kit"
@@ -254,13 +270,33 @@ import json, sys
 gpus = [d["name"] for d in json.load(sys.stdin)["devices"] if d["kind"] == "gpu"]
 print(gpus[0].lower() if gpus else "")')}
     [[ -n $device ]] || { echo "cortex sees no GPU" >&2; exit 1; }
-    python3 "$here/gpu_check.py" --cortex "$kit/bin/cortex" --model "$kit/model.gguf" \
-        --device "$device" --repeat "${CHECK_REPEAT:-4}" || echo "the check found differences (above)"
+    # --sized NAME[:TYPE]: a model of a real shape, made here (seconds; no
+    # weights travel), measured with every token count fixed.
+    model=$kit/model.gguf
+    rest=()
+    sized=
+    while (($#)); do
+        case $1 in
+        --sized) sized=${2:?--sized NAME[:q4_k_m|q8_0], e.g. llama3.1-8b}; shift 2 ;;
+        *) rest+=("$1"); shift ;;
+        esac
+    done
+    if [[ -n $sized ]]; then
+        name=${sized%%:*}
+        type=q4_k_m
+        [[ $sized == *:* ]] && type=${sized#*:}
+        model=$(python3 "$here/sized_model.py" "$name" --type "$type" --vocab-dir "$kit/sized" \
+            --out "$work/sized/$name-$type.gguf")
+        rest=(--fixed-counts "${rest[@]}")
+    else
+        python3 "$here/gpu_check.py" --cortex "$kit/bin/cortex" --model "$model" \
+            --device "$device" --repeat "${CHECK_REPEAT:-4}" || echo "the check found differences (above)"
+    fi
     compare=()
     [[ -x $kit/bin/cortex-before ]] && compare=(--compare "$kit/bin/cortex-before")
     exec python3 "$here/bench_peers.py" --cortex "$kit/bin/cortex" --peers "$kit/peers" \
-        --model "$kit/model.gguf" --device "$device" --threads "$(nproc)" \
-        --json "$kit/bench.json" "${compare[@]}" "$@"
+        --model "$model" --device "$device" --threads "$(nproc)" \
+        --json "$kit/bench.json" "${compare[@]}" "${rest[@]}"
     ;;
 *)
     echo "unknown step $step: module, peers, pack or bench" >&2

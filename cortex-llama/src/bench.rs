@@ -519,6 +519,10 @@ pub struct ReportPlan {
     pub engine: EngineConfig,
     /// Batch sizes of the batched table.
     pub batch_sizes: Vec<usize>,
+    /// Prompt tokens of each sequence of a batched row (llama-batched-bench's PP).
+    pub prompt_tokens: usize,
+    /// Tokens each sequence of a batched row generates (its TG).
+    pub generated_tokens: usize,
     /// Runs per batched row (the best is kept).
     pub repeats: usize,
     /// Also run the plain llama.cpp loop for each row.
@@ -566,6 +570,10 @@ pub struct BenchReport {
     pub int8_peak: Option<Int8Peak>,
 }
 
+/// A batched row's prompt and generated tokens per sequence unless asked
+/// otherwise: llama-batched-bench's `-npp 32 -ntg 128`, as the peers run it.
+pub const BATCHED_TOKENS: (usize, usize) = (32, 128);
+
 /// The shape of the shared-prefix job: requests, prefix tokens, own tokens, TG.
 pub const PREFIX_JOB: (usize, usize, usize, usize) = (64, 512, 32, 64);
 
@@ -579,8 +587,8 @@ pub fn run_report(
     let base = &plan.engine;
     let settings = BenchSettings {
         threads: base.threads,
-        pp: 32,
-        tg: 128,
+        pp: plan.prompt_tokens,
+        tg: plan.generated_tokens,
     };
     // The plain loop's own copy of the model, only when it runs.
     let model = if plan.raw {
