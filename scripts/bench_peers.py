@@ -157,6 +157,18 @@ def summarise_job():
     return items
 
 
+def documents_job():
+    """The usual job of a data team at a big model's pace: 16 distinct
+    documents of ~512 tokens, 64 tokens of answer each, EOS ignored."""
+    rng = random.Random(8)
+    items = []
+    for i in range(16):
+        doc = " ".join(f"{sentence(rng, 13)}." for _ in range(34))
+        items.append({"prompt": f"Document {i}:\n{doc}\n\nThe main point of document {i} is",
+                      "max_tokens": 64, "temperature": 0, "ignore_eos": True})
+    return items
+
+
 JOBS = {
     "distinct": distinct_job,
     "prefix": prefix_job,
@@ -165,6 +177,7 @@ JOBS = {
     "short": short_job,
     "classify": classify_job,
     "summarise": summarise_job,
+    "documents": documents_job,
 }
 
 # ---------------------------------------------------------------- helpers

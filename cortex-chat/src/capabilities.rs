@@ -14,6 +14,10 @@ use crate::syntax::ReasoningMarkers;
 pub(crate) struct Capabilities {
     /// It renders a system message (some refuse one, some drop it).
     pub(crate) system_role: bool,
+    /// It renders a `developer` message as such (gpt-oss's harmony format);
+    /// elsewhere one is the system message, as OpenAI takes it for models
+    /// without that role.
+    pub(crate) developer_role: bool,
     /// It renders the tools on offer.
     pub(crate) takes_tools: bool,
     /// It renders an assistant turn's tool calls and a tool's result.
@@ -49,6 +53,12 @@ impl Capabilities {
         let user = ChatMessage::user(QUESTION);
         let system_role = render(&[ChatMessage::system(SYSTEM), user.clone()], None)
             .is_some_and(|text| text.contains(SYSTEM));
+        // Named in the template itself: a ChatML template writes any role it
+        // is given, which the model never saw for this one.
+        let names_developer = source.contains("'developer'") || source.contains("\"developer\"");
+        let developer_role = names_developer
+            && render(&[ChatMessage::new("developer", SYSTEM), user.clone()], None)
+                .is_some_and(|text| text.contains(SYSTEM));
         let takes_tools = render(std::slice::from_ref(&user), Some(&tools))
             .is_some_and(|text| text.contains(probe::FIRST));
         let answered = render(
@@ -79,6 +89,7 @@ impl Capabilities {
         };
         Self {
             system_role,
+            developer_role,
             takes_tools,
             renders_calls,
             native_calls,

@@ -43,6 +43,9 @@ impl ChatTemplate {
         let tools = conversation.tools;
         let generic = tools.is_some() && !capabilities.takes_tools;
         let mut messages = Cow::Borrowed(conversation.messages);
+        if !capabilities.developer_role && messages.iter().any(|m| m.role == "developer") {
+            messages = Cow::Owned(developer_as_system(&messages));
+        }
         let has_calls = messages
             .iter()
             .any(|m| !m.tool_calls.is_empty() || m.role == "tool");
@@ -452,6 +455,21 @@ fn with_preamble(
         None => out.insert(0, ChatMessage::system(preamble)),
     }
     Ok(out)
+}
+
+/// `developer` messages as system messages, for a template that does not
+/// know that role (OpenAI's own rule for models without it).
+fn developer_as_system(messages: &[ChatMessage]) -> Vec<ChatMessage> {
+    messages
+        .iter()
+        .map(|m| {
+            let mut m = m.clone();
+            if m.role == "developer" {
+                m.role = "system".into();
+            }
+            m
+        })
+        .collect()
 }
 
 /// System messages at the head of the first user message (or as a user

@@ -245,9 +245,10 @@ pub(crate) struct RequestFlags {
     /// the model's, else 1.0: off).
     #[arg(long)]
     pub(crate) top_p: Option<f32>,
-    /// The random seed: the same seed and input give the same text, for
-    /// requests that set none (default: the model's, else one from the
-    /// request).
+    /// The job's random seed (default: the model's, else 0): a line that
+    /// sets no seed of its own draws from one derived from this and its
+    /// custom_id, so a sampled job gives the same text again whatever the
+    /// order of its file or what runs beside each line.
     #[arg(long)]
     pub(crate) seed: Option<u64>,
 }

@@ -302,6 +302,7 @@ impl Config {
             OrAuto::Value(even) => Some(even),
         };
         engine.steady_steps = self.settings.steady_steps.value;
+        engine.step_cells = self.settings.step_cells.value;
         engine.threads = self.settings.threads.value;
         engine.stream_tokens =
             (self.settings.context.value > 0).then_some(self.settings.context.value);
@@ -314,6 +315,7 @@ impl Config {
         engine.gpu_layers = self.settings.gpu_layers.value;
         engine.cpu_kernels = self.settings.cpu_kernels.value;
         engine.sample_on_device = self.settings.sample_on_device.value;
+        engine.prefix_sharing = self.settings.prefix_sharing.value;
         engine.backends_dir = self.backends_dir();
         engine
     }

@@ -2,7 +2,7 @@
 //! variant, what was skipped and why) and the devices they offer, with
 //! their memory.
 
-use cortex_engine::Device;
+use cortex_engine::{Device, DeviceKind};
 use cortex_llama::Backends;
 use serde_json::{Value, json};
 
@@ -35,11 +35,33 @@ fn as_json(backends: &Backends, devices: &[Device]) -> Value {
         "skipped": backends.skipped.iter().map(|(path, why)| json!({
             "path": path, "why": why,
         })).collect::<Vec<_>>(),
+        "same_output": same_output(backends, devices),
         "devices": devices.iter().map(|d| json!({
             "name": d.name, "description": d.description, "kind": d.kind.to_string(),
             "backend": d.backend, "memory_free": d.memory_free, "memory_total": d.memory_total,
         })).collect::<Vec<_>>(),
     })
+}
+
+/// Where a line's output depends only on the line (see the command line
+/// chapter, "Same input, same output"): on the CPU with cortex's kernels.
+fn same_output(backends: &Backends, devices: &[Device]) -> String {
+    let gpu = devices
+        .iter()
+        .find(|d| matches!(d.kind, DeviceKind::Gpu | DeviceKind::IntegratedGpu));
+    match (backends.cortex_kernels, gpu) {
+        (Some(isa), None) => format!(
+            "yes, on the CPU: a line's output is the same whatever runs beside it (cortex's {isa} kernels; weights in Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K or Q8_0)"
+        ),
+        (Some(isa), Some(gpu)) => format!(
+            "on the CPU (--device cpu, cortex's {isa} kernels), not on {}: llama.cpp's GPU kernels change with the batch",
+            gpu.name
+        ),
+        (None, _) => {
+            "not promised here: llama.cpp's kernels change with the batch (cortex's need AVX2)"
+                .to_owned()
+        }
+    }
 }
 
 fn mib(bytes: u64) -> String {
@@ -85,6 +107,10 @@ fn as_text(backends: &Backends, devices: &[Device]) -> String {
         ),
         None => "cortex kernels: none for this CPU (llama.cpp multiplies every weight)\n".to_owned(),
     });
+    out.push_str(&format!(
+        "same input, same output: {}\n",
+        same_output(backends, devices)
+    ));
     out.push_str("searched for modules, in order:\n");
     for dir in &backends.searched {
         out.push_str(&format!("  {}\n", dir.display()));

@@ -602,7 +602,7 @@ fn draining_finishes_what_is_in_hand_and_aborting_cancels_it() {
 
     let engine = start();
     let mut long = request(30, vec![1, 2]);
-    long.stop.max_tokens = 100_000;
+    long.stop.max_tokens = 4_000;
     long.stop.ignore_eos = true;
     let rx = engine.submit(long).unwrap();
     // Wait until it is generating, then abort.

@@ -95,7 +95,8 @@ impl EngineError {
             EngineError::Invalid { .. } => "invalid_request",
             EngineError::PromptTooLong { .. } => "context_length_exceeded",
             EngineError::DuplicateId(_) => "duplicate_id",
-            EngineError::Executor { .. } => "backend_error",
+            // (Was `backend_error`; error files written before say so.)
+            EngineError::Executor { .. } => "executor_error",
             EngineError::Timeout { .. } => "timeout",
             EngineError::Stopped => "engine_stopped",
             EngineError::Died(_) => "engine_died",

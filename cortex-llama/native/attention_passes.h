@@ -19,6 +19,43 @@
 // the same order, so both give the same result bit for bit (the
 // self-check compares them where the CPU runs both).
 
+// Blocks ahead of the one a pass reads whose K or V rows it asks for first.
+// llama.cpp's cache holds a cell's KV heads side by side (a row of 1 KiB at
+// 8 heads of 64), so a work item, one KV head, reads 128 bytes of every
+// 1 KiB: a stride the hardware prefetcher followed too late, and decode over
+// 1,000-4,000 cells took twice as long (16 sequences, Llama 3.2 1B's heads,
+// 2 cores of Zen 5; 1.45x at 3B's heads of 128). Results do not change.
+#define CK_FETCH_BLOCKS 2
+
+// Asks for the rows of the block at cell `ahead` (if any) of `rows`
+// (`stride` bytes apart, `bytes` each).
+// (Inlined always: a function that only prefetches looks free of effects,
+// and GCC drops a call to it.)
+static inline __attribute__((always_inline)) void fetch_block(const char * rows, int64_t stride, int64_t bytes, int64_t ahead, int64_t cells) {
+    for (int64_t c = ahead; c < ahead + BLOCK && c < cells; c++) {
+        for (int64_t b = 0; b < bytes; b += 64) {
+            __builtin_prefetch(rows + c * stride + b);
+        }
+    }
+}
+
+// Asks for block `ahead`'s K or V rows (`k`: which) of the streams the
+// queries read there: the shared prefix's below `shared`, else each
+// member's own.
+static inline __attribute__((always_inline)) void fetch_ahead(const struct ck_attention * a, const struct item * its, int64_t n, int64_t shared,
+                               const char * shared_rows, bool k, int64_t ahead) {
+    const int64_t stride = (int64_t)(k ? a->k_nb[1] : a->v_nb[1]);
+    const int64_t bytes = 2 * (k ? a->dk : a->dv);
+    if (ahead < shared) {
+        fetch_block(shared_rows, stride, bytes, ahead, a->cells);
+        return;
+    }
+    for (int64_t m = 0; m < n; m++) {
+        const char * own = k ? (const char *)k_row(a, &its[m], 0) : (const char *)v_row(a, &its[m], 0);
+        fetch_block(own, stride, bytes, ahead, a->cells);
+    }
+}
+
 // Scores of queries lo..hi-1 over the block of n cells at c0, K row c of the
 // block at kbase + (c0 + c) * k_nb[1]; false (and their scores -inf) when
 // every one of them is masked there.
@@ -121,6 +158,7 @@ CK_ATT void CK_ATTEND(const struct ck_attention * a, const struct item * its, in
     // Pass 1: scores.
     for (int64_t c0 = 0; c0 < cells; c0 += BLOCK) {
         const int nc = (int)(cells - c0 < BLOCK ? cells - c0 : BLOCK);
+        fetch_ahead(a, its, n, shared, shared_k, true, c0 + CK_FETCH_BLOCKS * BLOCK);
         if (c0 < shared) {
             score_queries(a, shared_k, c0, nc, 0, R, masks, qs, scores, padded, kt);
             continue;
@@ -142,6 +180,7 @@ CK_ATT void CK_ATTEND(const struct ck_attention * a, const struct item * its, in
     }
     for (int64_t c0 = 0; c0 < cells; c0 += BLOCK) {
         const int nc = (int)(cells - c0 < BLOCK ? cells - c0 : BLOCK);
+        fetch_ahead(a, its, n, shared, shared_v, false, c0 + CK_FETCH_BLOCKS * BLOCK);
         if (c0 < shared) {
             weigh_queries(a, shared_v, c0, nc, 0, R, maxima, scores, padded, vf, sums);
             continue;

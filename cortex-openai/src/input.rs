@@ -327,7 +327,9 @@ fn request_from(
     };
     let prompt = match (prompt, &defaults.system) {
         (Prompt::Chat(mut messages), Some(system))
-            if !messages.iter().any(|m| m.role == "system") =>
+            if !messages
+                .iter()
+                .any(|m| m.role == "system" || m.role == "developer") =>
         {
             messages.insert(0, cortex_request::ChatMessage::system(system));
             Prompt::Chat(messages)
@@ -519,14 +521,42 @@ fn parse_line_form(
     } else {
         LineForm::Plain
     };
+    let line_seed = match form {
+        LineForm::Batch => fields.get("body").and_then(|body| body.get("seed")),
+        LineForm::Plain => fields.get("seed"),
+    };
+    let custom_id = custom_id.unwrap_or_else(|| line.to_string());
+    let mut request = request;
+    if let Work::Generate(request) = &mut request
+        && line_seed.is_none_or(Value::is_null)
+    {
+        request.sampling.seed = Some(line_seed_of(defaults.sampling.seed, &custom_id));
+    }
     let item = NewItem {
         line,
-        custom_id: custom_id.unwrap_or_else(|| line.to_string()),
+        custom_id,
         endpoint: tag,
         model,
         request,
     };
     Ok((item, form))
+}
+
+/// The seed of a line that sets none: derived from its `custom_id` and the
+/// job's seed (0 when the job has none), so that a sampled line draws the
+/// same tokens wherever it sits in its file, whatever runs beside it, and
+/// in every run of the job; two lines draw apart. (FNV-1a over the id, then
+/// splitmix64's mix: fixed here, not left to a hasher that may change.)
+pub fn line_seed_of(job_seed: Option<u64>, custom_id: &str) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in custom_id.bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    let mut z = hash ^ job_seed.unwrap_or(0).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }
 
 /// Reads a JSONL stream line by line, never holding more than one line:
@@ -637,6 +667,34 @@ mod tests {
     use cortex_request::ChatMessage;
 
     use super::*;
+
+    #[test]
+    fn a_line_without_a_seed_draws_from_its_custom_id_and_the_jobs_seed() {
+        let seed = |line: u64, text: &str, job: Option<u64>| {
+            let mut defaults = JobDefaults::default();
+            defaults.sampling.seed = job;
+            parse_line(line, text, &defaults)
+                .unwrap()
+                .request
+                .as_generate()
+                .unwrap()
+                .sampling
+                .seed
+        };
+        let a = r#"{"custom_id": "a", "prompt": "Hi", "temperature": 0.8}"#;
+        let b = r#"{"custom_id": "b", "prompt": "Hi", "temperature": 0.8}"#;
+        // Wherever it sits in the file: the same; another id: another.
+        assert_eq!(seed(1, a, None), seed(40, a, None));
+        assert_eq!(seed(1, a, None), Some(line_seed_of(None, "a")));
+        assert_ne!(seed(1, a, None), seed(1, b, None));
+        // The job's seed takes part; a line's own seed is kept as it is.
+        assert_ne!(seed(1, a, Some(7)), seed(1, a, None));
+        assert_eq!(seed(3, a, Some(7)), seed(9, a, Some(7)));
+        let own = r#"{"custom_id": "a", "prompt": "Hi", "seed": 5}"#;
+        assert_eq!(seed(1, own, Some(7)), Some(5));
+        let batch = r#"{"custom_id": "a", "method": "POST", "url": "/v1/completions", "body": {"prompt": "Hi"}}"#;
+        assert_eq!(seed(1, batch, None), Some(line_seed_of(None, "a")));
+    }
 
     fn logprobs(line: &str) -> Result<Option<u32>, String> {
         parse_line(1, line, &JobDefaults::default())
@@ -844,7 +902,12 @@ mod tests {
         .unwrap();
         assert_eq!(
             item.request.as_generate().unwrap().prompt,
-            Prompt::Chat(vec![ChatMessage::system("Rules."), ChatMessage::user("AB"),])
+            // The developer message as such (the template decides how it
+            // renders), parts joined by a newline as llama.cpp joins them.
+            Prompt::Chat(vec![
+                ChatMessage::new("developer", "Rules."),
+                ChatMessage::user("A\nB"),
+            ])
         );
         assert!(
             item.request

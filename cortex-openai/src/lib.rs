@@ -90,7 +90,7 @@ pub use batch::{
     file_deleted_object, file_object, list_object, webhook_event, webhook_event_id,
 };
 pub use endpoint::Endpoint;
-pub use input::{InputReader, parse_line};
+pub use input::{InputReader, line_seed_of, parse_line};
 pub use jsonl::{ExportJsonl, NamedModel, SubmitJsonl, check_batch, named_model, named_models};
 pub use online::{
     BodyError, ChunkHead, OnlineRequest, ResponseEvents, StreamOptions, error_body, model_object,

@@ -95,7 +95,7 @@ pub struct ChatMessage {
 
 impl ChatMessage {
     /// The roles chat templates understand.
-    pub const ROLES: [&'static str; 4] = ["system", "user", "assistant", "tool"];
+    pub const ROLES: [&'static str; 5] = ["system", "developer", "user", "assistant", "tool"];
 
     /// A message with the given role and content.
     pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {

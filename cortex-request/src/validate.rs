@@ -78,7 +78,9 @@ pub enum ValidationError {
         index: usize,
     },
     /// A chat message with a role no template knows.
-    #[error("messages[{index}].role = {role:?} is not one of system, user, assistant, tool")]
+    #[error(
+        "messages[{index}].role = {role:?} is not one of system, developer, user, assistant, tool"
+    )]
     InvalidRole {
         /// The message's position.
         index: usize,
@@ -397,7 +399,7 @@ mod tests {
                 ChatMessage::system("be brief"),
                 ChatMessage::new("robot", "hi")
             ])),
-            "messages[1].role = \"robot\" is not one of system, user, assistant, tool"
+            "messages[1].role = \"robot\" is not one of system, developer, user, assistant, tool"
         );
     }
 

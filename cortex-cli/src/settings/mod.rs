@@ -340,6 +340,11 @@ settings! {
     /// and launching it again.
     steady_steps: usize = EngineConfig::new("").steady_steps;
     Engine, "N";
+    /// KV cells the sequences of one step span at most, when streams are
+    /// sized from the job: long requests then run fewer at a time (0: for
+    /// the device and model, see `cortex config`; no bound on a GPU).
+    step_cells: usize = EngineConfig::new("").step_cells;
+    Engine, "N";
     /// Tokens per decode call at most, prompt chunks and decode tokens
     /// together (there is always room for every sequence's decode token).
     batch_tokens: usize = EngineConfig::DEFAULT_BATCH_TOKENS;
@@ -376,6 +381,10 @@ settings! {
     /// logits (a GPU, or cortex's CPU kernels): one token per sequence comes
     /// back instead of all the logits.
     sample_on_device: bool = EngineConfig::new("").sample_on_device;
+    Engine, "BOOL";
+    /// Requests that begin with the same tokens share them: the prefix is
+    /// computed once, its KV copied to each (outputs are the same either way).
+    prefix_sharing: bool = EngineConfig::new("").prefix_sharing;
     Engine, "BOOL";
     /// A directory of llama.cpp backend modules (libggml-*.so) searched
     /// before the program's own.
@@ -525,8 +534,10 @@ mod tests {
             ("threads", engine.threads.to_string()),
             ("parallel", engine.parallel.to_string()),
             ("steady_steps", engine.steady_steps.to_string()),
+            ("step_cells", engine.step_cells.to_string()),
             ("batch_tokens", engine.max_batch_tokens.to_string()),
             ("sample_on_device", engine.sample_on_device.to_string()),
+            ("prefix_sharing", engine.prefix_sharing.to_string()),
             ("max_attempts", submit.max_attempts.to_string()),
             (
                 "lease_seconds",

@@ -118,8 +118,8 @@ fn input_item(item: &Value, i: usize) -> Result<ChatMessage, String> {
     }
     only(&["type", "role", "content", "id", "status"], &at, m)?;
     let role = match m.get("role").and_then(Value::as_str) {
-        Some("developer") => "system",
-        Some(role @ ("user" | "assistant" | "system")) => role,
+        // A developer message is rendered as the template knows it (see cortex-chat).
+        Some(role @ ("user" | "assistant" | "system" | "developer")) => role,
         Some(other) => {
             return Err(format!(
                 "{at}.role {other:?} is not user, assistant, system or developer"
@@ -136,7 +136,7 @@ fn input_item(item: &Value, i: usize) -> Result<ChatMessage, String> {
                     part.get("type").and_then(Value::as_str),
                     part.get("text").and_then(Value::as_str),
                 ) {
-                    (Some("input_text" | "output_text"), Some(t)) => text.push_str(t),
+                    (Some("input_text" | "output_text"), Some(t)) => push_part(&mut text, t),
                     (Some(kind), _) => {
                         return Err(format!(
                             "{at}.content[{j}] has type {kind:?}; only input_text is supported"
@@ -327,6 +327,16 @@ fn history_calls(value: &Value, message: usize) -> Result<Vec<ToolCall>, String>
         .collect()
 }
 
+/// Adds a content part's text: parts are joined by a newline, as llama.cpp
+/// joins them ("Translate to French:" and "Good morning" are two lines, not
+/// "Translate to French:Good morning").
+fn push_part(text: &mut String, part: &str) {
+    if !text.is_empty() {
+        text.push('\n');
+    }
+    text.push_str(part);
+}
+
 /// OpenAI's content parts: only `{"type": "text", "text": ...}` is supported.
 fn text_parts(parts: &[Value], message: usize) -> Result<String, String> {
     let mut text = String::new();
@@ -336,7 +346,7 @@ fn text_parts(parts: &[Value], message: usize) -> Result<String, String> {
             part.get("type").and_then(Value::as_str),
             part.get("text").and_then(Value::as_str),
         ) {
-            (Some("text"), Some(t)) => text.push_str(t),
+            (Some("text"), Some(t)) => push_part(&mut text, t),
             (Some(kind), _) if kind != "text" => {
                 return Err(format!("{field} has type {kind:?}; only text is supported"));
             }
