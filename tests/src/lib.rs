@@ -229,6 +229,15 @@ impl Cortex {
         self.command(args).output().expect("run cortex")
     }
 
+    /// Runs `cortex ARGS` to the end: its exit code and stderr.
+    pub fn exit_and_stderr(&self, args: &[&str]) -> (Option<i32>, String) {
+        let output = self.run(args);
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    }
+
     /// Runs, asserts success, returns stdout.
     pub fn ok(&self, args: &[&str]) -> String {
         let output = self.run(args);

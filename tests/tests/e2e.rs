@@ -799,15 +799,6 @@ fn a_lines_model_picks_the_jobs_model_or_is_refused_by_name() {
     assert_eq!(cortex.store().jobs(&Default::default()).unwrap().len(), 2);
 }
 
-/// Runs `cortex ARGS` and returns its exit code and stderr.
-fn exit_and_stderr(cortex: &Cortex, args: &[&str]) -> (Option<i32>, String) {
-    let output = cortex.run(args);
-    (
-        output.status.code(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
-}
-
 #[test]
 fn a_newcomers_commands_name_the_next_step_and_exit_as_a_pipeline_needs() {
     let _turn = turn();
@@ -819,7 +810,7 @@ fn a_newcomers_commands_name_the_next_step_and_exit_as_a_pipeline_needs() {
         "mixed.jsonl",
         "{\"prompt\": \"Say hi\", \"max_tokens\": 2}\n{\"prompt\": \"\"}\n",
     );
-    let (code, stderr) = exit_and_stderr(&cortex, &["run", "mixed.jsonl", "--skip-invalid"]);
+    let (code, stderr) = cortex.exit_and_stderr(&["run", "mixed.jsonl", "--skip-invalid"]);
     assert_eq!(code, Some(6), "{stderr}");
     assert!(
         stderr.contains("1 of 2 requests did not complete"),
@@ -844,7 +835,7 @@ fn a_newcomers_commands_name_the_next_step_and_exit_as_a_pipeline_needs() {
             .collect::<String>(),
     );
     let (code, stderr) =
-        exit_and_stderr(&cortex, &["run", "slow.jsonl", "--completion-window", "1s"]);
+        cortex.exit_and_stderr(&["run", "slow.jsonl", "--completion-window", "1s"]);
     assert_eq!(code, Some(7), "{stderr}");
     assert!(
         stderr.contains("2 of 2 requests did not complete"),
@@ -854,7 +845,7 @@ fn a_newcomers_commands_name_the_next_step_and_exit_as_a_pipeline_needs() {
     // Cancelling a job that never ran says what became of its requests.
     cortex.write("later.jsonl", &prompts(3, 4));
     let job = cortex.ok(&["submit", "later.jsonl"]).trim().to_owned();
-    let (code, stderr) = exit_and_stderr(&cortex, &["results", &job]);
+    let (code, stderr) = cortex.exit_and_stderr(&["results", &job]);
     assert_eq!(code, Some(5), "{stderr}");
     assert!(
         stderr.contains(&format!("cortex results {job} --partial")),
@@ -933,7 +924,7 @@ fn a_newcomers_commands_name_the_next_step_and_exit_as_a_pipeline_needs() {
         ),
     ];
     for (args, expected, message) in refusals {
-        let (code, stderr) = exit_and_stderr(&cortex, args);
+        let (code, stderr) = cortex.exit_and_stderr(args);
         assert_eq!(code, Some(expected), "{args:?}: {stderr}");
         assert!(stderr.contains(message), "{args:?}: {stderr}");
     }
@@ -954,7 +945,7 @@ fn a_newcomers_commands_name_the_next_step_and_exit_as_a_pipeline_needs() {
 
     // An unknown model is refused before anything says it is being pulled;
     // the list says what can be.
-    let (code, stderr) = exit_and_stderr(&cortex, &["models", "pull", "llama3"]);
+    let (code, stderr) = cortex.exit_and_stderr(&["models", "pull", "llama3"]);
     assert_eq!(code, Some(1), "{stderr}");
     assert!(
         !stderr.contains("pulling") && stderr.contains("the models cortex can fetch"),
@@ -974,7 +965,7 @@ fn a_newcomers_commands_name_the_next_step_and_exit_as_a_pipeline_needs() {
     // A busy port fails before the model loads or anything says "serving".
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = taken.local_addr().unwrap().port().to_string();
-    let (code, stderr) = exit_and_stderr(&cortex, &["serve", "--port", &port]);
+    let (code, stderr) = cortex.exit_and_stderr(&["serve", "--port", &port]);
     assert_eq!(code, Some(1), "{stderr}");
     assert!(
         stderr.contains("cannot listen on 127.0.0.1:") && !stderr.contains("serving"),

@@ -15,15 +15,6 @@ fn turn() -> std::sync::MutexGuard<'static, ()> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Runs `cortex ARGS` and returns its exit code and stderr.
-fn exit_and_stderr(cortex: &Cortex, args: &[&str]) -> (Option<i32>, String) {
-    let output = cortex.run(args);
-    (
-        output.status.code(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
-}
-
 #[test]
 fn no_output_replaces_a_file_the_job_reads_by_any_name() {
     let _turn = turn();
@@ -68,14 +59,14 @@ fn no_output_replaces_a_file_the_job_reads_by_any_name() {
     // (`self.errors.jsonl` must exist to be read: it is the input there.)
     cortex.write("self.errors.jsonl", &input);
     for (args, why) in refusals {
-        let (code, stderr) = exit_and_stderr(&cortex, args);
+        let (code, stderr) = cortex.exit_and_stderr(args);
         assert_eq!(code, Some(2), "{args:?}: {stderr}");
         assert!(
             stderr.starts_with("error: refusing to write the") && stderr.contains(why),
             "{args:?}: {stderr}"
         );
     }
-    let (code, stderr) = exit_and_stderr(&cortex, &["run", "self.jsonl", "--errors", "hard.jsonl"]);
+    let (code, stderr) = cortex.exit_and_stderr(&["run", "self.jsonl", "--errors", "hard.jsonl"]);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("the error file to hard.jsonl"), "{stderr}");
     // Nothing was submitted, and every input is as it was.
@@ -88,7 +79,7 @@ fn no_output_replaces_a_file_the_job_reads_by_any_name() {
     }
     // `cortex results` keeps the job's own input too.
     cortex.ok(&["run", "self.jsonl", "-o", "out.jsonl"]);
-    let (code, stderr) = exit_and_stderr(&cortex, &["results", "1", "-o", "self.jsonl"]);
+    let (code, stderr) = cortex.exit_and_stderr(&["results", "1", "-o", "self.jsonl"]);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("it is the job's input"), "{stderr}");
     assert_eq!(
@@ -103,14 +94,14 @@ fn a_bad_output_is_found_before_generating_and_a_failed_write_says_how_to_recove
     let cortex = Cortex::new();
     cortex.ok(&["list"]);
     cortex.write("p.jsonl", &prompts(2, 2));
-    let (code, stderr) = exit_and_stderr(&cortex, &["run", "p.jsonl", "-o", "nodir/x.jsonl"]);
+    let (code, stderr) = cortex.exit_and_stderr(&["run", "p.jsonl", "-o", "nodir/x.jsonl"]);
     assert_eq!(code, Some(1), "{stderr}");
     assert!(
         stderr.contains("no file can be created in nodir") && !stderr.contains("submitted"),
         "{stderr}"
     );
     assert!(cortex.store().jobs(&Default::default()).unwrap().is_empty());
-    let (code, stderr) = exit_and_stderr(&cortex, &["run", "p.jsonl", "--errors", "nodir/e.jsonl"]);
+    let (code, stderr) = cortex.exit_and_stderr(&["run", "p.jsonl", "--errors", "nodir/e.jsonl"]);
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("nodir"), "{stderr}");
     assert!(cortex.store().jobs(&Default::default()).unwrap().is_empty());
@@ -162,7 +153,7 @@ fn a_json_array_of_requests_is_read_as_its_lines_and_a_broken_one_is_named() {
         "pretty.json",
         "[\n  {\n    \"prompt\": \"Hi\",\n    \"max_tokens\": 2\n  },\n  {\n    \"prompt\": \"Yo\",\n    \"max_tokens\": 2\n  }\n]\n",
     );
-    let (code, stderr) = exit_and_stderr(&cortex, &["run", "list.json"]);
+    let (code, stderr) = cortex.exit_and_stderr(&["run", "list.json"]);
     assert_eq!(code, Some(0), "{stderr}");
     assert!(
         stderr.contains("list.json is a JSON array: its 2 elements are read as lines 1-2"),
@@ -180,11 +171,11 @@ fn a_json_array_of_requests_is_read_as_its_lines_and_a_broken_one_is_named() {
     );
     // A bad element is named by its place; a broken array says it is one.
     cortex.write("bad.json", "[{\"prompt\": \"ok\"}, {\"prompt\": \"\"}]");
-    let (code, stderr) = exit_and_stderr(&cortex, &["submit", "bad.json"]);
+    let (code, stderr) = cortex.exit_and_stderr(&["submit", "bad.json"]);
     assert_eq!(code, Some(3), "{stderr}");
     assert!(stderr.contains("line 2: prompt is empty"), "{stderr}");
     cortex.write("broken.json", "[\n  {\"prompt\": \"a\"},\n]\n");
-    let (code, stderr) = exit_and_stderr(&cortex, &["submit", "broken.json"]);
+    let (code, stderr) = cortex.exit_and_stderr(&["submit", "broken.json"]);
     assert_eq!(code, Some(3), "{stderr}");
     assert!(
         stderr.contains("starts as a JSON array but is not one") && stderr.contains("line 3"),
@@ -195,7 +186,7 @@ fn a_json_array_of_requests_is_read_as_its_lines_and_a_broken_one_is_named() {
 #[test]
 fn status_with_no_jobs_exits_as_no_such_job() {
     let cortex = Cortex::new();
-    let (code, stderr) = exit_and_stderr(&cortex, &["status"]);
+    let (code, stderr) = cortex.exit_and_stderr(&["status"]);
     assert_eq!(code, Some(4), "{stderr}");
     assert!(stderr.contains("no jobs yet"), "{stderr}");
 }
@@ -208,7 +199,7 @@ fn max_tokens_past_any_context_is_refused_by_name_and_the_context_bounds_a_reque
         "huge.jsonl",
         "{\"custom_id\": \"huge\", \"prompt\": \"Hi\", \"max_tokens\": 1000000000}\n{\"custom_id\": \"fine\", \"prompt\": \"Hi\", \"max_tokens\": 2}\n",
     );
-    let (code, stderr) = exit_and_stderr(&cortex, &["run", "huge.jsonl"]);
+    let (code, stderr) = cortex.exit_and_stderr(&["run", "huge.jsonl"]);
     assert_eq!(code, Some(6), "{stderr}");
     let errors = read_jsonl(&cortex.dir().join("huge.errors.jsonl"));
     assert_eq!(errors.len(), 1, "{errors:?}");
