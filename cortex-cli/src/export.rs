@@ -95,10 +95,18 @@ impl Outputs {
     }
 
     /// Refuses, before anything is submitted or generated, an output that
-    /// would replace a file the command reads (compared by device and
-    /// inode, so another name of it, a link or a hard link, is caught too),
-    /// and an output that cannot be created.
+    /// would replace a file the command reads, and one that cannot be
+    /// created here and now (see [`Outputs::refuse_replacing`],
+    /// [`Outputs::check_creatable`]).
     pub(crate) fn check(&self, reads: &[ReadFile]) -> anyhow::Result<()> {
+        self.refuse_replacing(reads)?;
+        self.check_creatable()
+    }
+
+    /// Refuses an output that would replace a file the command reads
+    /// (compared by device and inode, so another name of it, a link or a
+    /// hard link, is caught too).
+    pub(crate) fn refuse_replacing(&self, reads: &[ReadFile]) -> anyhow::Result<()> {
         for (what, location) in [("results", &self.results), ("error file", &self.errors)] {
             let Location::Local(path) = location else {
                 continue;
@@ -114,11 +122,22 @@ impl Outputs {
                 .into());
             }
         }
+        Ok(())
+    }
+
+    /// Refuses an output that cannot be created.
+    pub(crate) fn check_creatable(&self) -> anyhow::Result<()> {
         for (what, location) in [("results", &self.results), ("error file", &self.errors)] {
             match location {
-                // A temporary file made beside it and removed: the export's
-                // own first step, whose error names the place.
-                Location::Local(path) => OutputFile::create(path).map(drop)?,
+                // A file (or a new path): a temporary file made beside it and
+                // removed, the export's own first step, whose error names the
+                // place. A stream (stdout, a device, a FIFO) is left unopened:
+                // opening a FIFO would hand its reader an empty file.
+                Location::Local(path) => {
+                    if let Ok(Destination::Replace(_)) | Err(_) = Destination::of(path) {
+                        OutputFile::create(path).map(drop)?;
+                    }
+                }
                 Location::Object(object) => object
                     .check_writable()
                     .with_context(|| format!("cannot write the {what} to {location}"))?,

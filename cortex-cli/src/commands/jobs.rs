@@ -252,12 +252,13 @@ pub(crate) fn submit(
     let output_url = output.map(destination).transpose()?;
     let config = &for_input(config, args)?;
     if let Some(url) = &output_url {
-        // Where the worker will write, checked now as `run` checks its -o.
+        // Never the input or the database; whether it can be created is the
+        // worker's to find when it writes (its folder may come later).
         let mut reads = config.files_read();
         if let Ok(Location::Local(path)) = Location::parse(&args.file) {
             reads.push(ReadFile::new(path, "the input"));
         }
-        Outputs::choose(Some(url), None, "results")?.check(&reads)?;
+        Outputs::choose(Some(url), None, "results")?.refuse_replacing(&reads)?;
     }
     let mut store = open_store(config)?;
     let submitted = submit_job(store.as_mut(), config, args, output_url)?;
