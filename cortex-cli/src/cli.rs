@@ -407,9 +407,10 @@ pub(crate) struct RunArgs {
     pub(crate) submit: SubmitArgs,
     #[command(flatten)]
     pub(crate) outputs: OutputArgs,
-    /// For a Parquet input and a .parquet output: input columns to carry into
-    /// the output table beside each row's answer (comma-separated; one named
-    /// like an output column becomes input_NAME).
+    /// For a .parquet output of a table's rows (Parquet, or CSV/JSONL rows
+    /// read through --prompt-template): input columns to carry beside each
+    /// row's answer (comma-separated; one named like an output column
+    /// becomes input_NAME).
     #[arg(long, value_name = "NAMES", value_delimiter = ',')]
     pub(crate) keep_columns: Vec<String>,
     /// Write every engine step as a JSON line to FILE (its batch, the KV its

@@ -224,7 +224,8 @@ impl Config {
             options.defaults.system = Some(system.clone());
         }
         let chosen = &self.settings.chat_template.value;
-        options.chats_refused = model.chat_refusal((!chosen.is_empty()).then_some(chosen.as_str()));
+        options.chat_template = (!chosen.is_empty()).then(|| chosen.clone());
+        options.chats_refused = model.chat_refusal(options.chat_template.as_deref());
         Ok(options)
     }
 

@@ -216,7 +216,7 @@ pub(crate) fn export_job(
     output: &Location,
     errors: &Location,
     partial: bool,
-    keep: Option<(&Location, &[String])>,
+    keep: Option<&KeepColumns<'_>>,
 ) -> anyhow::Result<Exported> {
     // Objects are written here first, then uploaded.
     let staging = match (output, errors) {
@@ -240,9 +240,9 @@ pub(crate) fn export_job(
     }
     let table = is_table(&output_path);
     let kept = match keep {
-        Some((input, names)) => {
+        Some(keep) => {
             check_table_output(output)?;
-            Some(kept_columns(input, names)?)
+            Some(keep.open()?)
         }
         None => None,
     };
@@ -280,15 +280,62 @@ pub(crate) fn export_job(
     })
 }
 
-/// Whether `names` can be kept from `input` in `output`: a table to a table,
-/// the columns there.
-pub(crate) fn check_kept_columns(
-    input: &Location,
-    output: &Location,
-    names: &[String],
-) -> anyhow::Result<()> {
-    check_table_output(output)?;
-    kept_columns(input, names).map(drop)
+/// Input columns to carry into a table of results (`--keep-columns`).
+pub(crate) struct KeepColumns<'a> {
+    /// The job's input.
+    pub(crate) input: &'a Location,
+    /// The columns.
+    pub(crate) names: &'a [String],
+    /// Whether the input's rows became requests through a template (a
+    /// text table's rows are its requests only then).
+    pub(crate) templated: bool,
+}
+
+impl KeepColumns<'_> {
+    /// Whether the columns can be kept in `output`: a table, and the
+    /// columns in the input's.
+    pub(crate) fn check(&self, output: &Location) -> anyhow::Result<()> {
+        check_table_output(output)?;
+        self.open().map(drop)
+    }
+
+    /// The input table's columns, read again from where it was: a Parquet
+    /// file, or a text table (CSV, JSONL rows, a JSON array) whose rows
+    /// became requests through a template.
+    fn open(&self) -> anyhow::Result<KeptColumns> {
+        let input = self.input;
+        let parquet = match input {
+            Location::Local(path) => cortex_parquet::is_parquet(path)?,
+            Location::Object(object) => cortex_parquet::is_parquet_object(&object.open()?)?,
+        };
+        if !parquet && !self.templated {
+            return Err(crate::exit::Usage(format!(
+                "--keep-columns carries a table's columns: {input} is neither a Parquet file nor rows read through --prompt-template"
+            ))
+            .into());
+        }
+        let opened = match (input, parquet) {
+            (Location::Local(path), true) => KeptColumns::open(path, self.names),
+            (Location::Object(object), true) => {
+                KeptColumns::open_object(&object.open()?, self.names)
+            }
+            (Location::Local(path), false) => {
+                let file = File::open(path).with_context(|| format!("cannot read {input}"))?;
+                KeptColumns::open_text(Box::new(BufReader::new(file)), self.names)
+            }
+            (Location::Object(object), false) => KeptColumns::open_text(
+                Box::new(BufReader::new(object.open()?.reader())),
+                self.names,
+            ),
+        };
+        // A column the table does not have is bad input, as a template's is.
+        opened.map_err(|e| match e.kind() {
+            std::io::ErrorKind::InvalidData => {
+                crate::exit::BadInput(format!("{input}: {e}")).into()
+            }
+            _ => anyhow::Error::new(e).context(format!("cannot read {input}")),
+        })
+    }
 }
 
 fn check_table_output(output: &Location) -> anyhow::Result<()> {
@@ -303,32 +350,6 @@ fn check_table_output(output: &Location) -> anyhow::Result<()> {
         .into());
     }
     Ok(())
-}
-
-/// The input table's `names` columns, read again from where it was.
-fn kept_columns(input: &Location, names: &[String]) -> anyhow::Result<KeptColumns> {
-    let opened = match input {
-        Location::Local(path) => {
-            if !cortex_parquet::is_parquet(path)? {
-                return Err(crate::exit::Usage(format!(
-                    "--keep-columns reads a table's columns: {input} is not a Parquet file"
-                ))
-                .into());
-            }
-            KeptColumns::open(path, names)
-        }
-        Location::Object(object) => {
-            let object = object.open()?;
-            if !cortex_parquet::is_parquet_object(&object)? {
-                return Err(crate::exit::Usage(format!(
-                    "--keep-columns reads a table's columns: {input} is not a Parquet file"
-                ))
-                .into());
-            }
-            KeptColumns::open_object(&object, names)
-        }
-    };
-    opened.with_context(|| input.to_string())
 }
 
 /// Whether an output path names a table (`.parquet`).

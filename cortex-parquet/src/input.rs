@@ -101,11 +101,119 @@ impl TextTable {
 /// Where rows come from.
 enum RowSource {
     Parquet(ParquetRecordBatchReader),
+    Text(TextRows),
+}
+
+/// A text table's rows, each a JSON object of its columns: what the input
+/// reads through a template and `--keep-columns` carries into the output.
+pub(crate) struct TextRows {
+    source: TextSource,
+    /// The table's columns: a CSV's header, a JSONL table's first row's keys.
+    pub(crate) columns: Vec<String>,
+    /// Rows read so far (blank lines are not rows).
+    row: u64,
+}
+
+enum TextSource {
     Jsonl(Box<dyn BufRead>),
     Csv {
         reader: Box<dyn BufRead>,
         header: Vec<String>,
     },
+}
+
+impl TextRows {
+    /// The rows of `reader`, a text table of `kind`.
+    pub(crate) fn open(mut reader: Box<dyn BufRead>, kind: TextTable) -> io::Result<Self> {
+        let (source, columns) = match kind {
+            TextTable::Csv => {
+                let header = next_csv_record(&mut reader)?
+                    .ok_or_else(|| invalid("the table is empty: no header row".into()))?;
+                let header: Vec<String> = header
+                    .into_iter()
+                    .map(|name| name.trim_start_matches('\u{feff}').trim().to_owned())
+                    .collect();
+                let columns = header.clone();
+                (TextSource::Csv { reader, header }, columns)
+            }
+            TextTable::Jsonl => {
+                let columns = first_row_keys(reader.as_mut())?;
+                (TextSource::Jsonl(reader), columns)
+            }
+            TextTable::JsonArray => {
+                let (mut lines, _) = json_array_lines(reader)?;
+                let columns = first_row_keys(lines.as_mut())?;
+                (TextSource::Jsonl(lines), columns)
+            }
+        };
+        Ok(Self {
+            source,
+            columns,
+            row: 0,
+        })
+    }
+
+    /// What a text input holds, peeked (not read) from its first line
+    /// that is not blank: JSONL unless that line is a CSV header or opens
+    /// an array.
+    pub(crate) fn kind_of(reader: &mut dyn BufRead) -> io::Result<TextTable> {
+        let text = String::from_utf8_lossy(reader.fill_buf()?).into_owned();
+        let first = text.lines().find(|line| !line.trim().is_empty());
+        Ok(first
+            .and_then(TextTable::of_first_line)
+            .unwrap_or(TextTable::Jsonl))
+    }
+
+    /// The next row; `None` at the end.
+    pub(crate) fn next_row(&mut self) -> io::Result<Option<Map<String, Value>>> {
+        let row = self.row + 1;
+        let read = match &mut self.source {
+            TextSource::Jsonl(reader) => {
+                let mut line = String::new();
+                loop {
+                    line.clear();
+                    if reader.read_line(&mut line)? == 0 {
+                        return Ok(None);
+                    }
+                    if !line.trim().is_empty() {
+                        break;
+                    }
+                }
+                match serde_json::from_str(&line) {
+                    Ok(Value::Object(read)) => read,
+                    _ => {
+                        return Err(invalid(format!(
+                            "row {row}: not a JSON object (a JSONL table has one object per line)"
+                        )));
+                    }
+                }
+            }
+            TextSource::Csv { reader, header } => loop {
+                let Some(record) = next_csv_record(reader.as_mut())
+                    .map_err(|e| invalid(format!("row {row}: {e}")))?
+                else {
+                    return Ok(None);
+                };
+                if record.len() == 1 && record[0].is_empty() {
+                    continue; // a blank line
+                }
+                if record.len() != header.len() {
+                    return Err(invalid(format!(
+                        "row {row}: {} fields where the header names {} columns",
+                        record.len(),
+                        header.len()
+                    )));
+                }
+                break header
+                    .iter()
+                    .cloned()
+                    .zip(record.into_iter().map(Value::String))
+                    .collect();
+            },
+        };
+        self.row = row;
+        Ok(Some(read))
+    }
 }
 
 /// A table's rows as JSONL input lines, one row per line (`Read`): a
@@ -317,7 +425,7 @@ impl RowLines {
     /// names its columns; a JSONL table's first row does (a later row
     /// without a column has it empty, as a null in Parquet).
     pub fn open_text(
-        mut reader: Box<dyn BufRead>,
+        reader: Box<dyn BufRead>,
         kind: TextTable,
         table: &TableInput,
     ) -> io::Result<Self> {
@@ -326,27 +434,9 @@ impl RowLines {
                 "a CSV or JSONL table's rows become requests through --prompt-template".into(),
             ));
         }
-        let (source, columns) = match kind {
-            TextTable::Csv => {
-                let header = next_csv_record(&mut reader)?
-                    .ok_or_else(|| invalid("the table is empty: no header row".into()))?;
-                let header: Vec<String> = header
-                    .into_iter()
-                    .map(|name| name.trim_start_matches('\u{feff}').trim().to_owned())
-                    .collect();
-                let columns = header.clone();
-                (RowSource::Csv { reader, header }, columns)
-            }
-            TextTable::Jsonl => {
-                let columns = first_row_keys(reader.as_mut())?;
-                (RowSource::Jsonl(reader), columns)
-            }
-            TextTable::JsonArray => {
-                let (mut lines, _) = json_array_lines(reader)?;
-                let columns = first_row_keys(lines.as_mut())?;
-                (RowSource::Jsonl(lines), columns)
-            }
-        };
+        let rows = TextRows::open(reader, kind)?;
+        let columns = rows.columns.clone();
+        let source = RowSource::Text(rows);
         let template = checked_template(table, &columns)?;
         Ok(Self {
             source,
@@ -367,51 +457,10 @@ impl RowLines {
                 let batch = batch.map_err(|e| invalid(format!("row {}: {e}", self.row + 1)))?;
                 rows(&batch)?
             }
-            RowSource::Jsonl(reader) => {
-                let mut line = String::new();
-                loop {
-                    line.clear();
-                    if reader.read_line(&mut line)? == 0 {
-                        return Ok(false);
-                    }
-                    if !line.trim().is_empty() {
-                        break;
-                    }
-                }
-                match serde_json::from_str(&line) {
-                    Ok(Value::Object(row)) => vec![row],
-                    _ => {
-                        return Err(invalid(format!(
-                            "row {}: not a JSON object (a JSONL table has one object per line)",
-                            self.row + 1
-                        )));
-                    }
-                }
-            }
-            RowSource::Csv { reader, header } => {
-                let Some(record) = next_csv_record(reader.as_mut())
-                    .map_err(|e| invalid(format!("row {}: {e}", self.row + 1)))?
-                else {
-                    return Ok(false);
-                };
-                if record.len() == 1 && record[0].is_empty() {
-                    return Ok(true); // a blank line
-                }
-                if record.len() != header.len() {
-                    return Err(invalid(format!(
-                        "row {}: {} fields where the header names {} columns",
-                        self.row + 1,
-                        record.len(),
-                        header.len()
-                    )));
-                }
-                let row = header
-                    .iter()
-                    .cloned()
-                    .zip(record.into_iter().map(Value::String))
-                    .collect();
-                vec![row]
-            }
+            RowSource::Text(rows) => match rows.next_row()? {
+                Some(row) => vec![row],
+                None => return Ok(false),
+            },
         };
         for row in rows {
             self.row += 1;

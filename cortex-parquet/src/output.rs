@@ -14,6 +14,7 @@ use parquet::arrow::{ArrowWriter, ProjectionMask};
 use parquet::file::reader::ChunkReader;
 use serde_json::Value;
 
+use crate::input::TextRows;
 use crate::remote::ObjectChunks;
 
 /// Rows written at a time.
@@ -42,10 +43,21 @@ const OWN_COLUMNS: [&str; 7] = [
 /// Input columns carried into the output table beside each row's result
 /// (`--keep-columns`), read from the input table a batch at a time.
 pub struct KeptColumns {
-    reader: ParquetRecordBatchReader,
+    source: KeptSource,
     fields: Vec<Field>,
-    /// Rows read but not yet written.
-    pending: Option<RecordBatch>,
+}
+
+/// Where kept columns are read from.
+enum KeptSource {
+    Parquet {
+        reader: ParquetRecordBatchReader,
+        /// Rows read but not yet written.
+        pending: Option<RecordBatch>,
+    },
+    /// A text table's rows (CSV, JSONL rows, a JSON array), the kept
+    /// columns as text: a string as it is, anything else as JSON, a missing
+    /// value as null.
+    Text { rows: TextRows, names: Vec<String> },
 }
 
 impl KeptColumns {
@@ -59,6 +71,32 @@ impl KeptColumns {
         Self::read(ObjectChunks::new(object.clone()), names)
     }
 
+    /// `names` of a text table (CSV with a header row, JSONL rows, or a
+    /// JSON array of rows, told apart by its first line), each row the
+    /// input line of one request (as a template makes them).
+    pub fn open_text(mut reader: Box<dyn BufRead>, names: &[String]) -> io::Result<Self> {
+        let kind = TextRows::kind_of(reader.as_mut())?;
+        let rows = TextRows::open(reader, kind)?;
+        let mut fields = Vec::new();
+        let mut kept = Vec::new();
+        for name in names {
+            if !rows.columns.contains(name) {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    missing_column(name, &rows.columns),
+                ));
+            }
+            if !kept.contains(name) {
+                fields.push(Field::new(output_name(name), DataType::Utf8, true));
+                kept.push(name.clone());
+            }
+        }
+        Ok(Self {
+            source: KeptSource::Text { rows, names: kept },
+            fields,
+        })
+    }
+
     fn read<T: ChunkReader + 'static>(source: T, names: &[String]) -> io::Result<Self> {
         let invalid = |m: String| io::Error::new(io::ErrorKind::InvalidData, m);
         let builder = ParquetRecordBatchReaderBuilder::try_new(source)
@@ -67,11 +105,9 @@ impl KeptColumns {
         let mut roots = Vec::new();
         for name in names {
             let index = schema.index_of(name).map_err(|_| {
-                let columns: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
-                invalid(format!(
-                    "--keep-columns names the column {name:?}, which the input table does not have (its columns: {})",
-                    columns.join(", ")
-                ))
+                let columns: Vec<String> =
+                    schema.fields().iter().map(|f| f.name().clone()).collect();
+                invalid(missing_column(name, &columns))
             })?;
             roots.push(index);
         }
@@ -82,13 +118,7 @@ impl KeptColumns {
             .iter()
             .map(|&i| {
                 let field = schema.field(i);
-                // A kept column named as one of the output's own is prefixed.
-                let name = if OWN_COLUMNS.contains(&field.name().as_str()) {
-                    format!("input_{}", field.name())
-                } else {
-                    field.name().clone()
-                };
-                Field::new(name, field.data_type().clone(), true)
+                Field::new(output_name(field.name()), field.data_type().clone(), true)
             })
             .collect();
         let reader = builder
@@ -97,45 +127,97 @@ impl KeptColumns {
             .build()
             .map_err(|e| invalid(format!("not a readable Parquet file: {e}")))?;
         Ok(Self {
-            reader,
+            source: KeptSource::Parquet {
+                reader,
+                pending: None,
+            },
             fields,
-            pending: None,
         })
     }
 
     /// The next `n` input rows' columns.
     fn take(&mut self, n: usize) -> io::Result<Vec<ArrayRef>> {
-        let mut parts: Vec<RecordBatch> = Vec::new();
-        let mut have = 0;
-        while have < n {
-            let batch = match self.pending.take() {
-                Some(batch) => batch,
-                None => match self.reader.next() {
-                    Some(batch) => batch.map_err(io::Error::other)?,
-                    None => {
-                        return Err(io::Error::new(
-                            io::ErrorKind::InvalidData,
-                            "--keep-columns: the input table has fewer rows than the job",
-                        ));
-                    }
-                },
-            };
-            let wanted = (n - have).min(batch.num_rows());
-            if wanted < batch.num_rows() {
-                self.pending = Some(batch.slice(wanted, batch.num_rows() - wanted));
-            }
-            have += wanted;
-            parts.push(batch.slice(0, wanted));
+        match &mut self.source {
+            KeptSource::Parquet { reader, pending } => take_batches(reader, pending, n),
+            KeptSource::Text { rows, names } => take_text(rows, names, n),
         }
-        let schema = parts.first().map(RecordBatch::schema);
-        let joined = match schema {
-            Some(schema) => {
-                arrow_select::concat::concat_batches(&schema, &parts).map_err(io::Error::other)?
-            }
-            None => return Ok(Vec::new()),
-        };
-        Ok(joined.columns().to_vec())
     }
+}
+
+/// What a kept column is called in the output: its own name, or, named as
+/// one of the output's own columns, `input_NAME`.
+fn output_name(name: &str) -> String {
+    if OWN_COLUMNS.contains(&name) {
+        format!("input_{name}")
+    } else {
+        name.to_owned()
+    }
+}
+
+fn missing_column(name: &str, columns: &[String]) -> String {
+    format!(
+        "--keep-columns names the column {name:?}, which the input table does not have (its columns: {})",
+        columns.join(", ")
+    )
+}
+
+fn too_few_rows() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        "--keep-columns: the input table has fewer rows than the job",
+    )
+}
+
+/// The next `n` rows of a Parquet table's kept columns.
+fn take_batches(
+    reader: &mut ParquetRecordBatchReader,
+    pending: &mut Option<RecordBatch>,
+    n: usize,
+) -> io::Result<Vec<ArrayRef>> {
+    let mut parts: Vec<RecordBatch> = Vec::new();
+    let mut have = 0;
+    while have < n {
+        let batch = match pending.take() {
+            Some(batch) => batch,
+            None => match reader.next() {
+                Some(batch) => batch.map_err(io::Error::other)?,
+                None => return Err(too_few_rows()),
+            },
+        };
+        let wanted = (n - have).min(batch.num_rows());
+        if wanted < batch.num_rows() {
+            *pending = Some(batch.slice(wanted, batch.num_rows() - wanted));
+        }
+        have += wanted;
+        parts.push(batch.slice(0, wanted));
+    }
+    let schema = parts.first().map(RecordBatch::schema);
+    let joined = match schema {
+        Some(schema) => {
+            arrow_select::concat::concat_batches(&schema, &parts).map_err(io::Error::other)?
+        }
+        None => return Ok(Vec::new()),
+    };
+    Ok(joined.columns().to_vec())
+}
+
+/// The next `n` rows of a text table's kept columns, as text.
+fn take_text(rows: &mut TextRows, names: &[String], n: usize) -> io::Result<Vec<ArrayRef>> {
+    let mut columns: Vec<StringBuilder> = names.iter().map(|_| StringBuilder::new()).collect();
+    for _ in 0..n {
+        let row = rows.next_row()?.ok_or_else(too_few_rows)?;
+        for (column, name) in columns.iter_mut().zip(names) {
+            match row.get(name) {
+                Some(Value::String(text)) => column.append_value(text),
+                None | Some(Value::Null) => column.append_null(),
+                Some(other) => column.append_value(other.to_string()),
+            }
+        }
+    }
+    Ok(columns
+        .into_iter()
+        .map(|mut column| Arc::new(column.finish()) as ArrayRef)
+        .collect())
 }
 
 fn schema(kept: Option<&KeptColumns>) -> Arc<Schema> {

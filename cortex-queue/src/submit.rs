@@ -49,6 +49,12 @@ pub struct SubmitOptions {
     pub model_sha256: Option<String>,
     /// Defaults for fields a line does not set.
     pub defaults: JobDefaults,
+    /// The chat template chats are rendered with instead of the model's
+    /// own (a name or a template's text), when the submitting side chose
+    /// one. A worker renders with its own, so this only tells two
+    /// submissions apart: the same file under another template is
+    /// another job, never "submitted before".
+    pub chat_template: Option<String>,
     /// Free-form labels.
     pub metadata: BTreeMap<String, String>,
     /// The project the job belongs to (default [`crate::DEFAULT_PROJECT`]).
@@ -85,6 +91,7 @@ impl SubmitOptions {
             model: model.into(),
             model_sha256: None,
             defaults: JobDefaults::default(),
+            chat_template: None,
             metadata: BTreeMap::new(),
             project: DEFAULT_PROJECT.to_owned(),
             priority: 0,
@@ -119,9 +126,13 @@ pub fn params_hash(options: &SubmitOptions) -> String {
         "model_sha256": options.model_sha256,
         "defaults": options.defaults,
     });
-    // Only another project's: the hashes of jobs from before projects stay as they were.
+    // Only what is not the default, so the hashes of earlier jobs stay as
+    // they were: another project's, another chat template's.
     if options.project != DEFAULT_PROJECT {
         canonical["project"] = options.project.clone().into();
+    }
+    if let Some(template) = &options.chat_template {
+        canonical["chat_template"] = template.clone().into();
     }
     format!("{:x}", Sha256::digest(canonical.to_string()))
 }

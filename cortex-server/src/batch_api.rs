@@ -438,6 +438,7 @@ pub(crate) async fn create_batch(
     options.chats_refused = chats_refused;
     options.model_sha256 = Some(model.sha256.clone());
     options.defaults = cortex_worker::model_defaults(&model.settings);
+    options.chat_template = state.config.chat_template.clone();
     options.project = caller.project.to_string();
     options.max_attempts = state.config.max_attempts;
     options.notify_url = state.config.webhook_url.clone();

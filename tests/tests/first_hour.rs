@@ -141,6 +141,120 @@ fn default_output_names_carry_the_inputs_whole_name() {
 }
 
 #[test]
+fn a_file_run_again_under_another_chat_template_is_a_new_job_not_the_old_results() {
+    let _turn = turn();
+    let cortex = Cortex::new();
+    let chat = r#"{"custom_id": "c", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "temperature": 0, "logprobs": true}"#;
+    cortex.write("chat.jsonl", &format!("{chat}\n"));
+    let ran = |args: &[&str]| {
+        let output = cortex.run(args);
+        assert!(output.status.success(), "{output:?}");
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    ran(&[
+        "run",
+        "chat.jsonl",
+        "--chat-template",
+        "chatml",
+        "-o",
+        "plain.jsonl",
+    ]);
+    // The model's own template renders another prompt: another job.
+    let own = ran(&["run", "chat.jsonl", "-o", "own.jsonl"]);
+    assert!(!own.contains("submitted before"), "{own}");
+    let prompt_tokens = |name: &str| {
+        read_jsonl(&cortex.dir().join(name))[0]["response"]["body"]["usage"]["prompt_tokens"]
+            .clone()
+    };
+    assert_ne!(prompt_tokens("plain.jsonl"), prompt_tokens("own.jsonl"));
+    // The same file under the same template is the same job, continued.
+    let again = ran(&[
+        "run",
+        "chat.jsonl",
+        "--chat-template",
+        "chatml",
+        "-o",
+        "again.jsonl",
+    ]);
+    assert!(again.contains("submitted before as job 1"), "{again}");
+}
+
+#[test]
+fn keep_columns_carries_a_csv_or_jsonl_tables_columns_as_the_book_shows() {
+    let _turn = turn();
+    let cortex = Cortex::new();
+    cortex.write(
+        "articles.csv",
+        "id,source,text\na1,wire,\"Tea, hot\"\n\na2,blog,Bread\n",
+    );
+    cortex.write(
+        "articles.jsonl",
+        "{\"id\": \"b1\", \"source\": 7, \"text\": \"Tea\"}\n{\"id\": \"b2\", \"text\": \"Bread\"}\n",
+    );
+    let expected = [
+        ("articles.csv", [("a1", "wire"), ("a2", "blog")]),
+        ("articles.jsonl", [("b1", "7"), ("b2", "")]),
+    ];
+    for (input, rows) in expected {
+        let output = format!("{input}.parquet");
+        cortex.ok(&[
+            "run",
+            input,
+            "--prompt-template",
+            "One word for: {text}",
+            "--id-column",
+            "id",
+            "--keep-columns",
+            "id,source",
+            "--max-tokens",
+            "2",
+            "-o",
+            &output,
+        ]);
+        let printed = cortex_tests::python_check(
+            "parquet_tables.py",
+            &[std::path::Path::new("read"), &cortex.dir().join(&output)],
+        );
+        let table: Vec<serde_json::Value> = printed
+            .lines()
+            .skip(1)
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect();
+        let kept: Vec<(String, String)> = table
+            .iter()
+            .map(|row| {
+                assert_eq!(row["custom_id"], row["id"], "{row}");
+                let source = row["source"].as_str().unwrap_or_default().to_owned();
+                (row["id"].as_str().unwrap().to_owned(), source)
+            })
+            .collect();
+        let rows: Vec<(String, String)> = rows
+            .iter()
+            .map(|(id, source)| ((*id).to_owned(), (*source).to_owned()))
+            .collect();
+        assert_eq!(kept, rows, "{input}: {printed}");
+    }
+    // A column the table does not have, before anything is generated.
+    let (code, stderr) = cortex.exit_and_stderr(&[
+        "run",
+        "articles.csv",
+        "--prompt-template",
+        "{text}",
+        "--keep-columns",
+        "author",
+        "-o",
+        "x.parquet",
+    ]);
+    assert_eq!(code, Some(3), "{stderr}");
+    assert!(
+        stderr.contains(
+            "\"author\", which the input table does not have (its columns: id, source, text)"
+        ),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn a_json_array_of_requests_is_read_as_its_lines_and_a_broken_one_is_named() {
     let _turn = turn();
     let cortex = Cortex::new();

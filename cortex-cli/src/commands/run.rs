@@ -11,7 +11,7 @@ use super::jobs::{for_input, submit_job};
 use super::open_store;
 use crate::cli::RunArgs;
 use crate::config::Config;
-use crate::export::{Outputs, ReadFile, check_kept_columns, export_job, output_name};
+use crate::export::{KeepColumns, Outputs, ReadFile, export_job, output_name};
 use crate::output;
 use crate::work::{
     Interrupted, StopFlag, WorkerScope, finish_deliveries, start_deliveries, work_one_model,
@@ -28,8 +28,13 @@ pub(crate) fn run_file(config: &Config, args: &RunArgs) -> anyhow::Result<()> {
         &output_name(&input),
     )?;
     // Columns to keep are checked before any work, not after it.
-    if !args.keep_columns.is_empty() {
-        check_kept_columns(&input, &outputs.results, &args.keep_columns)?;
+    let keep = (!args.keep_columns.is_empty()).then(|| KeepColumns {
+        input: &input,
+        names: &args.keep_columns,
+        templated: args.submit.prompt_template.is_some(),
+    });
+    if let Some(keep) = &keep {
+        keep.check(&outputs.results)?;
     }
     let config = &for_input(config, &args.submit)?;
     // Fetch the model before anything is stored, so a missing model fails early.
@@ -130,14 +135,13 @@ pub(crate) fn run_file(config: &Config, args: &RunArgs) -> anyhow::Result<()> {
         }
         bail!(message);
     }
-    let keep = (!args.keep_columns.is_empty()).then_some((&input, args.keep_columns.as_slice()));
     let exported = export_job(
         store.as_mut(),
         job,
         &outputs.results,
         &outputs.errors,
         false,
-        keep,
+        keep.as_ref(),
     )
     .with_context(|| {
         format!(
