@@ -668,6 +668,16 @@ pub(crate) fn service_program(
     Some(binary)
 }
 
+/// The rows of a Parquet file as pyarrow reads them (after its schema).
+pub fn parquet_rows(path: &Path) -> Vec<serde_json::Value> {
+    let printed = python_check("parquet_tables.py", &[Path::new("read"), path]);
+    printed
+        .lines()
+        .skip(1)
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 /// Runs one of the Python checks in `tests/python/` with `args`; panics
 /// with its output unless it succeeds. Returns what it printed.
 pub fn python_check(script: &str, args: &[&Path]) -> String {

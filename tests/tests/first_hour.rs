@@ -211,15 +211,7 @@ fn keep_columns_carries_a_csv_or_jsonl_tables_columns_as_the_book_shows() {
             "-o",
             &output,
         ]);
-        let printed = cortex_tests::python_check(
-            "parquet_tables.py",
-            &[std::path::Path::new("read"), &cortex.dir().join(&output)],
-        );
-        let table: Vec<serde_json::Value> = printed
-            .lines()
-            .skip(1)
-            .map(|line| serde_json::from_str(line).unwrap())
-            .collect();
+        let table = cortex_tests::parquet_rows(&cortex.dir().join(&output));
         let kept: Vec<(String, String)> = table
             .iter()
             .map(|row| {
@@ -232,7 +224,7 @@ fn keep_columns_carries_a_csv_or_jsonl_tables_columns_as_the_book_shows() {
             .iter()
             .map(|(id, source)| ((*id).to_owned(), (*source).to_owned()))
             .collect();
-        assert_eq!(kept, rows, "{input}: {printed}");
+        assert_eq!(kept, rows, "{input}: {table:?}");
     }
     // A column the table does not have, before anything is generated.
     let (code, stderr) = cortex.exit_and_stderr(&[

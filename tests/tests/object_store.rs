@@ -16,19 +16,9 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use cortex_tests::{
-    AzuriteServer, Cortex, S3Server, TABLE_TEMPLATE, TABLE_TOPICS, python_check, read_jsonl,
-    table_rows_as_jsonl,
+    AzuriteServer, Cortex, S3Server, TABLE_TEMPLATE, TABLE_TOPICS, parquet_rows, python_check,
+    read_jsonl, table_rows_as_jsonl,
 };
-
-/// The rows of a Parquet file as pyarrow reads them (after its schema).
-fn table(path: &Path) -> Vec<serde_json::Value> {
-    let printed = python_check("parquet_tables.py", &[Path::new("read"), path]);
-    printed
-        .lines()
-        .skip(1)
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
 
 /// Each output line's custom_id and first choice's text.
 fn answers(lines: &[serde_json::Value]) -> BTreeMap<String, String> {
@@ -114,7 +104,7 @@ fn a_table_in_the_store_runs_to_parquet_and_jsonl_in_the_store_with_the_local_an
         "out/rows.jsonl",
         fetched_jsonl.to_str().unwrap(),
     ]);
-    let table_rows = table(&fetched_table);
+    let table_rows = parquet_rows(&fetched_table);
     assert_eq!(table_rows.len(), rows);
     let from_table: BTreeMap<String, String> = table_rows
         .iter()
@@ -315,7 +305,7 @@ fn a_job_carrying_its_destination_is_written_there_when_it_ends_even_after_a_kil
     }
     let fetched = cortex.dir().join("one.parquet");
     s3.boto3(&["get", "data", "out/one.parquet", fetched.to_str().unwrap()]);
-    let rows = table(&fetched);
+    let rows = parquet_rows(&fetched);
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0]["custom_id"], "item-0000");
     assert!(rows[0]["text"].is_string(), "{}", rows[0]);
@@ -399,7 +389,7 @@ fn an_azure_container_is_read_and_written_as_a_bucket_is() {
     }
     let fetched = cortex.dir().join("fetched.parquet");
     azure.blobs(&["get", "data", "out/in.parquet", fetched.to_str().unwrap()]);
-    let rows = table(&fetched);
+    let rows = parquet_rows(&fetched);
     assert_eq!(rows.len(), 6);
     assert!(
         rows.iter()
