@@ -213,3 +213,49 @@ fn the_k_quant_kernels_give_a_line_the_same_output_in_any_batch() {
         &run(model, &shuffled(&lines), &["--parallel", "3"]),
     );
 }
+
+/// The promise on a CPU with AVX2 only: cortex's AVX2 kernels, chosen here
+/// on any CPU that has them, give a line the same output in any batch, for
+/// the default model's formats and Gemma's k-quants.
+#[test]
+fn the_avx2_kernels_give_a_line_the_same_output_in_any_batch() {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let has = |flag: &str| cpuinfo.split_whitespace().any(|word| word == flag);
+    if !(cfg!(target_arch = "x86_64") && has("avx2") && has("fma")) {
+        return;
+    }
+    let _turn = turn();
+    let avx2 = ["--cpu-kernels", "cortex-avx2"];
+    let lines: Vec<Value> = lines().into_iter().step_by(2).collect();
+    let reference = run("default", &lines, &avx2);
+    assert_same(
+        "AVX2, one at a time",
+        &reference,
+        &run(
+            "default",
+            &lines,
+            &[&avx2[..], &["--parallel", "1"]].concat(),
+        ),
+    );
+    assert_same(
+        "AVX2, shuffled, seven at a time, no prefix sharing",
+        &reference,
+        &run(
+            "default",
+            &shuffled(&lines),
+            &[&avx2[..], &["--parallel", "7", "--prefix-sharing", "false"]].concat(),
+        ),
+    );
+    let model = "gemma3-270m";
+    Cortex::new().ok(&["models", "pull", model]);
+    let lines: Vec<Value> = lines.into_iter().step_by(2).collect();
+    assert_same(
+        "AVX2, gemma, one at a time",
+        &run(model, &lines, &avx2),
+        &run(
+            model,
+            &shuffled(&lines),
+            &[&avx2[..], &["--parallel", "1"]].concat(),
+        ),
+    );
+}
