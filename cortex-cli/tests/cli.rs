@@ -171,7 +171,7 @@ fn every_setting_shows_in_the_help_the_file_the_environment_and_config() {
     let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
     let mut checked = 0;
     for key in settings.as_object().unwrap().keys() {
-        // Shown, not settings: the backend the database URL names, where
+        // Shown, not settings: the queue driver the database URL names, where
         // pulled models are, the [server.keys] table.
         if ["db_driver", "model_cache", "server.keys"].contains(&key.as_str()) {
             continue;

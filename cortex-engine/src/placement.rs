@@ -16,7 +16,7 @@ pub struct Device {
     pub description: String,
     /// CPU, GPU, ...
     pub kind: DeviceKind,
-    /// The backend it belongs to.
+    /// The llama.cpp module it belongs to (`CPU`, `Vulkan`, `CUDA`).
     pub backend: String,
     /// Free memory now, bytes.
     pub memory_free: u64,
@@ -201,7 +201,7 @@ pub trait ModelPlacement: Send + Sync {
 
 impl Device {
     /// This machine's CPU, with its memory from `/proc/meminfo`: where an
-    /// engine runs when its backend reports no placement (a fake executor).
+    /// engine runs when its executor reports no placement (a fake executor).
     pub fn host() -> Self {
         let bytes = |key| crate::system::meminfo(key).unwrap_or(0) as u64;
         Self {

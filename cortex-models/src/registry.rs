@@ -146,7 +146,7 @@ pub enum RegistryError {
 /// The model registry in one directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Registry {
-    cache: BlobStore,
+    blobs: BlobStore,
     model_dirs: Vec<PathBuf>,
 }
 
@@ -191,7 +191,7 @@ impl Registry {
     /// The registry rooted at `root` (created when first written).
     pub fn open(root: impl Into<PathBuf>) -> Self {
         Self {
-            cache: BlobStore::new(root),
+            blobs: BlobStore::new(root),
             model_dirs: Vec::new(),
         }
     }
@@ -210,12 +210,12 @@ impl Registry {
 
     /// Its root directory.
     pub fn root(&self) -> &Path {
-        self.cache.dir()
+        self.blobs.dir()
     }
 
     /// The blob store (and known-model fetcher) under it.
-    pub fn cache(&self) -> &BlobStore {
-        &self.cache
+    pub fn blobs(&self) -> &BlobStore {
+        &self.blobs
     }
 
     fn manifests_dir(&self) -> PathBuf {
@@ -279,7 +279,7 @@ impl Registry {
             settings.template = known_template(&sha256);
         }
         ModelEntry {
-            path: self.cache.blob_path(&sha256),
+            path: self.blobs.blob_path(&sha256),
             name,
             sha256,
             size: manifest.size,
@@ -377,7 +377,7 @@ impl Registry {
 
     fn file_entry(&self, path: &Path, origin: Origin) -> Result<ModelEntry, RegistryError> {
         let info = read_gguf(path)?;
-        let sha256 = self.cache.memoised_sha256(path)?;
+        let sha256 = self.blobs.memoised_sha256(path)?;
         let modified_at_ms = fs::metadata(path)
             .map(|m| (modified_nanos(&m) / 1_000_000) as u64)
             .unwrap_or(0);
@@ -500,7 +500,7 @@ impl Registry {
         if !matches!(entry.origin, Origin::Registered { .. }) {
             return Ok(entry);
         }
-        match self.cache.verified_blob(&entry.sha256)? {
+        match self.blobs.verified_blob(&entry.sha256)? {
             Some(_) => Ok(entry),
             None => Err(RegistryError::MissingBlob {
                 path: entry.path,
@@ -528,7 +528,7 @@ impl Registry {
                 name: ModelName::new(spec.name, crate::DEFAULT_TAG)?,
                 sha256: spec.sha256.to_owned(),
                 size: spec.size,
-                path: self.cache.path_of(spec),
+                path: self.blobs.path_of(spec),
                 origin: Origin::Known,
                 settings: ModelSettings {
                     template: spec.chat_template.map(str::to_owned),
@@ -566,7 +566,7 @@ impl Registry {
         progress: &mut dyn FnMut(PullProgress),
     ) -> Result<ModelEntry, RegistryError> {
         let spec = Self::fetchable(name)?;
-        let path = self.cache.ensure_with(spec, progress)?;
+        let path = self.blobs.ensure_with(spec, progress)?;
         let name = ModelName::new(spec.name, crate::DEFAULT_TAG)?;
         let _lock = self.lock()?;
         if let Some(existing) = self.read_manifest(&self.manifest_path(&name))?
@@ -590,7 +590,7 @@ impl Registry {
             },
             created_at_ms: now_ms(),
         };
-        debug_assert_eq!(path, self.cache.blob_path(spec.sha256));
+        debug_assert_eq!(path, self.blobs.blob_path(spec.sha256));
         self.write_manifest(&name, &manifest)?;
         Ok(self.entry_of(name, manifest))
     }
@@ -627,11 +627,11 @@ impl Registry {
         settings: ModelSettings,
     ) -> Result<ModelEntry, RegistryError> {
         let blob = self
-            .cache
+            .blobs
             .verified_blob(sha256)?
             .ok_or_else(|| RegistryError::MissingBlob {
                 name: name.clone(),
-                path: self.cache.blob_path(sha256),
+                path: self.blobs.blob_path(sha256),
             })?;
         let size = fs::metadata(&blob).map_err(io_error(&blob))?.len();
         let manifest = Manifest {
@@ -649,7 +649,7 @@ impl Registry {
 
     /// The blob of `entry` in the store, copying a file found elsewhere in.
     fn stored_blob(&self, entry: &ModelEntry) -> Result<String, RegistryError> {
-        if self.cache.verified_blob(&entry.sha256)?.is_some() {
+        if self.blobs.verified_blob(&entry.sha256)?.is_some() {
             return Ok(entry.sha256.clone());
         }
         let mut source = File::open(&entry.path).map_err(io_error(&entry.path))?;
@@ -671,7 +671,7 @@ impl Registry {
         let (sha256, base_settings) = if let Some(sha256) =
             parse_digest(&modelfile.from).filter(|_| modelfile.from.starts_with("sha256:"))
         {
-            read_gguf(&self.cache.blob_path(&sha256)).map_err(|e| match e {
+            read_gguf(&self.blobs.blob_path(&sha256)).map_err(|e| match e {
                 GgufError::Io { .. } => RegistryError::Unknown {
                     given: modelfile.from.clone(),
                     choices: "no blob with that digest was uploaded".into(),
@@ -735,7 +735,7 @@ impl Registry {
         let shared = others.iter().any(|m| m.sha256 == sha256);
         let blob_removed = !shared && damaged.is_empty();
         if blob_removed {
-            let blob = self.cache.blob_path(&sha256);
+            let blob = self.blobs.blob_path(&sha256);
             let _ = fs::remove_file(stamp_path(&blob));
             match fs::remove_file(&blob) {
                 Ok(()) => {}
@@ -762,11 +762,11 @@ impl Registry {
 
     /// Whether the store holds a verified blob with this SHA-256.
     pub fn has_blob(&self, sha256: &str) -> Result<bool, RegistryError> {
-        Ok(self.cache.verified_blob(sha256)?.is_some())
+        Ok(self.blobs.verified_blob(sha256)?.is_some())
     }
 
     /// A writer that puts bytes into the blob store under their SHA-256.
     pub fn blob_writer(&self) -> Result<BlobWriter, RegistryError> {
-        Ok(self.cache.writer()?)
+        Ok(self.blobs.writer()?)
     }
 }

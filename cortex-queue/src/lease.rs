@@ -126,7 +126,7 @@ pub enum LeaseStatus {
 /// Why an item's attempt failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ItemFailure {
-    /// A short stable code (`prompt_too_long`, `backend`, ...).
+    /// A short stable code (`prompt_too_long`, `executor_error`, ...).
     pub code: String,
     /// What happened.
     pub message: String,

@@ -98,7 +98,7 @@ proptest! {
             );
             if void_every > 0 && step % void_every == void_every - 1 && voids < 5 && !plan.is_empty() {
                 voids += 1;
-                // A few times the backend refuses a batch: preempt someone and plan again.
+                // A few times the executor refuses a batch: preempt someone and plan again.
                 prop_assert!(sched.preempt_one().is_some());
                 if let Err(broken) = sched.kv().verify() {
                     prop_assert!(false, "{}", broken);

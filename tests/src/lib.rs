@@ -146,7 +146,7 @@ impl Cortex {
         let blobs = root.join("blobs");
         std::fs::create_dir_all(&blobs).expect("a registry directory");
         for spec in cortex_models::KNOWN_MODELS {
-            let blob = shared.cache().ensure(spec).expect("a known model");
+            let blob = shared.blobs().ensure(spec).expect("a known model");
             let name = blob.file_name().expect("a blob name").to_owned();
             // A hard link where the file system allows it, else a copy.
             if std::fs::hard_link(&blob, blobs.join(&name)).is_err() {
@@ -519,7 +519,7 @@ pub fn greedy_completions(output: &Path) -> Vec<(String, Vec<String>, Vec<serde_
 }
 
 /// Two runs of the same greedy job on code that rounds differently (another
-/// backend, other kernels) agree: every line's tokens are equal, or where
+/// device module, other kernels) agree: every line's tokens are equal, or where
 /// they part, `b`'s token is a near-tie (within `tie` in log-probability) of
 /// the one `a` chose; before that, each token's log-probability differs by
 /// at most `tolerance`.

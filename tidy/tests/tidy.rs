@@ -426,6 +426,71 @@ fn backend_names_only_llama_cpps_modules() {
     );
 }
 
+/// The same rule in what tidy's definition check does not read: comments,
+/// strings, error codes and manifests, outside the binding. A line may say
+/// "backend" only about llama.cpp's modules and devices (it names one of
+/// them, or a device field) or PostgreSQL's own (`pg_backend_pid`).
+#[test]
+fn backend_in_comments_strings_and_manifests_means_llama_cpps_modules() {
+    let root = workspace_root();
+    let mut files = vec![root.join("Cargo.toml")];
+    for member in std::fs::read_dir(&root).unwrap() {
+        let member = member.unwrap().path();
+        if !member.is_dir() || member.ends_with("cortex-llama") || member.ends_with("target") {
+            continue;
+        }
+        for dir in ["src", "tests", "examples", "benches"] {
+            if member.join(dir).is_dir() {
+                rust_sources(&member.join(dir), &mut files);
+            }
+        }
+        if member.join("Cargo.toml").is_file() {
+            files.push(member.join("Cargo.toml"));
+        }
+    }
+    // What a line says "backend" about when it is llama.cpp's.
+    let about_modules = [
+        "module",
+        "vulkan",
+        "cpu",
+        "cuda",
+        "ggml",
+        "llama",
+        "device",
+        "backends",
+        "pg_",
+        "backend\"",
+        ".backend",
+        "backend:",
+        "backend ==",
+        // The error code's old name, kept readable for error files written before.
+        "backend_error",
+    ];
+    let mut offenders = Vec::new();
+    for file in &files {
+        // This test names the word in its own rule.
+        if file.ends_with("tidy/tests/tidy.rs") {
+            continue;
+        }
+        for (number, line) in std::fs::read_to_string(file).unwrap().lines().enumerate() {
+            let lower = line.to_lowercase();
+            if lower.contains("backend") && !about_modules.iter().any(|word| lower.contains(word)) {
+                offenders.push(format!(
+                    "{}:{}: {}",
+                    file.strip_prefix(&root).unwrap_or(file).display(),
+                    number + 1,
+                    line.trim()
+                ));
+            }
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "\"backend\" names llama.cpp's modules only; an engine runs an executor, the queue a driver:\n{}",
+        offenders.join("\n")
+    );
+}
+
 #[test]
 fn every_module_says_what_it_is_for() {
     let metadata = metadata();
