@@ -2,7 +2,8 @@
 //! counted against a per-project quota (413 beyond, nothing left behind),
 //! listings paged from the index, content streamed back whole, abandoned
 //! temporary files and orphaned content swept at start, failed batches and
-//! exports past the retention pruned, and all of it the same after a restart.
+//! exports past the retention pruned, and all of it the same after a restart;
+//! and the attempts a job made from an uploaded file (or a submitted one) gets.
 
 use std::path::Path;
 use std::time::{Duration, SystemTime};
@@ -225,4 +226,35 @@ fn uploads_are_streamed_counted_paged_swept_and_pruned() {
     assert_eq!(all_file_ids(server.port, 3), before);
     let (status, refusal) = upload(server.port, "over.jsonl", &over);
     assert_eq!(status, 413, "{refusal}");
+}
+
+/// The attempts an item gets, where a job is made: `--max-attempts` on
+/// `cortex submit`, and the server's setting (`max_attempts`, here from
+/// its environment) for batches of the Batch API, 3 when unset.
+#[test]
+fn jobs_get_the_attempts_they_were_given_by_the_cli_and_the_batch_api() {
+    let cortex = Cortex::new();
+    cortex.write("a.jsonl", &String::from_utf8(jsonl(1, "cli")).unwrap());
+    cortex.ok(&["submit", "a.jsonl", "--max-attempts", "5"]);
+    assert_eq!(cortex.job(1).max_attempts, 5);
+
+    for (attempts, expected) in [(Some("5"), 5), (None, 3)] {
+        let mut serving = Cortex::new();
+        if let Some(attempts) = attempts {
+            serving.set_env("CORTEX_MAX_ATTEMPTS", attempts);
+        }
+        let server = Server::start(&serving, &["--parallel", "1", "--batch-parallel", "0"]);
+        let (status, file) = upload(server.port, "in.jsonl", &jsonl(1, "api"));
+        assert_eq!(status, 200, "{file}");
+        let request = serde_json::json!({
+            "input_file_id": file["id"],
+            "endpoint": "/v1/chat/completions",
+            "completion_window": "24h",
+        });
+        let (status, text) =
+            cortex_tests::http(server.port, "POST", "/v1/batches", &request.to_string())
+                .expect("an answer");
+        assert_eq!(status, 200, "{text}");
+        assert_eq!(serving.job(1).max_attempts, expected, "{attempts:?}");
+    }
 }
