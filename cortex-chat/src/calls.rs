@@ -25,7 +25,7 @@ pub fn parse_tool_calls(text: &str) -> Option<(String, Vec<ToolCall>)> {
     if let Some((before, after)) = text.split_once("<|tool_call_start|>") {
         // LFM2: `[name(key='value')]`, Python's call syntax.
         let inside = after.split("<|tool_call_end|>").next().unwrap_or(after);
-        let calls = crate::native::python_call_list(inside.trim())?;
+        let calls = crate::python_calls::python_call_list(inside.trim())?;
         return Some((before.trim().to_owned(), calls));
     }
     if let Some((before, after)) = text.split_once("<|tool_call|>") {

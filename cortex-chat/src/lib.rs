@@ -57,6 +57,7 @@ mod capabilities;
 mod conversation;
 mod native;
 mod python;
+mod python_calls;
 mod render;
 mod stream;
 mod syntax;
