@@ -547,3 +547,41 @@ impl crate::cli::RequestFlags {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every engine setting left at its default converts to the engine
+    /// library's own default: a setting keeps one default from the flag to
+    /// where it acts (the settings table names each default once; this
+    /// checks all of the engine's at once, not a list).
+    #[test]
+    fn engine_settings_at_their_defaults_are_the_engines_defaults() {
+        let settings = Settings::resolve(&Layers {
+            file: &Vec::new(),
+            file_path: None,
+            flags: &Vec::new(),
+        })
+        .unwrap();
+        let config = Config {
+            file: None,
+            settings,
+            key_table: Setting {
+                value: Vec::new(),
+                source: Source::Default,
+            },
+        };
+        let model = ModelIdentity {
+            path: "m.gguf".into(),
+            name: "m".into(),
+            sha256: String::new(),
+            settings: Default::default(),
+        };
+        let mut converted = config.engine_config(&model);
+        let library = EngineConfig::new("m.gguf");
+        // Where device modules are searched is the program's own folder.
+        converted.backends_dir = library.backends_dir.clone();
+        assert_eq!(converted, library);
+    }
+}
