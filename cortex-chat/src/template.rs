@@ -104,6 +104,12 @@ impl ChatTemplate {
         self.capabilities.takes_tools
     }
 
+    /// Whether the template marks a model's thinking (`<think>`, gpt-oss's
+    /// analysis channel, ...): a reasoning model's.
+    pub fn marks_thinking(&self) -> bool {
+        self.capabilities.reasoning.is_some() || self.capabilities.channels
+    }
+
     /// Renders `conversation`, ending with the assistant's turn opened when
     /// `add_generation_prompt`.
     pub fn render(

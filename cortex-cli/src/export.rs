@@ -32,7 +32,7 @@ impl Exported {
             .output
             .file_name()
             .is_some_and(|name| is_table(Path::new(&name)));
-        if table { "rows" } else { "lines" }
+        if table { "row" } else { "line" }
     }
 
     /// Whether the results went to this process's stdout, where nothing

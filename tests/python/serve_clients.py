@@ -350,7 +350,10 @@ generated = "".join(p.response for p in parts)
 assert generated, parts
 as_json = ollama_client.generate(model=model, prompt="Give a JSON object with a key a.", format="json", options={"num_predict": 24, "temperature": 0})
 assert as_json.response.strip().startswith("{"), as_json.response
-assert ollama_client.show(model).details.format == "gguf"
+shown = ollama_client.show(model)
+assert shown.details.format == "gguf", shown.details
+# SmolLM2's own template: tools, no thinking.
+assert shown.capabilities == ["completion", "tools"], shown.capabilities
 assert [m.model for m in ollama_client.ps().models] == [model]
 try:
     ollama.Client(host=BASE).list()

@@ -779,6 +779,22 @@ fn a_lines_model_picks_the_jobs_model_or_is_refused_by_name() {
         1,
         "{stderr}"
     );
+    // A model chosen with --model wins over a name that is no model here,
+    // said once (the refusal above offers it).
+    cortex.write(
+        "hosted-4o.jsonl",
+        &(line("g", "gpt-4o") + &line("h", "gpt-4o")),
+    );
+    let output = cortex.run(&["--model", "smollm2-135m", "submit", "hosted-4o.jsonl"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(
+        stderr
+            .matches("the lines name gpt-4o (line 1), which is not a model here: they run on smollm2-135m:latest")
+            .count(),
+        1,
+        "{stderr}"
+    );
     // Lines naming the job's model run; another model of the registry is refused.
     cortex.write("own.jsonl", &line("c", "smollm2-135m"));
     cortex.ok(&["submit", "own.jsonl"]);
@@ -797,7 +813,7 @@ fn a_lines_model_picks_the_jobs_model_or_is_refused_by_name() {
         &["submit", "mixed.jsonl"],
         &["line 2 names the model gemma3-270m, line 1 names smollm2-135m: a batch file names one model"],
     );
-    assert_eq!(cortex.store().jobs(&Default::default()).unwrap().len(), 2);
+    assert_eq!(cortex.store().jobs(&Default::default()).unwrap().len(), 3);
 }
 
 #[test]

@@ -17,9 +17,11 @@ use crate::output;
 
 /// The configuration a job of `args.file` runs with: the model its lines
 /// name (one per file, as OpenAI's Batch API requires) when none was
-/// chosen; refused when they name another than the one chosen (or one the
-/// registry does not have), unless `--ignore-line-models`, which says once
-/// which names it set aside. Only a local JSONL file is read for this.
+/// chosen; refused when they name another of this machine's models than
+/// the one chosen, or, with none chosen, one the registry does not have,
+/// unless `--ignore-line-models`. A name that is no model here gives way
+/// to a chosen model. Names set aside are said once. Only a local JSONL
+/// file is read for this.
 pub(crate) fn for_input(config: &Config, args: &SubmitArgs) -> anyhow::Result<Config> {
     let Location::Local(path) = Location::parse(&args.file)? else {
         return Ok(config.clone());
@@ -85,7 +87,21 @@ pub(crate) fn for_input(config: &Config, args: &SubmitArgs) -> anyhow::Result<Co
     let job = config.identify_model()?;
     match line_model {
         Ok(line) if line.sha256 == job.sha256 => Ok(config.clone()),
-        _ => Err(BadInput(format!(
+        // A name that is no model here (a hosted API's, as a pipeline's
+        // file has it) gives way to the model chosen, said once; another
+        // model of this machine is refused below: both are real choices.
+        Err(_) => {
+            eprintln!(
+                "{}: the lines name {} (line {}), which is not a model here: they run on {} (set by {})",
+                args.file,
+                named.name,
+                named.line,
+                job.name,
+                config.model_setting().1
+            );
+            Ok(config.clone())
+        }
+        Ok(_) => Err(BadInput(format!(
             "{} line {}: the lines name the model {}, but the job runs {} (set by {}); a job runs one model: give --model {} to run the file on it, or --ignore-line-models to run it on {}",
             args.file,
             named.line,

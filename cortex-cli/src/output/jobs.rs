@@ -187,10 +187,15 @@ pub(crate) fn submitted(
 
 /// `N requests`, or `1 request`.
 pub(crate) fn requests(n: u64) -> String {
+    counted(n, "request")
+}
+
+/// `N units`, or `1 unit`.
+pub(crate) fn counted(n: u64, unit: &str) -> String {
     if n == 1 {
-        "1 request".into()
+        format!("1 {unit}")
     } else {
-        format!("{n} requests")
+        format!("{n} {unit}s")
     }
 }
 
@@ -301,15 +306,15 @@ pub(crate) fn run_summary(
     );
     writeln!(
         text,
-        "results: {} ({} {})",
+        "results: {} ({})",
         exported.output,
-        exported.results,
-        exported.result_unit()
+        counted(exported.results, exported.result_unit())
     )?;
     write!(
         text,
-        "errors:  {} ({} lines)",
-        exported.errors_to, exported.errors
+        "errors:  {} ({})",
+        exported.errors_to,
+        counted(exported.errors, "line")
     )?;
     // A taste of the output (a table is for other tools to read).
     for line in &exported.first_lines {

@@ -205,12 +205,32 @@ pub(crate) async fn show(
             "system": model.settings.system.clone().unwrap_or_default(),
             "details": details,
             "model_info": model_info(&info),
-            "capabilities": ["completion"],
+            "capabilities": capabilities(&template),
             "modified_at": timestamp(modified),
         }))
     })
     .await??;
     Ok(Json(shown).into_response())
+}
+
+/// What Ollama's clients (Open WebUI, LangChain's ChatOllama) read in
+/// `/api/show`'s `capabilities`: `completion` always; `tools` when the
+/// model has a Jinja template of its own (it renders the tools, or cortex's
+/// tools text goes beside it); `thinking` when that template marks
+/// thinking. Never `vision`: cortex takes no images.
+fn capabilities(template: &str) -> Vec<&'static str> {
+    let mut out = vec!["completion"];
+    if template.is_empty() {
+        return out;
+    }
+    // The special tokens' texts change what a template prints, not what it can.
+    if let Ok(compiled) = cortex_chat::ChatTemplate::new(template, "", "") {
+        out.push("tools");
+        if compiled.marks_thinking() {
+            out.push("thinking");
+        }
+    }
+    out
 }
 
 pub(crate) async fn version() -> Json<Value> {
@@ -522,4 +542,20 @@ pub(crate) async fn delete(
     .await?
     .map_err(OllamaError::from)?;
     Ok(StatusCode::OK.into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::capabilities;
+
+    #[test]
+    fn capabilities_follow_the_models_template() {
+        let chatml = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+        let thinking = "{% for m in messages %}<|User|>{{ m.content }}{% endfor %}{% if add_generation_prompt %}<|Assistant|><think>\n{% endif %}";
+        assert_eq!(capabilities(""), ["completion"]);
+        assert_eq!(capabilities(chatml), ["completion", "tools"]);
+        assert_eq!(capabilities(thinking), ["completion", "tools", "thinking"]);
+        // A template that does not compile renders nothing: no tools.
+        assert_eq!(capabilities("{% for %}"), ["completion"]);
+    }
 }
