@@ -65,7 +65,7 @@ mod template;
 
 pub use calls::parse_tool_calls;
 pub use conversation::Conversation;
-pub use render::RenderedChat;
+pub use render::{RenderedChat, TextOnlyChat};
 pub use stream::{OutputDelta, OutputStream};
 pub use syntax::{OutputSyntax, ParsedOutput};
 pub use template::{ChatTemplate, TemplateError};

@@ -109,30 +109,9 @@ impl ChatTemplate {
     /// bare JSON call (which every parser here reads).
     fn tools_grammar(&self, tools: &Tools, generic: bool) -> Result<Option<String>, TemplateError> {
         let functions = functions(tools)?;
-        let wanted: Vec<&Function> = match &tools.choice {
-            ToolChoice::Function(name) => functions.iter().filter(|f| &f.name == name).collect(),
-            ToolChoice::Auto | ToolChoice::Required => functions.iter().collect(),
-        };
-        if wanted.is_empty() {
-            return Err(TemplateError::Input(
-                "tool_choice names a function that is not among the tools".into(),
-            ));
-        }
+        let wanted = wanted(&functions, &tools.choice)?;
         let compiled = if generic {
-            one_line(&generic_schema(&wanted, &tools.choice, tools.parallel)).or_else(|_| {
-                // A schema no grammar can hold (a `pattern`; forced
-                // calls were refused at submit): any object as arguments.
-                let loose: Vec<Function> = wanted
-                    .iter()
-                    .map(|f| Function {
-                        name: f.name.clone(),
-                        description: None,
-                        parameters: json!({"type": "object"}),
-                    })
-                    .collect();
-                let loose: Vec<&Function> = loose.iter().collect();
-                one_line(&generic_schema(&loose, &tools.choice, tools.parallel))
-            })
+            generic_grammar(&wanted, tools)
         } else if tools.choice == ToolChoice::Auto {
             return Ok(None);
         } else {
@@ -142,10 +121,99 @@ impl ChatTemplate {
                 _ => one_line(&bare_call_schema(&wanted)),
             }
         };
-        compiled.map(Some).map_err(|e| {
-            TemplateError::Input(format!(
-                "tools: a call cannot be constrained to the functions' parameters: {e}"
-            ))
+        compiled.map(Some).map_err(|e| unconstrained(&e))
+    }
+}
+
+/// The functions a call may be of: the one `choice` forces, else all.
+fn wanted<'f>(
+    functions: &'f [Function],
+    choice: &ToolChoice,
+) -> Result<Vec<&'f Function>, TemplateError> {
+    let wanted: Vec<&Function> = match choice {
+        ToolChoice::Function(name) => functions.iter().filter(|f| &f.name == name).collect(),
+        ToolChoice::Auto | ToolChoice::Required => functions.iter().collect(),
+    };
+    if wanted.is_empty() {
+        return Err(TemplateError::Input(
+            "tool_choice names a function that is not among the tools".into(),
+        ));
+    }
+    Ok(wanted)
+}
+
+fn unconstrained(e: &cortex_grammar::SchemaError) -> TemplateError {
+    TemplateError::Input(format!(
+        "tools: a call cannot be constrained to the functions' parameters: {e}"
+    ))
+}
+
+/// The generic envelope's grammar for the `wanted` functions of `tools`.
+fn generic_grammar(
+    wanted: &[&Function],
+    tools: &Tools,
+) -> Result<String, cortex_grammar::SchemaError> {
+    one_line(&generic_schema(wanted, &tools.choice, tools.parallel)).or_else(|_| {
+        // A schema no grammar can hold (a `pattern`; forced calls were
+        // refused at submit): any object as arguments.
+        let loose: Vec<Function> = wanted
+            .iter()
+            .map(|f| Function {
+                name: f.name.clone(),
+                description: None,
+                parameters: json!({"type": "object"}),
+            })
+            .collect();
+        let loose: Vec<&Function> = loose.iter().collect();
+        one_line(&generic_schema(&loose, &tools.choice, tools.parallel))
+    })
+}
+
+/// A chat made ready for a template that renders only roles and text
+/// (llama.cpp's built-in templates, which it renders itself): a
+/// `developer` message as the system message, the tools on offer in
+/// cortex's generic preamble, earlier calls and their results written as
+/// that JSON. The messages to render, how the output is read, and the
+/// grammar that holds it to the generic envelope when tools are on offer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TextOnlyChat {
+    /// The messages, each a role and its text.
+    pub messages: Vec<ChatMessage>,
+    /// How the output is read.
+    pub syntax: OutputSyntax,
+    /// What the output must match (GBNF), when tools are on offer.
+    pub grammar: Option<String>,
+}
+
+impl TextOnlyChat {
+    /// `conversation` made ready for a text-only template.
+    pub fn new(conversation: &Conversation<'_>) -> Result<Self, TemplateError> {
+        let mut messages = developer_as_system(conversation.messages);
+        if messages
+            .iter()
+            .any(|m| !m.tool_calls.is_empty() || m.role == "tool")
+        {
+            messages = calls_as_text(&messages);
+        }
+        let Some(tools) = conversation.tools else {
+            return Ok(Self {
+                messages,
+                syntax: OutputSyntax::plain(),
+                grammar: None,
+            });
+        };
+        let functions = functions(tools)?;
+        let wanted = wanted(&functions, &tools.choice)?;
+        let grammar = generic_grammar(&wanted, tools).map_err(|e| unconstrained(&e))?;
+        Ok(Self {
+            messages: with_preamble(&messages, tools)?,
+            syntax: OutputSyntax {
+                reasoning: None,
+                starts_in_reasoning: false,
+                calls: CallSyntax::Generic,
+                one_call: !tools.parallel,
+            },
+            grammar: Some(grammar),
         })
     }
 }

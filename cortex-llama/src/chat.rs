@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use cortex_chat::{ChatTemplate, Conversation, OutputSyntax, RenderedChat, TemplateError};
+use cortex_chat::{ChatTemplate, Conversation, RenderedChat, TemplateError, TextOnlyChat};
 use cortex_engine::{EngineError, ExecutorError};
 
 use crate::Model;
@@ -83,18 +83,13 @@ impl ChatRenderer {
                 Ok(rendered)
             }
             Self::Builtin(template) => {
-                if conversation.tools.is_some() {
-                    return Err(ExecutorError::Failed(
-                        "llama.cpp's built-in templates take no tools; leave --chat-template unset to use the model's own, or give a Jinja file".into(),
-                    ));
-                }
-                let messages = conversation.messages;
-                if messages.iter().any(|m| !m.tool_calls.is_empty()) {
-                    return Err(ExecutorError::Failed(
-                        "the chat has tool calls, which llama.cpp's built-in templates cannot render; choose a template that takes tools with --chat-template FILE".into(),
-                    ));
-                }
-                let pairs: Vec<(&str, &str)> = messages
+                // llama.cpp renders roles and text only: tools and earlier
+                // calls go in as cortex's generic text, as for a Jinja
+                // template that does not render them.
+                let chat = TextOnlyChat::new(conversation)
+                    .map_err(|e| ExecutorError::Failed(e.to_string()))?;
+                let pairs: Vec<(&str, &str)> = chat
+                    .messages
                     .iter()
                     .map(|m| (m.role.as_str(), m.content.as_str()))
                     .collect();
@@ -102,8 +97,8 @@ impl ChatRenderer {
                     .map_err(|e| ExecutorError::Failed(format!("chat template: {e}")))?;
                 Ok(RenderedChat {
                     prompt,
-                    syntax: OutputSyntax::plain(),
-                    grammar: None,
+                    syntax: chat.syntax,
+                    grammar: chat.grammar,
                 })
             }
             Self::Missing => Err(ExecutorError::Failed(

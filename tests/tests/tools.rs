@@ -1,7 +1,8 @@
 //! Tool calling through the `cortex` binary and the real model, with the
 //! default model's own template (which renders no tools: cortex's generic
 //! tools format) and with one that takes tools
-//! (`examples/templates/chatml-tools.jinja`, Hermes format):
+//! (`examples/templates/chatml-tools.jinja`, Hermes format), and with
+//! llama.cpp's built-in templates (chatml; Gemma 3's, chosen for its GGUF):
 //! `tool_choice: "required"` or a named function always gives a call whose
 //! arguments match the function's parameters, earlier calls and their
 //! results render into the prompt, and every body is a valid
@@ -117,6 +118,30 @@ fn forced_calls_match_their_functions_with_or_without_a_template_that_takes_tool
         "out.jsonl",
     ]);
     check_calls(&cortex, &input, "out.jsonl");
+
+    // A template llama.cpp renders itself (a name; Gemma 3's GGUF has no
+    // template, so its built-in one is chosen): the generic format again.
+    cortex.ok(&[
+        "--chat-template",
+        "chatml",
+        "run",
+        "tools.jsonl",
+        "--force",
+        "-o",
+        "builtin.jsonl",
+    ]);
+    check_calls(&cortex, &input, "builtin.jsonl");
+    cortex.ok(&["models", "pull", "gemma3-270m"]);
+    cortex.ok(&[
+        "--model",
+        "gemma3-270m",
+        "run",
+        "tools.jsonl",
+        "--ignore-line-models",
+        "-o",
+        "gemma.jsonl",
+    ]);
+    check_calls(&cortex, &input, "gemma.jsonl");
 }
 
 /// Every line answered, a valid `ChatCompletion`; each forced call one
