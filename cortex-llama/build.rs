@@ -66,6 +66,9 @@ fn build_kernels() {
         .flag_if_supported("-fno-math-errno")
         .warnings(true)
         .extra_warnings(true)
+        // A prototype missing from a header, or any warning, stops the build.
+        .flag_if_supported("-Wmissing-prototypes")
+        .warnings_into_errors(true)
         .compile("cortex_kernels");
 }
 

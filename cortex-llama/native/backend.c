@@ -31,6 +31,7 @@
 
 #include "attention.h"
 #include "backend.h"
+#include "cortex_kernels.h"
 
 enum ck_isa ck_kernels_isa = CK_ISA_NONE;
 

@@ -11,6 +11,7 @@
 
 #include "attention.h"
 #include "backend.h"
+#include "cortex_kernels.h"
 
 bool ck_is_layout_only(enum ggml_op op) {
     return op == GGML_OP_NONE || op == GGML_OP_RESHAPE || op == GGML_OP_VIEW || op == GGML_OP_PERMUTE ||

@@ -170,6 +170,62 @@ fn failures(count: c_int, why: &[c_char]) -> Result<(), String> {
 mod tests {
     use super::*;
 
+    /// The names `fn NAME(` declares in `text`'s `unsafe extern "C"` block
+    /// (Rust) or as prototypes of `cortex_kernels_` functions (C).
+    fn entry_points(text: &str, rust: bool) -> Vec<String> {
+        let body = if rust {
+            let start = text.find("unsafe extern \"C\" {").unwrap();
+            &text[start..start + text[start..].find("\n}").unwrap()]
+        } else {
+            text
+        };
+        let mut names: Vec<String> = body
+            .lines()
+            .filter(|line| !line.trim_start().starts_with("//"))
+            .filter_map(|line| {
+                let at = line.find("cortex_kernels_")?;
+                let name: String = line[at..]
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                line[at + name.len()..].starts_with('(').then_some(name)
+            })
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn the_rust_declarations_are_the_c_headers() {
+        let header = include_str!("../../native/cortex_kernels.h");
+        let rust = include_str!("kernels.rs");
+        assert_eq!(entry_points(rust, true), entry_points(header, false));
+        assert_eq!(entry_points(header, false).len(), 9);
+        // `enum ck_isa` in kernels.h has KernelIsa's values.
+        let kernels_h = include_str!("../../native/kernels.h");
+        for (c_name, isa) in [
+            ("CK_ISA_AVX2", KernelIsa::Avx2),
+            ("CK_ISA_AVX_VNNI", KernelIsa::AvxVnni),
+            ("CK_ISA_AVX512", KernelIsa::Avx512),
+        ] {
+            let line = kernels_h
+                .lines()
+                .find(|line| line.trim_start().starts_with(&format!("{c_name} =")))
+                .unwrap_or_else(|| panic!("{c_name} is not in kernels.h"));
+            let value: i32 = line
+                .split('=')
+                .nth(1)
+                .and_then(|v| {
+                    let v = v.trim_start();
+                    let digits = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+                    v[..digits].parse().ok()
+                })
+                .unwrap_or_else(|| panic!("{c_name}'s value in {line:?}"));
+            assert_eq!(value, isa as i32, "{c_name}");
+            assert_eq!(KernelIsa::from_raw(value), Some(isa));
+        }
+    }
+
     #[test]
     fn every_kernel_this_cpu_runs_agrees_with_the_scalar_reference() {
         let Some(best) = KernelIsa::detect() else {
