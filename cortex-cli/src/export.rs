@@ -304,29 +304,35 @@ impl KeepColumns<'_> {
     /// became requests through a template.
     fn open(&self) -> anyhow::Result<KeptColumns> {
         let input = self.input;
-        let parquet = match input {
-            Location::Local(path) => cortex_parquet::is_parquet(path)?,
-            Location::Object(object) => cortex_parquet::is_parquet_object(&object.open()?)?,
-        };
-        if !parquet && !self.templated {
-            return Err(crate::exit::Usage(format!(
+        let only_templated = || -> anyhow::Result<()> {
+            if self.templated {
+                return Ok(());
+            }
+            Err(crate::exit::Usage(format!(
                 "--keep-columns carries a table's columns: {input} is neither a Parquet file nor rows read through --prompt-template"
             ))
-            .into());
-        }
-        let opened = match (input, parquet) {
-            (Location::Local(path), true) => KeptColumns::open(path, self.names),
-            (Location::Object(object), true) => {
-                KeptColumns::open_object(&object.open()?, self.names)
+            .into())
+        };
+        let opened = match input {
+            Location::Local(path) => {
+                if cortex_parquet::is_parquet(path)? {
+                    KeptColumns::open(path, self.names)
+                } else {
+                    only_templated()?;
+                    let file = File::open(path).with_context(|| format!("cannot read {input}"))?;
+                    KeptColumns::open_text(Box::new(BufReader::new(file)), self.names)
+                }
             }
-            (Location::Local(path), false) => {
-                let file = File::open(path).with_context(|| format!("cannot read {input}"))?;
-                KeptColumns::open_text(Box::new(BufReader::new(file)), self.names)
+            // The object opened once: its version read as a table is the one checked.
+            Location::Object(object) => {
+                let object = object.open()?;
+                if cortex_parquet::is_parquet_object(&object)? {
+                    KeptColumns::open_object(&object, self.names)
+                } else {
+                    only_templated()?;
+                    KeptColumns::open_text(Box::new(BufReader::new(object.reader())), self.names)
+                }
             }
-            (Location::Object(object), false) => KeptColumns::open_text(
-                Box::new(BufReader::new(object.open()?.reader())),
-                self.names,
-            ),
         };
         // A column the table does not have is bad input, as a template's is.
         opened.map_err(|e| match e.kind() {

@@ -768,16 +768,17 @@ fn a_lines_model_picks_the_jobs_model_or_is_refused_by_name() {
         "{stderr}"
     );
     assert!(!cortex.db().exists(), "nothing was stored");
+    // Succeeds, saying `said` exactly once.
+    let said_once = |args: &[&str], said: &str| {
+        let output = cortex.run(args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{stderr}");
+        assert_eq!(stderr.matches(said).count(), 1, "{stderr}");
+    };
     // Set aside: run on the job's model, said once.
-    let output = cortex.run(&["submit", "hosted.jsonl", "--ignore-line-models"]);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stderr}");
-    assert_eq!(
-        stderr
-            .matches("the lines name gpt-4o-mini (line 1): they run on smollm2-135m:latest")
-            .count(),
-        1,
-        "{stderr}"
+    said_once(
+        &["submit", "hosted.jsonl", "--ignore-line-models"],
+        "the lines name gpt-4o-mini (line 1): they run on smollm2-135m:latest",
     );
     // A model chosen with --model wins over a name that is no model here,
     // said once (the refusal above offers it).
@@ -785,15 +786,9 @@ fn a_lines_model_picks_the_jobs_model_or_is_refused_by_name() {
         "hosted-4o.jsonl",
         &(line("g", "gpt-4o") + &line("h", "gpt-4o")),
     );
-    let output = cortex.run(&["--model", "smollm2-135m", "submit", "hosted-4o.jsonl"]);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stderr}");
-    assert_eq!(
-        stderr
-            .matches("the lines name gpt-4o (line 1), which is not a model here: they run on smollm2-135m:latest")
-            .count(),
-        1,
-        "{stderr}"
+    said_once(
+        &["--model", "smollm2-135m", "submit", "hosted-4o.jsonl"],
+        "the lines name gpt-4o (line 1), which is not a model here: they run on smollm2-135m:latest",
     );
     // Lines naming the job's model run; another model of the registry is refused.
     cortex.write("own.jsonl", &line("c", "smollm2-135m"));
