@@ -175,6 +175,13 @@ impl Engine {
         self.placement.get()?.cortex_kernels()
     }
 
+    /// Whether a line's output here depends only on the line, its settings
+    /// and its seed, whatever runs beside it; `false` where unsaid (a fake
+    /// executor).
+    pub fn same_output(&self) -> bool {
+        self.placement.get().is_some_and(|p| p.same_output())
+    }
+
     /// Bytes of the GPU's memory this engine has taken (weights, KV cache,
     /// llama.cpp's buffers), read now; `None` when it runs on the CPU.
     pub fn gpu_memory_used(&self) -> Option<u64> {

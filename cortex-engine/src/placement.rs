@@ -194,6 +194,10 @@ pub trait ModelPlacement: Send + Sync {
     /// (`AVX-512 VNNI`, `AVX-VNNI`, `AVX2`); `None` when the binding's library does all
     /// its work.
     fn cortex_kernels(&self) -> Option<&'static str>;
+    /// Whether a line's output depends only on the line, its settings and
+    /// its seed, not on what runs beside it (see the book's "Same input,
+    /// same output"): cortex's CPU kernels multiply every matrix.
+    fn same_output(&self) -> bool;
     /// Bytes of the GPU's memory the model takes with `kv_bytes` of KV
     /// cache; `None` on the CPU.
     fn gpu_memory_used(&self, kv_bytes: u64) -> Option<u64>;

@@ -56,6 +56,7 @@ void cortex_kernels_set_prefix_shares(const int32_t * source, const int32_t * ce
     thread_shares.streams = source != NULL && cells != NULL && streams > 0 ? streams : 0;
 }
 void cortex_kernels_place_weights(int place) { thread_places_weights = place; }
+int cortex_kernels_multiplies(int type, long long rows, long long cols) { return ck_packable(type, rows, cols); }
 
 // ---------------------------------------------------------------- operations
 

@@ -25,6 +25,9 @@ void cortex_kernels_set_threadpool(void * pool);
 void cortex_kernels_set_prefix_shares(const int32_t * source, const int32_t * cells, int32_t streams);
 // Work items of shared-prefix groups computed so far in this process.
 long long cortex_kernels_attention_group_items(void);
+// Whether the kernels multiply a weight matrix of ggml type `type` with
+// `rows` rows of `cols` elements (1), or leave it to llama.cpp (0).
+int cortex_kernels_multiplies(int type, long long rows, long long cols);
 // Whether models loaded on the calling thread place their weights here.
 void cortex_kernels_place_weights(int place);
 // The kernels' self-check (see kernels.h): 0 when they agree with the

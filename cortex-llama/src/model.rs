@@ -26,6 +26,8 @@ pub struct Model {
     /// The instruction set of cortex's CPU kernels where they run its
     /// CPU layers; `None`: llama.cpp's kernels run them all.
     cortex_kernels: Option<&'static str>,
+    /// Whether cortex's kernels multiply every one of its matrices.
+    kernels_take_every_matrix: bool,
 }
 
 /// The device a model is on, readable from any thread.
@@ -40,6 +42,9 @@ pub(crate) struct Placement {
     /// The instruction set of cortex's CPU kernels when they multiply the
     /// model's layers on the CPU.
     cortex_kernels: Option<&'static str>,
+    /// Whether a line's output depends on nothing beside it: the model
+    /// wholly on the CPU, every matrix multiplied by cortex's kernels.
+    same_output: bool,
 }
 
 impl ModelPlacement for Placement {
@@ -52,6 +57,10 @@ impl ModelPlacement for Placement {
 
     fn cortex_kernels(&self) -> Option<&'static str> {
         self.cortex_kernels
+    }
+
+    fn same_output(&self) -> bool {
+        self.same_output
     }
 
     /// What the device says was taken since before the model loaded, or —
@@ -95,7 +104,11 @@ impl Model {
         layers_on_gpu: GpuLayers,
         cpu_kernels: CpuKernels,
     ) -> Result<Self, EngineError> {
-        read_gguf(path)?;
+        let gguf = read_gguf(path)?;
+        let kernels_take_every_matrix = gguf
+            .matrices
+            .iter()
+            .all(|m| !m.stacked && sys::kernels::multiplies(m.ggml_type, m.rows, m.columns));
         let gpu = devices::resolve(device)?;
         let cortex_kernels = cpu_kernels.uses_cortex_kernels();
         let placement = match gpu {
@@ -135,6 +148,7 @@ impl Model {
             cortex_kernels: (cortex_kernels && gpu_share < 1.0)
                 .then(|| devices::load_backends(None, CpuKernels::default()).cortex_kernels)
                 .flatten(),
+            kernels_take_every_matrix,
         })
     }
 
@@ -200,6 +214,9 @@ impl Model {
             gpu_share: self.gpu_share,
             weights: self.size_bytes(),
             cortex_kernels: self.cortex_kernels,
+            same_output: self.gpu.is_none()
+                && self.cortex_kernels.is_some()
+                && self.kernels_take_every_matrix,
         }
     }
 

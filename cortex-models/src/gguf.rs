@@ -57,6 +57,23 @@ pub struct GgufInfo {
     pub required_size: u64,
     /// Bytes it has.
     pub file_size: u64,
+    /// Its matrices (tensors with more than one row): what a model's
+    /// products are computed with.
+    pub matrices: Vec<GgufMatrix>,
+}
+
+/// A tensor of a GGUF with more than one row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GgufMatrix {
+    /// Its ggml type (`GGML_TYPE_*`).
+    pub ggml_type: u32,
+    /// Elements in a row.
+    pub columns: u64,
+    /// Rows (its second dimension).
+    pub rows: u64,
+    /// Whether it has more than two dimensions that are not 1 (a stack of
+    /// matrices, such as a mixture of experts' weights).
+    pub stacked: bool,
 }
 
 impl GgufInfo {
@@ -351,17 +368,28 @@ pub fn read_gguf(path: &Path) -> Result<GgufInfo, GgufError> {
     }
     let mut data_size = 0u64;
     let mut parameters = 0u64;
+    let mut matrices = Vec::new();
     for _ in 0..tensor_count {
         let _name = r.string().map_err(eof_as)?;
         let dims = r.u32().map_err(eof_as)?;
         if dims > 8 {
             return Err(not_gguf(format!("a tensor with {dims} dimensions")));
         }
-        let mut elements = 1u64;
-        for _ in 0..dims {
-            elements = elements.saturating_mul(r.u64().map_err(eof_as)?);
+        let mut extents = [1u64; 8];
+        for extent in extents.iter_mut().take(dims as usize) {
+            *extent = r.u64().map_err(eof_as)?;
         }
+        let elements = extents.iter().fold(1u64, |n, &e| n.saturating_mul(e));
         let ggml_type = r.u32().map_err(eof_as)?;
+        let stacked = extents[2..].iter().any(|&e| e > 1);
+        if extents[1] > 1 || stacked {
+            matrices.push(GgufMatrix {
+                ggml_type,
+                columns: extents[0],
+                rows: extents[1],
+                stacked,
+            });
+        }
         let offset = r.u64().map_err(eof_as)?;
         parameters = parameters.saturating_add(elements);
         let bytes = type_layout(ggml_type).map_or(0, |(block_bytes, block_elems)| {
@@ -390,5 +418,6 @@ pub fn read_gguf(path: &Path) -> Result<GgufInfo, GgufError> {
         parameters,
         required_size,
         file_size,
+        matrices,
     })
 }

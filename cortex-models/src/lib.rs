@@ -57,7 +57,7 @@ mod registry;
 
 pub use blobs::{BlobStore, BlobWriter, ModelError, file_sha256, parse_digest, verify_file};
 pub use details::{ModelDetails, model_info, parameter_size};
-pub use gguf::{GgufError, GgufInfo, GgufValue, read_gguf};
+pub use gguf::{GgufError, GgufInfo, GgufMatrix, GgufValue, read_gguf};
 pub use known::{DEFAULT_MODEL, GEMMA3_270M, KNOWN_MODELS, ModelSpec, PackagedFile, PullProgress};
 pub use modelfile::{
     MAX_MODELFILE_BYTES, ModelSettings, Modelfile, ModelfileError, Parameter, ParameterValue,

@@ -86,7 +86,7 @@ const JOB_SELECT: &str = "SELECT j.id, j.state, j.source_name, j.source_sha256, 
         coalesce(c.cancelled, 0), coalesce(c.prompt_tokens, 0), coalesce(c.completion_tokens, 0),
         j.created_at, j.validating_at, j.in_progress_at, j.finalizing_at, j.completed_at, j.failed_at,
         j.cancelling_at, j.cancelled_at, j.model_sha256, j.project, j.expires_at, j.expired_at,
-        j.notify_url, j.output_url
+        j.notify_url, j.output_url, j.outputs_may_vary
     FROM jobs j LEFT JOIN LATERAL (
         SELECT sum(pending)::bigint AS pending, sum(running)::bigint AS running,
                sum(completed)::bigint AS completed, sum(failed)::bigint AS failed,
@@ -134,6 +134,7 @@ fn job_from_row(row: &Row) -> Job {
         },
         notify_url: row.get(30),
         output_url: row.get(31),
+        outputs_may_vary: row.get(32),
     }
 }
 

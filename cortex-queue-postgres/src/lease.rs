@@ -318,6 +318,7 @@ impl PgStore {
         let lease_ms = duration_ms(options.lease);
         let place = self.shown.clone();
         let model = options.model_sha256.clone();
+        let same_output = options.same_output;
         let beat = self
             .last_worker_heartbeat
             .is_none_or(|t| t.elapsed() >= WORKER_HEARTBEAT);
@@ -410,6 +411,13 @@ impl PgStore {
                 })?;
                 item.request.set_id(RequestId(item.lease.item.0 as u64));
                 claimed.push(item);
+            }
+            if !same_output && !claimed.is_empty() {
+                let jobs: Vec<i64> = claimed.iter().map(|c| c.job.0).collect();
+                tx.execute(
+                    "UPDATE jobs SET outputs_may_vary = true WHERE id = ANY($1) AND NOT outputs_may_vary",
+                    &[&jobs],
+                )?;
             }
             Ok(claimed)
         })?;

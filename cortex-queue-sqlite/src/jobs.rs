@@ -19,7 +19,7 @@ use crate::store::{Outcome, Store};
 const JOB_COLUMNS: &str = "id, state, source_name, source_sha256, model, defaults, metadata, priority, max_attempts,
     lines, invalid, n_pending, n_running, n_completed, n_failed, n_cancelled, prompt_tokens, completion_tokens,
     created_at, validating_at, in_progress_at, finalizing_at, completed_at, failed_at, cancelling_at, cancelled_at,
-    model_sha256, project, expires_at, expired_at, notify_url, output_url";
+    model_sha256, project, expires_at, expired_at, notify_url, output_url, outputs_may_vary";
 
 /// The lines `--skip-invalid` refused, as listed items (see
 /// [`listed_items`]).
@@ -147,6 +147,7 @@ fn job_from_row(row: &Row<'_>) -> rusqlite::Result<Job> {
         },
         notify_url: row.get(30)?,
         output_url: row.get(31)?,
+        outputs_may_vary: row.get(32)?,
     })
 }
 

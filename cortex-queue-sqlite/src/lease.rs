@@ -273,6 +273,7 @@ impl WorkerStore for Store {
         let lone_retry_ms = duration_ms(self.config.retry.lone_retry);
         let db_path = self.path.clone();
         let model = options.model_sha256.clone();
+        let same_output = options.same_output;
         let mut claimed = self.write_checked(|tx| {
             let now = now_ms();
             let mut touched = BTreeSet::new();
@@ -343,6 +344,15 @@ impl WorkerStore for Store {
                     })?;
                 item_claimed.request.set_id(RequestId(item as u64));
                 claimed.push(item_claimed);
+            }
+            if !same_output {
+                let jobs: BTreeSet<i64> = claimed.iter().map(|c| c.job.0).collect();
+                for job in jobs {
+                    tx.prepare_cached(
+                        "UPDATE jobs SET outputs_may_vary = 1 WHERE id = ?1 AND outputs_may_vary = 0",
+                    )?
+                    .execute([job])?;
+                }
             }
             settle_all(tx, &touched, now)?;
             Ok(claimed)

@@ -45,8 +45,12 @@ const V11: &str = include_str!("../migrations/0011_webhooks.sql");
 /// Version 12: where a job's results go when it ends (an outbox row, `export`).
 const V12: &str = include_str!("../migrations/0012_job_outputs.sql");
 
+/// Version 13: whether a worker whose outputs can vary with the batch has
+/// claimed any of a job's lines.
+const V13: &str = include_str!("../migrations/0013_outputs_may_vary.sql");
+
 /// Migrations in order; `MIGRATIONS[i]` takes the schema from version `i` to `i + 1`.
-pub(crate) const MIGRATIONS: [&str; 12] = [V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11, V12];
+pub(crate) const MIGRATIONS: [&str; 13] = [V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11, V12, V13];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

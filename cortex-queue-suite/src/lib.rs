@@ -73,6 +73,7 @@ macro_rules! queue_suite {
             cancel_stops_pending_items_at_once_and_running_ones_at_their_heartbeat_then_resume_finishes,
             released_items_are_pending_again_without_using_an_attempt,
             higher_priority_jobs_are_claimed_first_and_claims_can_be_limited_to_jobs,
+            a_claim_by_a_worker_whose_outputs_vary_marks_only_its_jobs,
             jobs_belong_to_a_project_and_list_by_it,
             export_refuses_a_running_job_unless_partial_and_never_leaves_half_a_file,
             status_reports_throughput_and_an_eta_while_running,

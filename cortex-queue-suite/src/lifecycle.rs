@@ -759,6 +759,31 @@ pub fn higher_priority_jobs_are_claimed_first_and_claims_can_be_limited_to_jobs(
     );
 }
 
+pub fn a_claim_by_a_worker_whose_outputs_vary_marks_only_its_jobs(b: &dyn DriverUnderTest) {
+    let dir = b.scratch();
+    let mut store = b.open();
+    let kept = submit_prompts(store.as_mut(), dir, "kept.jsonl", 2);
+    let varied = submit_prompts(store.as_mut(), dir, "varied.jsonl", 3);
+    let claim = |jobs, same_output| ClaimOptions {
+        jobs: Some(jobs),
+        same_output,
+        ..ClaimOptions::default()
+    };
+    assert_eq!(store.claim(2, &claim(vec![kept], true)).unwrap().len(), 2);
+    assert!(!store.job(kept).unwrap().outputs_may_vary);
+    assert!(!store.job(varied).unwrap().outputs_may_vary);
+    // A worker that keeps no promise: only the job it claimed from is marked,
+    // and a later claim by one that does never clears the mark.
+    assert_eq!(
+        store.claim(1, &claim(vec![varied], false)).unwrap().len(),
+        1
+    );
+    assert_eq!(store.claim(1, &claim(vec![varied], true)).unwrap().len(), 1);
+    assert!(!store.job(kept).unwrap().outputs_may_vary);
+    assert!(store.job(varied).unwrap().outputs_may_vary);
+    assert!(store.status(varied).unwrap().job.outputs_may_vary);
+}
+
 pub fn jobs_belong_to_a_project_and_list_by_it(b: &dyn DriverUnderTest) {
     let dir = b.scratch();
     let mut store = b.open();

@@ -101,6 +101,11 @@ pub struct Job {
     /// URL), if anywhere: an [`crate::EXPORT_EVENT`] row of the outbox.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_url: Option<String>,
+    /// Whether a worker where a line's output can change with what runs
+    /// beside it (see [`crate::ClaimOptions::same_output`]) has claimed any
+    /// of its lines: then its outputs are not promised to repeat.
+    #[serde(default)]
+    pub outputs_may_vary: bool,
 }
 
 /// A job with its recent throughput and an estimate of the time left.

@@ -68,6 +68,11 @@ pub struct ClaimOptions {
     /// an innocent item twice, while a poison item kills every worker that
     /// runs it anyway. When nothing else is claimable it is taken regardless.
     pub alone: bool,
+    /// Whether a line's output on this worker depends only on the line, its
+    /// settings and its seed, not on what runs beside it (the engine's
+    /// `same_output`). A worker without it marks each job it claims from
+    /// ([`crate::Job::outputs_may_vary`]).
+    pub same_output: bool,
 }
 
 impl Default for ClaimOptions {
@@ -78,6 +83,7 @@ impl Default for ClaimOptions {
             model_sha256: None,
             suspects: true,
             alone: true,
+            same_output: false,
         }
     }
 }

@@ -476,6 +476,7 @@ pub fn work_queue(
             model_sha256: plan.model_sha256.clone(),
             suspects: true,
             alone: false,
+            same_output: engine.same_output(),
         },
         claims: 0,
         ran_alone: false,

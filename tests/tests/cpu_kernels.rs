@@ -242,6 +242,18 @@ fn greedy_answers_agree(model: &str, kernels: &[&str], tolerance: f64) {
             tolerance,
         );
     }
+    // A rerun promises the same output only where cortex's kernels ran.
+    if cpu_runs_the_kernels() {
+        assert!(cortex.job(1).outputs_may_vary);
+        assert!(!cortex.job(2).outputs_may_vary);
+        let status = cortex.ok(&["status", "1"]);
+        assert!(status.contains("reruns    may differ: "), "{status}");
+        let status = cortex.ok(&["status", "2"]);
+        assert!(
+            status.contains("reruns    give the same output: every line so far ran"),
+            "{status}"
+        );
+    }
 }
 
 /// Runs `job.jsonl` on `model` on the CPU with `--cpu-kernels kernels`; the

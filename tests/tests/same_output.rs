@@ -170,6 +170,10 @@ fn a_lines_output_is_the_same_whatever_runs_beside_it_and_however() {
     second.wait().unwrap();
     cortex.ok(&["worker"]);
     cortex.ok(&["results", "1", "-o", "out.jsonl"]);
+    assert!(
+        !cortex.job(1).outputs_may_vary,
+        "no worker said outputs vary"
+    );
     assert_same(
         "two workers, one killed",
         &reference,

@@ -47,6 +47,7 @@ pub(crate) fn status_text(status: &JobStatus) -> String {
     if let Some(eta) = status.eta {
         let _ = writeln!(out, "  eta       {}", duration(eta));
     }
+    let _ = writeln!(out, "  reruns    {}", reruns_text(job));
     let _ = write!(out, "  created   {}", timestamp(job.times.created_at));
     if let Some(url) = &job.notify_url {
         let _ = write!(out, "\n  notify    {url} (when it ends)");
@@ -71,6 +72,23 @@ pub(crate) fn status_text(status: &JobStatus) -> String {
         let _ = write!(out, "\n  ended     {}", timestamp(ended));
     }
     out
+}
+
+/// Whether running the job again gives the same outputs (the book's "Same
+/// input, same output"), as far as the workers that claimed its lines say.
+fn reruns_text(job: &Job) -> &'static str {
+    let ran = job.counts.completed + job.counts.running + job.counts.failed > job.counts.invalid;
+    match (job.outputs_may_vary, ran) {
+        (true, _) => {
+            "may differ: some lines ran where a line's output can change with what runs beside it (a GPU, llama.cpp's kernels, or weights cortex's kernels do not take)"
+        }
+        (false, true) => {
+            "give the same output: every line so far ran where its output depends only on the line, its settings and its seed"
+        }
+        (false, false) => {
+            "give the same output where its workers keep that promise (`cortex devices` says)"
+        }
+    }
 }
 
 /// The model a job needs: its name and the start of its SHA-256 (only

@@ -6,7 +6,7 @@
 //! attention over an F16 KV cache (see `native/backend.c` for
 //! how ggml hands them over).
 
-use std::ffi::{CStr, c_char, c_int, c_void};
+use std::ffi::{CStr, c_char, c_int, c_longlong, c_void};
 
 use llama_cpp_sys_2 as ffi;
 
@@ -18,7 +18,8 @@ unsafe extern "C" {
     fn cortex_kernels_isa_supported(isa: c_int) -> c_int;
     fn cortex_kernels_set_threadpool(pool: *mut c_void);
     fn cortex_kernels_set_prefix_shares(source: *const i32, cells: *const i32, streams: i32);
-    fn cortex_kernels_attention_group_items() -> std::ffi::c_longlong;
+    fn cortex_kernels_attention_group_items() -> c_longlong;
+    fn cortex_kernels_multiplies(ggml_type: c_int, rows: c_longlong, cols: c_longlong) -> c_int;
     fn cortex_kernels_place_weights(place: c_int);
     fn cortex_kernels_self_check(isa: c_int, why: *mut c_char, why_len: usize) -> c_int;
     #[cfg_attr(not(test), allow(dead_code))]
@@ -119,6 +120,20 @@ pub(crate) fn attention_group_items() -> u64 {
     u64::try_from(unsafe { cortex_kernels_attention_group_items() }).unwrap_or(0)
 }
 
+/// Whether the kernels multiply a weight matrix of `ggml_type` with `rows`
+/// rows of `columns` elements (else llama.cpp's CPU backend does).
+pub(crate) fn multiplies(ggml_type: u32, rows: u64, columns: u64) -> bool {
+    let (Ok(ggml_type), Ok(rows), Ok(columns)) = (
+        c_int::try_from(ggml_type),
+        c_longlong::try_from(rows),
+        c_longlong::try_from(columns),
+    ) else {
+        return false;
+    };
+    // SAFETY: a pure function of its arguments.
+    unsafe { cortex_kernels_multiplies(ggml_type, rows, columns) != 0 }
+}
+
 /// Whether models loaded on this thread from now on keep their Q4_1 and
 /// Q8_0 weights with the kernels (else llama.cpp's CPU backend has them).
 pub(crate) fn place_weights(place: bool) {
@@ -200,7 +215,7 @@ mod tests {
         let header = include_str!("../../native/cortex_kernels.h");
         let rust = include_str!("kernels.rs");
         assert_eq!(entry_points(rust, true), entry_points(header, false));
-        assert_eq!(entry_points(header, false).len(), 9);
+        assert_eq!(entry_points(header, false).len(), 10);
         // `enum ck_isa` in kernels.h has KernelIsa's values.
         let kernels_h = include_str!("../../native/kernels.h");
         for (c_name, isa) in [

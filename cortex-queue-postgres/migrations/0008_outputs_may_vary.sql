@@ -1,0 +1,6 @@
+-- Schema version 8: whether a worker where a line's output can change with
+-- what runs beside it (a GPU, llama.cpp's kernels, weights cortex's kernels
+-- do not take) has claimed any of a job's lines. Set once, at such a claim
+-- (a job's row is written once, not at every claim); jobs from before this
+-- version read as never so claimed.
+ALTER TABLE jobs ADD COLUMN outputs_may_vary boolean NOT NULL DEFAULT false;
