@@ -56,6 +56,7 @@ mod calls;
 mod capabilities;
 mod conversation;
 mod native;
+mod open_calls;
 mod python;
 mod python_calls;
 mod render;

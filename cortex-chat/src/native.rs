@@ -17,6 +17,7 @@
 use cortex_request::ToolCall;
 use serde_json::Value;
 
+use crate::open_calls::{CallFields, CallSoFar, json_calls_so_far};
 use crate::python_calls::{call, python_calls, skip_space};
 
 /// How one template writes calls.
@@ -289,9 +290,12 @@ impl NativeCalls {
         (!calls.is_empty()).then_some(Found { content, calls })
     }
 
-    /// Of an output still being written: where its first call starts, and
-    /// the calls written whole so far.
-    pub(crate) fn calls_so_far(&self, text: &str) -> Option<(usize, Vec<ToolCall>)> {
+    /// Of an output still being written: where its first call starts, the
+    /// calls written whole so far, and the one being written.
+    pub(crate) fn calls_so_far(
+        &self,
+        text: &str,
+    ) -> Option<(usize, Vec<ToolCall>, Option<CallSoFar>)> {
         let (start, mut pos) = self.first_call(text)?;
         let mut calls = Vec::new();
         while let Some((call, end)) = self.call_at(text, pos, calls.len()) {
@@ -300,16 +304,62 @@ impl NativeCalls {
             let closed = match self.call_close.match_at(text, end) {
                 Some(after) => after,
                 None if matches!(self.body, Body::Json(_)) => end,
-                None => break,
+                None => return Some((start, calls, Some(CallSoFar::unnamed(true)))),
             };
             calls.extend(call);
             pos = match self.call_open.match_at(text, closed) {
                 Some(next) if !self.call_open.is_empty() => next,
-                _ if self.call_open.is_empty() => closed,
-                _ => break,
+                _ if self.call_open.is_empty() && skip_space(text, closed) < text.len() => closed,
+                _ => return Some((start, calls, None)),
             };
         }
-        Some((start, calls))
+        let open = self.call_being_written(text, pos, &mut calls);
+        Some((start, calls, open))
+    }
+
+    /// The call whose body starts at `at` and is not whole yet; calls that
+    /// an array being written holds whole go to `calls`.
+    fn call_being_written(
+        &self,
+        text: &str,
+        at: usize,
+        calls: &mut Vec<ToolCall>,
+    ) -> Option<CallSoFar> {
+        let marked = !(self.section_open.is_empty() && self.call_open.is_empty());
+        let at = skip_space(text, at);
+        match &self.body {
+            Body::Json(shape) => {
+                let fields = match shape {
+                    JsonCall::Fields {
+                        name, arguments, ..
+                    } => CallFields::Paths {
+                        name: name.clone(),
+                        arguments: vec![arguments.clone()],
+                    },
+                    JsonCall::Keyed => CallFields::Keyed,
+                };
+                let (whole, open, _) = json_calls_so_far(&text[at..], &fields, marked)?;
+                calls.extend(whole);
+                open
+            }
+            Body::NameThenJson { name_close } => {
+                let Some((name_end, args_start)) = name_close.find(text, at) else {
+                    return Some(CallSoFar::unnamed(true));
+                };
+                let arguments = &text[skip_space(text, args_start)..];
+                Some(CallSoFar {
+                    name: call_name(&text[at..name_end]).map(str::to_owned),
+                    arguments: if arguments.starts_with('{') {
+                        arguments.to_owned()
+                    } else {
+                        String::new()
+                    },
+                    marked: true,
+                })
+            }
+            // Told whole once written.
+            Body::NameThenArguments { .. } | Body::Python => Some(CallSoFar::unnamed(true)),
+        }
     }
 
     /// Where the first call starts (its section's opening) and where its

@@ -7,6 +7,7 @@ use cortex_request::ToolCall;
 use serde_json::Value;
 
 use crate::native::{Found, NativeCalls};
+use crate::open_calls::{CallSoFar, common_calls_so_far, envelope_calls_so_far};
 
 /// How one chat's output is read (made with its prompt by
 /// [`crate::ChatTemplate::render_chat`]).
@@ -141,9 +142,19 @@ impl OutputSyntax {
         texts
     }
 
-    /// Reads a whole output.
+    /// Reads a whole output. One that ends inside a call (cut by the token
+    /// limit) keeps it as a call, with its arguments as far as they go, as
+    /// OpenAI does; nothing of a call is ever its text.
     pub fn parse(&self, text: &str) -> ParsedOutput {
         let mut parsed = self.parse_all(text);
+        if self.reads_calls()
+            && let (so_far, Some(open)) = self.so_far(text)
+            && (open.marked || open.name.is_some())
+        {
+            parsed.content = so_far.content;
+            parsed.tool_calls = so_far.tool_calls;
+            parsed.tool_calls.extend(open.into_call());
+        }
         if self.one_call {
             parsed.tool_calls.truncate(1);
         }
@@ -182,9 +193,18 @@ impl OutputSyntax {
 
     /// Of an output still being written: the answer and thinking so far
     /// (without what may yet be a marker, or trailing space), the calls
-    /// written whole; each a start of what [`OutputSyntax::parse`] gives of
-    /// the whole output.
-    pub(crate) fn so_far(&self, text: &str) -> ParsedOutput {
+    /// written whole, each a start of what [`OutputSyntax::parse`] gives of
+    /// the whole output; and the call being written.
+    pub(crate) fn so_far(&self, text: &str) -> (ParsedOutput, Option<CallSoFar>) {
+        let (mut parsed, mut open) = self.so_far_all(text);
+        if self.one_call && !parsed.tool_calls.is_empty() {
+            parsed.tool_calls.truncate(1);
+            open = None;
+        }
+        (parsed, open)
+    }
+
+    fn so_far_all(&self, text: &str) -> (ParsedOutput, Option<CallSoFar>) {
         let mut parsed = ParsedOutput::default();
         if self.calls == CallSyntax::Channels {
             return channels_so_far(text);
@@ -195,7 +215,7 @@ impl OutputSyntax {
                 let start = text.trim_start();
                 let thinking = if is_partial(start, markers.open) {
                     // `<thi`: thinking or not, it cannot be told yet.
-                    return parsed;
+                    return (parsed, None);
                 } else if let Some(rest) = start.strip_prefix(markers.open) {
                     Some(rest)
                 } else if self.starts_in_reasoning {
@@ -215,16 +235,17 @@ impl OutputSyntax {
                         None => {
                             let so_far = held_back(thinking, &[markers.close]).trim();
                             parsed.reasoning = (!so_far.is_empty()).then(|| so_far.to_owned());
-                            return parsed;
+                            return (parsed, None);
                         }
                     },
                 }
             }
         };
         let answer = answer.trim_start();
+        let mut open = None;
         match &self.calls {
             CallSyntax::None => parsed.content = answer.trim_end().to_owned(),
-            CallSyntax::Generic => parsed.tool_calls = completed_calls(answer),
+            CallSyntax::Generic => (parsed.tool_calls, open) = envelope_calls_so_far(answer),
             CallSyntax::Native(native) => {
                 let learned = native.as_ref().and_then(|n| n.calls_so_far(answer));
                 let common = COMMON_MARKERS
@@ -233,14 +254,19 @@ impl OutputSyntax {
                     .chain(answer.starts_with(['{', '[']).then_some(0))
                     .min();
                 let start = match (&learned, common) {
-                    (Some((start, _)), Some(common)) => (*start).min(common),
-                    (Some((start, _)), None) => *start,
+                    (Some((start, ..)), Some(common)) => (*start).min(common),
+                    (Some((start, ..)), None) => *start,
                     (None, common) => common.unwrap_or(answer.len()),
                 };
-                if let Some((learned_start, calls)) = learned
-                    && learned_start == start
-                {
-                    parsed.tool_calls = calls;
+                match learned {
+                    Some((learned_start, calls, call)) if learned_start == start => {
+                        parsed.tool_calls = calls;
+                        open = call;
+                    }
+                    _ if Some(start) == common => {
+                        (parsed.tool_calls, open) = common_calls_so_far(&answer[start..]);
+                    }
+                    _ => {}
                 }
                 let before = &answer[..start];
                 let before = if start == answer.len() {
@@ -254,7 +280,7 @@ impl OutputSyntax {
             }
             CallSyntax::Channels => unreachable!("read above"),
         }
-        parsed
+        (parsed, open)
     }
 
     /// The thinking at the start of `text` (or all of it, unfinished), and
@@ -412,17 +438,28 @@ const CHANNEL_MARKERS: [&str; 7] = [
 /// [`channels`] of an output still being written: the messages so far,
 /// the last one's text without what may be a marker, calls only once
 /// written whole (`<|call|>`).
-fn channels_so_far(text: &str) -> ParsedOutput {
+fn channels_so_far(text: &str) -> (ParsedOutput, Option<CallSoFar>) {
     let text = held_back(text, &CHANNEL_MARKERS);
     if !text.contains("<|message|>") {
-        if text.trim_start().starts_with("<|") {
+        let start = text.trim_start();
+        if start.starts_with("<|") {
             // A header being written.
-            return ParsedOutput::default();
+            return (ParsedOutput::default(), None);
         }
-        return ParsedOutput {
+        if start.starts_with(['{', '[']) {
+            // A forced call's bare JSON (or an answer's): told once known.
+            let (tool_calls, open) = common_calls_so_far(start);
+            let parsed = ParsedOutput {
+                tool_calls,
+                ..ParsedOutput::default()
+            };
+            return (parsed, open);
+        }
+        let parsed = ParsedOutput {
             content: text.trim().to_owned(),
             ..ParsedOutput::default()
         };
+        return (parsed, None);
     }
     channels_of(text, false)
 }
@@ -432,13 +469,14 @@ fn channels_so_far(text: &str) -> ParsedOutput {
 /// `final` the answer, `commentary to=functions.NAME` a call. Text outside
 /// any channel (a model that skipped them) is the answer.
 fn channels(text: &str) -> ParsedOutput {
-    channels_of(text, true)
+    channels_of(text, true).0
 }
 
-/// [`channels`]; a call whose message has not ended is left out unless
-/// the output has (`ended`).
-fn channels_of(text: &str, ended: bool) -> ParsedOutput {
+/// [`channels`]; a call whose message has not ended is the call being
+/// written unless the output has (`ended`).
+fn channels_of(text: &str, ended: bool) -> (ParsedOutput, Option<CallSoFar>) {
     let mut parsed = ParsedOutput::default();
+    let mut open = None;
     let mut reasoning = String::new();
     let mut rest = text;
     if !rest.contains("<|message|>") {
@@ -450,7 +488,7 @@ fn channels_of(text: &str, ended: bool) -> ParsedOutput {
             }
             None => parsed.content = text.trim().to_owned(),
         }
-        return parsed;
+        return (parsed, None);
     }
     while let Some(message) = rest.find("<|message|>") {
         let header = &rest[..message];
@@ -466,7 +504,13 @@ fn channels_of(text: &str, ended: bool) -> ParsedOutput {
             .nth(1)
             .map(|r| r.split([' ', '<']).next().unwrap_or_default());
         match recipient {
-            Some(to) if !to.is_empty() && !ended && body_end.is_none() => {}
+            Some(to) if !to.is_empty() && !ended && body_end.is_none() => {
+                open = Some(CallSoFar {
+                    name: Some(to.strip_prefix("functions.").unwrap_or(to).to_owned()),
+                    arguments: body.trim().to_owned(),
+                    marked: true,
+                });
+            }
             Some(to) if !to.is_empty() => parsed.tool_calls.push(ToolCall {
                 id: String::new(),
                 name: to.strip_prefix("functions.").unwrap_or(to).to_owned(),
@@ -483,7 +527,7 @@ fn channels_of(text: &str, ended: bool) -> ParsedOutput {
         rest = &rest[body_start + body_len..];
     }
     parsed.reasoning = (!reasoning.is_empty()).then_some(reasoning);
-    parsed
+    (parsed, open)
 }
 
 #[cfg(test)]
@@ -535,10 +579,24 @@ mod tests {
         assert_eq!(parsed.tool_calls[0].arguments, r#"{"x":1}"#);
         assert_eq!(syntax.parse(r#"{"response": "Hi"}"#).content, "Hi");
         assert_eq!(syntax.parse(r#"{"respo"#).content, r#"{"respo"#);
-        // Cut short by the token limit: the calls it completed.
+        // Cut short by the token limit: still calls, the last one's
+        // arguments as far as they go; nothing of them as text.
         let parsed =
             syntax.parse(r#"{"tool_calls": [{"name": "f", "arguments": {}}, {"name": "g", "argum"#);
-        assert_eq!(parsed.tool_calls.len(), 1);
+        assert_eq!(parsed.tool_calls.len(), 2);
+        assert_eq!(
+            (parsed.tool_calls[1].name.as_str(), parsed.content.as_str()),
+            ("g", "")
+        );
+        let parsed = syntax.parse(r#"{"tool_calls": [{"name": "get", "arguments": {"city": "Par"#);
+        assert_eq!(parsed.tool_calls[0].arguments, r#"{"city":"Par"#);
+        for cut in [r#"{ "tool_calls": [{"name": "get"#, r#"{"tool_ca"#] {
+            let parsed = syntax.parse(cut);
+            assert!(
+                parsed.tool_calls.is_empty() && parsed.content.is_empty(),
+                "{cut}"
+            );
+        }
     }
 
     #[test]

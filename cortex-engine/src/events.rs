@@ -1,6 +1,6 @@
 //! What the engine tells its callers: per-request events and engine-wide statistics.
 
-use cortex_request::{RequestId, Response, TokenId, TokenLogprob, ToolCall};
+use cortex_request::{RequestId, Response, TokenId, TokenLogprob, ToolCall, ToolCallDelta};
 
 use crate::EngineError;
 
@@ -25,6 +25,9 @@ pub enum EngineEvent {
         reasoning: String,
         /// Calls written whole with this token (a chat offering tools).
         calls: Vec<ToolCall>,
+        /// The pieces of calls this token wrote: a call's name once whole,
+        /// then its arguments as they come (what `calls` holds whole).
+        call_pieces: Vec<ToolCallDelta>,
         /// The token's log probability and the most likely alternatives,
         /// when the request asked for them (not for the token that ended
         /// the completion, EOS or a stop id, which is not part of it).

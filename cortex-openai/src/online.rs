@@ -5,7 +5,7 @@
 
 use cortex_queue::JobDefaults;
 use cortex_request::{
-    Completion, RequestId, Response, Timings, TokenLogprob, ToolCall, Usage, Work,
+    Completion, RequestId, Response, Timings, TokenLogprob, ToolCallDelta, Usage, Work,
 };
 use serde_json::{Value, json};
 
@@ -289,20 +289,23 @@ impl ChunkHead {
         )
     }
 
-    /// Calls of chat choice `index` written whole, the first of them its
-    /// `first`-th: each with its id, name and arguments.
-    pub fn calls(&self, index: u32, first: usize, calls: &[ToolCall]) -> Value {
-        let calls: Vec<Value> = calls
+    /// Pieces of the calls of chat choice `index`, as OpenAI streams them:
+    /// a call's first piece with its id, type and name, the later ones
+    /// with more of its arguments only.
+    pub fn call_pieces(&self, index: u32, pieces: &[ToolCallDelta]) -> Value {
+        let calls: Vec<Value> = pieces
             .iter()
-            .enumerate()
-            .map(|(k, call)| {
-                let k = first + k;
-                json!({
-                    "index": k,
-                    "id": call_id(&self.key, index, k),
+            .map(|piece| match &piece.name {
+                Some(name) => json!({
+                    "index": piece.index,
+                    "id": call_id(&self.key, index, piece.index),
                     "type": "function",
-                    "function": { "name": call.name, "arguments": call.arguments },
-                })
+                    "function": { "name": name, "arguments": piece.arguments },
+                }),
+                None => json!({
+                    "index": piece.index,
+                    "function": { "arguments": piece.arguments },
+                }),
             })
             .collect();
         self.chunk(

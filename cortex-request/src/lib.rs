@@ -64,7 +64,7 @@ pub use params::{SamplingParams, StopConditions};
 pub use prompt::{ChatMessage, Prompt};
 pub use state::{FinishReason, InvalidTransition, RequestState};
 pub use suggest::closest_name;
-pub use tools::{ToolCall, ToolChoice, Tools};
+pub use tools::{ToolCall, ToolCallDelta, ToolChoice, Tools};
 pub use usage::{Timings, Usage};
 pub use validate::{Limits, ValidationError};
 

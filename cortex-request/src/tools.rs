@@ -19,6 +19,19 @@ pub struct ToolCall {
     pub arguments: String,
 }
 
+/// A piece of a call as it is generated: the call's name with its first
+/// piece, then more of its arguments' text (streamed as OpenAI streams
+/// calls).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ToolCallDelta {
+    /// Which call of the completion (0 for its first).
+    pub index: usize,
+    /// The function's name, in the call's first piece only.
+    pub name: Option<String>,
+    /// More of its arguments' text.
+    pub arguments: String,
+}
+
 /// Whether and which function the model must call.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]

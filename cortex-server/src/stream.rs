@@ -180,7 +180,7 @@ struct SseState {
     endpoint: Endpoint,
     options: StreamOptions,
     sent: HashMap<u32, String>,
-    /// Per chat choice, the calls sent so far.
+    /// Per chat choice, the calls whose first piece was sent.
     calls_sent: HashMap<u32, usize>,
     /// Per choice, the log probabilities of tokens whose text is not sent
     /// yet (held back in a character or a possible stop string); `None`
@@ -269,27 +269,27 @@ impl SseState {
                 index,
                 text,
                 reasoning,
-                calls,
+                call_pieces,
                 logprob,
                 ..
             } => {
                 if let (Some(all), Some(logprob)) = (&mut self.logprobs, logprob) {
                     all.entry(index).or_default().pending.push(logprob);
                 }
-                // A chat's thinking and whole calls go out as they come
-                // (the answer's text in `text`, below).
+                // A chat's thinking and calls go out as they come (the
+                // answer's text in `text`, below).
                 if self.endpoint == Endpoint::ChatCompletions && self.responses.is_none() {
                     if !reasoning.is_empty() {
                         self.open_choice(index);
                         let chunk = self.head.reasoning(index, &reasoning);
                         self.push(&chunk);
                     }
-                    if !calls.is_empty() {
+                    if !call_pieces.is_empty() {
                         self.open_choice(index);
-                        let first = self.calls_sent.get(&index).copied().unwrap_or(0);
-                        let chunk = self.head.calls(index, first, &calls);
+                        let chunk = self.head.call_pieces(index, &call_pieces);
                         self.push(&chunk);
-                        *self.calls_sent.entry(index).or_default() += calls.len();
+                        let opened = call_pieces.iter().filter(|p| p.name.is_some()).count();
+                        *self.calls_sent.entry(index).or_default() += opened;
                     }
                 }
                 self.text(index, &text);

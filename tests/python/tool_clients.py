@@ -69,9 +69,11 @@ assert answer.choices[0].finish_reason == "tool_calls", answer
 for call in message.tool_calls:
     check_call(call.function.name, call.function.arguments, "openai")
 
-# Streamed: the calls as tool_calls deltas, put back together by index.
+# Streamed: the calls as tool_calls deltas, put back together by index:
+# the name first, then the arguments in pieces as they are generated.
 calls = {}
 finish = None
+argument_pieces = 0
 for chunk in client.chat.completions.create(
     model=MODEL,
     messages=ASK,
@@ -89,8 +91,21 @@ for chunk in client.chat.completions.create(
                 entry["name"] += delta.function.name
             if delta.function.arguments:
                 entry["arguments"] += delta.function.arguments
+                argument_pieces += 1
 assert finish == "tool_calls" and len(calls) == 1, (finish, calls)
+assert argument_pieces >= 2, (argument_pieces, calls)
 check_call(calls[0]["name"], calls[0]["arguments"], "openai streamed")
+say("openai streamed", f"arguments in {argument_pieces} pieces")
+
+# Cut by max_tokens inside the call: still a call, with finish "length"
+# and nothing of it in content (as OpenAI answers).
+cut = client.chat.completions.create(
+    model=MODEL, messages=ASK, tools=[WEATHER], tool_choice="required", max_tokens=20, temperature=0
+)
+assert cut.choices[0].finish_reason == "length", cut
+assert not cut.choices[0].message.content, cut
+assert [c.function.name for c in cut.choices[0].message.tool_calls or []] == ["get_weather"], cut
+say("openai cut short", cut.choices[0].message.tool_calls[0].function.arguments)
 
 
 # LangChain: bind_tools, structured output by function calling, streamed.

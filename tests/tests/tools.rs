@@ -175,7 +175,9 @@ fn check_calls(cortex: &Cortex, input: &Path, output: &str) {
             );
             continue;
         }
-        // Several calls may run into the token limit: those completed count.
+        // Several calls may run into the token limit: the last one is then
+        // cut short, a call with its arguments as far as they went (as
+        // OpenAI gives it); the others are whole.
         let finish = choice["finish_reason"].as_str().unwrap();
         let single = id.starts_with("serial") || id.starts_with("named");
         assert!(
@@ -186,21 +188,25 @@ fn check_calls(cortex: &Cortex, input: &Path, output: &str) {
         let calls = choice["message"]["tool_calls"].as_array().unwrap();
         let expected = if single { 1..=1 } else { 1..=4 };
         assert!(expected.contains(&calls.len()), "{output}, {id}: {choice}");
-        for call in calls {
+        for (k, call) in calls.iter().enumerate() {
             let function = &call["function"];
             let name = function["name"].as_str().unwrap();
             if id.starts_with("named") {
                 assert_eq!(name, "get_time", "{id}");
             }
+            assert!(call["id"].as_str().unwrap().starts_with("call_"));
             let schema = &parameters.iter().find(|(n, _)| n == name).unwrap().1;
-            let arguments: Value =
-                serde_json::from_str(function["arguments"].as_str().unwrap()).unwrap();
+            let text = function["arguments"].as_str().unwrap();
+            if finish == "length" && k + 1 == calls.len() {
+                assert!(text.is_empty() || text.starts_with('{'), "{id}: {choice}");
+                continue;
+            }
+            let arguments: Value = serde_json::from_str(text).unwrap();
             let validator = jsonschema::validator_for(schema).unwrap();
             assert!(
                 validator.is_valid(&arguments),
                 "{id}: {arguments} does not match {schema}"
             );
-            assert!(call["id"].as_str().unwrap().starts_with("call_"));
         }
     }
 }

@@ -84,6 +84,7 @@ mod tests {
             text: String::new(),
             reasoning: String::new(),
             calls: Vec::new(),
+            call_pieces: Vec::new(),
             logprob: None,
         }
     }

@@ -68,10 +68,7 @@ impl StepLoop<'_> {
             Some(output) => {
                 let mut told = output.push(&delta);
                 if finish.is_some() {
-                    let rest = output.finish();
-                    told.content.push_str(&rest.content);
-                    told.reasoning.push_str(&rest.reasoning);
-                    told.calls.extend(rest.calls);
+                    told.extend(output.finish());
                 }
                 if seq.omit_reasoning {
                     told.reasoning.clear();
@@ -99,6 +96,7 @@ impl StepLoop<'_> {
                     text: told.content,
                     reasoning: told.reasoning,
                     calls: told.calls,
+                    call_pieces: told.call_pieces,
                     logprob,
                 },
             );

@@ -142,7 +142,7 @@ pub(super) fn answer_fields(message: &mut Map<String, Value>, thinking: &str, ca
             .iter()
             .map(|call| {
                 let arguments = serde_json::from_str::<Value>(&call.arguments)
-                    .unwrap_or_else(|_| json!(call.arguments));
+                    .unwrap_or_else(|_| whole_members(&call.arguments));
                 json!({ "function": { "name": call.name, "arguments": arguments } })
             })
             .collect();
@@ -150,9 +150,48 @@ pub(super) fn answer_fields(message: &mut Map<String, Value>, thinking: &str, ca
     }
 }
 
+/// The members written whole of a call's arguments cut short (the token
+/// limit): Ollama's calls carry an object, never text.
+fn whole_members(arguments: &str) -> Value {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    let mut member_ends = Vec::new();
+    for (at, c) in arguments.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if in_string => escaped = true,
+            '"' => in_string = !in_string,
+            _ if in_string => {}
+            '{' | '[' => depth += 1,
+            '}' | ']' => depth = depth.saturating_sub(1),
+            ',' if depth == 1 => member_ends.push(at),
+            _ => {}
+        }
+    }
+    member_ends
+        .iter()
+        .rev()
+        .find_map(|&end| serde_json::from_str(&format!("{}}}", &arguments[..end])).ok())
+        .unwrap_or_else(|| json!({}))
+}
+
 /// [`answer_fields`] of a whole completion.
 pub(super) fn completion_fields(message: &mut Map<String, Value>, completion: Option<&Completion>) {
     if let Some(c) = completion {
         answer_fields(message, c.reasoning.as_deref().unwrap_or(""), &c.tool_calls);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arguments_cut_short_keep_their_whole_members() {
+        assert_eq!(
+            whole_members(r#"{"city":"Paris, \"FR\"","unit":"cel"#),
+            json!({"city": "Paris, \"FR\""})
+        );
+        assert_eq!(whole_members(r#"{"city":"#), json!({}));
+        assert_eq!(whole_members(r#"{"a":{"b":1,"c":"#), json!({}));
     }
 }
