@@ -34,7 +34,10 @@ impl ChatTemplate {
     /// generic preamble (the functions as JSON schemas, the answer a JSON
     /// object: calls or a response), the output held to that form by a
     /// grammar; earlier calls a template does not render are written as
-    /// that JSON.
+    /// that JSON. Thinking is on unless the caller switches it off
+    /// (`enable_thinking` is true where unset, as llama.cpp hands it): a
+    /// template that reads an unset one as off (DeepSeek R1's distills in
+    /// llama.cpp's copy) would close the block the model writes anyway.
     pub fn render_chat(
         &self,
         conversation: &Conversation<'_>,
@@ -58,11 +61,12 @@ impl ChatTemplate {
         if !capabilities.system_role && messages.iter().any(|m| m.role == "system") {
             messages = Cow::Owned(system_in_first_user(&messages));
         }
+        let variables = thinking_on_unless_set(conversation.variables);
         let prompt = self.render(
             &Conversation {
                 messages: &messages,
                 tools: if generic { None } else { tools },
-                variables: conversation.variables,
+                variables: variables.as_deref().or(conversation.variables),
             },
             true,
         )?;
@@ -559,4 +563,18 @@ fn system_in_first_user(messages: &[ChatMessage]) -> Vec<ChatMessage> {
         None => out.insert(0, ChatMessage::user(system)),
     }
     out
+}
+
+/// `variables` (a JSON object's text) with `enable_thinking: true` unless
+/// they set it; `None` when they are not an object (rendering says why).
+fn thinking_on_unless_set(variables: Option<&str>) -> Option<String> {
+    let mut map = match variables {
+        None => serde_json::Map::new(),
+        Some(text) => match serde_json::from_str::<Value>(text) {
+            Ok(Value::Object(map)) => map,
+            _ => return None,
+        },
+    };
+    map.entry("enable_thinking").or_insert(Value::Bool(true));
+    Some(Value::Object(map).to_string())
 }

@@ -290,6 +290,12 @@ fn thinking_is_split_on_the_reasoning_templates() {
             "deepseek-ai-DeepSeek-R1-Distill-Llama-8B",
             "Let me think.\n</think>\n\nIt is 4.",
         ),
+        // Thinking on where the caller leaves it unset (as llama.cpp hands
+        // `enable_thinking`), though this template reads unset as off.
+        (
+            "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B",
+            "Let me think.\n</think>\n\nIt is 4.",
+        ),
         (
             "Qwen-Qwen3-0.6B",
             "<think>\nLet me think.\n</think>\n\nIt is 4.",
