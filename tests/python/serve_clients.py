@@ -340,8 +340,13 @@ except openai.NotFoundError:
 
 # ---- Ollama ----
 ollama_client = ollama.Client(host=BASE, headers={"Authorization": f"Bearer {KEY}"})
-names = [m.model for m in ollama_client.list().models]
+listed = ollama_client.list().models
+names = [m.model for m in listed]
 assert model in names, names
+# Each listed model says what it can, as /api/show does (read raw: the
+# client's ListResponse keeps only the fields it knows).
+tags = json.loads(urllib.request.urlopen(urllib.request.Request(f"{BASE}/api/tags", headers={"Authorization": f"Bearer {KEY}"})).read())
+assert all(m["capabilities"][:2] == ["completion", "tools"] for m in tags["models"]), tags
 reply = ollama_client.chat(model=model, messages=[{"role": "user", "content": "Say hi."}], options={"num_predict": 12, "temperature": 0})
 assert reply.done and reply.message.role == "assistant" and reply.message.content, reply
 parts = list(ollama_client.generate(model=model, prompt="Say hi.", stream=True, options={"num_predict": 12, "temperature": 0}))

@@ -24,8 +24,8 @@ use futures_util::StreamExt as _;
 use serde_json::{Map, Value, json};
 
 use super::shape::{
-    OLLAMA_VERSION, OllamaError, bad, details, model_entry, not_found, object, text_field,
-    timestamp,
+    OLLAMA_VERSION, OllamaError, bad, capabilities, details, model_entry, not_found, object,
+    template_of, text_field, timestamp,
 };
 use crate::online::body_bytes;
 use crate::state::{AppState, off_async};
@@ -181,12 +181,7 @@ pub(crate) async fn show(
                 model.name
             )));
         };
-        let template = model
-            .settings
-            .template
-            .clone()
-            .or_else(|| info.string("tokenizer.chat_template").map(str::to_owned))
-            .unwrap_or_default();
+        let template = template_of(&model, &info);
         // The file's name only: where the server keeps it is not the client's business.
         let from = model
             .path
@@ -211,26 +206,6 @@ pub(crate) async fn show(
     })
     .await??;
     Ok(Json(shown).into_response())
-}
-
-/// What Ollama's clients (Open WebUI, LangChain's ChatOllama) read in
-/// `/api/show`'s `capabilities`: `completion` always; `tools` when the
-/// model has a Jinja template of its own (it renders the tools, or cortex's
-/// tools text goes beside it); `thinking` when that template marks
-/// thinking. Never `vision`: cortex takes no images.
-fn capabilities(template: &str) -> Vec<&'static str> {
-    let mut out = vec!["completion"];
-    if template.is_empty() {
-        return out;
-    }
-    // The special tokens' texts change what a template prints, not what it can.
-    if let Ok(compiled) = cortex_chat::ChatTemplate::new(template, "", "") {
-        out.push("tools");
-        if compiled.marks_thinking() {
-            out.push("thinking");
-        }
-    }
-    out
 }
 
 pub(crate) async fn version() -> Json<Value> {
@@ -542,20 +517,4 @@ pub(crate) async fn delete(
     .await?
     .map_err(OllamaError::from)?;
     Ok(StatusCode::OK.into_response())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::capabilities;
-
-    #[test]
-    fn capabilities_follow_the_models_template() {
-        let chatml = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
-        let thinking = "{% for m in messages %}<|User|>{{ m.content }}{% endfor %}{% if add_generation_prompt %}<|Assistant|><think>\n{% endif %}";
-        assert_eq!(capabilities(""), ["completion"]);
-        assert_eq!(capabilities(chatml), ["completion", "tools"]);
-        assert_eq!(capabilities(thinking), ["completion", "tools", "thinking"]);
-        // A template that does not compile renders nothing: no tools.
-        assert_eq!(capabilities("{% for %}"), ["completion"]);
-    }
 }

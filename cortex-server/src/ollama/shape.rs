@@ -234,17 +234,51 @@ pub(crate) fn details(model: &ModelIdentity) -> (Value, Option<cortex_models::Gg
     )
 }
 
-/// A model as `/api/tags` lists it.
+/// A model as `/api/tags` lists it, with its `capabilities` as
+/// `/api/show` gives them.
 pub(crate) fn model_entry(model: &ModelIdentity, modified_ms: i64) -> Value {
     let size = std::fs::metadata(&model.path).map_or(0, |m| m.len());
+    let (details, info) = details(model);
+    let template = info
+        .map(|info| template_of(model, &info))
+        .unwrap_or_default();
     json!({
         "name": model.name,
         "model": model.name,
         "modified_at": timestamp(modified_ms),
         "size": size,
         "digest": model.sha256,
-        "details": details(model).0,
+        "details": details,
+        "capabilities": capabilities(&template),
     })
+}
+
+/// The chat template a model's chats render with: its Modelfile's, else
+/// its GGUF's (empty: llama.cpp's built-in one is chosen).
+pub(crate) fn template_of(model: &ModelIdentity, info: &cortex_models::GgufInfo) -> String {
+    model
+        .settings
+        .template
+        .clone()
+        .or_else(|| info.string("tokenizer.chat_template").map(str::to_owned))
+        .unwrap_or_default()
+}
+
+/// What Ollama's clients (Open WebUI, LangChain's ChatOllama) read in
+/// `capabilities`: `completion` and `tools` always (a template that
+/// renders tools, or cortex's tools text beside it or beside llama.cpp's
+/// built-in templates); `thinking` when the model's template marks
+/// thinking. Never `vision` (cortex takes no images) nor `embedding`
+/// (Ollama's mark of an embedding-only model).
+pub(crate) fn capabilities(template: &str) -> Vec<&'static str> {
+    let mut out = vec!["completion", "tools"];
+    // The special tokens' texts change what a template prints, not what it can.
+    let thinking = !template.is_empty()
+        && cortex_chat::ChatTemplate::new(template, "", "").is_ok_and(|t| t.marks_thinking());
+    if thinking {
+        out.push("thinking");
+    }
+    out
 }
 
 #[cfg(test)]
@@ -278,6 +312,17 @@ mod tests {
         ] {
             assert!(parse(bad.clone()).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn capabilities_follow_the_models_template() {
+        let chatml = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+        let thinking = "{% for m in messages %}<|User|>{{ m.content }}{% endfor %}{% if add_generation_prompt %}<|Assistant|><think>\n{% endif %}";
+        // No template of its own: a built-in one, with cortex's tools text.
+        assert_eq!(capabilities(""), ["completion", "tools"]);
+        assert_eq!(capabilities(chatml), ["completion", "tools"]);
+        assert_eq!(capabilities(thinking), ["completion", "tools", "thinking"]);
+        assert_eq!(capabilities("{% for %}"), ["completion", "tools"]);
     }
 
     #[test]
