@@ -355,7 +355,13 @@ fn request_from(
         };
         let forced = tools.as_ref().is_some_and(|t| t.choice != ToolChoice::Auto);
         if forced && request.grammar.is_some() {
-            return Err("a forced tool call (tool_choice required or a function) and a response_format or grammar cannot both constrain the output".into());
+            if fields.get("grammar").is_some_and(|g| !g.is_null()) {
+                return Err("a forced tool call (tool_choice required or a function) and a grammar cannot both constrain the output".into());
+            }
+            // A text format shapes the message's text; a forced call's
+            // answer is the call, which its function's schema shapes (as
+            // OpenAI takes both: instructor's RESPONSES_TOOLS sends both).
+            request.grammar = None;
         }
         request.tools = tools;
     }
@@ -667,6 +673,26 @@ mod tests {
     use cortex_request::ChatMessage;
 
     use super::*;
+
+    #[test]
+    fn a_forced_call_with_a_text_format_is_held_to_the_call() {
+        let line = |key: &str, value: Value| {
+            let mut line = serde_json::json!({"custom_id": "a", "messages": [{"role": "user", "content": "Hi"}],
+                "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "required"});
+            line[key] = value;
+            parse_line(1, &line.to_string(), &JobDefaults::default())
+        };
+        let format = serde_json::json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}});
+        let parsed = line("response_format", format).unwrap();
+        let request = parsed.request.as_generate().unwrap();
+        assert!(request.grammar.is_none() && request.tools.is_some());
+        // A grammar of the caller's own and a forced call: two constraints.
+        let error = line("grammar", serde_json::json!("root ::= \"x\"")).unwrap_err();
+        assert!(
+            error.to_string().contains("cannot both constrain"),
+            "{error}"
+        );
+    }
 
     #[test]
     fn a_line_without_a_seed_draws_from_its_custom_id_and_the_jobs_seed() {

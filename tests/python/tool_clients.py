@@ -2,7 +2,7 @@
 on the default model (whose template renders no tools: cortex's generic
 tools format): the `openai` package (a forced call, streamed and not),
 LangChain (`bind_tools`, `with_structured_output(method="function_calling")`,
-streamed), instructor (its default TOOLS mode), LiteLLM (its `openai/`,
+streamed), instructor (its default TOOLS mode and RESPONSES_TOOLS), LiteLLM (its `openai/`,
 `ollama_chat/` and `ollama/` providers) and the `ollama` package (`tools`,
 streamed and not). Every check asserts; the script exits non-zero on the
 first failure, printing what it saw.
@@ -152,6 +152,23 @@ person = patched.chat.completions.create(
 )
 assert isinstance(person, Person), person
 say("instructor", person)
+
+# instructor's RESPONSES_TOOLS mode: /v1/responses with a forced call and a
+# text format together (the call holds the answer, shaped by its schema).
+patched = instructor.from_openai(
+    openai.OpenAI(base_url=f"{BASE}/v1", api_key=KEY, max_retries=0),
+    mode=instructor.Mode.RESPONSES_TOOLS,
+)
+person = patched.responses.create(
+    model=MODEL,
+    response_model=Person,
+    input=[{"role": "user", "content": "Extract the person: Ana is 31 years old."}],
+    max_output_tokens=64,
+    temperature=0,
+    max_retries=0,
+)
+assert isinstance(person, Person), person
+say("instructor RESPONSES_TOOLS", person)
 
 # LiteLLM: OpenAI's API, and both of its Ollama providers.
 answer = litellm.completion(
