@@ -28,6 +28,9 @@ pub(crate) struct Capabilities {
     pub(crate) channels: bool,
     /// How it marks thinking.
     pub(crate) reasoning: Option<ReasoningMarkers>,
+    /// Its generation prompt closes an empty thinking block unless
+    /// `enable_thinking` is set (see `ChatTemplate::closes_thinking_unless_enabled`).
+    pub(crate) thinking_closed_unless_enabled: bool,
 }
 
 /// An answer no template writes on its own.
@@ -95,6 +98,8 @@ impl Capabilities {
             native_calls,
             channels: source.contains("<|channel|>"),
             reasoning,
+            // Learned with a generation prompt, once these are known.
+            thinking_closed_unless_enabled: false,
         }
     }
 }

@@ -66,7 +66,7 @@ mod template;
 
 pub use calls::parse_tool_calls;
 pub use conversation::Conversation;
-pub use render::{RenderedChat, TextOnlyChat};
+pub use render::{Adaptations, RenderedChat, TextOnlyChat};
 pub use stream::{OutputDelta, OutputStream};
 pub use syntax::{OutputSyntax, ParsedOutput};
 pub use template::{ChatTemplate, TemplateError};

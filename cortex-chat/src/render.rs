@@ -26,7 +26,61 @@ pub struct RenderedChat {
     pub grammar: Option<String>,
 }
 
+/// What [`ChatTemplate::render_chat`] changes of a conversation that the
+/// template cannot render as it is (see `docs/chat-templates.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Adaptations {
+    /// A `developer` message is the system message (a template without
+    /// that role).
+    pub developer_as_system: bool,
+    /// Earlier calls and results are written as cortex's JSON (a template
+    /// that does not render them, or renders no tools).
+    pub calls_as_text: bool,
+    /// The tools are offered by cortex's generic preamble (a template that
+    /// does not render them).
+    pub tools_preamble: bool,
+    /// The system message is at the head of the first user message (a
+    /// template that refuses or drops one).
+    pub system_in_first_user: bool,
+    /// `enable_thinking` is true, as llama.cpp hands it, where the caller
+    /// left it unset and the template would close the thinking block.
+    pub thinking_on: bool,
+}
+
+impl Adaptations {
+    /// Whether any applies.
+    pub fn any(&self) -> bool {
+        *self != Self::default()
+    }
+}
+
 impl ChatTemplate {
+    /// What [`ChatTemplate::render_chat`] changes of `conversation`.
+    pub fn adaptations(&self, conversation: &Conversation<'_>) -> Adaptations {
+        let capabilities = &self.capabilities;
+        let messages = conversation.messages;
+        let tools_preamble = conversation.tools.is_some() && !capabilities.takes_tools;
+        let has_calls = messages
+            .iter()
+            .any(|m| !m.tool_calls.is_empty() || m.role == "tool");
+        let has_system = messages
+            .iter()
+            .any(|m| m.role == "system" || (m.role == "developer" && !capabilities.developer_role));
+        let sets_thinking = conversation.variables.is_some_and(|text| {
+            serde_json::from_str::<Value>(text).map_or(true, |v| {
+                !v.is_object() || v.get("enable_thinking").is_some()
+            })
+        });
+        Adaptations {
+            developer_as_system: !capabilities.developer_role
+                && messages.iter().any(|m| m.role == "developer"),
+            calls_as_text: has_calls && (tools_preamble || !capabilities.renders_calls),
+            tools_preamble,
+            system_in_first_user: !capabilities.system_role && (has_system || tools_preamble),
+            thinking_on: capabilities.thinking_closed_unless_enabled && !sets_thinking,
+        }
+    }
+
     /// Renders `conversation` for generation. Where the template cannot
     /// render part of it, it is adapted as llama.cpp adapts it: a system
     /// message a template refuses goes at the head of the first user
@@ -34,34 +88,35 @@ impl ChatTemplate {
     /// generic preamble (the functions as JSON schemas, the answer a JSON
     /// object: calls or a response), the output held to that form by a
     /// grammar; earlier calls a template does not render are written as
-    /// that JSON. Thinking is on unless the caller switches it off
-    /// (`enable_thinking` is true where unset, as llama.cpp hands it): a
-    /// template that reads an unset one as off (DeepSeek R1's distills in
-    /// llama.cpp's copy) would close the block the model writes anyway.
+    /// that JSON. A template whose prompt closes an empty thinking block
+    /// unless `enable_thinking` is set (llama.cpp's copy of DeepSeek's R1
+    /// distills) gets it true where the caller leaves it unset, as llama.cpp
+    /// hands it: the model thinks anyway, and its thinking is read as such.
     pub fn render_chat(
         &self,
         conversation: &Conversation<'_>,
     ) -> Result<RenderedChat, TemplateError> {
         let capabilities = &self.capabilities;
         let tools = conversation.tools;
-        let generic = tools.is_some() && !capabilities.takes_tools;
+        let adapted = self.adaptations(conversation);
+        let generic = adapted.tools_preamble;
         let mut messages = Cow::Borrowed(conversation.messages);
-        if !capabilities.developer_role && messages.iter().any(|m| m.role == "developer") {
+        if adapted.developer_as_system {
             messages = Cow::Owned(developer_as_system(&messages));
         }
-        let has_calls = messages
-            .iter()
-            .any(|m| !m.tool_calls.is_empty() || m.role == "tool");
-        if has_calls && (generic || !capabilities.renders_calls) {
+        if adapted.calls_as_text {
             messages = Cow::Owned(calls_as_text(&messages));
         }
         if let (true, Some(tools)) = (generic, tools) {
             messages = Cow::Owned(with_preamble(&messages, tools)?);
         }
-        if !capabilities.system_role && messages.iter().any(|m| m.role == "system") {
+        if adapted.system_in_first_user {
             messages = Cow::Owned(system_in_first_user(&messages));
         }
-        let variables = thinking_on_unless_set(conversation.variables);
+        let variables = adapted
+            .thinking_on
+            .then(|| thinking_on_unless_set(conversation.variables))
+            .flatten();
         let prompt = self.render(
             &Conversation {
                 messages: &messages,

@@ -88,7 +88,38 @@ impl ChatTemplate {
             |conversation| template.render(conversation, false).ok(),
             source,
         );
+        template.capabilities.thinking_closed_unless_enabled =
+            template.closes_thinking_unless_enabled();
         Ok(template)
+    }
+
+    /// Whether the generation prompt closes an empty thinking block unless
+    /// `enable_thinking` is set, and leaves it open when it is (llama.cpp's
+    /// copy of DeepSeek's R1 distills): a model that thinks whatever the
+    /// prompt says, whose thinking would land in its answer.
+    fn closes_thinking_unless_enabled(&self) -> bool {
+        let Some(markers) = &self.capabilities.reasoning else {
+            return false;
+        };
+        let prompt = |variables| {
+            self.render(
+                &Conversation {
+                    messages: &[ChatMessage::user("Hi")],
+                    tools: None,
+                    variables,
+                },
+                true,
+            )
+            .ok()
+        };
+        let (Some(unset), Some(enabled)) =
+            (prompt(None), prompt(Some(r#"{"enable_thinking": true}"#)))
+        else {
+            return false;
+        };
+        let closed = unset.trim_end().ends_with(markers.close);
+        let opened = enabled.trim_end().ends_with(markers.open);
+        closed && opened
     }
 
     /// How the template writes `calls` in an assistant's turn: the text a
