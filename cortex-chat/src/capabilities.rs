@@ -131,10 +131,12 @@ fn probe_tools() -> Tools {
         serde_json::json!({"type": "function", "function": {
             "name": name,
             "description": "A probe.",
+            // Each part a strict template reads (Command R+'s needs every
+            // parameter described, and which are required).
             "parameters": {"type": "object", "properties": {
-                probe::KEY_A: {"type": "string"},
-                probe::KEY_B: {"type": "string"},
-            }},
+                probe::KEY_A: {"type": "string", "description": "A probe's argument."},
+                probe::KEY_B: {"type": "string", "description": "A probe's argument."},
+            }, "required": [probe::KEY_A, probe::KEY_B]},
         }})
     };
     Tools {

@@ -55,11 +55,19 @@ impl Adaptations {
 }
 
 impl ChatTemplate {
-    /// What [`ChatTemplate::render_chat`] changes of `conversation`.
+    /// What [`ChatTemplate::render_chat`] changes of `conversation` (but
+    /// for tools a template that renders tools fails on, which get the
+    /// preamble too).
     pub fn adaptations(&self, conversation: &Conversation<'_>) -> Adaptations {
+        self.adaptations_when(conversation, self.capabilities.takes_tools)
+    }
+
+    /// [`ChatTemplate::adaptations`], the template taking the tools on
+    /// offer or not (`takes_tools`).
+    fn adaptations_when(&self, conversation: &Conversation<'_>, takes_tools: bool) -> Adaptations {
         let capabilities = &self.capabilities;
         let messages = conversation.messages;
-        let tools_preamble = conversation.tools.is_some() && !capabilities.takes_tools;
+        let tools_preamble = conversation.tools.is_some() && !takes_tools;
         let has_calls = messages
             .iter()
             .any(|m| !m.tool_calls.is_empty() || m.role == "tool");
@@ -88,7 +96,8 @@ impl ChatTemplate {
     /// generic preamble (the functions as JSON schemas, the answer a JSON
     /// object: calls or a response), the output held to that form by a
     /// grammar; earlier calls a template does not render are written as
-    /// that JSON. A template whose prompt closes an empty thinking block
+    /// that JSON (so are tools a template that renders tools fails to
+    /// render). A template whose prompt closes an empty thinking block
     /// unless `enable_thinking` is set (llama.cpp's copy of DeepSeek's R1
     /// distills) gets it true where the caller leaves it unset, as llama.cpp
     /// hands it: the model thinks anyway, and its thinking is read as such.
@@ -96,9 +105,28 @@ impl ChatTemplate {
         &self,
         conversation: &Conversation<'_>,
     ) -> Result<RenderedChat, TemplateError> {
+        let adapted = self.adaptations(conversation);
+        match self.render_adapted(conversation, adapted) {
+            // A template that renders tools may fail on a request's own
+            // (Command R+'s needs every parameter described): cortex's
+            // preamble offers them instead.
+            Err(TemplateError::Render(_))
+                if !adapted.tools_preamble && conversation.tools.is_some() =>
+            {
+                self.render_adapted(conversation, self.adaptations_when(conversation, false))
+            }
+            rendered => rendered,
+        }
+    }
+
+    /// [`ChatTemplate::render_chat`] with the adaptations `adapted`.
+    fn render_adapted(
+        &self,
+        conversation: &Conversation<'_>,
+        adapted: Adaptations,
+    ) -> Result<RenderedChat, TemplateError> {
         let capabilities = &self.capabilities;
         let tools = conversation.tools;
-        let adapted = self.adaptations(conversation);
         let generic = adapted.tools_preamble;
         let mut messages = Cow::Borrowed(conversation.messages);
         if adapted.developer_as_system {
