@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the book (docs/, an mdBook) into target/book, installing mdBook
 # from the crates registry into target/tools/mdbook the first time.
-# Usage: bash scripts/book.sh     (the tests check its links: tidy/tests/tidy.rs)
+# Usage: bash scripts/book.sh     (the tests check its links: tidy/tests/tidy/)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 version=0.5.4

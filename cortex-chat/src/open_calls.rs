@@ -578,8 +578,9 @@ fn unicode_escape(text: &str) -> Escape {
     char::from_u32(first).map_or(Escape::Invalid, |c| Escape::Char(c, 6))
 }
 
-/// `c` inside a JSON string as `serde_json` writes it.
-fn push_escaped(out: &mut String, c: char) {
+/// `c` inside a JSON string as `serde_json` (and Python's `json.dumps`)
+/// writes it.
+pub(crate) fn push_escaped(out: &mut String, c: char) {
     match c {
         '"' => out.push_str("\\\""),
         '\\' => out.push_str("\\\\"),

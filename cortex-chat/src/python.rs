@@ -344,23 +344,13 @@ impl JsonStyle {
         out.push('"');
         for c in text.chars() {
             match c {
-                '"' => out.push_str("\\\""),
-                '\\' => out.push_str("\\\\"),
-                '\n' => out.push_str("\\n"),
-                '\r' => out.push_str("\\r"),
-                '\t' => out.push_str("\\t"),
-                '\u{08}' => out.push_str("\\b"),
-                '\u{0c}' => out.push_str("\\f"),
-                c if (c as u32) < 0x20 => {
-                    let _ = write!(out, "\\u{:04x}", c as u32);
-                }
                 c if self.ensure_ascii && !c.is_ascii() => {
                     let mut units = [0u16; 2];
                     for unit in c.encode_utf16(&mut units) {
                         let _ = write!(out, "\\u{unit:04x}");
                     }
                 }
-                c => out.push(c),
+                c => crate::open_calls::push_escaped(out, c),
             }
         }
         out.push('"');

@@ -16,6 +16,20 @@
 //! a reader never sees half an object, and a process killed while writing
 //! leaves none.
 //!
+//! ```
+//! use cortex_objects::Location;
+//!
+//! // A path stays a path; a URL names an object (its store is built when
+//! // first used, from the environment's credentials).
+//! let local = Location::parse("results/out.jsonl")?;
+//! assert_eq!(local.local(), Some(std::path::Path::new("results/out.jsonl")));
+//! let object = Location::parse("s3://bucket/jobs/in.parquet")?;
+//! assert_eq!(object.file_name().as_deref(), Some("in.parquet"));
+//! assert_eq!(object.with_file_name("out.jsonl").file_name().as_deref(), Some("out.jsonl"));
+//! assert!(Location::parse("ftp://host/file").is_err());
+//! # Ok::<(), cortex_objects::ObjectError>(())
+//! ```
+//!
 //! # Design notes
 //!
 //! `object_store` is async; cortex's workers are threads. A private tokio

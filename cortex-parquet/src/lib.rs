@@ -23,6 +23,19 @@
 //! `response` (the whole response body as JSON), into any writer (the CLI
 //! hands it a file that replaces its name whole once written).
 //!
+//! ```
+//! use std::io::BufRead;
+//!
+//! // A JSON array of requests read as the JSONL lines a job takes.
+//! let array = r#"[{"custom_id": "a", "prompt": "Hi"},
+//!                 {"custom_id": "b", "prompt": "Hello"}]"#;
+//! let (lines, count) = cortex_parquet::json_array_lines(array.as_bytes())?;
+//! assert_eq!(count, 2);
+//! let lines: Vec<String> = lines.lines().collect::<Result<_, _>>()?;
+//! assert_eq!(lines[1], r#"{"custom_id":"b","prompt":"Hello"}"#);
+//! # Ok::<(), std::io::Error>(())
+//! ```
+//!
 //! # Design notes
 //!
 //! Rows become JSON through Arrow's own JSON writer (`arrow-json`), so any

@@ -31,6 +31,23 @@
 //! The shared driver suite (`cortex-queue-suite`) runs every rule on each
 //! driver.
 //!
+//! ```
+//! use std::time::Duration;
+//! use cortex_queue::{CompletionWindow, Database, JobState, redact_password};
+//!
+//! // Where a queue lives: a SQLite file, or a PostgreSQL URL (its
+//! // password never shown in messages).
+//! assert_eq!(Database::parse("jobs.db").driver(), "sqlite");
+//! let url = "postgres://cortex:secret@db.internal/cortex";
+//! assert_eq!(Database::parse(url).driver(), "postgres");
+//! assert!(!redact_password(url).contains("secret"));
+//!
+//! // A job's window, and the states it moves through.
+//! assert_eq!(CompletionWindow::parse("1h30m")?.duration(), Duration::from_secs(5400));
+//! assert!(JobState::Completed.is_terminal() && !JobState::InProgress.is_terminal());
+//! # Ok::<(), String>(())
+//! ```
+//!
 //! # Design notes
 //!
 //! The queue's core: no database client, only what every driver shares.

@@ -11,6 +11,20 @@
 //! (its results to the destination it named, `cortex submit --output`): the
 //! deliverer hands them to an [`Exporter`] the binary gives it.
 //!
+//! ```
+//! use cortex_webhooks::{SigningSecret, check_url, sign};
+//!
+//! let secret: SigningSecret = "whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=".parse()?;
+//! let body = br#"{"type": "batch.completed"}"#;
+//! let header = sign(&secret, "evt_1", 1_700_000_000, body);
+//! assert!(header.starts_with("v1,"));
+//! // Another message, another signature; the key itself is never shown.
+//! assert_ne!(header, sign(&secret, "evt_2", 1_700_000_000, body));
+//! assert_eq!(secret.to_string(), "whsec_… (set)");
+//! assert!(check_url("ftp://example.com/hook").is_err());
+//! # Ok::<(), String>(())
+//! ```
+//!
 //! # Design notes
 //!
 //! The outbox, its leases and backoff are the queue's (`WebhookStore`, on

@@ -138,37 +138,19 @@ person = chat.with_structured_output(Person, method="function_calling").invoke(
 assert isinstance(person, Person), person
 say("langchain structured output", person)
 
-# instructor, its default (TOOLS) mode.
-patched = instructor.from_openai(
-    openai.OpenAI(base_url=f"{BASE}/v1", api_key=KEY, max_retries=0), mode=instructor.Mode.TOOLS
-)
-person = patched.chat.completions.create(
-    model=MODEL,
-    response_model=Person,
-    messages=[{"role": "user", "content": "Extract the person: Ana is 31 years old."}],
-    max_tokens=64,
-    temperature=0,
-    max_retries=0,
-)
-assert isinstance(person, Person), person
-say("instructor", person)
-
-# instructor's RESPONSES_TOOLS mode: /v1/responses with a forced call and a
-# text format together (the call holds the answer, shaped by its schema).
-patched = instructor.from_openai(
-    openai.OpenAI(base_url=f"{BASE}/v1", api_key=KEY, max_retries=0),
-    mode=instructor.Mode.RESPONSES_TOOLS,
-)
-person = patched.responses.create(
-    model=MODEL,
-    response_model=Person,
-    input=[{"role": "user", "content": "Extract the person: Ana is 31 years old."}],
-    max_output_tokens=64,
-    temperature=0,
-    max_retries=0,
-)
-assert isinstance(person, Person), person
-say("instructor RESPONSES_TOOLS", person)
+# instructor: its default TOOLS mode, and RESPONSES_TOOLS (/v1/responses
+# with a forced call and a text format together: the call holds the
+# answer, shaped by its schema).
+ASK_PERSON = [{"role": "user", "content": "Extract the person: Ana is 31 years old."}]
+for mode in [instructor.Mode.TOOLS, instructor.Mode.RESPONSES_TOOLS]:
+    patched = instructor.from_openai(openai.OpenAI(base_url=f"{BASE}/v1", api_key=KEY, max_retries=0), mode=mode)
+    if mode == instructor.Mode.TOOLS:
+        create, limit = patched.chat.completions.create, {"messages": ASK_PERSON, "max_tokens": 64}
+    else:
+        create, limit = patched.responses.create, {"input": ASK_PERSON, "max_output_tokens": 64}
+    person = create(model=MODEL, response_model=Person, temperature=0, max_retries=0, **limit)
+    assert isinstance(person, Person), person
+    say(f"instructor {mode.name}", person)
 
 # LiteLLM: OpenAI's API, and both of its Ollama providers.
 answer = litellm.completion(
