@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use cortex_queue::driver::{ITEM_COLUMN_COUNT, ITEM_COLUMNS, LISTED_COLUMNS, listed_items};
 use cortex_queue::{
-    CompletionSample, ExportFormat, ExportSummary, ItemDetail, ItemId, ItemPage, ItemQuery,
+    Cancel, CompletionSample, ExportFormat, ExportSummary, ItemDetail, ItemId, ItemPage, ItemQuery,
     ItemRecord, ItemSource, ItemState, Job, JobCounts, JobFilter, JobId, JobPage, JobState,
     JobStatus, JobStore, JobTimes, QueueError, Result, RunningTokens, SubmitOptions, Submitted,
     WorkerInfo, host_name, item_detail,
@@ -179,10 +179,6 @@ fn settle_locked(tx: &mut Tx<'_>, job: &Job, now: i64) -> Result<Job, Failure> {
     }
     set_state(tx, job.id, next, now)?;
     load_job(tx, job.id)
-}
-
-fn wrong_state(job: &Job, hint: &str) -> Failure {
-    Failure::Queue(QueueError::wrong_state(job, hint))
 }
 
 impl PgStore {
@@ -456,12 +452,8 @@ impl JobStore for PgStore {
 
     fn cancel(&mut self, id: JobId) -> Result<Job> {
         self.change_job(id, |tx, job, now| {
-            match job.state {
-                JobState::Cancelling | JobState::Cancelled => return Ok(job.clone()),
-                state if state.is_terminal() => {
-                    return Err(wrong_state(job, "it has already ended; nothing to cancel"));
-                }
-                _ => {}
+            if job.cancel_step()? == Cancel::Already {
+                return Ok(job.clone());
             }
             tx.execute(
                 "UPDATE items SET state = 'cancelled', updated_at = $2 WHERE job_id = $1 AND state = 'pending'",
@@ -475,19 +467,7 @@ impl JobStore for PgStore {
 
     fn resume(&mut self, id: JobId) -> Result<(Job, u64)> {
         self.change_job(id, |tx, job, now| {
-            match job.state {
-                JobState::Cancelled
-                | JobState::Cancelling
-                | JobState::Failed
-                | JobState::Expired => {}
-                JobState::Completed => {
-                    return Err(wrong_state(
-                        job,
-                        "it finished; use retry to run its failed items again",
-                    ));
-                }
-                _ => return Err(wrong_state(job, "it is still running; nothing to resume")),
-            }
+            job.check_resumable()?;
             let resumed = restart_items(tx, id, &["cancelled", "failed"], now)?;
             drop_window(tx, id)?;
             set_state(tx, id, JobState::InProgress, now)?;
@@ -498,12 +478,7 @@ impl JobStore for PgStore {
 
     fn retry_failed(&mut self, id: JobId) -> Result<(Job, u64)> {
         self.change_job(id, |tx, job, now| {
-            if matches!(job.state, JobState::Cancelling) {
-                return Err(wrong_state(
-                    job,
-                    "wait until it is cancelled, then resume it",
-                ));
-            }
+            job.check_retryable()?;
             let retried = restart_items(tx, id, &["failed"], now)?;
             if retried > 0 && job.state.is_terminal() {
                 drop_window(tx, id)?;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use cortex_queue::driver::{ITEM_COLUMN_COUNT, ITEM_COLUMNS, LISTED_COLUMNS, listed_items};
 use cortex_queue::{
-    CompletionSample, ExportFormat, ExportSummary, ItemDetail, ItemId, ItemPage, ItemQuery,
+    Cancel, CompletionSample, ExportFormat, ExportSummary, ItemDetail, ItemId, ItemPage, ItemQuery,
     ItemRecord, ItemSource, ItemState, Job, JobCounts, JobFilter, JobId, JobPage, JobState,
     JobStatus, JobStore, JobTimes, QueueError, Result, RunningTokens, SubmitOptions, Submitted,
     WorkerInfo, host_name, item_detail, now_ms,
@@ -202,10 +202,6 @@ pub(crate) fn settle(tx: &Transaction<'_>, job: i64, now: i64) -> rusqlite::Resu
     Ok(())
 }
 
-fn wrong_state(job: &Job, hint: impl Into<String>) -> Outcome {
-    Outcome::Queue(QueueError::wrong_state(job, hint))
-}
-
 impl JobStore for Store {
     /// The job `id`.
     fn job(&mut self, id: JobId) -> Result<Job> {
@@ -390,12 +386,8 @@ impl JobStore for Store {
         self.write_checked(|tx| {
             expire_due(tx, now_ms())?;
             let job = load_job(tx, id)?;
-            match job.state {
-                JobState::Cancelling | JobState::Cancelled => return Ok(job),
-                state if state.is_terminal() => {
-                    return Err(wrong_state(&job, "it has already ended; nothing to cancel"));
-                }
-                _ => {}
+            if job.cancel_step()? == Cancel::Already {
+                return Ok(job);
             }
             let now = now_ms();
             tx.execute(
@@ -414,14 +406,7 @@ impl JobStore for Store {
     fn resume(&mut self, id: JobId) -> Result<(Job, u64)> {
         self.write_checked(|tx| {
             expire_due(tx, now_ms())?;
-            let job = load_job(tx, id)?;
-            match job.state {
-                JobState::Cancelled | JobState::Cancelling | JobState::Failed | JobState::Expired => {}
-                JobState::Completed => {
-                    return Err(wrong_state(&job, "it finished; use retry to run its failed items again"));
-                }
-                _ => return Err(wrong_state(&job, "it is still running; nothing to resume")),
-            }
+            load_job(tx, id)?.check_resumable()?;
             let now = now_ms();
             let resumed = tx.execute(
                 "UPDATE items SET state = 'pending', attempts = 0, not_before = 0, error_code = NULL,
@@ -442,9 +427,7 @@ impl JobStore for Store {
         self.write_checked(|tx| {
             expire_due(tx, now_ms())?;
             let job = load_job(tx, id)?;
-            if matches!(job.state, JobState::Cancelling) {
-                return Err(wrong_state(&job, "wait until it is cancelled, then resume it"));
-            }
+            job.check_retryable()?;
             let now = now_ms();
             let retried = tx.execute(
                 "UPDATE items SET state = 'pending', attempts = 0, not_before = 0, error_code = NULL,

@@ -117,11 +117,11 @@ pub enum QueueError {
 }
 
 impl QueueError {
-    /// `job` cannot do what was asked in its state; `hint` says why and what to do.
-    pub fn wrong_state(job: &crate::Job, hint: impl Into<String>) -> Self {
+    /// `job` cannot do what was asked in `state`; `hint` says why and what to do.
+    pub fn wrong_state(job: JobId, state: JobState, hint: impl Into<String>) -> Self {
         QueueError::WrongState {
-            job: job.id,
-            state: job.state,
+            job,
+            state,
             hint: hint.into(),
         }
     }

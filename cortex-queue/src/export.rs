@@ -81,7 +81,8 @@ pub fn check_exportable(job: &Job, partial: bool) -> Result<()> {
     }
     let c = &job.counts;
     Err(QueueError::wrong_state(
-        job,
+        job.id,
+        job.state,
         format!(
             "{} of {} requests are done; wait for it to finish, or export the partial results",
             c.finished(),

@@ -5,33 +5,7 @@ use std::time::Duration;
 
 use cortex_request::{SamplingParams, StopConditions};
 
-use crate::{ItemId, ItemState, JobId, JobState};
-
-/// How many requests of a job are where.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-pub struct JobCounts {
-    /// Every non-blank input line (items plus invalid lines).
-    pub total: u64,
-    /// Waiting to be claimed.
-    pub pending: u64,
-    /// Claimed by a worker.
-    pub running: u64,
-    /// With a result.
-    pub completed: u64,
-    /// Failed for good, including invalid input lines.
-    pub failed: u64,
-    /// Cancelled.
-    pub cancelled: u64,
-    /// Invalid input lines (recorded with `skip_invalid`), part of `failed`.
-    pub invalid: u64,
-}
-
-impl JobCounts {
-    /// Requests that ended one way or another.
-    pub fn finished(&self) -> u64 {
-        self.completed + self.failed + self.cancelled
-    }
-}
+use crate::{ItemId, ItemState, JobCounts, JobId, JobState, QueueError};
 
 /// When the job entered each state (Unix ms; the last time, for states it re-entered).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -319,4 +293,63 @@ pub struct JobDefaults {
     /// false` on every line that does not say).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub omit_reasoning: bool,
+}
+
+/// What cancelling a job does now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cancel {
+    /// Its pending items are cancelled at once, its running ones at their
+    /// next heartbeat.
+    Now,
+    /// It is cancelling or cancelled already: nothing more to do.
+    Already,
+}
+
+impl Job {
+    /// Whether the job can be cancelled: not once it has ended otherwise.
+    pub fn cancel_step(&self) -> Result<Cancel, QueueError> {
+        match self.state {
+            JobState::Cancelling | JobState::Cancelled => Ok(Cancel::Already),
+            state if state.is_terminal() => Err(QueueError::wrong_state(
+                self.id,
+                self.state,
+                "it has already ended; nothing to cancel",
+            )),
+            _ => Ok(Cancel::Now),
+        }
+    }
+
+    /// Whether the job can be resumed (its cancelled and failed items run
+    /// again): once cancelled, failed or expired, not while it runs nor
+    /// once it completed.
+    pub fn check_resumable(&self) -> Result<(), QueueError> {
+        match self.state {
+            JobState::Cancelled | JobState::Cancelling | JobState::Failed | JobState::Expired => {
+                Ok(())
+            }
+            JobState::Completed => Err(QueueError::wrong_state(
+                self.id,
+                self.state,
+                "it finished; use retry to run its failed items again",
+            )),
+            _ => Err(QueueError::wrong_state(
+                self.id,
+                self.state,
+                "it is still running; nothing to resume",
+            )),
+        }
+    }
+
+    /// Whether the job's failed items can be retried: not while it is
+    /// being cancelled.
+    pub fn check_retryable(&self) -> Result<(), QueueError> {
+        if self.state == JobState::Cancelling {
+            return Err(QueueError::wrong_state(
+                self.id,
+                self.state,
+                "wait until it is cancelled, then resume it",
+            ));
+        }
+        Ok(())
+    }
 }
