@@ -8,7 +8,7 @@
 //!   `{"messages"...}` lines, every field checked, each error naming its line
 //!   and field. OpenAI fields that change nothing here are accepted; those
 //!   cortex does not implement are refused with the reason.
-//! - [`SubmitJsonl`] (for any [`cortex_queue::JobStore`], such as `cortex_queue_sqlite::Store`): submit a JSONL file.
+//! - [`SubmitJsonl`] (for any [`cortex_queue::JobStore`], such as the SQLite driver's `Store`): submit a JSONL file.
 //! - [`BatchOutput`] and [`ExportJsonl`]: a job's results as OpenAI batch
 //!   output, [`response_body`] for one result.
 //! - [`parse_request`], [`online_body`], [`ChunkHead`], [`ResponseEvents`],
@@ -20,26 +20,27 @@
 //! # Example
 //!
 //! ```
-//! use cortex_openai::{ExportJsonl, SubmitJsonl};
-//! use cortex_queue::{SubmitOptions, WorkerStore};
-//! use cortex_queue_sqlite::Store;
+//! use cortex_openai::parse_line;
+//! use cortex_queue::JobDefaults;
 //!
-//! let dir = tempfile::tempdir()?;
-//! let input = dir.path().join("prompts.jsonl");
-//! std::fs::write(&input, "{\"prompt\": \"Once upon a time\", \"max_tokens\": 8}\n")?;
-//! let mut store = Store::open(dir.path().join("cortex.db"))?;
-//! let job = store.submit_file(&input, &SubmitOptions::new("m"))?.job;
-//! let claimed = store.claim(1, &Default::default())?;
-//! assert_eq!(claimed[0].request.as_generate().unwrap().stop.max_tokens, 8);
+//! // A plain line and an OpenAI batch line: what each asks for, typed.
+//! let plain = parse_line(1, r#"{"prompt": "Once upon a time", "max_tokens": 8}"#, &JobDefaults::default())?;
+//! assert_eq!(plain.request.as_generate().unwrap().stop.max_tokens, 8);
+//! let batch = r#"{"custom_id": "q1", "method": "POST", "url": "/v1/chat/completions",
+//!                 "body": {"model": "m", "messages": [{"role": "user", "content": "Hi"}]}}"#;
+//! let item = parse_line(2, batch, &JobDefaults::default())?;
+//! assert_eq!((item.custom_id.as_str(), item.endpoint.as_str()), ("q1", "/v1/chat/completions"));
 //!
-//! let error = store
-//!     .submit_reader("{\"prompt\": \"Hi\", \"stream\": true}\n".as_bytes(), "s.jsonl", &SubmitOptions::new("m"))
+//! // What cortex does not do is refused, naming the line and the field.
+//! let error = parse_line(3, r#"{"prompt": "Hi", "stream": true}"#, &JobDefaults::default())
 //!     .unwrap_err()
 //!     .to_string();
-//! assert!(error.contains("line 1: stream = true is an OpenAI field cortex does not support"), "{error}");
-//! # let _ = job;
-//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! assert!(error.contains("line 3: stream = true is an OpenAI field cortex does not support"), "{error}");
+//! # Ok::<(), cortex_queue::LineError>(())
 //! ```
+//!
+//! [`SubmitJsonl`] submits a whole file that way to any queue, and
+//! [`ExportJsonl`] writes a job's results as OpenAI's batch output.
 //!
 //! # Design notes
 //!

@@ -18,9 +18,10 @@
 //! feature (a dev-dependency does) and the driver must call
 //! `cortex_queue::failpoint::hit` where SQLite's and PostgreSQL's drivers do.
 //!
-//! The SQLite and PostgreSQL drivers run it from the tests crate
-//! (`tests/tests/queue_suite_sqlite.rs`, `queue_suite_postgres.rs`): this
-//! crate depends on the wire format, which is above the drivers.
+//! SQLite's driver runs it from its own tests (`cortex-queue-sqlite/tests/
+//! suite.rs`, so `cargo test -p cortex-queue-sqlite` runs every case); the
+//! PostgreSQL driver's run from the tests crate
+//! (`tests/tests/queue_suite_postgres.rs`), which starts a server.
 //!
 //! # Design notes
 //!

@@ -1,5 +1,6 @@
 //! The queue's shared driver suite (`cortex-queue-suite`) on SQLite: a
-//! database file in a temporary directory per case.
+//! database file in a temporary directory per case. `cargo test -p
+//! cortex-queue-sqlite` runs every case a driver must pass.
 
 use std::path::Path;
 
