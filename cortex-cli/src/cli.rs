@@ -317,7 +317,7 @@ pub(crate) struct SubmitArgs {
     pub(crate) json: bool,
 }
 
-fn parse_webhook_url(raw: &str) -> Result<String, String> {
+fn parse_webhook_url(raw: &str) -> Result<String, cortex_webhooks::NotHttpUrl> {
     cortex_webhooks::check_url(raw).map(|()| raw.to_owned())
 }
 

@@ -12,6 +12,12 @@ pub type BlockId = u32;
 /// Identifies a sequence (one stream of tokens with its own KV).
 pub type SeqId = u64;
 
+/// An invariant of the block accounting found broken by
+/// [`KvCache::verify`], described (a bug in this crate, never the caller's).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BrokenInvariant(pub String);
+
 /// What the block accounting refuses to do.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KvError {
@@ -666,7 +672,11 @@ impl KvCache {
 
     /// Checks every internal invariant, describing the first one broken.
     /// Meant for tests and debugging; it walks the whole pool.
-    pub fn verify(&self) -> Result<(), String> {
+    pub fn verify(&self) -> Result<(), BrokenInvariant> {
+        self.first_broken_invariant().map_err(BrokenInvariant)
+    }
+
+    fn first_broken_invariant(&self) -> Result<(), String> {
         let total = self.blocks.len();
         let mut refs = vec![0u32; total];
         for (seq, s) in &self.seqs {

@@ -61,4 +61,6 @@
 mod cache;
 mod lru;
 
-pub use cache::{Allocation, BlockId, BlockState, KvCache, KvError, KvStats, PrefixProbe, SeqId};
+pub use cache::{
+    Allocation, BlockId, BlockState, BrokenInvariant, KvCache, KvError, KvStats, PrefixProbe, SeqId,
+};

@@ -60,7 +60,8 @@ pub use details::{ModelDetails, model_info, parameter_size};
 pub use gguf::{GgufError, GgufInfo, GgufMatrix, GgufValue, read_gguf};
 pub use known::{DEFAULT_MODEL, GEMMA3_270M, KNOWN_MODELS, ModelSpec, PackagedFile, PullProgress};
 pub use modelfile::{
-    MAX_MODELFILE_BYTES, ModelSettings, Modelfile, ModelfileError, Parameter, ParameterValue,
+    MAX_MODELFILE_BYTES, ModelSettings, Modelfile, ModelfileError, Parameter, ParameterError,
+    ParameterValue,
 };
 pub use name::{DEFAULT_TAG, ModelName, NameError, is_path};
 pub use registry::{Listing, ModelEntry, Origin, Registry, RegistryError, Removed};

@@ -63,30 +63,52 @@ const PARAMETERS: &[(&str, Kind)] = &[
     ("stop", Kind::Text),
 ];
 
+/// A Modelfile `PARAMETER` cortex cannot take.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ParameterError {
+    /// Not one cortex understands.
+    #[error("unknown parameter {name:?} (cortex understands {known})")]
+    Unknown {
+        /// The name given.
+        name: String,
+        /// Those cortex understands, listed.
+        known: String,
+    },
+    /// A value of the wrong kind.
+    #[error("{name} takes {wants}, not {value:?}")]
+    WrongValue {
+        /// The parameter.
+        name: String,
+        /// What it takes (`an integer`, `a number`, `a finite number`).
+        wants: &'static str,
+        /// The value given.
+        value: String,
+    },
+}
+
 impl Parameter {
     /// `name` set to `value` (as written in a Modelfile: a number, or text
     /// that may be quoted).
-    pub fn parse(name: &str, value: &str) -> Result<Self, String> {
+    pub fn parse(name: &str, value: &str) -> Result<Self, ParameterError> {
         let Some((_, kind)) = PARAMETERS.iter().find(|(known, _)| *known == name) else {
             let known: Vec<&str> = PARAMETERS.iter().map(|(n, _)| *n).collect();
-            return Err(format!(
-                "unknown parameter {name:?} (cortex understands {})",
-                known.join(", ")
-            ));
+            return Err(ParameterError::Unknown {
+                name: name.to_owned(),
+                known: known.join(", "),
+            });
         };
         let value = value.trim();
+        let wrong = |wants: &'static str| ParameterError::WrongValue {
+            name: name.to_owned(),
+            wants,
+            value: value.to_owned(),
+        };
         let value = match kind {
-            Kind::Int => ParameterValue::Int(
-                value
-                    .parse()
-                    .map_err(|_| format!("{name} takes an integer, not {value:?}"))?,
-            ),
+            Kind::Int => ParameterValue::Int(value.parse().map_err(|_| wrong("an integer"))?),
             Kind::Float => {
-                let number: f64 = value
-                    .parse()
-                    .map_err(|_| format!("{name} takes a number, not {value:?}"))?;
+                let number: f64 = value.parse().map_err(|_| wrong("a number"))?;
                 if !number.is_finite() {
-                    return Err(format!("{name} takes a finite number, not {value:?}"));
+                    return Err(wrong("a finite number"));
                 }
                 ParameterValue::Float(number)
             }
@@ -250,7 +272,7 @@ impl Modelfile {
                         error(number, "PARAMETER needs a name and a value".into())
                     })?;
                     let parameter =
-                        Parameter::parse(name, value).map_err(|message| error(number, message))?;
+                        Parameter::parse(name, value).map_err(|e| error(number, e.to_string()))?;
                     settings.parameters.push(parameter);
                 }
                 "ADAPTER" | "LICENSE" | "MESSAGE" | "REQUIRES" => {

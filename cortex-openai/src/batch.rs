@@ -137,7 +137,7 @@ impl BatchRequest {
             ));
         }
         CompletionWindow::parse(&request.completion_window)
-            .map_err(|e| (e, Some("completion_window")))?;
+            .map_err(|e| (e.to_string(), Some("completion_window")))?;
         Ok(request)
     }
 

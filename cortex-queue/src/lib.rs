@@ -45,7 +45,7 @@
 //! // A job's window, and the states it moves through.
 //! assert_eq!(CompletionWindow::parse("1h30m")?.duration(), Duration::from_secs(5400));
 //! assert!(JobState::Completed.is_terminal() && !JobState::InProgress.is_terminal());
-//! # Ok::<(), String>(())
+//! # Ok::<(), cortex_queue::BadDuration>(())
 //! ```
 //!
 //! # Design notes
@@ -148,7 +148,7 @@ pub use submit::{DEFAULT_MAX_ATTEMPTS, ItemSource, LineResult, NewItem, SubmitOp
 pub use webhook::{
     EXPORT_EVENT, WEBHOOK_ATTEMPTS, WebhookEvent, WebhookStore, webhook_retry_after,
 };
-pub use window::{BATCH_EXPIRED, CompletionWindow, EXPIRED_MESSAGE, parse_duration};
+pub use window::{BATCH_EXPIRED, BadDuration, CompletionWindow, EXPIRED_MESSAGE, parse_duration};
 
 /// The project of jobs whose submitter named none (every job the CLI
 /// submits, and those from before projects existed).

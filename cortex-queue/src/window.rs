@@ -35,12 +35,15 @@ impl CompletionWindow {
     /// assert_eq!(CompletionWindow::parse("1h30m").unwrap().duration(), Duration::from_secs(5400));
     /// assert!(CompletionWindow::parse("soon").is_err());
     /// ```
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, BadDuration> {
         match parse_duration(text) {
             Some(d) if !d.is_zero() => Ok(Self::new(d)),
-            _ => Err(format!(
-                "completion window {text:?} is not a positive duration (like \"24h\", \"90m\" or \"1h30m\")"
-            )),
+            _ => Err(BadDuration {
+                what: "completion window",
+                text: text.to_owned(),
+                must_be: "a positive duration",
+                like: "\"24h\", \"90m\" or \"1h30m\"",
+            }),
         }
     }
 
@@ -71,6 +74,21 @@ impl fmt::Display for CompletionWindow {
         }
         write!(f, "{}{unit}", ms / size)
     }
+}
+
+/// A duration given as text that is not one `what` takes: what it was
+/// for, what it must be, and what one looks `like`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{what} {text:?} is not {must_be} (like {like})")]
+pub struct BadDuration {
+    /// What the duration was for (`completion window`, `keep_alive`).
+    pub what: &'static str,
+    /// The text given.
+    pub text: String,
+    /// What it must be (`a positive duration`).
+    pub must_be: &'static str,
+    /// Examples of what it takes.
+    pub like: &'static str,
 }
 
 /// A duration as text: numbers (decimals allowed) with units `ms`, `s`,

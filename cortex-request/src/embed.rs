@@ -25,37 +25,65 @@ impl EmbeddingRequest {
 
     /// Checks the inputs: at least one, at most [`Self::MAX_INPUTS`], none
     /// empty, no chats. The message names the input by index.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), EmbedInputError> {
         if self.inputs.is_empty() {
-            return Err("input is empty: give at least one text".into());
+            return Err(EmbedInputError::NoInput);
         }
         if self.inputs.len() > Self::MAX_INPUTS {
-            return Err(format!(
-                "input has {} entries; at most {} per request",
-                self.inputs.len(),
-                Self::MAX_INPUTS
-            ));
+            return Err(EmbedInputError::TooMany {
+                count: self.inputs.len(),
+                max: Self::MAX_INPUTS,
+            });
         }
-        for (i, input) in self.inputs.iter().enumerate() {
+        for (index, input) in self.inputs.iter().enumerate() {
             match input {
-                Prompt::Chat(_) => {
-                    return Err(format!(
-                        "input[{i}] is a chat; embeddings take text or token ids"
-                    ));
-                }
-                Prompt::Several(_) => {
-                    return Err(format!(
-                        "input[{i}] is a list of prompts; embeddings take one text or token list per input"
-                    ));
-                }
+                Prompt::Chat(_) => return Err(EmbedInputError::Chat { index }),
+                Prompt::Several(_) => return Err(EmbedInputError::Several { index }),
                 Prompt::Text(_) | Prompt::Tokens(_) => {}
             }
             if input.is_empty() {
-                return Err(format!("input[{i}] is empty"));
+                return Err(EmbedInputError::Empty { index });
             }
         }
         Ok(())
     }
+}
+
+/// What is wrong with an embedding request's inputs (each names the input
+/// by index).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EmbedInputError {
+    /// No input at all.
+    #[error("input is empty: give at least one text")]
+    NoInput,
+    /// More inputs than one request takes.
+    #[error("input has {count} entries; at most {max} per request")]
+    TooMany {
+        /// How many were given.
+        count: usize,
+        /// How many a request takes.
+        max: usize,
+    },
+    /// A chat, where a text or token ids go.
+    #[error("input[{index}] is a chat; embeddings take text or token ids")]
+    Chat {
+        /// Which input.
+        index: usize,
+    },
+    /// A list of prompts, where one goes.
+    #[error(
+        "input[{index}] is a list of prompts; embeddings take one text or token list per input"
+    )]
+    Several {
+        /// Which input.
+        index: usize,
+    },
+    /// An empty text or token list.
+    #[error("input[{index}] is empty")]
+    Empty {
+        /// Which input.
+        index: usize,
+    },
 }
 
 /// What one queued item asks for.
@@ -118,17 +146,15 @@ mod tests {
         let ok = EmbeddingRequest::new(RequestId(1), vec!["a".into(), vec![1, 2].into()]);
         assert_eq!(ok.validate(), Ok(()));
         let empty = EmbeddingRequest::new(RequestId(1), vec!["a".into(), "".into()]);
-        assert_eq!(empty.validate(), Err("input[1] is empty".into()));
+        assert_eq!(empty.validate(), Err(EmbedInputError::Empty { index: 1 }));
         let none = EmbeddingRequest::new(RequestId(1), vec![]);
-        assert!(none.validate().unwrap_err().contains("at least one"));
+        assert_eq!(none.validate(), Err(EmbedInputError::NoInput));
         let chat = EmbeddingRequest::new(
             RequestId(1),
             vec![Prompt::Chat(vec![crate::ChatMessage::user("x")])],
         );
-        assert!(
-            chat.validate()
-                .unwrap_err()
-                .starts_with("input[0] is a chat")
-        );
+        let error = chat.validate().unwrap_err();
+        assert_eq!(error, EmbedInputError::Chat { index: 0 });
+        assert!(error.to_string().starts_with("input[0] is a chat"));
     }
 }

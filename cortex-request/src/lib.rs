@@ -59,7 +59,7 @@ mod validate;
 use std::fmt;
 
 pub use civil::civil_date;
-pub use embed::{EmbeddingRequest, Work};
+pub use embed::{EmbedInputError, EmbeddingRequest, Work};
 pub use params::{SamplingParams, StopConditions};
 pub use prompt::{ChatMessage, Prompt};
 pub use state::{FinishReason, InvalidTransition, RequestState};

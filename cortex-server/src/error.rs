@@ -163,11 +163,12 @@ impl ApiError {
 impl From<crate::pool::PoolError> for ApiError {
     fn from(error: crate::pool::PoolError) -> Self {
         use crate::pool::PoolError;
+        let message = error.to_string();
         match error {
-            PoolError::NotFound(message) => Self::model_not_found(&message),
-            PoolError::TooLarge(message) => Self::insufficient_storage(message),
-            PoolError::Busy(message) => Self::unavailable(message),
-            PoolError::Failed(message) => Self::internal(message),
+            PoolError::NotFound(_) => Self::model_not_found(&message),
+            PoolError::TooLarge { .. } => Self::insufficient_storage(message),
+            PoolError::Busy { .. } => Self::unavailable(message),
+            PoolError::Registry { .. } | PoolError::Load { .. } => Self::internal(message),
         }
     }
 }

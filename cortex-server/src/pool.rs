@@ -14,24 +14,50 @@ use std::time::{Duration, Instant, SystemTime};
 
 use cortex_engine::{Device, Engine, EngineError, EngineHealth, EngineStats};
 use cortex_models::{ModelName, Registry, RegistryError};
+use cortex_queue::BadDuration;
 
 use cortex_worker::{EngineSource, HoldError, ModelDemand, ModelIdentity};
 
 /// Why the pool cannot give a model.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub(crate) enum PoolError {
-    /// No model has that name (the registry's message, listing what is installed).
+    /// No model has that name (the registry's message lists what is installed).
     #[error("{0}")]
-    NotFound(String),
+    NotFound(RegistryError),
     /// The model is larger than the whole memory budget.
-    #[error("{0}")]
-    TooLarge(String),
+    #[error(
+        "the model {model} needs {} MiB, more than this server's model memory budget of {} MiB (--model-memory-mib)",
+        mib(*need),
+        mib(*budget)
+    )]
+    TooLarge {
+        model: String,
+        /// Its file's bytes.
+        need: u64,
+        /// The budget's bytes.
+        budget: u64,
+    },
     /// No room for it now: the loaded models are in use.
-    #[error("{0}")]
-    Busy(String),
-    /// The registry or the model's engine failed.
-    #[error("{0}")]
-    Failed(String),
+    #[error(
+        "the model {model} cannot be loaded now: the loaded models ({}) are answering requests and there is no room beside them ({room}); try again later",
+        busy.join(", ")
+    )]
+    Busy {
+        model: String,
+        /// The loaded models answering requests.
+        busy: Vec<String>,
+        /// What the pool holds at most, in words.
+        room: String,
+    },
+    /// The registry failed to look the model up.
+    #[error("model {model}: {source}")]
+    Registry {
+        model: String,
+        source: RegistryError,
+    },
+    /// The model's engine did not start.
+    #[error("cannot load {model}: {source}")]
+    Load { model: String, source: EngineError },
 }
 
 /// How long a model stays loaded after its last request.
@@ -57,12 +83,13 @@ impl KeepAlive {
     }
 
     /// A duration as text: `5m`, `1h30m`, `45s`, `500ms`, `-1`, or bare seconds.
-    pub fn parse_text(text: &str) -> Result<Self, String> {
+    pub fn parse_text(text: &str) -> Result<Self, BadDuration> {
         let text = text.trim();
-        let bad = || {
-            format!(
-                "keep_alive {text:?} is not a duration (like \"5m\", \"1h\", \"30s\", \"0\" or \"-1\")"
-            )
+        let bad = || BadDuration {
+            what: "keep_alive",
+            text: text.to_owned(),
+            must_be: "a duration",
+            like: "\"5m\", \"1h\", \"30s\", \"0\" or \"-1\"",
         };
         if let Ok(seconds) = text.parse::<f64>() {
             return if seconds.is_finite() {
@@ -199,7 +226,7 @@ struct Slots {
 }
 
 impl std::str::FromStr for KeepAlive {
-    type Err = String;
+    type Err = BadDuration;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         Self::parse_text(text)
@@ -382,9 +409,12 @@ impl ModelPool {
         match found {
             Ok(entry) => Ok(ModelIdentity::from(entry)),
             Err(error @ (RegistryError::Unknown { .. } | RegistryError::Name(_))) => {
-                Err(PoolError::NotFound(error.to_string()))
+                Err(PoolError::NotFound(error))
             }
-            Err(error) => Err(PoolError::Failed(format!("model {asked}: {error}"))),
+            Err(source) => Err(PoolError::Registry {
+                model: asked.to_owned(),
+                source,
+            }),
         }
     }
 
@@ -408,12 +438,11 @@ impl ModelPool {
         let need = file_size(model);
         let budget = self.limits.memory_budget;
         if budget > 0 && need > budget {
-            return Err(PoolError::TooLarge(format!(
-                "the model {} needs {} MiB, more than this server's model memory budget of {} MiB (--model-memory-mib)",
-                model.name,
-                mib(need),
-                mib(budget)
-            )));
+            return Err(PoolError::TooLarge {
+                model: model.name.clone(),
+                need,
+                budget,
+            });
         }
         let mut slots = self.lock();
         loop {
@@ -476,11 +505,11 @@ impl ModelPool {
                 } else {
                     format!("at most {} models", self.limits.max_loaded)
                 };
-                return Err(PoolError::Busy(format!(
-                    "the model {} cannot be loaded now: the loaded models ({}) are answering requests and there is no room beside them ({room}); try again later",
-                    model.name,
-                    busy.join(", "),
-                )));
+                return Err(PoolError::Busy {
+                    model: model.name.clone(),
+                    busy,
+                    room,
+                });
             }
             slots = self
                 .changed
@@ -495,8 +524,10 @@ impl ModelPool {
         let mut slots = self.lock();
         slots.loading = false;
         self.changed.notify_all();
-        let engine =
-            started.map_err(|e| PoolError::Failed(format!("cannot load {}: {e}", model.name)))?;
+        let engine = started.map_err(|source| PoolError::Load {
+            model: model.name.clone(),
+            source,
+        })?;
         slots.device = Some(engine.device());
         let loaded = Arc::new(LoadedModel {
             model: model.clone(),
@@ -771,7 +802,7 @@ mod tests {
         let held = pool.acquire(&a, None).unwrap();
         let refused = pool.acquire(&b, None).err().unwrap();
         assert!(
-            matches!(&refused, PoolError::Busy(message) if message.contains("(a:latest) are answering requests")),
+            matches!(&refused, PoolError::Busy { busy, .. } if busy == &["a:latest"]),
             "{refused}"
         );
         drop(held);
@@ -806,7 +837,7 @@ mod tests {
         assert!(loaded(&pool).is_empty());
         let huge = model(dir.path(), "huge", 20_000);
         let refused = pool.acquire(&huge, None).err().unwrap();
-        assert!(matches!(refused, PoolError::TooLarge(_)), "{refused}");
+        assert!(matches!(refused, PoolError::TooLarge { .. }), "{refused}");
         // The default loads again on demand, and its counters were kept.
         drop(pool.acquire(&a, None).unwrap());
         assert_eq!(loaded(&pool), ["a:latest"]);

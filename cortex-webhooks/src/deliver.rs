@@ -26,6 +26,27 @@ const MIN_WAIT: Duration = Duration::from_millis(50);
 
 /// The function that writes a job's results to the destination it carries
 /// (an [`EXPORT_EVENT`] row of the outbox; `event.url` is where)
+/// Why an event was not delivered (it is tried again after a backoff).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DeliveryError {
+    /// The receiver answered, not with 2xx.
+    #[error("{url} answered HTTP {status}")]
+    Refused {
+        /// Where the event went.
+        url: String,
+        /// The HTTP status it answered.
+        status: u16,
+    },
+    /// No answer: the connection, TLS or a timeout failed.
+    #[error("{url}: {reason}")]
+    Unreachable {
+        /// Where the event went.
+        url: String,
+        /// What failed.
+        reason: String,
+    },
+}
+
 type ExportFn = dyn Fn(&mut dyn Queue, &WebhookEvent) -> Result<(), String> + Send + Sync;
 
 /// Writes a job's results to the destination it carries (an
@@ -97,7 +118,7 @@ impl Notifier {
     /// Does what an outbox row asks: an export, or a POST.
     fn handle(&self, store: &mut dyn Queue, event: &WebhookEvent) -> Result<(), String> {
         if event.kind != EXPORT_EVENT {
-            return self.send(event);
+            return self.send(event).map_err(|e| e.to_string());
         }
         match &self.exporter {
             Some(export) => (export.0)(store, event),
@@ -106,7 +127,7 @@ impl Notifier {
     }
 
     /// Sends one event; `Ok` when the receiver answered 2xx, else what went wrong.
-    pub fn send(&self, event: &WebhookEvent) -> Result<(), String> {
+    pub fn send(&self, event: &WebhookEvent) -> Result<(), DeliveryError> {
         let id = cortex_openai::webhook_event_id(event);
         let body = cortex_openai::webhook_event(event).to_string();
         let timestamp = now_ms() / 1000;
@@ -124,8 +145,14 @@ impl Notifier {
         }
         match request.send(body.as_bytes()) {
             Ok(answer) if answer.status().is_success() => Ok(()),
-            Ok(answer) => Err(format!("{} answered HTTP {}", event.url, answer.status())),
-            Err(e) => Err(format!("{}: {e}", event.url)),
+            Ok(answer) => Err(DeliveryError::Refused {
+                url: event.url.clone(),
+                status: answer.status().as_u16(),
+            }),
+            Err(e) => Err(DeliveryError::Unreachable {
+                url: event.url.clone(),
+                reason: e.to_string(),
+            }),
         }
     }
 

@@ -38,14 +38,19 @@
 mod deliver;
 mod sign;
 
-pub use deliver::{Deliverer, Exporter, Notifier};
+pub use deliver::{Deliverer, DeliveryError, Exporter, Notifier};
 pub use sign::{SigningSecret, sign};
 
 /// Checks a URL events can be sent to: `http://` or `https://`.
-pub fn check_url(url: &str) -> Result<(), String> {
+pub fn check_url(url: &str) -> Result<(), NotHttpUrl> {
     if url.starts_with("http://") || url.starts_with("https://") {
         Ok(())
     } else {
-        Err(format!("expected an http:// or https:// URL, got {url:?}"))
+        Err(NotHttpUrl(url.to_owned()))
     }
 }
+
+/// A webhook URL that is not `http://` or `https://`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("expected an http:// or https:// URL, got {0:?}")]
+pub struct NotHttpUrl(pub String);

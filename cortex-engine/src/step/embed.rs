@@ -64,7 +64,7 @@ impl StepLoop<'_> {
         if self.live.contains_key(&id) || self.embeds.iter().any(|e| e.id == id) {
             return Err(EngineError::DuplicateId(id));
         }
-        request.validate().map_err(invalid)?;
+        request.validate().map_err(|e| invalid(e.to_string()))?;
         let limit = self.info.n_ctx_train;
         request
             .inputs

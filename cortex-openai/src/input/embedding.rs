@@ -52,7 +52,7 @@ pub(super) fn embedding_from(fields: &Fields) -> Result<EmbeddingLine, String> {
         }
     };
     let request = EmbeddingRequest::new(RequestId(0), inputs);
-    request.validate()?;
+    request.validate().map_err(|e| e.to_string())?;
     Ok(EmbeddingLine {
         request,
         model,

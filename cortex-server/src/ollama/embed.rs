@@ -47,7 +47,7 @@ async fn embed_inputs(
     let keep_alive = keep_alive(fields)?;
     let request =
         EmbeddingRequest::new(RequestId(0), inputs.into_iter().map(Prompt::Text).collect());
-    request.validate().map_err(bad)?;
+    request.validate().map_err(|e| bad(e.to_string()))?;
     let model = state.use_model(Some(&asked), keep_alive).await?;
     let name = model.model.name.clone();
     let mut call = Call::submit(state, caller, model, Work::Embed(request), endpoint)?;

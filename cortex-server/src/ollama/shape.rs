@@ -203,7 +203,7 @@ pub(crate) fn keep_alive(fields: &Map<String, Value>) -> Result<Option<KeepAlive
 fn keep_alive_of(value: &Value) -> Result<KeepAlive, String> {
     match value {
         Value::Number(n) => Ok(KeepAlive::from_seconds(n.as_f64().unwrap_or(0.0))),
-        Value::String(text) => KeepAlive::parse_text(text),
+        Value::String(text) => KeepAlive::parse_text(text).map_err(|e| e.to_string()),
         other => Err(format!(
             "keep_alive must be a duration or a number of seconds, not {other}"
         )),
