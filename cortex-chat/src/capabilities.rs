@@ -31,6 +31,23 @@ pub(crate) struct Capabilities {
     /// Its generation prompt closes an empty thinking block unless
     /// `enable_thinking` is set (see `ChatTemplate::closes_thinking_unless_enabled`).
     pub(crate) thinking_closed_unless_enabled: bool,
+    /// It walks a message's content given as a list of text parts (see
+    /// `ChatTemplate::walks_parts`): such content reaches it as a list.
+    pub(crate) walks_parts: bool,
+    /// The same, for a system message's.
+    pub(crate) walks_system_parts: bool,
+}
+
+impl Capabilities {
+    /// Whether content parts of a message of `role` reach the template as
+    /// a list.
+    pub(crate) fn walks_parts_of(&self, role: &str) -> bool {
+        if role == "system" {
+            self.walks_system_parts
+        } else {
+            self.walks_parts
+        }
+    }
 }
 
 /// An answer no template writes on its own.
@@ -98,8 +115,10 @@ impl Capabilities {
             native_calls,
             channels: source.contains("<|channel|>"),
             reasoning,
-            // Learned with a generation prompt, once these are known.
+            // Learned by rendering more, once these are known.
             thinking_closed_unless_enabled: false,
+            walks_parts: false,
+            walks_system_parts: false,
         }
     }
 }

@@ -45,6 +45,10 @@ pub struct Adaptations {
     /// `enable_thinking` is true, as llama.cpp hands it, where the caller
     /// left it unset and the template would close the thinking block.
     pub thinking_on: bool,
+    /// Content sent as a list of text parts reaches the template as their
+    /// lines, joined as llama.cpp joins them (a template that does not walk
+    /// such lists).
+    pub parts_joined: bool,
 }
 
 impl Adaptations {
@@ -86,6 +90,9 @@ impl ChatTemplate {
             tools_preamble,
             system_in_first_user: !capabilities.system_role && (has_system || tools_preamble),
             thinking_on: capabilities.thinking_closed_unless_enabled && !sets_thinking,
+            parts_joined: messages
+                .iter()
+                .any(|m| !m.content_parts.is_empty() && !capabilities.walks_parts_of(&m.role)),
         }
     }
 
@@ -606,7 +613,12 @@ fn with_preamble(
     );
     let mut out = messages.to_vec();
     match out.iter_mut().find(|m| m.role == "system") {
-        Some(system) => system.content = format!("{}\n\n{preamble}", system.content),
+        Some(system) => {
+            system.content = format!("{}\n\n{preamble}", system.content);
+            if !system.content_parts.is_empty() {
+                system.content_parts.push(preamble);
+            }
+        }
         None => out.insert(0, ChatMessage::system(preamble)),
     }
     Ok(out)
@@ -642,7 +654,12 @@ fn system_in_first_user(messages: &[ChatMessage]) -> Vec<ChatMessage> {
         .cloned()
         .collect();
     match out.iter_mut().find(|m| m.role == "user") {
-        Some(user) => user.content = format!("{system}\n\n{}", user.content),
+        Some(user) => {
+            user.content = format!("{system}\n\n{}", user.content);
+            if !user.content_parts.is_empty() {
+                user.content_parts.insert(0, system);
+            }
+        }
         None => out.insert(0, ChatMessage::user(system)),
     }
     out

@@ -90,7 +90,34 @@ impl ChatTemplate {
         );
         template.capabilities.thinking_closed_unless_enabled =
             template.closes_thinking_unless_enabled();
+        // Asked with the parts handed over as a list.
+        template.capabilities.walks_parts = true;
+        template.capabilities.walks_system_parts = true;
+        template.capabilities.walks_parts = template.walks_parts("user");
+        template.capabilities.walks_system_parts = template.walks_parts("system");
         Ok(template)
+    }
+
+    /// Whether the template walks the content of a message of `role`
+    /// given as a list of text parts (Granite 4, Reka, Kimi K2: as vLLM
+    /// finds which form a template takes; some walk a user's but print a
+    /// system message's as it is): it renders each part's text and nothing
+    /// of the list itself. Asked with the list handed over.
+    fn walks_parts(&self, role: &str) -> bool {
+        const PARTS: [&str; 2] = ["ZQXJ part one", "ZQXJ part two"];
+        let parts = ChatMessage::from_parts(role, PARTS.map(str::to_owned).to_vec());
+        let messages = if role == "user" {
+            vec![parts]
+        } else {
+            vec![parts, ChatMessage::user("ZQXJ question")]
+        };
+        let Ok(text) = self.render(&Conversation::new(&messages), false) else {
+            return false;
+        };
+        PARTS.iter().all(|part| text.contains(part))
+            && !["'type'", "\"type\"", "'text'", "\"text\""]
+                .iter()
+                .any(|mark| text.contains(mark))
     }
 
     /// Whether the generation prompt closes an empty thinking block unless
@@ -183,7 +210,11 @@ impl ChatTemplate {
                 .map_err(|e| TemplateError::Input(format!("tools are not JSON: {e}")))?;
             context.push(("tools".into(), Value::from_serialize(with_defaults(tools))));
         }
-        let messages: Vec<Value> = conversation.messages.iter().map(message_value).collect();
+        let messages: Vec<Value> = conversation
+            .messages
+            .iter()
+            .map(|message| message_value(message, self.capabilities.walks_parts_of(&message.role)))
+            .collect();
         context.push(("messages".into(), Value::from(messages)));
         context.push((
             "add_generation_prompt".into(),
@@ -260,13 +291,32 @@ fn without_generation_tags(source: &str) -> String {
 }
 
 /// A message as templates read it (Hugging Face's shape): `role`,
-/// `content`, and `tool_calls` (arguments as objects, in their own key
-/// order) or `tool_call_id` only when present, since templates test
-/// whether they are defined.
-fn message_value(message: &ChatMessage) -> Value {
+/// `content` (its text parts as a list of `{"type": "text", "text"}` when
+/// it came so and the template walks such lists, `parts_as_list`; else one
+/// string), and `tool_calls` (arguments as objects, in their own key order)
+/// or `tool_call_id` only when present, since templates test whether they
+/// are defined.
+fn message_value(message: &ChatMessage, parts_as_list: bool) -> Value {
+    let content = if parts_as_list && !message.content_parts.is_empty() {
+        message
+            .content_parts
+            .iter()
+            .map(|text| {
+                [
+                    ("type", Value::from("text")),
+                    ("text", Value::from(text.as_str())),
+                ]
+                .into_iter()
+                .collect::<Value>()
+            })
+            .collect::<Vec<Value>>()
+            .into()
+    } else {
+        Value::from(message.content.as_str())
+    };
     let mut fields: Vec<(&str, Value)> = vec![
         ("role", Value::from(message.role.as_str())),
-        ("content", Value::from(message.content.as_str())),
+        ("content", content),
     ];
     if !message.tool_calls.is_empty() {
         let calls: Vec<Value> = message
@@ -478,6 +528,34 @@ mod tests {
         assert_eq!(
             refused,
             Err(TemplateError::Render("line 2: no system role: x".into()))
+        );
+    }
+
+    #[test]
+    fn content_parts_reach_a_template_that_walks_them_as_a_list_else_as_lines() {
+        let parts = || {
+            [ChatMessage::from_parts(
+                "user",
+                vec!["Translate to French:".into(), "Good morning".into()],
+            )]
+        };
+        // Granite 4's way: a string, or each part's text.
+        let walks = ChatTemplate::new(
+            "{% for m in messages %}{% if m.content is string %}{{ m.content }}{% else %}{% for p in m.content %}[{{ p.text }}]{% endfor %}{% endif %}{% endfor %}",
+            "",
+            "",
+        )
+        .unwrap();
+        assert!(walks.capabilities.walks_parts);
+        let prompt = walks.render(&Conversation::new(&parts()), false).unwrap();
+        assert_eq!(prompt, "[Translate to French:][Good morning]");
+        // One that prints the content as it is gets the lines joined.
+        let prints = ChatTemplate::new(SMOLLM2, "", "").unwrap();
+        assert!(!prints.capabilities.walks_parts);
+        let prompt = prints.render(&Conversation::new(&parts()), false).unwrap();
+        assert!(
+            prompt.contains("user\nTranslate to French:\nGood morning<|im_end|>"),
+            "{prompt}"
         );
     }
 

@@ -929,10 +929,11 @@ mod tests {
         assert_eq!(
             item.request.as_generate().unwrap().prompt,
             // The developer message as such (the template decides how it
-            // renders), parts joined by a newline as llama.cpp joins them.
+            // renders), parts kept, and joined by a newline as llama.cpp
+            // joins them for templates that do not walk them.
             Prompt::Chat(vec![
                 ChatMessage::new("developer", "Rules."),
-                ChatMessage::user("A\nB"),
+                ChatMessage::from_parts("user", vec!["A".into(), "B".into()]),
             ])
         );
         assert!(
@@ -1079,7 +1080,7 @@ mod tests {
             chat.request.as_generate().unwrap().prompt,
             Prompt::Chat(vec![
                 ChatMessage::system("Be brief."),
-                ChatMessage::user("Hi")
+                ChatMessage::from_parts("user", vec!["Hi".into()])
             ])
         );
         let r = chat.request.as_generate().unwrap();

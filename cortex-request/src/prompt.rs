@@ -71,6 +71,14 @@ pub struct ChatMessage {
     pub role: String,
     /// The message text.
     pub content: String,
+    /// The text parts the caller sent it as (a list of parts), whose lines
+    /// `content` joins; empty when it came as one string. A template that
+    /// walks a list of parts gets them as such.
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Vec::is_empty")
+    )]
+    pub content_parts: Vec<String>,
     /// The function calls of an `assistant` turn.
     #[cfg_attr(
         feature = "serde",
@@ -102,10 +110,19 @@ impl ChatMessage {
         Self {
             role: role.into(),
             content: content.into(),
+            content_parts: Vec::new(),
             tool_calls: Vec::new(),
             tool_call_id: None,
             reasoning_content: None,
         }
+    }
+
+    /// A message sent as a list of text `parts`: its `content` is their
+    /// lines, joined with newlines as llama.cpp joins them.
+    pub fn from_parts(role: impl Into<String>, parts: Vec<String>) -> Self {
+        let mut message = Self::new(role, parts.join("\n"));
+        message.content_parts = parts;
+        message
     }
 
     /// A `system` message.

@@ -130,13 +130,13 @@ fn input_item(item: &Value, i: usize) -> Result<ChatMessage, String> {
     let content = match m.get("content") {
         Some(Value::String(text)) => text.clone(),
         Some(Value::Array(parts)) => {
-            let mut text = String::new();
+            let mut texts = Vec::new();
             for (j, part) in parts.iter().enumerate() {
                 match (
                     part.get("type").and_then(Value::as_str),
                     part.get("text").and_then(Value::as_str),
                 ) {
-                    (Some("input_text" | "output_text"), Some(t)) => push_part(&mut text, t),
+                    (Some("input_text" | "output_text"), Some(t)) => texts.push(t.to_owned()),
                     (Some(kind), _) => {
                         return Err(format!(
                             "{at}.content[{j}] has type {kind:?}; only input_text is supported"
@@ -151,7 +151,7 @@ fn input_item(item: &Value, i: usize) -> Result<ChatMessage, String> {
                     }
                 }
             }
-            text
+            return Ok(ChatMessage::from_parts(role, texts));
         }
         None | Some(Value::Null) => return Err(format!("{at} has no content")),
         Some(other) => {
@@ -230,9 +230,13 @@ pub(super) fn messages(value: &Value) -> Result<Vec<ChatMessage>, String> {
                     ));
                 }
             };
+            let mut parts = Vec::new();
             let content = match m.get("content") {
                 Some(Value::String(c)) => c.clone(),
-                Some(Value::Array(parts)) => text_parts(parts, i)?,
+                Some(Value::Array(given)) => {
+                    parts = text_parts(given, i)?;
+                    parts.join("\n")
+                }
                 // An assistant turn that only called functions has no text.
                 Some(Value::Null) | None if !tool_calls.is_empty() => String::new(),
                 Some(Value::Null) | None => return Err(format!("messages[{i}] has no content")),
@@ -265,6 +269,7 @@ pub(super) fn messages(value: &Value) -> Result<Vec<ChatMessage>, String> {
                 }
             };
             let mut message = ChatMessage::new(role, content);
+            message.content_parts = parts;
             message.tool_calls = tool_calls;
             message.tool_call_id = tool_call_id;
             message.reasoning_content = reasoning_content;
@@ -327,26 +332,19 @@ fn history_calls(value: &Value, message: usize) -> Result<Vec<ToolCall>, String>
         .collect()
 }
 
-/// Adds a content part's text: parts are joined by a newline, as llama.cpp
-/// joins them ("Translate to French:" and "Good morning" are two lines, not
-/// "Translate to French:Good morning").
-fn push_part(text: &mut String, part: &str) {
-    if !text.is_empty() {
-        text.push('\n');
-    }
-    text.push_str(part);
-}
-
-/// OpenAI's content parts: only `{"type": "text", "text": ...}` is supported.
-fn text_parts(parts: &[Value], message: usize) -> Result<String, String> {
-    let mut text = String::new();
+/// OpenAI's content parts (only `{"type": "text", "text": ...}` is
+/// supported): their texts, which a message's content joins by a newline,
+/// as llama.cpp joins them ("Translate to French:" and "Good morning" are
+/// two lines, not "Translate to French:Good morning").
+fn text_parts(parts: &[Value], message: usize) -> Result<Vec<String>, String> {
+    let mut texts = Vec::new();
     for (j, part) in parts.iter().enumerate() {
         let field = format!("messages[{message}].content[{j}]");
         match (
             part.get("type").and_then(Value::as_str),
             part.get("text").and_then(Value::as_str),
         ) {
-            (Some("text"), Some(t)) => push_part(&mut text, t),
+            (Some("text"), Some(t)) => texts.push(t.to_owned()),
             (Some(kind), _) if kind != "text" => {
                 return Err(format!("{field} has type {kind:?}; only text is supported"));
             }
@@ -359,7 +357,7 @@ fn text_parts(parts: &[Value], message: usize) -> Result<String, String> {
             }
         }
     }
-    Ok(text)
+    Ok(texts)
 }
 
 /// A `/v1/completions` `prompt`: a text, token ids, or a list of either
