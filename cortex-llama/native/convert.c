@@ -1,14 +1,14 @@
 // Weights of formats without kernels of their own, as the blocks of the
-// three panel formats (see kernels.h), so that the panel kernels multiply
-// them: Q4_0 and Q4_K become Q4_1 blocks, Q5_K Q5_1 blocks (the same
-// quants; the k-quants' sub-block scales and mins unpacked: each 32
-// weights' d * sc and -dmin * m, rounded to fp16, where ggml multiplies in
-// fp32), Q5_0 exactly either Q5_1 blocks (a min of -16 d, exact in fp16)
-// or Q8_0 ones (its quants minus 16), as the kernels prefer (see
-// ck_panel_format), and Q6_K is requantized to Q8_0
-// (8 bits a weight: at most half an 8-bit step off the value ggml
-// dequantizes, within a quarter of its own step). And back: a weight is
-// read as ggml's quantizer writes the values it holds.
+// panel formats (see kernels.h), so that the panel kernels multiply them:
+// Q4_0 and Q4_K become Q4_1 blocks, Q5_K Q5_1 blocks (the same quants; the
+// k-quants' sub-block scales and mins unpacked: each 32 weights' d * sc and
+// -dmin * m, rounded to fp16, where ggml multiplies in fp32), Q5_0 exactly
+// either Q5_1 blocks (a min of -16 d, exact in fp16) or Q8_0 ones (its
+// quants minus 16), and Q6_K either Q6 blocks (the same quants, each 16
+// weights' d * sc rounded to fp16) or, requantized, Q8_0 ones (8 bits a
+// weight: at most half an 8-bit step off the value ggml dequantizes, within
+// a quarter of its own step), as the kernels prefer (see ck_panel_format).
+// And back: a weight is read as ggml's quantizer writes the values it holds.
 
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +31,7 @@ enum {
 #define Q5_0_BLOCK 22   // fp16 d, 4 bytes of high bits, 16 nibble bytes
 #define Q4_K_BLOCK 144  // fp16 d, fp16 dmin, 12 bytes of 6-bit scales and mins, 128 nibble bytes
 #define Q5_K_BLOCK 176  // as Q4_K, with 32 bytes of high bits before the nibbles
+#define Q6_K_BLOCK 210  // 128 bytes of low nibbles, 64 of high bit pairs, 16 int8 scales, fp16 d
 #define K_WEIGHTS 256   // weights per k-quant super-block
 
 bool ck_convertible(int type) {
@@ -52,6 +53,8 @@ enum ck_format ck_panel_format(enum ck_isa isa, int type) {
         case TYPE_Q5_0: return isa == CK_ISA_AVX2 ? CK_Q5_1 : CK_Q8_0;
         case CK_Q5_1:
         case TYPE_Q5_K: return CK_Q5_1;
+        case CK_Q6: return CK_Q6;
+        case TYPE_Q6_K: return isa == CK_ISA_AVX2 ? CK_Q6 : CK_Q8_0;
         default: return CK_Q8_0;
     }
 }
@@ -173,8 +176,56 @@ static void k_quant_row(bool five_bits, const uint8_t * src, uint8_t * dst, int6
     }
 }
 
-// Any other format: its values as ggml dequantizes them, quantized to Q8_0
-// as ggml's reference quantizer does.
+// Q6_K rows as Q6 blocks: weight i of a super-block is d * sc[i / 16] *
+// (q - 32), its 6-bit q the low nibble of ql (weights 0-31 and 64-95 of each
+// 128 in the low nibbles of 32 bytes, 32-63 and 96-127 in the high ones)
+// and two bits of qh (ggml's dequantize_row_q6_K).
+static void q6_k_row(const uint8_t * src, uint8_t * dst, int64_t cols) {
+    for (int64_t s = 0; s < cols / K_WEIGHTS; s++) {
+        const uint8_t * in = src + (size_t)s * Q6_K_BLOCK;
+        const uint8_t * ql = in;
+        const uint8_t * qh = in + 128;
+        const int8_t * scales = (const int8_t *)(in + 192);
+        uint16_t dh;
+        memcpy(&dh, in + 208, 2);
+        const float d = ck_fp16_to_fp32(dh);
+        uint8_t q[K_WEIGHTS];
+        for (int half = 0; half < 2; half++) {
+            const uint8_t * l = ql + 64 * half;
+            const uint8_t * h = qh + 32 * half;
+            uint8_t * o = q + 128 * half;
+            for (int j = 0; j < 32; j++) {
+                o[j] = (uint8_t)((l[j] & 0x0F) | ((h[j] & 3) << 4));
+                o[j + 32] = (uint8_t)((l[j + 32] & 0x0F) | (((h[j] >> 2) & 3) << 4));
+                o[j + 64] = (uint8_t)((l[j] >> 4) | (((h[j] >> 4) & 3) << 4));
+                o[j + 96] = (uint8_t)((l[j + 32] >> 4) | (((h[j] >> 6) & 3) << 4));
+            }
+        }
+        for (int b = 0; b < K_WEIGHTS / CK_BLOCK; b++) {
+            uint8_t * out = dst + ((size_t)s * (K_WEIGHTS / CK_BLOCK) + (size_t)b) * Q6_BLOCK;
+            const uint16_t d0 = ck_fp32_to_fp16(d * (float)scales[2 * b]);
+            const uint16_t d1 = ck_fp32_to_fp16(d * (float)scales[2 * b + 1]);
+            memcpy(out, &d0, 2);
+            memcpy(out + 2, &d1, 2);
+            memcpy(out + 4, q + CK_BLOCK * b, CK_BLOCK);
+        }
+    }
+}
+
+// Q6 blocks' values, as the kernels take them.
+static void q6_values(const uint8_t * src, float * dst, int64_t cols) {
+    for (int64_t b = 0; b < cols / CK_BLOCK; b++) {
+        const uint8_t * in = src + (size_t)b * Q6_BLOCK;
+        uint16_t dh[2];
+        memcpy(dh, in, 4);
+        for (int j = 0; j < CK_BLOCK; j++) {
+            dst[b * CK_BLOCK + j] = ck_fp16_to_fp32(dh[j / 16]) * (float)(in[4 + j] - Q6_OFFSET);
+        }
+    }
+}
+
+// Q6_K for the VNNI kernels: its values as ggml dequantizes them, quantized
+// to Q8_0 as ggml's reference quantizer does.
 static void requantized_row(int type, const uint8_t * src, uint8_t * dst, int64_t cols, float * scratch) {
     ggml_get_type_traits((enum ggml_type)type)->to_float(src, scratch, cols);
     ggml_get_type_traits(GGML_TYPE_Q8_0)->from_float_ref(scratch, dst, cols);
@@ -185,7 +236,7 @@ void ck_convert(enum ck_isa isa, int type, const void * src, void * dst, int64_t
     const size_t src_row = ggml_row_size((enum ggml_type)type, cols);
     const size_t dst_row = (size_t)(cols / CK_BLOCK) * block_bytes(format);
     float * scratch = NULL;
-    if (type == TYPE_Q6_K) {
+    if (type == TYPE_Q6_K && format != CK_Q6) {
         scratch = malloc(sizeof(float) * (size_t)cols);
         if (scratch == NULL) {
             abort();
@@ -205,22 +256,33 @@ void ck_convert(enum ck_isa isa, int type, const void * src, void * dst, int64_t
                 break;
             case TYPE_Q4_K: k_quant_row(false, in, out, cols); break;
             case TYPE_Q5_K: k_quant_row(true, in, out, cols); break;
-            default: requantized_row(type, in, out, cols, scratch); break;
+            default:  // Q6_K
+                if (format == CK_Q6) {
+                    q6_k_row(in, out, cols);
+                } else {
+                    requantized_row(type, in, out, cols, scratch);
+                }
+                break;
         }
     }
     free(scratch);
 }
 
 void ck_convert_back(enum ck_isa isa, int type, const void * src, void * dst, int64_t rows, int64_t cols) {
-    const enum ggml_type panel = (enum ggml_type)ck_panel_format(isa, type);
-    const size_t src_row = ggml_row_size(panel, cols);
+    const enum ck_format format = ck_panel_format(isa, type);
+    const size_t src_row = (size_t)(cols / CK_BLOCK) * block_bytes(format);
     float * values = malloc(sizeof(float) * (size_t)rows * (size_t)cols);
     if (values == NULL) {
         abort();
     }
     for (int64_t r = 0; r < rows; r++) {
-        ggml_get_type_traits(panel)->to_float((const uint8_t *)src + (size_t)r * src_row,
-                                              values + (size_t)r * (size_t)cols, cols);
+        const uint8_t * in = (const uint8_t *)src + (size_t)r * src_row;
+        float * out = values + (size_t)r * (size_t)cols;
+        if (format == CK_Q6) {
+            q6_values(in, out, cols);
+        } else {
+            ggml_get_type_traits((enum ggml_type)format)->to_float(in, out, cols);
+        }
     }
     ggml_quantize_chunk((enum ggml_type)type, values, dst, 0, rows, cols, NULL);
     free(values);

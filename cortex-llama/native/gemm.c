@@ -1,6 +1,7 @@
 // The matrix kernels: 16 rows of a packed panel times up to 8 quantized
 // columns in registers (AVX-512 VNNI), or 8 rows times 4 (AVX2, AVX-VNNI),
-// for every panel of a range (see kernels.h for the contract).
+// for every panel of a range (see kernels.h for the contract). Q6 panels
+// have 256-bit kernels only: the AVX-512 ones take Q6_K as Q8_0.
 
 #include <stdlib.h>
 
@@ -221,6 +222,8 @@ CK_AVX512 static void gemm_avx512(enum ck_format format, const uint8_t * packed,
                     CK_TILE8(q4_1_tile_avx512, w, nb, a, astride, out, ldd, n, fetch)
                 } else if (format == CK_Q5_1) {
                     CK_TILE8(q5_1_tile_avx512, w, nb, a, astride, out, ldd, n, fetch)
+                } else if (format == CK_Q6) {
+                    abort();  // never packed for these kernels (see ck_panel_format)
                 } else {
                     CK_TILE8(q8_0_tile_avx512, w, nb, a, astride, out, ldd, n, fetch)
                 }
@@ -247,10 +250,11 @@ CK_AVX2 CK_INLINE void min_block_ymm(const uint8_t * d16, const uint8_t * m16, c
     }
 }
 
-// A Q8_0 block's float step on 256 bits, as min_block_ymm (no minimums).
-CK_AVX2 CK_INLINE void q8_0_block_ymm(const uint8_t * blk, const int half, const uint8_t * act, size_t astride,
-                                      int64_t nb, int64_t b, const __m256i * sums, __m256 * acc, const int C) {
-    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 512 + 16 * half)));
+// A block's (or a Q6 half block's) float step on 256 bits for a format
+// without minimums (the rows' d as fp16 at `d16`), as min_block_ymm.
+CK_AVX2 CK_INLINE void scaled_block_ymm(const uint8_t * d16, const uint8_t * act, size_t astride, int64_t nb,
+                                        int64_t b, const __m256i * sums, __m256 * acc, const int C) {
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)d16));
     for (int c = 0; c < C; c++) {
         const __m256 dx = _mm256_set1_ps(column_scales(act + (size_t)c * astride, nb)[b]);
         acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[c]), _mm256_mul_ps(dw, dx), acc[c]);
@@ -379,7 +383,56 @@ CK_AVX2 CK_INLINE void q8_0_tile_avx2(const uint8_t * w, int64_t nb, const uint8
                 CK_KEEP_SUM(s[c]);
             }
         }
-        q8_0_block_ymm(blk, half, act, astride, nb, b, s, acc, C);
+        scaled_block_ymm(blk + 512 + 16 * half, act, astride, nb, b, s, acc, C);
+    }
+    for (int c = 0; c < C; c++) {
+        _mm256_storeu_ps(dst + c * ldd + 8 * half, acc[c]);
+    }
+}
+
+// A Q6 block's half `first / 4` (chunks first..first + 3, 16 weights) times
+// C columns, widened to 32 bits: each sum starts at -32 times the column's
+// half sum, so it is sum((q - 32) x). The quants are unsigned, as
+// vpmaddubsw's first operand wants, and two of its products per lane pair
+// fit in 16 bits (2 x 2 x 63 x 127 < 32768): summed there in pairs.
+CK_AVX2 CK_INLINE void q6_half_sums_avx2(const uint8_t * blk, const int half, const uint8_t * act, size_t astride,
+                                         int64_t nb, int64_t b, const int first, __m256i * sums, const int C) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int c = 0; c < C; c++) {
+        const int16_t * halves = column_half_sums(act + (size_t)c * astride, nb) + 2 * b;
+        sums[c] = _mm256_set1_epi32(-Q6_OFFSET * halves[first / 4]);
+    }
+    for (int pair = first; pair < first + 4; pair += 2) {
+        const __m256i v0 = _mm256_loadu_si256((const __m256i *)(blk + 64 * pair + 32 * half));
+        const __m256i v1 = _mm256_loadu_si256((const __m256i *)(blk + 64 * (pair + 1) + 32 * half));
+        for (int c = 0; c < C; c++) {
+            const int32_t * q = (const int32_t *)(act + (size_t)c * astride + (size_t)b * CK_BLOCK);
+            const __m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(v0, _mm256_set1_epi32(q[pair])),
+                                               _mm256_maddubs_epi16(v1, _mm256_set1_epi32(q[pair + 1])));
+            sums[c] = _mm256_add_epi32(sums[c], _mm256_madd_epi16(t, ones));
+            CK_KEEP_SUM(sums[c]);
+        }
+    }
+}
+
+// 8 rows x C columns of Q6: a block is two halves of Q5_1's work, each with
+// its own scale (Q6_K's scales are per 16 weights).
+CK_AVX2 CK_INLINE void q6_tile_avx2(const uint8_t * w, int64_t nb, const uint8_t * act, size_t astride, float * dst,
+                                    int64_t ldd, const int C, const int half, const bool fetch) {
+    __m256 acc[4];
+    for (int c = 0; c < C; c++) {
+        acc[c] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t * blk = w + (size_t)b * Q6_PANEL_BLOCK;
+        if (fetch) {
+            fetch_ahead(blk, Q6_PANEL_BLOCK);
+        }
+        __m256i s[4];
+        q6_half_sums_avx2(blk, half, act, astride, nb, b, 0, s, C);
+        scaled_block_ymm(blk + 512 + 16 * half, act, astride, nb, b, s, acc, C);
+        q6_half_sums_avx2(blk, half, act, astride, nb, b, 4, s, C);
+        scaled_block_ymm(blk + 544 + 16 * half, act, astride, nb, b, s, acc, C);
     }
     for (int c = 0; c < C; c++) {
         _mm256_storeu_ps(dst + c * ldd + 8 * half, acc[c]);
@@ -399,9 +452,9 @@ CK_AVX2 CK_INLINE void q8_0_tile_avx2(const uint8_t * w, int64_t nb, const uint8
         }
 
 // Every panel of [p0, p1) times the columns, 4 at a time, with `q4_1_tile`,
-// `q5_1_tile` and `q8_0_tile` (8 rows each, see CK_TILE2): the loop both
-// 256-bit instruction sets share.
-#    define CK_GEMM_YMM(q4_1_tile, q5_1_tile, q8_0_tile)                                                        \
+// `q5_1_tile`, `q8_0_tile` and `q6_tile` (8 rows each, see CK_TILE2): the
+// loop both 256-bit instruction sets share.
+#    define CK_GEMM_YMM(q4_1_tile, q5_1_tile, q8_0_tile, q6_tile)                                                      \
         const int64_t nb = cols / CK_BLOCK;                                                              \
         const size_t astride = ck_activation_bytes(cols);                                                \
         const size_t panel_bytes = (size_t)nb * panel_block_bytes(format);                               \
@@ -419,6 +472,8 @@ CK_AVX2 CK_INLINE void q8_0_tile_avx2(const uint8_t * w, int64_t nb, const uint8
                         CK_TILE2(q4_1_tile, w, nb, a, astride, out, ldd, n, fetch)                       \
                     } else if (format == CK_Q5_1) {                                                      \
                         CK_TILE2(q5_1_tile, w, nb, a, astride, out, ldd, n, fetch)                       \
+                    } else if (format == CK_Q6) {                                                        \
+                        CK_TILE2(q6_tile, w, nb, a, astride, out, ldd, n, fetch)                         \
                     } else {                                                                             \
                         CK_TILE2(q8_0_tile, w, nb, a, astride, out, ldd, n, fetch)                       \
                     }                                                                                    \
@@ -428,7 +483,7 @@ CK_AVX2 CK_INLINE void q8_0_tile_avx2(const uint8_t * w, int64_t nb, const uint8
 
 CK_AVX2 static void gemm_avx2(enum ck_format format, const uint8_t * packed, int64_t cols, int64_t p0,
                               int64_t p1, const uint8_t * act, int64_t n_cols, float * dst, int64_t ldd) {
-    CK_GEMM_YMM(q4_1_tile_avx2, q5_1_tile_avx2, q8_0_tile_avx2)
+    CK_GEMM_YMM(q4_1_tile_avx2, q5_1_tile_avx2, q8_0_tile_avx2, q6_tile_avx2)
 }
 
 // ---------------------------------------------------------------- AVX-VNNI
@@ -531,7 +586,7 @@ CK_AVX_VNNI CK_INLINE void q8_0_tile_avx_vnni(const uint8_t * w, int64_t nb, con
                 s[c] = _mm256_dpbusd_avx_epi32(s[c], _mm256_set1_epi32(q[g]), v);
             }
         }
-        q8_0_block_ymm(blk, half, act, astride, nb, b, s, acc, C);
+        scaled_block_ymm(blk + 512 + 16 * half, act, astride, nb, b, s, acc, C);
     }
     for (int c = 0; c < C; c++) {
         _mm256_storeu_ps(dst + c * ldd + 8 * half, acc[c]);
@@ -540,7 +595,8 @@ CK_AVX_VNNI CK_INLINE void q8_0_tile_avx_vnni(const uint8_t * w, int64_t nb, con
 
 CK_AVX_VNNI static void gemm_avx_vnni(enum ck_format format, const uint8_t * packed, int64_t cols, int64_t p0,
                                       int64_t p1, const uint8_t * act, int64_t n_cols, float * dst, int64_t ldd) {
-    CK_GEMM_YMM(q4_1_tile_avx_vnni, q5_1_tile_avx_vnni, q8_0_tile_avx_vnni)
+    // (Q6 only in the self-check: these kernels take Q6_K as Q8_0.)
+    CK_GEMM_YMM(q4_1_tile_avx_vnni, q5_1_tile_avx_vnni, q8_0_tile_avx_vnni, q6_tile_avx2)
 }
 
 #endif  // CK_X86

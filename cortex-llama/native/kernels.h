@@ -17,14 +17,17 @@
 
 // Rows per panel: the lanes of a 512-bit register of 32-bit sums.
 #define CK_PANEL_ROWS 16
-// Weights per quantization block (Q4_1, Q5_1 and Q8_0 alike).
+// Weights per quantization block (every panel format alike).
 #define CK_BLOCK 32
 
-// The formats with kernels (the values are ggml's type ids).
+// The formats with kernels (the values are ggml's type ids, but CK_Q6's).
 enum ck_format {
     CK_Q4_1 = 3,
     CK_Q5_1 = 7,  // its 5-bit quants a byte each in the panels
     CK_Q8_0 = 8,
+    // Q6_K's 6-bit quants a byte each, a scale for each 16 weights: a block
+    // of cortex's own (panels.h), no ggml type, so a value none has.
+    CK_Q6 = 100,
 };
 
 // Instruction sets the kernels are built for, best first.
@@ -45,10 +48,11 @@ bool ck_isa_supported(enum ck_isa isa);
 enum ck_isa ck_best_isa_up_to(enum ck_isa ceiling);
 const char * ck_isa_name(enum ck_isa isa);
 
-// Other ggml formats are packed as one of the three (convert.c): Q4_0 and
-// Q4_K as Q4_1, Q5_K as Q5_1, Q6_K (requantized) as Q8_0, and Q5_0 as
-// Q5_1 for the AVX2 kernels (where a Q5_1 block costs half a Q8_0 one) and
-// as Q8_0 for the VNNI ones (where Q8_0's has no minimum to add).
+// Other ggml formats are packed as one of these (convert.c): Q4_0 and
+// Q4_K as Q4_1, Q5_K as Q5_1; Q5_0 as Q5_1 and Q6_K as Q6 for the AVX2
+// kernels (where a block of unsigned quants costs about half a Q8_0 one),
+// and as Q8_0 for the VNNI ones (where vpdpbusd costs the same for both,
+// and Q8_0 has no minimum to add nor two scales a block; Q6_K requantized).
 bool ck_convertible(int type);
 // The panel format a ggml type is packed as for the kernels of `isa`.
 enum ck_format ck_panel_format(enum ck_isa isa, int type);
@@ -60,9 +64,9 @@ void ck_convert(enum ck_isa isa, int type, const void * src, void * dst, int64_t
 void ck_convert_back(enum ck_isa isa, int type, const void * src, void * dst, int64_t rows, int64_t cols);
 
 // Bytes a packed matrix of ggml type `type` and `rows` x `cols` takes (in
-// its panel format; Q4_1: as in ggml; Q5_1: a byte per quant, 576 bytes per
-// panel block; Q8_0: plus a 16-bit sum of each row's block, 576 bytes per
-// panel block instead of 544). Returns 0 for a shape
+// its panel format; Q4_1: as in ggml; Q5_1 and Q6: a byte per quant, 576
+// bytes per panel block; Q8_0: plus a 16-bit sum of each row's block, 576
+// bytes per panel block instead of 544). Returns 0 for a shape
 // the kernels do not take.
 size_t ck_packed_size(enum ck_isa isa, int type, int64_t rows, int64_t cols);
 // Whether a matrix of this type and shape can be packed.
@@ -76,17 +80,13 @@ void ck_dequantize_row(enum ck_format format, const void * packed, int64_t rows,
                        int64_t row, float * out);
 
 // Activations quantized for one weight format: per column, `cols / 32`
-// blocks of 32 bytes (Q4_1, Q5_1: int8; Q8_0: int8 + 128, as unsigned), then per
-// block its scale and (Q4_1, Q5_1) scale times the sum of its quants, as floats,
-// rounded through fp16 as ggml's Q8_1 and Q8_0 blocks hold them (but Q5_1's
-// sum: the scale times the sum, exact). The encoding depends on the kernels
-// that will read them (`isa`).
+// blocks of 32 bytes (int8; for the VNNI kernels' Q8_0, int8 + 128 as
+// unsigned), then per block its scale and (Q4_1, Q5_1) scale times the sum
+// of its quants, as floats, rounded through fp16 as ggml's Q8_1 and Q8_0
+// blocks hold them (but Q5_1's sum: the scale times the sum, exact); for
+// Q6, in the sum's place, the sums of the block's two halves' quants as two
+// int16. The encoding depends on the kernels that will read them (`isa`).
 size_t ck_activation_bytes(int64_t cols);
-// The activations a format's kernels read: Q5_1 panels take Q4_1's, so an
-// input multiplied by both is quantized once.
-static inline enum ck_format ck_activation_format(enum ck_format format) {
-    return format == CK_Q5_1 ? CK_Q4_1 : format;
-}
 void ck_quantize_column(enum ck_isa isa, enum ck_format format, const float * x, int64_t cols, uint8_t * out);
 
 // dst[col * ldd + row] for rows [panel_begin * 16, panel_end * 16) and

@@ -28,6 +28,19 @@ static float reference_dot(enum ck_format format, const void * m, int64_t cols, 
         const float dw = ck_fp16_to_fp32(dh);
         const float dx = column_scales(column, nb)[b];
         int32_t isum = 0;
+        if (format == CK_Q6) {
+            // Two halves, each its own scale: sum((q - 32) x) = sum(q x) - 32 sum(x).
+            for (int h = 0; h < 2; h++) {
+                uint16_t dh_half;
+                memcpy(&dh_half, blk + 2 * h, 2);
+                int32_t half_sum = -Q6_OFFSET * column_half_sums(column, nb)[2 * b + h];
+                for (int j = 16 * h; j < 16 * h + 16; j++) {
+                    half_sum += blk[4 + j] * q[b * CK_BLOCK + j];
+                }
+                acc = fmaf((float)half_sum, ck_fp16_to_fp32(dh_half) * dx, acc);
+            }
+            continue;
+        }
         if (format == CK_Q4_1) {
             for (int j = 0; j < 16; j++) {
                 isum += (blk[4 + j] & 0x0F) * q[b * CK_BLOCK + j];
@@ -75,6 +88,12 @@ static void random_matrix(enum ck_format format, uint8_t * m, int64_t rows, int6
             for (size_t j = 4; j < block_bytes(format); j++) {
                 blk[j] = (uint8_t)next_random(state);
             }
+        } else if (format == CK_Q6) {
+            const uint16_t d1 = ck_fp32_to_fp16(random_unit(state) * 0.02f);
+            memcpy(blk + 2, &d1, 2);
+            for (int j = 0; j < CK_BLOCK; j++) {
+                blk[4 + j] = (uint8_t)(next_random(state) % 64);
+            }
         } else {
             for (int j = 0; j < CK_BLOCK; j++) {
                 blk[2 + j] = (uint8_t)next_random(state);
@@ -104,7 +123,7 @@ static int check_converted(enum ck_isa isa, char * why, size_t why_len, uint64_t
         // (and the fp16 rounding of its scale).
         const float weight_tolerance =
             type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q5_1 ? 0.0f
-            : type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K                         ? 2e-3f
+            : type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K || format == CK_Q6      ? 2e-3f
                                                                                         : 0.6f / 127.0f;
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
             const int64_t rows = shapes[s][0], cols = shapes[s][1];
@@ -229,13 +248,15 @@ static int check_argmax(enum ck_isa isa, char * why, size_t why_len, uint64_t * 
 int ck_self_check(enum ck_isa isa, char * why, size_t why_len) {
     static const int64_t shapes[][2] = {{16, 32}, {48, 96}, {192, 576}, {576, 576}, {576, 1536}, {1536, 576}};
     static const int64_t batches[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 17, 33};
-    const enum ck_format formats[] = {CK_Q4_1, CK_Q5_1, CK_Q8_0};
+    const enum ck_format formats[] = {CK_Q4_1, CK_Q5_1, CK_Q8_0, CK_Q6};
+    // The AVX-512 kernels have no Q6 tile (they take Q6_K as Q8_0).
+    const size_t n_formats = sizeof formats / sizeof formats[0] - (isa == CK_ISA_AVX512 ? 1 : 0);
     uint64_t state = 0x5eed;
     int mismatches = 0;
     if (why_len) {
         why[0] = 0;
     }
-    for (size_t f = 0; f < sizeof formats / sizeof formats[0]; f++) {
+    for (size_t f = 0; f < n_formats; f++) {
         const enum ck_format format = formats[f];
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
             const int64_t rows = shapes[s][0], cols = shapes[s][1];
@@ -269,6 +290,10 @@ int ck_self_check(enum ck_isa isa, char * why, size_t why_len) {
                     uint8_t w[CK_BLOCK];
                     q5_quants(blk + 4, blk + 8, w);
                     expected = (float)w[j] * ck_fp16_to_fp32(dh) + ck_fp16_to_fp32(mh);
+                } else if (format == CK_Q6) {
+                    uint16_t dh_half;
+                    memcpy(&dh_half, blk + 2 * (j / 16), 2);
+                    expected = ck_fp16_to_fp32(dh_half) * (float)(blk[4 + j] - Q6_OFFSET);
                 } else {
                     expected = (float)(int8_t)blk[2 + j] * ck_fp16_to_fp32(dh);
                 }

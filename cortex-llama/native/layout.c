@@ -50,7 +50,8 @@ const char * ck_isa_name(enum ck_isa isa) {
 }
 
 bool ck_packable(int type, int64_t rows, int64_t cols) {
-    return (type == CK_Q4_1 || type == CK_Q5_1 || type == CK_Q8_0 || ck_convertible(type)) && rows > 0 && cols > 0 &&
+    return (type == CK_Q4_1 || type == CK_Q5_1 || type == CK_Q8_0 || type == CK_Q6 || ck_convertible(type)) &&
+           rows > 0 && cols > 0 &&
            rows % CK_PANEL_ROWS == 0 && cols % ck_type_block(type) == 0;
 }
 
@@ -68,6 +69,8 @@ size_t ck_packed_size(enum ck_isa isa, int type, int64_t rows, int64_t cols) {
 // nibbles weights 16+4h..16+4h+3. Then 16 fp16 d and 16 fp16 m.
 // Q5_1 panel block: chunk g holds, in lane r, row r's quants 4g..4g+3 (a
 // byte each, 0-31); then 16 fp16 d and 16 fp16 m.
+// Q6 panel block: chunk g holds, in lane r, row r's quants 4g..4g+3 (a
+// byte each, 0-63); then 16 fp16 d of weights 0-15 and 16 of 16-31.
 // Q8_0 panel block: chunk g holds, in lane r, row r's weights 4g..4g+3;
 // then 16 fp16 d and the 16 rows' sums of the block's weights (int16).
 // A row's 4 * `chunks` bytes into its lane r of a panel block (4 bytes in
@@ -98,6 +101,10 @@ static void pack_block(enum ck_format format, const void * src, int64_t cols, in
             to_lane(out, r, w, 8);
             memcpy(out + 512 + 2 * r, blk, 2);      // d
             memcpy(out + 544 + 2 * r, blk + 2, 2);  // m
+        } else if (format == CK_Q6) {
+            to_lane(out, r, blk + 4, 8);
+            memcpy(out + 512 + 2 * r, blk, 2);      // d of weights 0-15
+            memcpy(out + 544 + 2 * r, blk + 2, 2);  // d of 16-31
         } else {
             int16_t sum = 0;
             to_lane(out, r, blk + 2, 8);
@@ -119,6 +126,10 @@ static void unpack_block(enum ck_format format, const uint8_t * in, int r, uint8
         uint8_t w[CK_BLOCK];
         from_lane(in, r, w, 8);
         q5_encode(w, blk + 4, blk + 8);
+        memcpy(blk, in + 512 + 2 * r, 2);
+        memcpy(blk + 2, in + 544 + 2 * r, 2);
+    } else if (format == CK_Q6) {
+        from_lane(in, r, blk + 4, 8);
         memcpy(blk, in + 512 + 2 * r, 2);
         memcpy(blk + 2, in + 544 + 2 * r, 2);
     } else {
@@ -183,7 +194,7 @@ void ck_unpack(enum ck_isa isa, int type, const void * src, void * dst, int64_t 
 void ck_dequantize_row(enum ck_format format, const void * packed, int64_t rows, int64_t cols, int64_t row,
                        float * out) {
     (void)rows;
-    uint8_t blk[Q8_0_BLOCK];
+    uint8_t blk[Q6_BLOCK];  // the largest block
     for (int64_t b = 0; b < cols / CK_BLOCK; b++) {
         const uint8_t * in =
             (const uint8_t *)packed + panel_block_offset(format, cols, row / CK_PANEL_ROWS, b);
@@ -208,6 +219,13 @@ void ck_dequantize_row(enum ck_format format, const void * packed, int64_t rows,
             q5_quants(blk + 4, blk + 8, w);
             for (int j = 0; j < CK_BLOCK; j++) {
                 o[j] = (float)w[j] * d + m;
+            }
+        } else if (format == CK_Q6) {
+            uint16_t d1h;
+            memcpy(&d1h, blk + 2, 2);
+            const float d1 = ck_fp16_to_fp32(d1h);
+            for (int j = 0; j < CK_BLOCK; j++) {
+                o[j] = (j < 16 ? d : d1) * (float)(blk[4 + j] - Q6_OFFSET);
             }
         } else {
             for (int j = 0; j < CK_BLOCK; j++) {

@@ -21,14 +21,20 @@
 #define Q4_1_PANEL_BLOCK 320  // 4 x 64 nibble bytes, 16 fp16 d, 16 fp16 m
 #define Q5_1_PANEL_BLOCK 576  // 8 x 64 quant bytes (0-31), 16 fp16 d, 16 fp16 m
 #define Q8_0_PANEL_BLOCK 576  // 8 x 64 bytes, 16 fp16 d, 16 int16 row sums
+#define Q6_PANEL_BLOCK 576    // 8 x 64 quant bytes (0-63), 16 fp16 d of weights 0-15, 16 of 16-31
 #define Q4_1_BLOCK 20         // ggml's block_q4_1: fp16 d, fp16 m, 16 bytes
 #define Q5_1_BLOCK 24         // ggml's block_q5_1: fp16 d, fp16 m, 4 bytes of high bits, 16 bytes
 #define Q8_0_BLOCK 34         // ggml's block_q8_0: fp16 d, 32 bytes
+// cortex's Q6 block, what a 32-weight slice of a Q6_K super-block holds:
+// fp16 d of weights 0-15, fp16 d of 16-31 (Q6_K's d times the slice's
+// scales), 32 quant bytes q (0-63); weight j is d (q - 32).
+#define Q6_BLOCK 36
 
 static inline size_t panel_block_bytes(enum ck_format format) {
     switch (format) {
         case CK_Q4_1: return Q4_1_PANEL_BLOCK;
         case CK_Q5_1: return Q5_1_PANEL_BLOCK;
+        case CK_Q6: return Q6_PANEL_BLOCK;
         default: return Q8_0_PANEL_BLOCK;
     }
 }
@@ -37,9 +43,13 @@ static inline size_t block_bytes(enum ck_format format) {
     switch (format) {
         case CK_Q4_1: return Q4_1_BLOCK;
         case CK_Q5_1: return Q5_1_BLOCK;
+        case CK_Q6: return Q6_BLOCK;
         default: return Q8_0_BLOCK;
     }
 }
+
+// A Q6 quant's offset: weight j of a block is d (q_j - 32).
+#define Q6_OFFSET 32
 
 // Whether a format's weights have a minimum (d q + m), so its activations
 // carry each block's scale times the sum of its quants.
@@ -81,6 +91,12 @@ static inline const float * column_scales(const uint8_t * column, int64_t nb) {
 
 static inline const float * column_sums(const uint8_t * column, int64_t nb) {
     return (const float *)(column + (size_t)nb * CK_BLOCK) + nb;
+}
+
+// Q6 activations: the sums of each block's two halves' quants, in the
+// scaled sums' place.
+static inline const int16_t * column_half_sums(const uint8_t * column, int64_t nb) {
+    return (const int16_t *)column_sums(column, nb);
 }
 
 // Whether `isa` runs in 256-bit registers (AVX2, with or without AVX-VNNI):

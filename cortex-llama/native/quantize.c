@@ -8,8 +8,8 @@
 #include "fp16.h"
 #include "panels.h"
 
-// One column: nb x 32 quant bytes, nb float scales, nb float scaled sums,
-// padded to a cache line.
+// One column: nb x 32 quant bytes, nb float scales, nb float scaled sums
+// (Q6: nb pairs of int16 half sums), padded to a cache line.
 size_t ck_activation_bytes(int64_t cols) {
     const size_t nb = (size_t)(cols / CK_BLOCK);
     return (nb * (CK_BLOCK + 8) + 63) & ~(size_t)63;
@@ -31,6 +31,19 @@ static inline float scaled_sum(enum ck_format format, float stored_scale, float 
     }
 }
 
+// Block b's entry in the sums: its scaled sum, or for Q6 the sums of its
+// halves' quants (`first_half`: of quants 0-15), from which a Q6 kernel
+// starts each half's integer sum at -32 times it.
+static inline void set_block_sum(enum ck_format format, float * sums, int64_t b, float stored_scale,
+                                 float through_fp16, int sum, int first_half) {
+    if (format == CK_Q6) {
+        const int16_t halves[2] = {(int16_t)first_half, (int16_t)(sum - first_half)};
+        memcpy(&sums[b], halves, sizeof halves);
+        return;
+    }
+    sums[b] = scaled_sum(format, stored_scale, through_fp16, sum);
+}
+
 // As ggml's quantize_row_q8_1 / quantize_row_q8_0: scale = max|x| / 127,
 // quants rounded to nearest even, scale (and scale x sum) through fp16.
 // The AVX-512 Q8_0 kernel takes its quants offset by 128, as unsigned
@@ -48,12 +61,15 @@ void ck_quantize_column_scalar(enum ck_format format, bool offset, const float *
         }
         const float d = amax / 127.f;
         const float id = amax != 0.0f ? 127.f / amax : 0.0f;
-        int sum = 0;
+        int sum = 0, first_half = 0;
         int8_t * q = (int8_t *)out + b * CK_BLOCK;
         for (int j = 0; j < CK_BLOCK; j++) {
             const int v = (int)nearbyintf(xb[j] * id);
             q[j] = (int8_t)v;
             sum += v;
+            if (j == 15) {
+                first_half = sum;
+            }
         }
         if (offset) {
             for (int j = 0; j < CK_BLOCK; j++) {
@@ -61,7 +77,7 @@ void ck_quantize_column_scalar(enum ck_format format, bool offset, const float *
             }
         }
         scales[b] = ck_round_through_fp16(d);
-        sums[b] = scaled_sum(format, scales[b], ck_round_through_fp16(d * (float)sum), sum);
+        set_block_sum(format, sums, b, scales[b], ck_round_through_fp16(d * (float)sum), sum, first_half);
     }
 }
 
@@ -105,12 +121,21 @@ CK_AVX512 static void quantize_column_avx512(enum ck_format format, bool offset,
         const __m512 id = _mm512_set1_ps(amax != 0.0f ? 127.f / amax : 0.0f);
         const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, id));
         const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, id));
-        const int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+        const int first_half = _mm512_reduce_add_epi32(q0);
+        const int sum = first_half + _mm512_reduce_add_epi32(q1);
         _mm_storeu_si128((__m128i *)(out + b * CK_BLOCK), _mm512_cvtepi32_epi8(_mm512_add_epi32(q0, bias)));
         _mm_storeu_si128((__m128i *)(out + b * CK_BLOCK + 16), _mm512_cvtepi32_epi8(_mm512_add_epi32(q1, bias)));
         scales[b] = _cvtsh_ss(_cvtss_sh(d, 0));
-        sums[b] = scaled_sum(format, scales[b], _cvtsh_ss(_cvtss_sh(d * (float)sum, 0)), sum);
+        set_block_sum(format, sums, b, scales[b], _cvtsh_ss(_cvtss_sh(d * (float)sum, 0)), sum, first_half);
     }
+}
+
+// The sum of a vector's eight int32.
+CK_AVX2 CK_INLINE int sum_epi32_ymm(__m256i v) {
+    __m128i t = _mm_add_epi32(_mm256_extracti128_si256(v, 1), _mm256_castsi256_si128(v));
+    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4E));
+    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1));
+    return _mm_cvtsi128_si32(t);
 }
 
 CK_AVX2 static void quantize_column_avx2(enum ck_format format, bool offset, const float * x, int64_t cols,
@@ -133,15 +158,11 @@ CK_AVX2 static void quantize_column_avx2(enum ck_format format, bool offset, con
         const float d = amax / 127.f;
         const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.f / amax : 0.0f);
         __m256i q[4];
-        __m256i total = _mm256_setzero_si256();
         for (int i = 0; i < 4; i++) {
             q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], id));
-            total = _mm256_add_epi32(total, q[i]);
         }
-        __m128i t = _mm_add_epi32(_mm256_extracti128_si256(total, 1), _mm256_castsi256_si128(total));
-        t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4E));
-        t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1));
-        const int sum = _mm_cvtsi128_si32(t);
+        const int first_half = sum_epi32_ymm(_mm256_add_epi32(q[0], q[1]));
+        const int sum = first_half + sum_epi32_ymm(_mm256_add_epi32(q[2], q[3]));
         // Narrow to bytes: the packs interleave lanes; a permute restores order.
         const __m256i lo = _mm256_packs_epi32(q[0], q[1]);
         const __m256i hi = _mm256_packs_epi32(q[2], q[3]);
@@ -152,7 +173,7 @@ CK_AVX2 static void quantize_column_avx2(enum ck_format format, bool offset, con
         }
         _mm256_storeu_si256((__m256i *)(out + b * CK_BLOCK), bytes);
         scales[b] = _cvtsh_ss(_cvtss_sh(d, 0));
-        sums[b] = scaled_sum(format, scales[b], _cvtsh_ss(_cvtss_sh(d * (float)sum, 0)), sum);
+        set_block_sum(format, sums, b, scales[b], _cvtsh_ss(_cvtss_sh(d * (float)sum, 0)), sum, first_half);
     }
 }
 
