@@ -6,8 +6,8 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use cortex_queue::driver::{
-    WORKER_STOPPED, alone_level, claim_by_rule, compact_response, duration_ms, expand_work_with,
-    host_identity, is_gone, this_process,
+    DeathSpelling, WORKER_STOPPED, alone_level, claim_by_rule, compact_response, death_assignments,
+    duration_ms, expand_work_with, host_identity, is_gone, this_process,
 };
 use cortex_queue::{
     ClaimOptions, ClaimedItem, FailOutcome, ItemFailure, ItemId, JobId, Lease, LeaseStatus,
@@ -29,8 +29,8 @@ const WORKER_HEARTBEAT: Duration = Duration::from_secs(5);
 const FORGET_WORKER_MS: i64 = 10 * 60 * 1000;
 
 /// What a worker death does to the items it had in flight (those matching
-/// `which`, whose parameters start at `$3`): the SQLite store's rule, in one
-/// statement that also records what the death was for the next one (the
+/// `which`, whose parameters start at `$3`): the rule of `cortex_queue::
+/// driver::death_assignments`, in one statement that also records what the death was for the next one (the
 /// death streak: the item, when it ran alone and alone died). Returns the
 /// ended items as (job, item, ran alone).
 fn record_deaths(
@@ -40,31 +40,21 @@ fn record_deaths(
     which: &str,
     args: &Params<'_>,
 ) -> Result<Vec<(i64, i64, bool)>, Failure> {
-    let charged = "(i.alone AND i.id IS NOT DISTINCT FROM (SELECT item FROM streak))";
+    let assignments = death_assignments(&DeathSpelling {
+        item: "i.",
+        job_state: "j.state",
+        max_attempts: "j.max_attempts",
+        charged: "(i.alone AND i.id IS NOT DISTINCT FROM (SELECT item FROM streak))",
+        alone: "i.alone",
+        cause: "$1::text",
+        now: "cortex_now()",
+        lone_retry: "$2::bigint",
+        smaller: "least",
+    });
     let sql = format!(
         "WITH streak AS (SELECT item FROM death_streak WHERE id = 1),
          ended AS (
-         UPDATE items i SET
-            state = CASE
-                WHEN j.state = 'cancelling' THEN 'cancelled'
-                WHEN {charged} AND i.attempts >= j.max_attempts THEN 'failed'
-                ELSE 'pending' END,
-            attempts = i.attempts - (CASE WHEN {charged} THEN 0 ELSE 1 END),
-            deaths = i.deaths + 1,
-            error_code = 'worker_lost',
-            error_message = CASE
-                WHEN {charged}
-                THEN $1::text || ', with this item alone in it, as at the death before (' || i.attempts || ' of ' ||
-                     j.max_attempts || ' attempts; ' || (i.deaths + 1) || ' deaths in all)'
-                WHEN i.alone
-                THEN $1::text || ' (not counted as an attempt: it ran alone, but the death before was not its own; ' ||
-                     (i.deaths + 1) || ' deaths so far)'
-                ELSE $1::text || ' (not counted as an attempt: other items were in flight; ' ||
-                     (i.deaths + 1) || ' deaths so far)' END,
-            not_before = CASE WHEN i.alone
-                THEN cortex_now() + ($2::bigint << least(i.attempts - (CASE WHEN {charged} THEN 0 ELSE 1 END), 5))
-                ELSE 0 END,
-            worker_id = NULL, lease_expires_at = NULL, updated_at = cortex_now()
+         UPDATE items i SET {assignments}
          FROM jobs j
          WHERE j.id = i.job_id AND i.state = 'running' AND {which}
          RETURNING i.job_id, i.id, i.alone),

@@ -59,8 +59,9 @@
 //! - Claim: `UPDATE items … WHERE id IN (SELECT id … ORDER BY priority DESC, id
 //!   LIMIT n FOR UPDATE SKIP LOCKED)` over partial indexes (`items_ready`,
 //!   `items_suspects`); the expired-lease sweep before it is one statement too
-//!   (`record_deaths`: the SQLite rule plus the death streak's update in one
-//!   CTE, rows another claimer sweeps skipped). Statements that need not commit
+//!   (`record_deaths`: the rule of `cortex_queue::driver::death_assignments`
+//!   plus the death streak's update in one CTE, rows another claimer sweeps
+//!   skipped). Statements that need not commit
 //!   together run without `BEGIN`/`COMMIT` (autocommit), so a claim is about four
 //!   round trips and a `complete_many` two.
 //! - Counters: statement-level triggers with transition tables add each
@@ -103,12 +104,8 @@ mod jobs;
 mod lease;
 mod session;
 mod submit;
-mod webhooks;
-// For the shared suite in the tests crate (a fresh database per case on
-// the test server): behind the `test-support` feature, not the driver's API.
-#[cfg(feature = "test-support")]
-pub mod testing;
 mod tls;
+mod webhooks;
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -6,8 +6,8 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use cortex_queue::driver::{
-    WORKER_STOPPED, alone_level, claim_by_rule, compact_response, duration_ms, expand_work_with,
-    host_identity, is_gone, this_process,
+    DeathSpelling, WORKER_STOPPED, alone_level, claim_by_rule, compact_response, death_assignments,
+    duration_ms, expand_work_with, host_identity, is_gone, this_process,
 };
 use cortex_queue::failpoint;
 use cortex_queue::{
@@ -109,14 +109,10 @@ fn set_death_streak(tx: &Transaction<'_>, ended: &[(i64, bool)]) -> rusqlite::Re
 
 /// What a worker death does to the items it had in flight (those matching
 /// `which`, with `?1` bound to now, `?2` to the cause, `?3` to the streak's
-/// item and `?4..` to `args`); each ended item is added to `ended` with whether it
-/// ran alone. It is the item's own doing only if it ran alone and the death
-/// before this one (`streak`) was also its own, alone: then the attempt
-/// counts, and after the job's `max_attempts` the item fails with
-/// `worker_lost`. Otherwise the attempt is given back and the item becomes a
-/// suspect one level deeper (smaller groups next time). Items of cancelling
-/// jobs end cancelled. A lone suspect waits `lone_retry` (doubled per
-/// attempt charged) before it runs alone again.
+/// item and `?4..` to `args`): the rule of `cortex_queue::driver::
+/// death_assignments`, charged when the item ran alone and the death before
+/// this one (`streak`) was also its own, alone. Each ended item is added to
+/// `ended` with whether it ran alone.
 fn record_deaths(
     tx: &Transaction<'_>,
     death: &Death<'_>,
@@ -125,30 +121,20 @@ fn record_deaths(
     touched: &mut BTreeSet<i64>,
     ended: &mut Vec<(i64, bool)>,
 ) -> rusqlite::Result<()> {
-    let charged = "(alone = 1 AND id IS ?3)";
-    let lone_retry = death.lone_retry_ms;
+    let lone_retry = death.lone_retry_ms.to_string();
+    let assignments = death_assignments(&DeathSpelling {
+        item: "",
+        job_state: "(SELECT state FROM jobs WHERE jobs.id = items.job_id)",
+        max_attempts: "(SELECT max_attempts FROM jobs WHERE jobs.id = items.job_id)",
+        charged: "(alone = 1 AND id IS ?3)",
+        alone: "alone = 1",
+        cause: "?2",
+        now: "?1",
+        lone_retry: &lone_retry,
+        smaller: "min",
+    });
     let sql = format!(
-        "UPDATE items SET
-            state = CASE
-                WHEN (SELECT state FROM jobs WHERE jobs.id = items.job_id) = 'cancelling' THEN 'cancelled'
-                WHEN {charged} AND attempts >= (SELECT max_attempts FROM jobs WHERE jobs.id = items.job_id) THEN 'failed'
-                ELSE 'pending' END,
-            attempts = attempts - (1 - {charged}),
-            deaths = deaths + 1,
-            error_code = 'worker_lost',
-            error_message = CASE
-                WHEN {charged}
-                THEN ?2 || ', with this item alone in it, as at the death before (' || attempts || ' of ' ||
-                     (SELECT max_attempts FROM jobs WHERE jobs.id = items.job_id) || ' attempts; ' ||
-                     (deaths + 1) || ' deaths in all)'
-                WHEN alone = 1
-                THEN ?2 || ' (not counted as an attempt: it ran alone, but the death before was not its own; ' ||
-                     (deaths + 1) || ' deaths so far)'
-                ELSE ?2 || ' (not counted as an attempt: other items were in flight; ' ||
-                     (deaths + 1) || ' deaths so far)' END,
-            not_before = CASE WHEN alone = 1
-                THEN ?1 + ({lone_retry} << min(attempts - (1 - {charged}), 5)) ELSE 0 END,
-            worker_id = NULL, lease_expires_at = NULL, updated_at = ?1
+        "UPDATE items SET {assignments}
          WHERE state = 'running' AND {which}
          RETURNING job_id, id, alone"
     );

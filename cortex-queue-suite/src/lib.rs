@@ -18,10 +18,10 @@
 //! feature (a dev-dependency does) and the driver must call
 //! `cortex_queue::failpoint::hit` where SQLite's and PostgreSQL's drivers do.
 //!
-//! SQLite's driver runs it from its own tests (`cortex-queue-sqlite/tests/
-//! suite.rs`, so `cargo test -p cortex-queue-sqlite` runs every case); the
-//! PostgreSQL driver's run from the tests crate
-//! (`tests/tests/queue_suite_postgres.rs`), which starts a server.
+//! Each driver runs it from its own tests (`cortex-queue-sqlite/tests/
+//! suite.rs` and `cortex-queue-postgres/tests/suite.rs`), so `cargo test -p
+//! cortex-queue-sqlite` runs every case, and so does `cargo test -p
+//! cortex-queue-postgres` with `CORTEX_TEST_POSTGRES` naming a server.
 //!
 //! # Design notes
 //!
@@ -40,9 +40,11 @@ pub mod input;
 pub mod lifecycle;
 #[doc(hidden)]
 pub mod processes;
+mod server;
 
 pub use common::{response_for, submit_prompts, write_prompts};
 pub use driver::{DriverUnderTest, FAST_RETRIES};
+pub use server::{fresh_database_name, test_server};
 
 /// Every case of the suite as a `#[test]` on the driver `$driver` (a type
 /// implementing [`DriverUnderTest`]), plus the entry point of the process

@@ -176,7 +176,9 @@ pub use crate::lease::{WORKER_STOPPED, alone_level, claim_by_rule, duration_ms, 
 /// Who holds a lease: this host and process, and whether another is gone.
 pub use crate::process::{host_identity, is_gone, this_process};
 /// Listing: the SQL of a job's items as the API lists them.
-pub use crate::sql::{ITEM_COLUMN_COUNT, ITEM_COLUMNS, LISTED_COLUMNS, listed_items};
+pub use crate::sql::{
+    DeathSpelling, ITEM_COLUMN_COUNT, ITEM_COLUMNS, LISTED_COLUMNS, death_assignments, listed_items,
+};
 /// Submitting: the loop (a driver writes each line through a `LineSink`),
 /// its counting and its all-or-nothing verdict, the errors kept per job,
 /// and the hash that finds a resubmission.

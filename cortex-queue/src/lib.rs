@@ -79,9 +79,9 @@
 //! atomically and returns the summary). The shared driver suite is its own crate,
 //! `cortex-queue-suite` (above the wire format, whose files its cases
 //! submit): a driver implements its `DriverUnderTest` and invokes
-//! `queue_suite!`; SQLite runs it from its own tests
-//! (`cargo test -p cortex-queue-sqlite`), PostgreSQL from the tests crate
-//! (`tests/tests/queue_suite_postgres.rs`, a fresh database per case on
+//! `queue_suite!`; each driver runs it from its own tests
+//! (`cargo test -p cortex-queue-sqlite`; `cargo test -p
+//! cortex-queue-postgres`, a fresh database per case on
 //! `CORTEX_TEST_POSTGRES`), and `queue_storage.rs` holds SQLite's own
 //! cases (migrations, a full disk); the queue's
 //! benchmarks are `cargo bench -p cortex-tests --bench queue` (SQLite at scale)

@@ -127,7 +127,7 @@ impl Cortex {
     /// PostgreSQL server (`CORTEX_TEST_POSTGRES`); `None`, after saying so,
     /// when there is none and none is required (`CORTEX_REQUIRE_POSTGRES=1`).
     pub fn on_postgres(name: &str) -> Option<Self> {
-        let url = cortex_queue_postgres::testing::fresh_database(&format!("e2e_{name}"))?;
+        let url = fresh_postgres(&format!("e2e_{name}"))?;
         let mut cortex = Self::new();
         cortex.set_env("CORTEX_DB", &url);
         cortex.postgres = Some(url);
@@ -350,6 +350,25 @@ impl Cortex {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
+}
+
+/// The test PostgreSQL server `CORTEX_TEST_POSTGRES` names
+/// (`scripts/test.sh` starts one), or `None` after saying so, unless
+/// `CORTEX_REQUIRE_POSTGRES=1` (then its absence fails the test).
+pub fn postgres_server() -> Option<String> {
+    cortex_queue_suite::test_server("CORTEX_TEST_POSTGRES", "CORTEX_REQUIRE_POSTGRES")
+}
+
+/// A new, empty database on the test server, named after `hint`; its URL.
+/// `None` as [`postgres_server`].
+///
+/// # Panics
+///
+/// When the database cannot be created.
+pub fn fresh_postgres(hint: &str) -> Option<String> {
+    let server = postgres_server()?;
+    let name = cortex_queue_suite::fresh_database_name(hint);
+    Some(PgStore::create_database(&server, &name).expect("create a test database"))
 }
 
 /// Sends `signal` (a `kill` name: `TERM`, `INT`, `KILL`) to the process `pid`.

@@ -8,7 +8,7 @@ use cortex_queue::{JobFilter, JobStore, QueueError};
 use cortex_queue_postgres::{PgStore, SCHEMA_VERSION};
 
 fn fresh(name: &str) -> Option<String> {
-    cortex_queue_postgres::testing::fresh_database(&format!("conn_{name}"))
+    cortex_tests::fresh_postgres(&format!("conn_{name}"))
 }
 
 /// Runs SQL with `psql` (PostgreSQL's own client), as an operator would.
@@ -101,9 +101,7 @@ fn tls_certificates() -> Option<std::path::PathBuf> {
 
 #[test]
 fn tls_is_used_and_checked_as_sslmode_says() {
-    let (Some(server), Some(certs)) =
-        (cortex_queue_postgres::testing::server(), tls_certificates())
-    else {
+    let (Some(server), Some(certs)) = (cortex_tests::postgres_server(), tls_certificates()) else {
         return;
     };
     let tls_only = server.replacen("://cortex:", "://cortex_tls:", 1);

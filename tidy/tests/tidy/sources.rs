@@ -209,6 +209,46 @@ fn openai_json_shapes_live_only_in_the_wire_format_crate() {
 }
 
 #[test]
+fn the_queue_drivers_write_no_rule_of_their_own() {
+    // Texts of the rules every driver follows (the death charge, the job
+    // moves a user asks for), spelled in pieces so this file does not match
+    // itself: a driver that spells one has copied a rule `cortex-queue`
+    // writes once, and the two would drift.
+    let needles: Vec<String> = [
+        ("not counted as ", "an attempt"),
+        ("with this item alone ", "in it"),
+        ("'worker", "_lost'"),
+        ("nothing to ", "cancel"),
+        ("nothing to ", "resume"),
+        ("use retry to run its ", "failed items"),
+    ]
+    .iter()
+    .map(|(a, b)| [*a, *b].concat())
+    .collect();
+    let mut files = Vec::new();
+    for krate in ["cortex-queue-sqlite", "cortex-queue-postgres"] {
+        rust_sources(&workspace_root().join(krate).join("src"), &mut files);
+    }
+    let offenders: Vec<String> = files
+        .iter()
+        .filter_map(|f| {
+            let text = std::fs::read_to_string(f).unwrap();
+            let found: Vec<&str> = needles
+                .iter()
+                .filter(|n| text.contains(n.as_str()))
+                .map(String::as_str)
+                .collect();
+            (!found.is_empty()).then(|| format!("{}: {}", f.display(), found.join(", ")))
+        })
+        .collect();
+    assert!(
+        offenders.is_empty(),
+        "a queue driver spells a rule cortex-queue writes once:\n{}",
+        offenders.join("\n")
+    );
+}
+
+#[test]
 fn the_dashboard_loads_nothing_from_elsewhere() {
     // The machines cortex runs on are often offline, and a page that pulls
     // code from a CDN runs whatever that host serves: every URL the page

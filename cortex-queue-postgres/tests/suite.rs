@@ -1,13 +1,24 @@
 //! The queue's shared driver suite (`cortex-queue-suite`) on PostgreSQL: a
 //! fresh database per case on the server `CORTEX_TEST_POSTGRES` names (the
 //! cases pass without running when none is configured, unless
-//! `CORTEX_REQUIRE_POSTGRES` is set).
+//! `CORTEX_REQUIRE_POSTGRES` is set). `CORTEX_TEST_POSTGRES=URL cargo test
+//! -p cortex-queue-postgres` runs every case a driver must pass.
 
 use std::path::Path;
 
 use cortex_queue::{Queue, RetryPolicy};
 use cortex_queue_postgres::{PgConfig, PgStore};
-use cortex_queue_suite::DriverUnderTest;
+use cortex_queue_suite::{DriverUnderTest, fresh_database_name, test_server};
+
+/// The test server `CORTEX_TEST_POSTGRES` names (`scripts/test.sh` starts
+/// one); skipped without one unless `CORTEX_REQUIRE_POSTGRES=1`.
+fn fresh_database(test: &str) -> Option<String> {
+    let server = test_server("CORTEX_TEST_POSTGRES", "CORTEX_REQUIRE_POSTGRES")?;
+    Some(
+        PgStore::create_database(&server, &fresh_database_name(test))
+            .expect("create a test database"),
+    )
+}
 
 /// A database of its own, and a scratch directory for files.
 struct Postgres {
@@ -18,7 +29,7 @@ struct Postgres {
 impl DriverUnderTest for Postgres {
     fn fresh(test: &str) -> Option<Postgres> {
         Some(Postgres {
-            url: cortex_queue_postgres::testing::fresh_database(test)?,
+            url: fresh_database(test)?,
             dir: tempfile::tempdir().unwrap(),
         })
     }
