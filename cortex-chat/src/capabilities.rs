@@ -4,6 +4,7 @@
 //! it writes calls and thinking.
 
 use cortex_request::{ChatMessage, ToolCall, Tools};
+use serde_json::{Value, json};
 
 use crate::conversation::Conversation;
 use crate::native::{self, NativeCalls, probe};
@@ -22,10 +23,21 @@ pub(crate) struct Capabilities {
     pub(crate) takes_tools: bool,
     /// It renders an assistant turn's tool calls and a tool's result.
     pub(crate) renders_calls: bool,
+    /// It renders calls only with their arguments as the JSON text OpenAI
+    /// sends, not as an object (functionary v3.2 writes `'\n' +
+    /// arguments`): as llama.cpp finds a template that does not require
+    /// object arguments, such a template gets the text.
+    pub(crate) string_arguments: bool,
+    /// How the model writes calls in its answer's text, for a template that
+    /// renders none (LFM2, Granite 3.3): earlier calls are written so.
+    pub(crate) content_calls: Option<ContentCalls>,
     /// How it writes calls, when that could be read from it.
     pub(crate) native_calls: Option<NativeCalls>,
     /// gpt-oss's channels (`<|channel|>`): calls and thinking are messages.
     pub(crate) channels: bool,
+    /// functionary v3.2's recipients (`>>>all`): the answer and each call
+    /// are messages, the first addressed after the prompt's `>>>`.
+    pub(crate) recipients: bool,
     /// How it marks thinking.
     pub(crate) reasoning: Option<ReasoningMarkers>,
     /// Its generation prompt closes an empty thinking block unless
@@ -36,6 +48,64 @@ pub(crate) struct Capabilities {
     pub(crate) walks_parts: bool,
     /// The same, for a system message's.
     pub(crate) walks_system_parts: bool,
+}
+
+/// How a family whose template renders no calls has its model write them:
+/// in the answer's text, in a syntax the template names (and cortex's
+/// output parser reads).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ContentCalls {
+    /// LFM2 (its template lists tools after `List of tools: `, between
+    /// `<|tool_list_start|>` and `<|tool_list_end|>` in LFM2's):
+    /// `<|tool_call_start|>[name(key="value")]<|tool_call_end|>`, then the
+    /// answer.
+    PythonList,
+    /// Granite 3 (its template tells the model to answer with
+    /// `<|tool_call|>`): the answer, then `<|tool_call|>` and a JSON array
+    /// of `{"name", "arguments"}`.
+    MarkedJson,
+}
+
+impl ContentCalls {
+    fn of_template(source: &str) -> Option<Self> {
+        if source.contains("<|tool_list_start|>") || source.contains("List of tools: [") {
+            Some(Self::PythonList)
+        } else if source.contains("<|tool_call|>") {
+            Some(Self::MarkedJson)
+        } else {
+            None
+        }
+    }
+
+    /// An assistant turn's `content` and `calls` as the model writes them
+    /// in this syntax; `None` when a call cannot be written in it (LFM2's
+    /// Python takes only arguments that are keywords).
+    pub(crate) fn write(self, content: &str, calls: &[ToolCall]) -> Option<String> {
+        match self {
+            Self::PythonList => {
+                let calls = crate::python_calls::write_python_calls(calls)?;
+                Some(format!(
+                    "<|tool_call_start|>{calls}<|tool_call_end|>{content}"
+                ))
+            }
+            Self::MarkedJson => {
+                let calls: Vec<Value> = calls
+                    .iter()
+                    .map(|call| {
+                        let arguments = serde_json::from_str::<Value>(&call.arguments)
+                            .unwrap_or_else(|_| Value::String(call.arguments.clone()));
+                        json!({"name": call.name, "arguments": arguments})
+                    })
+                    .collect();
+                let calls = Value::from(calls);
+                Some(if content.trim().is_empty() {
+                    format!("<|tool_call|>{calls}")
+                } else {
+                    format!("{content}<|tool_call|>{calls}")
+                })
+            }
+        }
+    }
 }
 
 impl Capabilities {
@@ -112,8 +182,16 @@ impl Capabilities {
             developer_role,
             takes_tools,
             renders_calls,
+            // Asked again with the arguments as text, once these are known.
+            string_arguments: false,
+            content_calls: if renders_calls {
+                None
+            } else {
+                ContentCalls::of_template(source)
+            },
             native_calls,
             channels: source.contains("<|channel|>"),
+            recipients: source.contains(">>>all"),
             reasoning,
             // Learned by rendering more, once these are known.
             thinking_closed_unless_enabled: false,
@@ -169,7 +247,7 @@ fn probe_tools() -> Tools {
 /// An assistant turn calling the first probe function with one argument,
 /// or (`two`) with two and then the second with one.
 fn call_turn(two: bool) -> ChatMessage {
-    let call = |id: &str, name: &str, arguments: serde_json::Value| ToolCall {
+    let call = |id: &str, name: &str, arguments: Value| ToolCall {
         id: id.to_owned(),
         name: name.to_owned(),
         arguments: arguments.to_string(),

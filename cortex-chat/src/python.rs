@@ -2,13 +2,139 @@
 //! values print as Python's `str()` prints them (`True`, `None`,
 //! `{'a': 1}`), `tojson` is `json.dumps` as `transformers` calls it (`", "`
 //! and `": "` between items, no ASCII escaping, `indent`, `separators`,
-//! `sort_keys`), an undefined value has length 0, and the string methods
-//! pycompat lacks (`rsplit`, `removeprefix`, ...).
+//! `sort_keys`), an undefined value has length 0, the string methods
+//! pycompat lacks (`rsplit`, `removeprefix`, ...), and a namespace's lists
+//! change in place (`ns.ids.append(x)`, `ns.ids.pop(0)`), as Kimi K2's
+//! template queues its calls' ids.
 
 use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
 
-use minijinja::value::{Kwargs, Rest, ValueKind};
+use minijinja::value::{Enumerator, Kwargs, Object, ObjectRepr, Rest, ValueKind};
 use minijinja::{Error, ErrorKind, State, Value};
+
+/// `namespace(...)`, whose lists are [`ListInPlace`]s: Python's lists are
+/// changed by their methods, minijinja's values never are.
+pub(crate) fn namespace(defaults: Option<Value>) -> Result<Value, Error> {
+    let defaults = defaults.map(|defaults| {
+        match defaults
+            .as_object()
+            .and_then(minijinja::value::DynObject::try_iter_pairs)
+        {
+            Some(pairs) => pairs
+                .map(|(key, value)| {
+                    let value = if value.kind() == ValueKind::Seq {
+                        Value::from_object(ListInPlace(Mutex::new(
+                            value.try_iter().into_iter().flatten().collect(),
+                        )))
+                    } else {
+                        value
+                    };
+                    (key, value)
+                })
+                .collect(),
+            None => defaults,
+        }
+    });
+    minijinja::functions::namespace(defaults)
+}
+
+/// A list a template changes with Python's methods (`append`, `extend`,
+/// `insert`, `pop`, `clear`); it reads as any list. (Its growth is bounded
+/// by the template's fuel, like every other step.)
+#[derive(Debug)]
+struct ListInPlace(Mutex<Vec<Value>>);
+
+impl ListInPlace {
+    fn items(&self) -> std::sync::MutexGuard<'_, Vec<Value>> {
+        // A panic while holding it ends the render; the list is its own.
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl Object for ListInPlace {
+    fn repr(self: &Arc<Self>) -> ObjectRepr {
+        ObjectRepr::Seq
+    }
+
+    fn get_value(self: &Arc<Self>, key: &Value) -> Option<Value> {
+        let items = self.items();
+        let index = i64::try_from(key.clone()).ok()?;
+        let len = i64::try_from(items.len()).ok()?;
+        let index = if index < 0 { index + len } else { index };
+        items.get(usize::try_from(index).ok()?).cloned()
+    }
+
+    fn enumerate(self: &Arc<Self>) -> Enumerator {
+        Enumerator::Values(self.items().clone())
+    }
+
+    fn enumerator_len(self: &Arc<Self>) -> Option<usize> {
+        Some(self.items().len())
+    }
+
+    fn is_true(self: &Arc<Self>) -> bool {
+        !self.items().is_empty()
+    }
+
+    fn call_method(
+        self: &Arc<Self>,
+        _state: &State<'_, '_>,
+        method: &str,
+        args: &[Value],
+    ) -> Result<Value, Error> {
+        let mut items = self.items();
+        let index = |at: Option<&Value>, len: usize| -> Result<usize, Error> {
+            let Some(at) = at else { return Ok(len) };
+            let at = i64::try_from(at.clone())?;
+            let len = i64::try_from(len).unwrap_or(i64::MAX);
+            let at = if at < 0 { at + len } else { at };
+            usize::try_from(at.clamp(0, len)).map_err(|_| out_of_range(method))
+        };
+        match (method, args) {
+            ("append", [value]) => items.push(value.clone()),
+            ("extend", [values]) => items.extend(values.try_iter()?),
+            ("insert", [at, value]) => {
+                let at = index(Some(at), items.len())?;
+                items.insert(at, value.clone());
+            }
+            ("pop", [] | [_]) => {
+                if items.is_empty() {
+                    return Err(out_of_range(method));
+                }
+                let last = items.len() - 1;
+                let at = match args.first() {
+                    Some(at) => index(Some(at), items.len())?,
+                    None => last,
+                };
+                if at > last {
+                    return Err(out_of_range(method));
+                }
+                return Ok(items.remove(at));
+            }
+            ("clear", []) => items.clear(),
+            _ => {
+                return Err(Error::new(
+                    ErrorKind::UnknownMethod,
+                    format!(
+                        "a list has no method {method} taking {} arguments",
+                        args.len()
+                    ),
+                ));
+            }
+        }
+        Ok(Value::from(()))
+    }
+}
+
+fn out_of_range(method: &str) -> Error {
+    Error::new(
+        ErrorKind::InvalidOperation,
+        format!("{method}: index out of range"),
+    )
+}
 
 /// Python's `str(value)`: a string as it is, anything else as `repr`.
 pub(crate) fn str_of(value: &Value) -> String {

@@ -33,6 +33,92 @@ pub(crate) fn python_calls(text: &str, at: usize) -> Option<(Vec<ToolCall>, usiz
     Some((calls, parser.pos))
 }
 
+/// `calls` written as Python, `[get_weather(city="Paris"), now()]`: what
+/// [`python_call_list`] reads. `None` when a call's arguments are not a
+/// JSON object whose keys are identifiers (nothing to pass as keywords).
+pub(crate) fn write_python_calls(calls: &[ToolCall]) -> Option<String> {
+    let mut out = String::from("[");
+    for (i, call) in calls.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        let Ok(Value::Object(arguments)) = serde_json::from_str::<Value>(&call.arguments) else {
+            return None;
+        };
+        if !is_identifier(&call.name) || !arguments.keys().all(|key| is_identifier(key)) {
+            return None;
+        }
+        out.push_str(&call.name);
+        out.push('(');
+        for (j, (key, value)) in arguments.iter().enumerate() {
+            if j > 0 {
+                out.push_str(", ");
+            }
+            out.push_str(key);
+            out.push('=');
+            python_literal(value, &mut out);
+        }
+        out.push(')');
+    }
+    out.push(']');
+    Some(out)
+}
+
+fn is_identifier(text: &str) -> bool {
+    let mut chars = text.chars();
+    chars
+        .next()
+        .is_some_and(|c| c == '_' || c.is_ascii_alphabetic())
+        && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
+}
+
+/// `value` as a Python literal, in the escapes the reader below takes.
+/// (Nesting is bounded by the JSON parser that made `value`.)
+fn python_literal(value: &Value, out: &mut String) {
+    match value {
+        Value::Null => out.push_str("None"),
+        Value::Bool(true) => out.push_str("True"),
+        Value::Bool(false) => out.push_str("False"),
+        Value::Number(n) => out.push_str(&n.to_string()),
+        Value::String(text) => {
+            out.push('"');
+            for c in text.chars() {
+                match c {
+                    '"' => out.push_str("\\\""),
+                    '\\' => out.push_str("\\\\"),
+                    '\n' => out.push_str("\\n"),
+                    '\t' => out.push_str("\\t"),
+                    '\r' => out.push_str("\\r"),
+                    c => out.push(c),
+                }
+            }
+            out.push('"');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                python_literal(item, out);
+            }
+            out.push(']');
+        }
+        Value::Object(map) => {
+            out.push('{');
+            for (i, (key, item)) in map.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                python_literal(&Value::String(key.clone()), out);
+                out.push_str(": ");
+                python_literal(item, out);
+            }
+            out.push('}');
+        }
+    }
+}
+
 struct PythonCalls<'t> {
     text: &'t str,
     pos: usize,
@@ -121,6 +207,7 @@ impl<'t> PythonCalls<'t> {
                         out.push(match escaped {
                             'n' => '\n',
                             't' => '\t',
+                            'r' => '\r',
                             other => other,
                         });
                     }
@@ -174,5 +261,46 @@ impl<'t> PythonCalls<'t> {
         };
         self.pos += len;
         Some(value)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn written_calls_read_back_as_they_were() {
+        let calls = vec![
+            call(
+                "get_weather",
+                r#"{"city":"Paris \"centre\"\n\\ \t\r","days":3,"hourly":true}"#.into(),
+            ),
+            call(
+                "search",
+                r#"{"filters":{"tags":["a","b"],"min":-1.5,"none":null,"off":false}}"#.into(),
+            ),
+            call("now", "{}".into()),
+        ];
+        let written = write_python_calls(&calls).unwrap();
+        assert!(
+            written.starts_with(r#"[get_weather(city="Paris \"centre\"\n"#),
+            "{written}"
+        );
+        let read = python_call_list(&written).unwrap();
+        let values = |calls: &[ToolCall]| -> Vec<(String, Value)> {
+            calls
+                .iter()
+                .map(|c| (c.name.clone(), serde_json::from_str(&c.arguments).unwrap()))
+                .collect()
+        };
+        assert_eq!(values(&read), values(&calls));
+    }
+
+    #[test]
+    fn calls_python_cannot_take_as_keywords_are_not_written() {
+        for arguments in [r#"{"not an identifier":1}"#, "[1, 2]", "not json"] {
+            assert_eq!(write_python_calls(&[call("f", arguments.into())]), None);
+        }
+        assert_eq!(write_python_calls(&[call("no-dash", "{}".into())]), None);
     }
 }

@@ -9,6 +9,7 @@ use cortex_grammar::Part;
 use cortex_request::{ChatMessage, ToolChoice, Tools};
 use serde_json::{Value, json};
 
+use crate::capabilities::ContentCalls;
 use crate::conversation::Conversation;
 use crate::native::{Body, JsonCall, NativeCalls, probe};
 use crate::syntax::{CallSyntax, OutputSyntax};
@@ -36,6 +37,11 @@ pub struct Adaptations {
     /// Earlier calls and results are written as cortex's JSON (a template
     /// that does not render them, or renders no tools).
     pub calls_as_text: bool,
+    /// Earlier calls are written into the assistant's text as the family's
+    /// model writes them (a template that renders no calls but names its
+    /// syntax: LFM2, Granite 3.3); their results stay tool messages, which
+    /// the template renders.
+    pub calls_in_content: bool,
     /// The tools are offered by cortex's generic preamble (a template that
     /// does not render them).
     pub tools_preamble: bool,
@@ -83,10 +89,19 @@ impl ChatTemplate {
                 !v.is_object() || v.get("enable_thinking").is_some()
             })
         });
+        let unrendered_calls = has_calls && (tools_preamble || !capabilities.renders_calls);
+        let calls_in_content = unrendered_calls
+            && !tools_preamble
+            && capabilities.content_calls.is_some_and(|form| {
+                messages.iter().all(|m| {
+                    m.tool_calls.is_empty() || form.write(&m.content, &m.tool_calls).is_some()
+                })
+            });
         Adaptations {
             developer_as_system: !capabilities.developer_role
                 && messages.iter().any(|m| m.role == "developer"),
-            calls_as_text: has_calls && (tools_preamble || !capabilities.renders_calls),
+            calls_as_text: unrendered_calls && !calls_in_content,
+            calls_in_content,
             tools_preamble,
             system_in_first_user: !capabilities.system_role && (has_system || tools_preamble),
             thinking_on: capabilities.thinking_closed_unless_enabled && !sets_thinking,
@@ -142,6 +157,9 @@ impl ChatTemplate {
         if adapted.calls_as_text {
             messages = Cow::Owned(calls_as_text(&messages));
         }
+        if let (true, Some(form)) = (adapted.calls_in_content, capabilities.content_calls) {
+            messages = Cow::Owned(calls_in_content(&messages, form));
+        }
         if let (true, Some(tools)) = (generic, tools) {
             messages = Cow::Owned(with_preamble(&messages, tools)?);
         }
@@ -163,6 +181,8 @@ impl ChatTemplate {
         let calls = match tools {
             // gpt-oss writes every answer in channels (thinking, then the answer).
             _ if capabilities.channels && !generic => CallSyntax::Channels,
+            // So does functionary v3.2, in messages to recipients.
+            _ if capabilities.recipients && !generic => CallSyntax::Recipients,
             None => CallSyntax::None,
             Some(_) if generic => CallSyntax::Generic,
             Some(_) => CallSyntax::Native(capabilities.native_calls.clone().map(Box::new)),
@@ -576,6 +596,25 @@ fn calls_as_text(messages: &[ChatMessage]) -> Vec<ChatMessage> {
                 message.clone()
             }
         })
+        .collect()
+}
+
+/// Earlier calls written into their assistant turns' text in `form`, the
+/// family's own syntax; every call was found writable (see
+/// [`Adaptations::calls_in_content`]).
+fn calls_in_content(messages: &[ChatMessage], form: ContentCalls) -> Vec<ChatMessage> {
+    messages
+        .iter()
+        .map(
+            |message| match form.write(&message.content, &message.tool_calls) {
+                Some(content) if !message.tool_calls.is_empty() => {
+                    let mut turn = ChatMessage::assistant(content);
+                    turn.reasoning_content = message.reasoning_content.clone();
+                    turn
+                }
+                _ => message.clone(),
+            },
+        )
         .collect()
 }
 

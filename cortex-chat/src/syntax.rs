@@ -80,6 +80,11 @@ pub(crate) enum CallSyntax {
     Generic,
     /// gpt-oss's channels: `<|channel|>commentary to=functions.NAME ...<|message|>ARGS<|call|>`.
     Channels,
+    /// functionary v3.2's recipients: the prompt ends with `>>>`, and the
+    /// output is messages `RECIPIENT\nTEXT` joined by `>>>`: `all` the
+    /// answer, any other name a call to that function, its text the
+    /// arguments as JSON.
+    Recipients,
 }
 
 /// A chat's output read: the answer, the thinking, the calls.
@@ -132,7 +137,7 @@ impl OutputSyntax {
             CallSyntax::Native(Some(native)) => texts.extend(native.marker_texts()),
             CallSyntax::Native(None) => texts.extend(["<tool_call>", "</tool_call>"]),
             CallSyntax::Channels => texts.extend(CHANNEL_MARKERS),
-            CallSyntax::None | CallSyntax::Generic => {}
+            CallSyntax::None | CallSyntax::Generic | CallSyntax::Recipients => {}
         }
         texts.extend(
             ["[TOOL_CALLS]", "<|python_tag|>"]
@@ -165,6 +170,9 @@ impl OutputSyntax {
         if self.calls == CallSyntax::Channels {
             return channels(text);
         }
+        if self.calls == CallSyntax::Recipients {
+            return recipients_of(text, true).0;
+        }
         let (reasoning, answer) = self.split_reasoning(text);
         // An answer read for thinking or calls starts at its first word (so
         // does what a stream tells of it).
@@ -182,7 +190,7 @@ impl OutputSyntax {
                     None => (answer.to_owned(), Vec::new()),
                 }
             }
-            CallSyntax::Channels => unreachable!("read above"),
+            CallSyntax::Channels | CallSyntax::Recipients => unreachable!("read above"),
         };
         ParsedOutput {
             content,
@@ -208,6 +216,15 @@ impl OutputSyntax {
         let mut parsed = ParsedOutput::default();
         if self.calls == CallSyntax::Channels {
             return channels_so_far(text);
+        }
+        if self.calls == CallSyntax::Recipients {
+            // (`>>>` ends with its own start: a whole one is not held.)
+            let text = if text.ends_with(RECIPIENTS_SEPARATOR) {
+                text
+            } else {
+                held_back(text, &[RECIPIENTS_SEPARATOR])
+            };
+            return recipients_of(text, false);
         }
         let answer = match &self.reasoning {
             None => text,
@@ -278,7 +295,7 @@ impl OutputSyntax {
                 };
                 parsed.content = before.trim_end().to_owned();
             }
-            CallSyntax::Channels => unreachable!("read above"),
+            CallSyntax::Channels | CallSyntax::Recipients => unreachable!("read above"),
         }
         (parsed, open)
     }
@@ -530,6 +547,85 @@ fn channels_of(text: &str, ended: bool) -> (ParsedOutput, Option<CallSoFar>) {
     (parsed, open)
 }
 
+/// What joins functionary v3.2's messages (and ends its prompt).
+const RECIPIENTS_SEPARATOR: &str = ">>>";
+/// The recipient of its answer's text.
+const ANSWER_RECIPIENT: &str = "all";
+
+/// functionary v3.2's messages (see [`CallSyntax::Recipients`]); a call
+/// whose message is last is the call being written unless the output has
+/// `ended`. Text before any recipient's line (a model that skipped it) is
+/// the answer.
+fn recipients_of(text: &str, ended: bool) -> (ParsedOutput, Option<CallSoFar>) {
+    let mut parsed = ParsedOutput::default();
+    let mut open = None;
+    let messages: Vec<&str> = text.split(RECIPIENTS_SEPARATOR).collect();
+    let last = messages.len() - 1;
+    let mut answer = |text: &str| {
+        let text = text.trim();
+        if !text.is_empty() {
+            if !parsed.content.is_empty() {
+                parsed.content.push('\n');
+            }
+            parsed.content.push_str(text);
+        }
+    };
+    for (i, message) in messages.iter().enumerate() {
+        let whole = ended || i < last;
+        let Some((recipient, body)) = message.split_once('\n') else {
+            let recipient = message.trim();
+            if whole {
+                answer(message);
+            } else if !recipient.is_empty()
+                && !ANSWER_RECIPIENT.starts_with(recipient)
+                && is_function_name(recipient)
+            {
+                // A function's name being written.
+                open = Some(CallSoFar::unnamed(true));
+            }
+            continue;
+        };
+        let recipient = recipient.trim();
+        if recipient == ANSWER_RECIPIENT || !is_function_name(recipient) {
+            answer(if recipient == ANSWER_RECIPIENT {
+                body
+            } else {
+                message
+            });
+            continue;
+        }
+        let arguments = body.trim();
+        if whole {
+            // The arguments as written: a JSON object, else the text itself.
+            let arguments = match crate::native::json_at(arguments, 0) {
+                Some((value, end)) if value.is_object() => &arguments[..end],
+                _ => arguments,
+            };
+            parsed.tool_calls.push(ToolCall {
+                id: String::new(),
+                name: recipient.to_owned(),
+                arguments: arguments.to_owned(),
+            });
+        } else {
+            open = Some(CallSoFar {
+                name: Some(recipient.to_owned()),
+                arguments: arguments.to_owned(),
+                marked: true,
+            });
+        }
+    }
+    (parsed, open)
+}
+
+/// Whether `text` can be a function's name (what a recipient other than
+/// the answer's is).
+fn is_function_name(text: &str) -> bool {
+    text.len() <= 128
+        && text
+            .chars()
+            .all(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -618,5 +714,46 @@ mod tests {
             (parsed.reasoning.as_deref(), parsed.content.as_str()),
             (Some("Easy."), "Four.")
         );
+    }
+
+    #[test]
+    fn functionary_recipients_are_the_answer_and_calls() {
+        let syntax = OutputSyntax {
+            calls: CallSyntax::Recipients,
+            ..OutputSyntax::default()
+        };
+        let text =
+            "all\nLet me look.>>>get_weather\n{\"city\": \"Oslo\"}>>>get_time\n{\"zone\": \"CET\"}";
+        let parsed = syntax.parse(text);
+        assert_eq!(parsed.content, "Let me look.");
+        let calls: Vec<(&str, &str)> = parsed
+            .tool_calls
+            .iter()
+            .map(|c| (c.name.as_str(), c.arguments.as_str()))
+            .collect();
+        assert_eq!(
+            calls,
+            [
+                ("get_weather", "{\"city\": \"Oslo\"}"),
+                ("get_time", "{\"zone\": \"CET\"}")
+            ]
+        );
+        assert_eq!(syntax.parse("all\nFour.").content, "Four.");
+        // Streamed: no prefix tells any of a call as the answer, and the
+        // call being written is named once its line is.
+        for end in 0..=text.len() {
+            let (so_far, open) = syntax.so_far(&text[..end]);
+            assert!(
+                "Let me look.".starts_with(&so_far.content),
+                "{end}: {so_far:?}"
+            );
+            if end > text.find("get_weather\n").unwrap() + 12 && so_far.tool_calls.is_empty() {
+                assert_eq!(open.unwrap().name.as_deref(), Some("get_weather"), "{end}");
+            }
+        }
+        // Cut by the token limit: the call so far.
+        let cut = syntax.parse("get_weather\n{\"city\": \"Os");
+        assert_eq!(cut.tool_calls[0].name, "get_weather");
+        assert_eq!(cut.content, "");
     }
 }

@@ -69,6 +69,7 @@ impl ChatTemplate {
         env.add_filter("count", python::length);
         env.add_filter("indent", python::indent);
         env.add_function("raise_exception", raise_exception);
+        env.add_function("namespace", python::namespace);
         env.add_function("strftime_now", strftime_now);
         env.add_template_owned(NAME, without_generation_tags(source))
             .map_err(|e| TemplateError::Syntax(describe(&e)))?;
@@ -88,6 +89,22 @@ impl ChatTemplate {
             |conversation| template.render(conversation, false).ok(),
             source,
         );
+        if !template.capabilities.renders_calls {
+            // Asked again with the calls' arguments as text.
+            template.capabilities.string_arguments = true;
+            let again = Capabilities::probe(
+                |conversation| template.render(conversation, false).ok(),
+                source,
+            );
+            if again.renders_calls {
+                template.capabilities = Capabilities {
+                    string_arguments: true,
+                    ..again
+                };
+            } else {
+                template.capabilities.string_arguments = false;
+            }
+        }
         template.capabilities.thinking_closed_unless_enabled =
             template.closes_thinking_unless_enabled();
         // Asked with the parts handed over as a list.
@@ -213,7 +230,13 @@ impl ChatTemplate {
         let messages: Vec<Value> = conversation
             .messages
             .iter()
-            .map(|message| message_value(message, self.capabilities.walks_parts_of(&message.role)))
+            .map(|message| {
+                message_value(
+                    message,
+                    self.capabilities.walks_parts_of(&message.role),
+                    self.capabilities.string_arguments,
+                )
+            })
             .collect();
         context.push(("messages".into(), Value::from(messages)));
         context.push((
@@ -293,10 +316,10 @@ fn without_generation_tags(source: &str) -> String {
 /// A message as templates read it (Hugging Face's shape): `role`,
 /// `content` (its text parts as a list of `{"type": "text", "text"}` when
 /// it came so and the template walks such lists, `parts_as_list`; else one
-/// string), and `tool_calls` (arguments as objects, in their own key order)
-/// or `tool_call_id` only when present, since templates test whether they
-/// are defined.
-fn message_value(message: &ChatMessage, parts_as_list: bool) -> Value {
+/// string), and `tool_calls` (arguments as objects, in their own key order;
+/// as the JSON text OpenAI sends when `string_arguments`) or `tool_call_id`
+/// only when present, since templates test whether they are defined.
+fn message_value(message: &ChatMessage, parts_as_list: bool, string_arguments: bool) -> Value {
     let content = if parts_as_list && !message.content_parts.is_empty() {
         message
             .content_parts
@@ -323,8 +346,12 @@ fn message_value(message: &ChatMessage, parts_as_list: bool) -> Value {
             .tool_calls
             .iter()
             .map(|call| {
-                let arguments = serde_json::from_str::<Value>(&call.arguments)
-                    .unwrap_or_else(|_| Value::from(call.arguments.as_str()));
+                let arguments = if string_arguments {
+                    Value::from(call.arguments.as_str())
+                } else {
+                    serde_json::from_str::<Value>(&call.arguments)
+                        .unwrap_or_else(|_| Value::from(call.arguments.as_str()))
+                };
                 let function: Value = [
                     ("name", Value::from(call.name.as_str())),
                     ("arguments", arguments),
@@ -557,6 +584,22 @@ mod tests {
             prompt.contains("user\nTranslate to French:\nGood morning<|im_end|>"),
             "{prompt}"
         );
+    }
+
+    #[test]
+    fn a_namespaces_lists_change_in_place_as_pythons_do() {
+        // Kimi K2's queue of call ids, and Python's list methods.
+        let source = "{% set ns = namespace(ids=[], n=0) %}\
+{% set _ = ns.ids.append('a') %}{% set _ = ns.ids.extend(['b', 'c']) %}{% set _ = ns.ids.insert(0, 'z') %}\
+{{ ns.ids.pop(0) }}{{ ns.ids.pop() }} {{ ns.ids | length }} {{ ns.ids[-1] }} {{ ns.ids | tojson }} \
+{% for id in ns.ids %}{{ id }}{% endfor %}{% if ns.ids %} full{% endif %}\
+{% set _ = ns.ids.clear() %}{% if not ns.ids %} empty{% endif %}";
+        let template = ChatTemplate::new(source, "", "").unwrap();
+        let text = template.render(&Conversation::new(&[]), false).unwrap();
+        assert_eq!(text, r#"zc 2 b ["a", "b"] ab full empty"#);
+        let pops_nothing = "{% set ns = namespace(ids=[]) %}{{ ns.ids.pop(0) }}";
+        let template = ChatTemplate::new(pops_nothing, "", "").unwrap();
+        assert!(template.render(&Conversation::new(&[]), false).is_err());
     }
 
     #[test]

@@ -155,6 +155,7 @@ fn every_template_llama_cpp_ships_renders_as_transformers_renders_it() {
                 let names = [
                     (adapted.developer_as_system, "developer as system"),
                     (adapted.calls_as_text, "calls as JSON"),
+                    (adapted.calls_in_content, "calls in the family's text"),
                     (adapted.tools_preamble, "tools preamble"),
                     (adapted.system_in_first_user, "system in first user"),
                     (adapted.thinking_on, "enable_thinking true"),
