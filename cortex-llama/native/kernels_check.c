@@ -135,6 +135,27 @@ static int check_converted(enum ck_isa isa, char * why, size_t why_len, uint64_t
             ggml_quantize_chunk((enum ggml_type)type, w, raw, 0, rows, cols, NULL);
             uint8_t * packed = malloc(ck_packed_size(isa, type, rows, cols));
             ck_pack(isa, type, raw, packed, rows, cols);
+            if (type == GGML_TYPE_Q6_K && format == CK_Q8_0) {
+                // Requantized in one pass: byte for byte what ggml's
+                // dequantization then its reference Q8_0 quantizer give.
+                const size_t q8_row = ggml_row_size(GGML_TYPE_Q8_0, cols);
+                uint8_t * ours = malloc(q8_row * (size_t)rows);
+                uint8_t * theirs = malloc(q8_row * (size_t)rows);
+                float * values = malloc(sizeof(float) * (size_t)cols);
+                ck_convert(isa, type, raw, ours, rows, cols);
+                for (int64_t r = 0; r < rows; r++) {
+                    ggml_get_type_traits(GGML_TYPE_Q6_K)->to_float(raw + (size_t)r * ggml_row_size(GGML_TYPE_Q6_K, cols),
+                                                                   values, cols);
+                    ggml_get_type_traits(GGML_TYPE_Q8_0)->from_float_ref(values, theirs + (size_t)r * q8_row, cols);
+                }
+                if (memcmp(ours, theirs, q8_row * (size_t)rows) != 0 && mismatches++ == 0) {
+                    snprintf(why, why_len, "q6_K %lldx%lld: requantized to Q8_0 unlike ggml", (long long)rows,
+                             (long long)cols);
+                }
+                free(values);
+                free(theirs);
+                free(ours);
+            }
             // ggml's values of the weights, and the kernels' row.
             float * values = malloc(sizeof(float) * (size_t)(rows * cols));
             float * row = malloc(sizeof(float) * (size_t)cols);

@@ -2,10 +2,14 @@
 // and back, a row read out as floats, and which instruction set runs the
 // kernels (see kernels.h).
 
+#define _GNU_SOURCE  // sched_getaffinity
+#include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "fp16.h"
+#include "ggml.h"
 #include "panels.h"
 
 bool ck_isa_supported(enum ck_isa isa) {
@@ -138,15 +142,6 @@ static void unpack_block(enum ck_format format, const uint8_t * in, int r, uint8
     }
 }
 
-static void pack_panel_format(enum ck_format format, const void * src, void * dst, int64_t rows, int64_t cols) {
-    const int64_t nb = cols / CK_BLOCK;
-    for (int64_t p = 0; p < rows / CK_PANEL_ROWS; p++) {
-        for (int64_t b = 0; b < nb; b++) {
-            pack_block(format, src, cols, p, b, (uint8_t *)dst + panel_block_offset(format, cols, p, b));
-        }
-    }
-}
-
 static void unpack_panel_format(enum ck_format format, const void * src, void * dst, int64_t rows, int64_t cols) {
     const int64_t nb = cols / CK_BLOCK;
     for (int64_t r = 0; r < rows; r++) {
@@ -167,16 +162,87 @@ static void * converted_buffer(enum ck_format format, int64_t rows, int64_t cols
     return buffer;
 }
 
-void ck_pack(enum ck_isa isa, int type, const void * src, void * dst, int64_t rows, int64_t cols) {
-    const enum ck_format format = ck_panel_format(isa, type);
-    if (!ck_convertible(type)) {
-        pack_panel_format(format, src, dst, rows, cols);
-        return;
+// Packing runs as a model loads, over every weight: `cortex run` of one
+// line on an 8B Q4_K_M model took 16.5 s on one core of two (most of it the
+// first writes to the packed weights' fresh pages, and requantizing Q6_K),
+// where llama.cpp starts in 4. So a matrix is packed by every core, a range
+// of panels each, a panel at a time: its 16 rows converted into a small
+// buffer that stays in cache, where the whole matrix was converted into one
+// as large as it (pages faulted twice). With convert.c's one-pass Q6_K: 5.8 s.
+
+// One thread's share of a matrix.
+struct pack_share {
+    enum ck_isa isa;
+    int type;
+    const uint8_t * src;
+    uint8_t * dst;
+    int64_t cols;
+    int64_t first_panel;
+    int64_t end_panel;
+};
+
+static void * pack_panels(void * arg) {
+    const struct pack_share * share = arg;
+    const enum ck_format format = ck_panel_format(share->isa, share->type);
+    const int64_t cols = share->cols, nb = cols / CK_BLOCK;
+    const bool converted = ck_convertible(share->type);
+    const size_t src_row =
+        converted ? ggml_row_size((enum ggml_type)share->type, cols) : (size_t)nb * block_bytes(format);
+    uint8_t * panel_rows = NULL;
+    if (converted && (panel_rows = malloc((size_t)CK_PANEL_ROWS * (size_t)nb * block_bytes(format))) == NULL) {
+        abort();
     }
-    void * converted = converted_buffer(format, rows, cols);
-    ck_convert(isa, type, src, converted, rows, cols);
-    pack_panel_format(format, converted, dst, rows, cols);
-    free(converted);
+    for (int64_t p = share->first_panel; p < share->end_panel; p++) {
+        const uint8_t * rows = share->src + (size_t)p * CK_PANEL_ROWS * src_row;
+        if (converted) {
+            ck_convert(share->isa, share->type, rows, panel_rows, CK_PANEL_ROWS, cols);
+            rows = panel_rows;
+        }
+        for (int64_t b = 0; b < nb; b++) {
+            pack_block(format, rows, cols, 0, b, share->dst + panel_block_offset(format, cols, p, b));
+        }
+    }
+    free(panel_rows);
+    return NULL;
+}
+
+// The cores this process may run on (at most 16).
+static int pack_threads(void) {
+#ifdef __linux__
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        const int n = CPU_COUNT(&set);
+        return n < 1 ? 1 : n > 16 ? 16 : n;
+    }
+#endif
+    return 1;
+}
+
+void ck_pack(enum ck_isa isa, int type, const void * src, void * dst, int64_t rows, int64_t cols) {
+    const int64_t panels = rows / CK_PANEL_ROWS;
+    // A thread for at least 64 panels (1,024 rows): small matrices at once.
+    int64_t threads = pack_threads();
+    threads = panels / 64 < threads ? panels / 64 : threads;
+    threads = threads < 1 ? 1 : threads;
+    struct pack_share shares[16];
+    pthread_t helpers[16];
+    int started = 0;
+    for (int64_t t = 0; t < threads; t++) {
+        shares[t] = (struct pack_share){
+            isa, type, src, dst, cols, panels * t / threads, panels * (t + 1) / threads,
+        };
+    }
+    for (int64_t t = 1; t < threads; t++) {
+        if (pthread_create(&helpers[started], NULL, pack_panels, &shares[t]) != 0) {
+            pack_panels(&shares[t]);  // no thread to spare: this one packs it
+            continue;
+        }
+        started++;
+    }
+    pack_panels(&shares[0]);
+    for (int t = 0; t < started; t++) {
+        pthread_join(helpers[t], NULL);
+    }
 }
 
 void ck_unpack(enum ck_isa isa, int type, const void * src, void * dst, int64_t rows, int64_t cols) {
