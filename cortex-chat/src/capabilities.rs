@@ -89,15 +89,7 @@ impl ContentCalls {
                 ))
             }
             Self::MarkedJson => {
-                let calls: Vec<Value> = calls
-                    .iter()
-                    .map(|call| {
-                        let arguments = serde_json::from_str::<Value>(&call.arguments)
-                            .unwrap_or_else(|_| Value::String(call.arguments.clone()));
-                        json!({"name": call.name, "arguments": arguments})
-                    })
-                    .collect();
-                let calls = Value::from(calls);
+                let calls = named_calls(calls);
                 Some(if content.trim().is_empty() {
                     format!("<|tool_call|>{calls}")
                 } else {
@@ -106,6 +98,20 @@ impl ContentCalls {
             }
         }
     }
+}
+
+/// `calls` as a JSON array of `{"name", "arguments"}`, the arguments an
+/// object where they parse as JSON (the form of Granite's calls and of
+/// cortex's envelope).
+pub(crate) fn named_calls(calls: &[ToolCall]) -> Value {
+    calls
+        .iter()
+        .map(|call| {
+            let arguments = serde_json::from_str::<Value>(&call.arguments)
+                .unwrap_or_else(|_| Value::String(call.arguments.clone()));
+            json!({"name": call.name, "arguments": arguments})
+        })
+        .collect()
 }
 
 impl Capabilities {

@@ -9,7 +9,7 @@ use cortex_grammar::Part;
 use cortex_request::{ChatMessage, ToolChoice, Tools};
 use serde_json::{Value, json};
 
-use crate::capabilities::ContentCalls;
+use crate::capabilities::{ContentCalls, named_calls};
 use crate::conversation::Conversation;
 use crate::native::{Body, JsonCall, NativeCalls, probe};
 use crate::syntax::{CallSyntax, OutputSyntax};
@@ -566,16 +566,8 @@ fn calls_as_text(messages: &[ChatMessage]) -> Vec<ChatMessage> {
         .iter()
         .map(|message| {
             if !message.tool_calls.is_empty() {
-                let calls: Vec<Value> = message
-                    .tool_calls
-                    .iter()
-                    .map(|call| {
-                        let arguments = serde_json::from_str::<Value>(&call.arguments)
-                            .unwrap_or_else(|_| Value::String(call.arguments.clone()));
-                        json!({"name": call.name, "arguments": arguments})
-                    })
-                    .collect();
-                let envelope = json!({ "tool_calls": calls }).to_string();
+                let envelope =
+                    json!({ "tool_calls": named_calls(&message.tool_calls) }).to_string();
                 let content = if message.content.trim().is_empty() {
                     envelope
                 } else {

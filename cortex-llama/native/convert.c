@@ -177,8 +177,8 @@ static void k_quant_row(bool five_bits, const uint8_t * src, uint8_t * dst, int6
     }
 }
 
-// Q6_K rows as Q6 blocks: weight i of a super-block is d * sc[i / 16] *
-// (q - 32), its 6-bit q the low nibble of ql (weights 0-31 and 64-95 of each
+// A Q6_K super-block's 256 quants: weight i is d * sc[i / 16] * (q - 32),
+// its 6-bit q the low nibble of ql (weights 0-31 and 64-95 of each
 // 128 in the low nibbles of 32 bytes, 32-63 and 96-127 in the high ones)
 // and two bits of qh (ggml's dequantize_row_q6_K).
 static void q6_k_quants(const uint8_t * in, uint8_t * q) {
@@ -206,24 +206,6 @@ static float q6_k_d(const uint8_t * in) {
 
 static const int8_t * q6_k_scales(const uint8_t * in) { return (const int8_t *)(in + 192); }
 
-static void q6_k_row(const uint8_t * src, uint8_t * dst, int64_t cols) {
-    for (int64_t s = 0; s < cols / K_WEIGHTS; s++) {
-        const uint8_t * in = src + (size_t)s * Q6_K_BLOCK;
-        const float d = q6_k_d(in);
-        const int8_t * scales = q6_k_scales(in);
-        uint8_t q[K_WEIGHTS];
-        q6_k_quants(in, q);
-        for (int b = 0; b < K_WEIGHTS / CK_BLOCK; b++) {
-            uint8_t * out = dst + ((size_t)s * (K_WEIGHTS / CK_BLOCK) + (size_t)b) * Q6_BLOCK;
-            const uint16_t d0 = ck_fp32_to_fp16(d * (float)scales[2 * b]);
-            const uint16_t d1 = ck_fp32_to_fp16(d * (float)scales[2 * b + 1]);
-            memcpy(out, &d0, 2);
-            memcpy(out + 2, &d1, 2);
-            memcpy(out + 4, q + CK_BLOCK * b, CK_BLOCK);
-        }
-    }
-}
-
 // roundf (half away from zero) of |x| < 2^23, without a call: the
 // truncation's remainder is exact.
 static inline int round_half_away(float x) {
@@ -232,12 +214,31 @@ static inline int round_half_away(float x) {
     return rest >= 0.5f ? t + 1 : rest <= -0.5f ? t - 1 : t;
 }
 
-// Q6_K rows requantized to Q8_0 blocks for the VNNI kernels: each weight
-// as ggml's dequantize_row_q6_K computes it ((d * sc) * (q - 32)), then
-// quantized as ggml's quantize_row_q8_0_ref does, in one pass (the two
-// ggml calls took a third of an 8B model's load; the self-check compares
-// the bytes with theirs).
-static void q6_k_row_as_q8_0(const uint8_t * src, uint8_t * dst, int64_t cols) {
+// Block b (of 8) of a Q6_K super-block requantized to Q8_0 for the VNNI
+// kernels: each weight as ggml's dequantize_row_q6_K computes it
+// ((d * sc) * (q - 32)), then quantized as ggml's quantize_row_q8_0_ref
+// does, in one pass (the two ggml calls took a third of an 8B model's
+// load; the self-check compares the bytes with theirs).
+static void q6_k_block_as_q8_0(float d, const int8_t * scales, const uint8_t * q, int b, uint8_t * out) {
+    float x[CK_BLOCK];
+    float amax = 0.0f;
+    for (int j = 0; j < CK_BLOCK; j++) {
+        const int at = CK_BLOCK * b + j;
+        x[j] = d * (float)scales[at / 16] * (float)(q[at] - 32);
+        amax = fmaxf(amax, fabsf(x[j]));
+    }
+    const float scale = amax / 127.0f;
+    const float inverse = scale != 0.0f ? 1.0f / scale : 0.0f;
+    const uint16_t dh = ck_fp32_to_fp16(scale);
+    memcpy(out, &dh, 2);
+    for (int j = 0; j < CK_BLOCK; j++) {
+        out[2 + j] = (uint8_t)(int8_t)round_half_away(x[j] * inverse);
+    }
+}
+
+// Q6_K rows as Q6 blocks (the same quants, each 16 weights' d * sc in
+// fp16), or requantized to Q8_0 blocks (`format`).
+static void q6_k_row(enum ck_format format, const uint8_t * src, uint8_t * dst, int64_t cols) {
     for (int64_t s = 0; s < cols / K_WEIGHTS; s++) {
         const uint8_t * in = src + (size_t)s * Q6_K_BLOCK;
         const float d = q6_k_d(in);
@@ -245,21 +246,16 @@ static void q6_k_row_as_q8_0(const uint8_t * src, uint8_t * dst, int64_t cols) {
         uint8_t q[K_WEIGHTS];
         q6_k_quants(in, q);
         for (int b = 0; b < K_WEIGHTS / CK_BLOCK; b++) {
-            float x[CK_BLOCK];
-            float amax = 0.0f;
-            for (int j = 0; j < CK_BLOCK; j++) {
-                const int at = CK_BLOCK * b + j;
-                x[j] = d * (float)scales[at / 16] * (float)(q[at] - 32);
-                amax = fmaxf(amax, fabsf(x[j]));
+            uint8_t * out = dst + ((size_t)s * (K_WEIGHTS / CK_BLOCK) + (size_t)b) * block_bytes(format);
+            if (format != CK_Q6) {
+                q6_k_block_as_q8_0(d, scales, q, b, out);
+                continue;
             }
-            const float scale = amax / 127.0f;
-            const float inverse = scale != 0.0f ? 1.0f / scale : 0.0f;
-            uint8_t * out = dst + ((size_t)s * (K_WEIGHTS / CK_BLOCK) + (size_t)b) * Q8_0_BLOCK;
-            const uint16_t dh = ck_fp32_to_fp16(scale);
-            memcpy(out, &dh, 2);
-            for (int j = 0; j < CK_BLOCK; j++) {
-                out[2 + j] = (uint8_t)(int8_t)round_half_away(x[j] * inverse);
-            }
+            const uint16_t d0 = ck_fp32_to_fp16(d * (float)scales[2 * b]);
+            const uint16_t d1 = ck_fp32_to_fp16(d * (float)scales[2 * b + 1]);
+            memcpy(out, &d0, 2);
+            memcpy(out + 2, &d1, 2);
+            memcpy(out + 4, q + CK_BLOCK * b, CK_BLOCK);
         }
     }
 }
@@ -294,13 +290,7 @@ void ck_convert(enum ck_isa isa, int type, const void * src, void * dst, int64_t
                 break;
             case TYPE_Q4_K: k_quant_row(false, in, out, cols); break;
             case TYPE_Q5_K: k_quant_row(true, in, out, cols); break;
-            default:  // Q6_K
-                if (format == CK_Q6) {
-                    q6_k_row(in, out, cols);
-                } else {
-                    q6_k_row_as_q8_0(in, out, cols);
-                }
-                break;
+            default: q6_k_row(format, in, out, cols); break;  // Q6_K
         }
     }
 }
