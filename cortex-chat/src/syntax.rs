@@ -218,13 +218,7 @@ impl OutputSyntax {
             return channels_so_far(text);
         }
         if self.calls == CallSyntax::Recipients {
-            // (`>>>` ends with its own start: a whole one is not held.)
-            let text = if text.ends_with(RECIPIENTS_SEPARATOR) {
-                text
-            } else {
-                held_back(text, &[RECIPIENTS_SEPARATOR])
-            };
-            return recipients_of(text, false);
+            return recipients_of(held_back(text, &[RECIPIENTS_SEPARATOR]), false);
         }
         let answer = match &self.reasoning {
             None => text,
@@ -348,10 +342,12 @@ fn is_partial(text: &str, marker: &str) -> bool {
     !text.is_empty() && text.len() < marker.len() && marker.starts_with(text)
 }
 
-/// `text` without an end that may be the start of one of `markers`.
+/// `text` without an end that may be the start of one of `markers` (but
+/// a marker written whole, `>>>`, is not the start of another of itself).
 fn held_back<'t>(text: &'t str, markers: &[&str]) -> &'t str {
     let longest = markers
         .iter()
+        .filter(|marker| !text.ends_with(**marker))
         .flat_map(|marker| {
             (1..marker.len())
                 .filter(|&n| marker.is_char_boundary(n))
