@@ -40,10 +40,14 @@ pub(crate) fn namespace(defaults: Option<Value>) -> Result<Value, Error> {
 }
 
 /// A list a template changes with Python's methods (`append`, `extend`,
-/// `insert`, `pop`, `clear`); it reads as any list. (Its growth is bounded
-/// by the template's fuel, like every other step.)
+/// `insert`, `pop`, `clear`); it reads as any list. At most
+/// [`LIST_IN_PLACE_ITEMS`] items: fuel counts steps, and `extend` doubles a
+/// list in one.
 #[derive(Debug)]
 struct ListInPlace(Mutex<Vec<Value>>);
+
+/// The most items a [`ListInPlace`] holds (a chat's ids or turns are a few).
+const LIST_IN_PLACE_ITEMS: usize = 100_000;
 
 impl ListInPlace {
     fn items(&self) -> std::sync::MutexGuard<'_, Vec<Value>> {
@@ -85,9 +89,25 @@ impl Object for ListInPlace {
         method: &str,
         args: &[Value],
     ) -> Result<Value, Error> {
+        // The arguments are read before the list is locked: one may be the
+        // list itself (`ns.ids.extend(ns.ids)`).
+        let extension: Option<Vec<Value>> = match (method, args) {
+            ("extend", [values]) => Some(values.try_iter()?.collect()),
+            _ => None,
+        };
         let mut items = self.items();
-        let index = |at: Option<&Value>, len: usize| -> Result<usize, Error> {
-            let Some(at) = at else { return Ok(len) };
+        let growth = match method {
+            "append" | "insert" => 1,
+            _ => extension.as_ref().map_or(0, Vec::len),
+        };
+        if items.len() + growth > LIST_IN_PLACE_ITEMS {
+            return Err(Error::new(
+                ErrorKind::InvalidOperation,
+                format!("{method}: a list of more than {LIST_IN_PLACE_ITEMS} items"),
+            ));
+        }
+        // Python's index: negative from the end, clamped to the list.
+        let index = |at: &Value, len: usize| -> Result<usize, Error> {
             let at = i64::try_from(at.clone())?;
             let len = i64::try_from(len).unwrap_or(i64::MAX);
             let at = if at < 0 { at + len } else { at };
@@ -95,9 +115,9 @@ impl Object for ListInPlace {
         };
         match (method, args) {
             ("append", [value]) => items.push(value.clone()),
-            ("extend", [values]) => items.extend(values.try_iter()?),
+            ("extend", [_]) => items.extend(extension.unwrap_or_default()),
             ("insert", [at, value]) => {
-                let at = index(Some(at), items.len())?;
+                let at = index(at, items.len())?;
                 items.insert(at, value.clone());
             }
             ("pop", [] | [_]) => {
@@ -106,7 +126,7 @@ impl Object for ListInPlace {
                 }
                 let last = items.len() - 1;
                 let at = match args.first() {
-                    Some(at) => index(Some(at), items.len())?,
+                    Some(at) => index(at, items.len())?,
                     None => last,
                 };
                 if at > last {

@@ -600,6 +600,13 @@ mod tests {
         let pops_nothing = "{% set ns = namespace(ids=[]) %}{{ ns.ids.pop(0) }}";
         let template = ChatTemplate::new(pops_nothing, "", "").unwrap();
         assert!(template.render(&Conversation::new(&[]), false).is_err());
+        // A list extended by itself, doubling in one step: an error, not a
+        // hang on its own lock nor memory without end.
+        let doubling = "{% set ns = namespace(l=['x']) %}{% for i in range(10000) %}\
+{% set _ = ns.l.extend(ns.l) %}{% endfor %}{{ ns.l | length }}";
+        let template = ChatTemplate::new(doubling, "", "").unwrap();
+        let error = template.render(&Conversation::new(&[]), false).unwrap_err();
+        assert!(error.to_string().contains("more than"), "{error}");
     }
 
     #[test]
