@@ -10,33 +10,44 @@
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 
-use minijinja::value::{Enumerator, Kwargs, Object, ObjectRepr, Rest, ValueKind};
+use minijinja::value::{Enumerator, Kwargs, Object, ObjectRepr, Rest, ValueKind, ValueOrKwargs};
 use minijinja::{Error, ErrorKind, State, Value};
+
+/// Sets `env` to print, filter and call methods as Jinja under Python does.
+pub(crate) fn behave_as_python(env: &mut minijinja::Environment<'_>) {
+    env.set_unknown_method_callback(unknown_method);
+    env.set_formatter(formatter);
+    env.add_filter("tojson", tojson);
+    env.add_filter("string", string);
+    env.add_filter("length", length);
+    env.add_filter("count", length);
+    env.add_filter("indent", indent);
+    env.add_function("namespace", namespace);
+}
 
 /// `namespace(...)`, whose lists are [`ListInPlace`]s: Python's lists are
 /// changed by their methods, minijinja's values never are.
-pub(crate) fn namespace(defaults: Option<Value>) -> Result<Value, Error> {
+pub(crate) fn namespace(defaults: Option<ValueOrKwargs>) -> Result<Value, Error> {
     let defaults = defaults.map(|defaults| {
+        let defaults = defaults.into_value();
         match defaults
             .as_object()
             .and_then(minijinja::value::DynObject::try_iter_pairs)
         {
-            Some(pairs) => pairs
-                .map(|(key, value)| {
-                    let value = if value.kind() == ValueKind::Seq {
-                        Value::from_object(ListInPlace(Mutex::new(
-                            value.try_iter().into_iter().flatten().collect(),
-                        )))
-                    } else {
-                        value
-                    };
-                    (key, value)
-                })
-                .collect(),
+            Some(pairs) => Value::from_pairs(pairs.map(|(key, value)| {
+                let value = if value.kind() == ValueKind::Seq {
+                    Value::from_object(ListInPlace(Mutex::new(
+                        value.try_iter().into_iter().flatten().collect(),
+                    )))
+                } else {
+                    value
+                };
+                (key, value)
+            })),
             None => defaults,
         }
     });
-    minijinja::functions::namespace(defaults)
+    minijinja::functions::namespace(defaults.map(ValueOrKwargs::from))
 }
 
 /// A list a template changes with Python's methods (`append`, `extend`,
@@ -85,7 +96,7 @@ impl Object for ListInPlace {
 
     fn call_method(
         self: &Arc<Self>,
-        _state: &State<'_, '_>,
+        state: &mut State<'_, '_>,
         method: &str,
         args: &[Value],
     ) -> Result<Value, Error> {
@@ -106,6 +117,7 @@ impl Object for ListInPlace {
                 format!("{method}: a list of more than {LIST_IN_PLACE_ITEMS} items"),
             ));
         }
+        state.consume_fuel(growth as u64)?;
         // Python's index: negative from the end, clamped to the list.
         let index = |at: &Value, len: usize| -> Result<usize, Error> {
             let at = i64::try_from(at.clone())?;
@@ -156,23 +168,77 @@ fn out_of_range(method: &str) -> Error {
     )
 }
 
-/// Python's `str(value)`: a string as it is, anything else as `repr`.
-pub(crate) fn str_of(value: &Value) -> String {
-    match value.kind() {
-        ValueKind::String => value.as_str().unwrap_or_default().to_owned(),
-        ValueKind::Undefined => String::new(),
-        _ => repr(value),
+/// The fuel a render spends on what our filters write and visit, charged
+/// as the text grows: a short value can print as gigabytes (a list holding
+/// one long string many times, or a lazily doubled list), so the charge
+/// must come before the memory does.
+pub(crate) struct Meter<'a, 't, 'e> {
+    state: &'a State<'t, 'e>,
+    /// How much of the text written so far is paid for.
+    charged: usize,
+}
+
+/// The bytes one unit of minijinja's fuel pays for.
+const BYTES_PER_FUEL: usize = 64;
+
+/// The fuel of visiting one item: an item of a lazily concatenated list
+/// costs a step per concatenation it sits under.
+const FUEL_PER_ITEM: u64 = 4;
+
+impl<'a, 't, 'e> Meter<'a, 't, 'e> {
+    pub(crate) fn new(state: &'a State<'t, 'e>) -> Self {
+        Self { state, charged: 0 }
+    }
+
+    /// Charges one item visited and the text `out` gained since the last
+    /// charge; fails once the render's fuel is spent.
+    fn visit(&mut self, out: &str) -> Result<(), Error> {
+        let unpaid = out.len().saturating_sub(self.charged) / BYTES_PER_FUEL;
+        self.charged += unpaid * BYTES_PER_FUEL;
+        self.state.consume_fuel(FUEL_PER_ITEM + unpaid as u64)
+    }
+
+    /// Pays for `bytes` about to be allocated, before they are.
+    fn reserve(&self, bytes: usize) -> Result<(), Error> {
+        self.state.consume_fuel((bytes / BYTES_PER_FUEL) as u64)
     }
 }
 
-/// Python's `repr(value)` of the JSON-like values templates see.
-pub(crate) fn repr(value: &Value) -> String {
-    let mut out = String::new();
-    write_repr(&mut out, value);
-    out
+/// How deep a value our filters print may nest: a list a template put in
+/// itself (`ns.l.append(ns.l)`) would otherwise never end.
+const MAX_NESTING: usize = 128;
+
+fn nested(depth: usize) -> Result<(), Error> {
+    if depth > MAX_NESTING {
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            format!("a value nested more than {MAX_NESTING} deep (one that holds itself?)"),
+        ));
+    }
+    Ok(())
 }
 
-fn write_repr(out: &mut String, value: &Value) {
+/// Python's `str(value)`: a string as it is, anything else as `repr`.
+pub(crate) fn str_of(value: &Value, meter: &mut Meter<'_, '_, '_>) -> Result<String, Error> {
+    Ok(match value.kind() {
+        ValueKind::String => value.as_str().unwrap_or_default().to_owned(),
+        ValueKind::Undefined => String::new(),
+        _ => {
+            let mut out = String::new();
+            write_repr(&mut out, value, 0, meter)?;
+            out
+        }
+    })
+}
+
+fn write_repr(
+    out: &mut String,
+    value: &Value,
+    depth: usize,
+    meter: &mut Meter<'_, '_, '_>,
+) -> Result<(), Error> {
+    meter.visit(out)?;
+    nested(depth)?;
     match value.kind() {
         ValueKind::Undefined => {}
         ValueKind::None => out.push_str("None"),
@@ -185,7 +251,7 @@ fn write_repr(out: &mut String, value: &Value) {
                 if i > 0 {
                     out.push_str(", ");
                 }
-                write_repr(out, &item);
+                write_repr(out, &item, depth + 1, meter)?;
             }
             out.push(']');
         }
@@ -195,9 +261,14 @@ fn write_repr(out: &mut String, value: &Value) {
                 if i > 0 {
                     out.push_str(", ");
                 }
-                write_repr(out, &key);
+                write_repr(out, &key, depth + 1, meter)?;
                 out.push_str(": ");
-                write_repr(out, &value.get_item(&key).unwrap_or_default());
+                write_repr(
+                    out,
+                    &value.get_item(&key).unwrap_or_default(),
+                    depth + 1,
+                    meter,
+                )?;
             }
             out.push('}');
         }
@@ -205,6 +276,7 @@ fn write_repr(out: &mut String, value: &Value) {
             let _ = write!(out, "{value}");
         }
     }
+    Ok(())
 }
 
 /// A string as Python quotes it: single quotes unless it holds one and no
@@ -277,16 +349,17 @@ fn python_float(f: f64) -> String {
 /// Prints a value as Jinja under Python prints it.
 pub(crate) fn formatter(
     out: &mut minijinja::Output<'_>,
-    _state: &State<'_, '_>,
+    state: &mut State<'_, '_>,
     value: &Value,
 ) -> Result<(), Error> {
-    out.write_str(&str_of(value))
+    let text = str_of(value, &mut Meter::new(state))?;
+    out.write_str(&text)
         .map_err(|e| Error::new(ErrorKind::WriteFailure, e.to_string()))
 }
 
 /// `| string`: Python's `str()`.
-pub(crate) fn string(value: &Value) -> String {
-    str_of(value)
+pub(crate) fn string(state: &State<'_, '_>, value: &Value) -> Result<String, Error> {
+    str_of(value, &mut Meter::new(state))
 }
 
 /// `| indent(width, first, blank)` as Jinja under Python indents: every
@@ -294,7 +367,13 @@ pub(crate) fn string(value: &Value) -> String {
 /// with `blank`; a text that ends with a newline keeps it.
 // minijinja hands a filter its arguments by value.
 #[allow(clippy::needless_pass_by_value)]
-pub(crate) fn indent(text: &str, args: Rest<Value>, kwargs: Kwargs) -> Result<String, Error> {
+pub(crate) fn indent(
+    state: &State<'_, '_>,
+    text: &str,
+    args: Rest<Value>,
+    kwargs: Kwargs,
+) -> Result<String, Error> {
+    let mut meter = Meter::new(state);
     let argument = |i: usize, name: &str| -> Result<Option<Value>, Error> {
         match args.get(i) {
             Some(value) => Ok(Some(value.clone())),
@@ -309,7 +388,7 @@ pub(crate) fn indent(text: &str, args: Rest<Value>, kwargs: Kwargs) -> Result<St
         None => "    ".to_owned(),
         Some(w) => match w.as_str() {
             Some(text) => text.to_owned(),
-            None => " ".repeat(usize::try_from(w)?),
+            None => spaces(usize::try_from(w)?, &meter)?,
         },
     };
     // Python's `str.splitlines` of the text with a newline added.
@@ -324,6 +403,7 @@ pub(crate) fn indent(text: &str, args: Rest<Value>, kwargs: Kwargs) -> Result<St
             }
         }
         out.push_str(line);
+        meter.visit(&out)?;
     }
     if first {
         out.insert_str(0, &indention);
@@ -350,6 +430,7 @@ pub(crate) fn length(value: &Value) -> Result<usize, Error> {
 // minijinja hands a filter its arguments by value.
 #[allow(clippy::needless_pass_by_value)]
 pub(crate) fn tojson(
+    state: &State<'_, '_>,
     value: &Value,
     indent: Option<Value>,
     kwargs: Kwargs,
@@ -363,7 +444,7 @@ pub(crate) fn tojson(
         Some(v) if v.is_none() => None,
         Some(v) => match v.as_str() {
             Some(text) => Some(text.to_owned()),
-            None => Some(" ".repeat(usize::try_from(v)?)),
+            None => Some(spaces(usize::try_from(v)?, &Meter::new(state))?),
         },
     };
     let ensure_ascii = kwargs.get::<Option<bool>>("ensure_ascii")?.unwrap_or(false);
@@ -390,8 +471,14 @@ pub(crate) fn tojson(
         sort_keys,
     };
     let mut out = String::new();
-    style.write(&mut out, value, 0)?;
+    style.write(&mut out, value, 0, &mut Meter::new(state))?;
     Ok(out)
+}
+
+/// `width` spaces, paid for before they are made.
+fn spaces(width: usize, meter: &Meter<'_, '_, '_>) -> Result<String, Error> {
+    meter.reserve(width)?;
+    Ok(" ".repeat(width))
 }
 
 struct JsonStyle {
@@ -412,7 +499,15 @@ impl JsonStyle {
         }
     }
 
-    fn write(&self, out: &mut String, value: &Value, depth: usize) -> Result<(), Error> {
+    fn write(
+        &self,
+        out: &mut String,
+        value: &Value,
+        depth: usize,
+        meter: &mut Meter<'_, '_, '_>,
+    ) -> Result<(), Error> {
+        meter.visit(out)?;
+        nested(depth)?;
         match value.kind() {
             ValueKind::Undefined | ValueKind::None => out.push_str("null"),
             ValueKind::Bool => out.push_str(if value.is_true() { "true" } else { "false" }),
@@ -434,18 +529,19 @@ impl JsonStyle {
             }
             ValueKind::String => self.write_string(out, value.as_str().unwrap_or_default()),
             ValueKind::Seq | ValueKind::Iterable => {
-                let items: Vec<Value> = value.try_iter()?.collect();
-                if items.is_empty() {
+                // Walked as it comes: a lazy list can be far longer than memory.
+                let mut items = value.try_iter()?.peekable();
+                if items.peek().is_none() {
                     out.push_str("[]");
                     return Ok(());
                 }
                 out.push('[');
-                for (i, item) in items.iter().enumerate() {
+                for (i, item) in items.enumerate() {
                     if i > 0 {
                         out.push_str(&self.item);
                     }
                     self.newline(out, depth + 1);
-                    self.write(out, item, depth + 1)?;
+                    self.write(out, &item, depth + 1, meter)?;
                 }
                 self.newline(out, depth);
                 out.push(']');
@@ -471,7 +567,7 @@ impl JsonStyle {
                         None => self.write_string(out, &json_key(key)),
                     }
                     out.push_str(&self.key);
-                    self.write(out, &value.get_item(key)?, depth + 1)?;
+                    self.write(out, &value.get_item(key)?, depth + 1, meter)?;
                 }
                 self.newline(out, depth);
                 out.push('}');
@@ -515,7 +611,7 @@ fn json_key(key: &Value) -> String {
 /// Python's string methods that minijinja-contrib's pycompat leaves out,
 /// then pycompat's own.
 pub(crate) fn unknown_method(
-    state: &State<'_, '_>,
+    state: &mut State<'_, '_>,
     value: &Value,
     method: &str,
     args: &[Value],
@@ -577,13 +673,22 @@ mod tests {
         serde_json::from_str(json).unwrap()
     }
 
+    /// `source` rendered as chat templates are, with `v` bound to `value`.
+    fn render(source: &str, value: &Value) -> Result<String, Error> {
+        let mut env = minijinja::Environment::new();
+        env.set_fuel(Some(100_000));
+        behave_as_python(&mut env);
+        env.render_str(source, minijinja::context! { v => value })
+    }
+
     #[test]
     fn values_print_as_python_prints_them() {
+        let printed = |json: &str| render("{{ v }}|{{ v|string }}", &value(json)).unwrap();
         assert_eq!(
-            str_of(&value(r#"{"a": [1, 2.5, true, null, "it's"], "b": "x"}"#)),
-            r#"{'a': [1, 2.5, True, None, "it's"], 'b': 'x'}"#
+            printed(r#"{"a": [1, 2.5, true, null, "it's"], "b": "x"}"#),
+            r#"{'a': [1, 2.5, True, None, "it's"], 'b': 'x'}|{'a': [1, 2.5, True, None, "it's"], 'b': 'x'}"#
         );
-        assert_eq!(str_of(&value("\"plain\"")), "plain");
+        assert_eq!(printed("\"plain\""), "plain|plain");
         assert_eq!(python_float(1.0), "1.0");
         assert_eq!(python_float(1e-5), "1e-05");
         assert_eq!(python_float(1e16), "1e+16");
@@ -592,44 +697,54 @@ mod tests {
 
     #[test]
     fn indent_keeps_a_final_newline_as_python_does() {
-        let indent = |text: &str, args: Vec<Value>, kwargs: Vec<(&str, Value)>| {
-            indent(text, Rest(args), Kwargs::from_iter(kwargs)).unwrap()
+        let indent = |text: &str, arguments: &str| {
+            render(
+                &format!("{{{{ v|indent({arguments}) }}}}"),
+                &Value::from(text),
+            )
+            .unwrap()
         };
-        let four = Value::from(4);
-        assert_eq!(
-            indent("{\n", vec![four], vec![("first", Value::from(true))]),
-            "    {\n"
-        );
-        assert_eq!(indent("a\n\nb", vec![Value::from(2)], vec![]), "a\n\n  b");
-        assert_eq!(
-            indent(
-                "a\n\nb",
-                vec![Value::from(2), Value::from(false), Value::from(true)],
-                vec![]
-            ),
-            "a\n  \n  b"
-        );
+        assert_eq!(indent("{\n", "4, first=true"), "    {\n");
+        assert_eq!(indent("a\n\nb", "2"), "a\n\n  b");
+        assert_eq!(indent("a\n\nb", "2, false, true"), "a\n  \n  b");
+    }
+
+    #[test]
+    fn printing_costs_fuel_as_it_grows_and_ends() {
+        // A list holding one string a thousand times prints as 100 MB; a
+        // list holding itself never ends; a width can ask for any memory.
+        let many = "{% set s = 'x' * 100000 %}{% set ns = namespace(l=[s]) %}\
+                    {% for i in range(10) %}{{ ns.l.extend(ns.l) or '' }}{% endfor %}";
+        for printed in ["{{ ns.l }}", "{{ ns.l|string }}", "{{ ns.l|tojson }}"] {
+            let error = render(&format!("{many}{printed}"), &Value::UNDEFINED).unwrap_err();
+            assert_eq!(error.kind(), ErrorKind::OutOfFuel, "{printed}: {error}");
+        }
+        let itself = "{% set ns = namespace(l=[1]) %}{{ ns.l.append(ns.l) or '' }}";
+        for printed in ["{{ ns.l }}", "{{ ns.l|tojson }}"] {
+            let error = render(&format!("{itself}{printed}"), &Value::UNDEFINED).unwrap_err();
+            assert!(error.to_string().contains("nested more than"), "{error}");
+        }
+        for wide in [
+            "{{ 'a\nb'|indent(10**12) }}",
+            "{{ v|tojson(indent=10**12) }}",
+        ] {
+            let error = render(wide, &value("[1]")).unwrap_err();
+            assert_eq!(error.kind(), ErrorKind::OutOfFuel, "{wide}: {error}");
+        }
     }
 
     #[test]
     fn tojson_is_json_dumps() {
         let v = value(r#"{"b": 1, "a": {"x": [1, "é"]}, "c": []}"#);
         let dumps =
-            |kwargs: Vec<(&str, Value)>| tojson(&v, None, Kwargs::from_iter(kwargs)).unwrap();
-        assert_eq!(dumps(vec![]), r#"{"b": 1, "a": {"x": [1, "é"]}, "c": []}"#);
+            |arguments: &str| render(&format!("{{{{ v|tojson({arguments}) }}}}"), &v).unwrap();
+        assert_eq!(dumps(""), r#"{"b": 1, "a": {"x": [1, "é"]}, "c": []}"#);
         assert_eq!(
-            dumps(vec![("indent", Value::from(2))]),
+            dumps("indent=2"),
             "{\n  \"b\": 1,\n  \"a\": {\n    \"x\": [\n      1,\n      \"é\"\n    ]\n  },\n  \"c\": []\n}"
         );
         assert_eq!(
-            dumps(vec![
-                ("ensure_ascii", Value::from(true)),
-                ("sort_keys", Value::from(true)),
-                (
-                    "separators",
-                    Value::from(vec![Value::from(","), Value::from(":")])
-                )
-            ]),
+            dumps("ensure_ascii=true, sort_keys=true, separators=[',', ':']"),
             r#"{"a":{"x":[1,"\u00e9"]},"b":1,"c":[]}"#
         );
     }

@@ -47,10 +47,19 @@ impl std::fmt::Debug for ChatTemplate {
 /// The name the template is compiled under.
 const NAME: &str = "chat";
 
-/// The most template instructions one render may run: far more than any
-/// real template spends on a long chat with many tools, so a render always
-/// ends (a template's loops are over its input, but `range` takes any number).
-const FUEL: u64 = 20_000_000;
+/// The most work one render may do, in minijinja's fuel: one per
+/// instruction and one per 64 bytes of text or values made, checked before a
+/// large allocation. A render therefore ends and holds at most about 256 MB,
+/// whatever a template does (templates come from clients: `/api/create`, an
+/// uploaded GGUF): a loop that doubles a string or list, `range`, macros
+/// calling themselves. Real templates spend about 1.5 per byte they print
+/// (2,821 on the longest conversation of the parity test), so this leaves a
+/// prompt of 100 MB room.
+const FUEL: u64 = 4_000_000;
+
+/// The fuel of each render that probes what a template does: its
+/// conversations are a few short turns.
+const PROBE_FUEL: u64 = 200_000;
 
 impl ChatTemplate {
     /// Compiles `source`; `bos_token` and `eos_token` are the texts of the
@@ -58,18 +67,16 @@ impl ChatTemplate {
     pub fn new(source: &str, bos_token: &str, eos_token: &str) -> Result<Self, TemplateError> {
         let mut env = Environment::new();
         // transformers renders with trim_blocks and lstrip_blocks on.
-        env.set_trim_blocks(true);
-        env.set_lstrip_blocks(true);
-        env.set_fuel(Some(FUEL));
-        env.set_unknown_method_callback(python::unknown_method);
-        env.set_formatter(python::formatter);
-        env.add_filter("tojson", python::tojson);
-        env.add_filter("string", python::string);
-        env.add_filter("length", python::length);
-        env.add_filter("count", python::length);
-        env.add_filter("indent", python::indent);
+        env.set_syntax(
+            minijinja::syntax::SyntaxConfig::builder()
+                .trim_blocks(true)
+                .lstrip_blocks(true)
+                .build()
+                .map_err(|e| TemplateError::Syntax(describe(&e)))?,
+        );
+        env.set_fuel(Some(PROBE_FUEL));
+        python::behave_as_python(&mut env);
         env.add_function("raise_exception", raise_exception);
-        env.add_function("namespace", python::namespace);
         env.add_function("strftime_now", strftime_now);
         env.add_template_owned(NAME, without_generation_tags(source))
             .map_err(|e| TemplateError::Syntax(describe(&e)))?;
@@ -112,6 +119,7 @@ impl ChatTemplate {
         template.capabilities.walks_system_parts = true;
         template.capabilities.walks_parts = template.walks_parts("user");
         template.capabilities.walks_system_parts = template.walks_parts("system");
+        template.env.set_fuel(Some(FUEL));
         Ok(template)
     }
 
@@ -225,7 +233,10 @@ impl ChatTemplate {
         if let Some(tools) = conversation.tools {
             let tools: serde_json::Value = serde_json::from_str(&tools.definitions)
                 .map_err(|e| TemplateError::Input(format!("tools are not JSON: {e}")))?;
-            context.push(("tools".into(), Value::from_serialize(with_defaults(tools))));
+            context.push((
+                "tools".into(),
+                Value::from(minijinja::value::Serde(with_defaults(tools))),
+            ));
         }
         let messages: Vec<Value> = conversation
             .messages
@@ -245,7 +256,7 @@ impl ChatTemplate {
         ));
         context.push(("bos_token".into(), Value::from(self.bos_token.as_str())));
         context.push(("eos_token".into(), Value::from(self.eos_token.as_str())));
-        let context: Value = context.into_iter().collect();
+        let context = Value::from_pairs(context);
         self.env
             .get_template(NAME)
             .and_then(|t| t.render(context))
@@ -325,12 +336,10 @@ fn message_value(message: &ChatMessage, parts_as_list: bool, string_arguments: b
             .content_parts
             .iter()
             .map(|text| {
-                [
+                Value::from_pairs([
                     ("type", Value::from("text")),
                     ("text", Value::from(text.as_str())),
-                ]
-                .into_iter()
-                .collect::<Value>()
+                ])
             })
             .collect::<Vec<Value>>()
             .into()
@@ -352,19 +361,15 @@ fn message_value(message: &ChatMessage, parts_as_list: bool, string_arguments: b
                     serde_json::from_str::<Value>(&call.arguments)
                         .unwrap_or_else(|_| Value::from(call.arguments.as_str()))
                 };
-                let function: Value = [
+                let function = Value::from_pairs([
                     ("name", Value::from(call.name.as_str())),
                     ("arguments", arguments),
-                ]
-                .into_iter()
-                .collect();
-                [
+                ]);
+                Value::from_pairs([
                     ("id", Value::from(call.id.as_str())),
                     ("type", Value::from("function")),
                     ("function", function),
-                ]
-                .into_iter()
-                .collect()
+                ])
             })
             .collect();
         fields.push(("tool_calls", Value::from(calls)));
@@ -377,14 +382,21 @@ fn message_value(message: &ChatMessage, parts_as_list: bool, string_arguments: b
         fields.insert(0, ("thinking", Value::from(thinking.as_str())));
         fields.push(("reasoning_content", Value::from(thinking.as_str())));
     }
-    fields.into_iter().collect()
+    Value::from_pairs(fields)
 }
 
 /// The error with the template line it happened on, when known.
 fn describe(error: &minijinja::Error) -> String {
-    let mut text = error
-        .detail()
-        .map_or_else(|| error.kind().to_string(), str::to_owned);
+    let mut text = match error.kind() {
+        ErrorKind::OutOfFuel => format!(
+            "it did more work or made more text than a chat needs (more than {FUEL} steps, \
+             or about {} MiB)",
+            (FUEL * 64) >> 20
+        ),
+        _ => error
+            .detail()
+            .map_or_else(|| error.kind().to_string(), str::to_owned),
+    };
     if let Some(line) = error.line() {
         text = format!("line {line}: {text}");
     }
@@ -584,6 +596,40 @@ mod tests {
             prompt.contains("user\nTranslate to French:\nGood morning<|im_end|>"),
             "{prompt}"
         );
+    }
+
+    #[test]
+    fn a_template_that_would_eat_the_machine_fails_to_render_instead() {
+        let doubling = |set: &str, start: &str, doubled: &str| {
+            format!(
+                "{{% set ns = namespace(v={start}) %}}{{% for i in range(100) %}}\
+                 {{% set {set} = {doubled} %}}{{% endfor %}}{{{{ ns.v|length }}}}"
+            )
+        };
+        let hostile = [
+            // Each doubles a value until it holds more than the memory.
+            doubling("ns.v", "'x'", "ns.v + ns.v"),
+            doubling("ns.v", "'x'", "ns.v ~ ns.v"),
+            doubling("ns.v", "[1]", "ns.v + ns.v"),
+            "{% set l = [1] %}".to_owned() + &"{% set l = l + l %}".repeat(40) + "{{ l|length }}",
+            "{% macro f(s, n) %}{% if n %}{{ f(s ~ s, n - 1) }}{% endif %}{% endmacro %}{{ f('x', 60) }}"
+                .to_owned(),
+            // A list printed as far more text than it holds.
+            "{% set l = [1] %}".to_owned() + &"{% set l = l + l %}".repeat(30) + "{{ l|tojson }}",
+            "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+                .to_owned(),
+        ];
+        let hi = [ChatMessage::user("Hi")];
+        for source in hostile {
+            let template = ChatTemplate::new(&source, "", "").unwrap();
+            let error = template.render(&Conversation::new(&hi), true).unwrap_err();
+            assert!(
+                error
+                    .to_string()
+                    .contains("more work or made more text than a chat needs"),
+                "{source}: {error}"
+            );
+        }
     }
 
     #[test]

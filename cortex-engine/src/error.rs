@@ -27,6 +27,11 @@ pub enum EngineError {
         /// What failed.
         detail: String,
     },
+    /// The model's chat template (its GGUF's, its registry entry's, or the
+    /// one configured) does not compile or render a chat: the model's
+    /// settings are at fault, not the machine.
+    #[error("{0}")]
+    ChatTemplate(String),
     /// The request is invalid.
     #[error("request {id}: invalid {field}: {message}")]
     Invalid {
@@ -91,7 +96,9 @@ impl EngineError {
     /// A short machine-readable code.
     pub fn code(&self) -> &'static str {
         match self {
-            EngineError::Model(_) | EngineError::Load { .. } => "model_error",
+            EngineError::Model(_) | EngineError::Load { .. } | EngineError::ChatTemplate(_) => {
+                "model_error"
+            }
             EngineError::Invalid { .. } => "invalid_request",
             EngineError::PromptTooLong { .. } => "context_length_exceeded",
             EngineError::DuplicateId(_) => "duplicate_id",

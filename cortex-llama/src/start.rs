@@ -45,7 +45,7 @@ pub fn start_observed(
             if let Some(template) = &chat_template {
                 executor = executor
                     .with_chat_template(template)
-                    .map_err(|e| EngineError::Model(e.to_string()))?;
+                    .map_err(|e| EngineError::ChatTemplate(e.to_string()))?;
             }
             executors.push(Box::new(executor));
         }

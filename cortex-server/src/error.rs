@@ -159,7 +159,8 @@ impl ApiError {
 }
 
 /// What the model pool refuses, as HTTP: a model nobody has is a 404, one
-/// over the whole memory budget a 507, no room now a 503.
+/// over the whole memory budget a 507, no room now a 503, one whose chat
+/// template fails (a client's `/api/create` may make one) a 400.
 impl From<crate::pool::PoolError> for ApiError {
     fn from(error: crate::pool::PoolError) -> Self {
         use crate::pool::PoolError;
@@ -168,6 +169,10 @@ impl From<crate::pool::PoolError> for ApiError {
             PoolError::NotFound(_) => Self::model_not_found(&message),
             PoolError::TooLarge { .. } => Self::insufficient_storage(message),
             PoolError::Busy { .. } => Self::unavailable(message),
+            PoolError::Load {
+                source: EngineError::ChatTemplate(_),
+                ..
+            } => Self::invalid(message, Some("model".into())),
             PoolError::Registry { .. } | PoolError::Load { .. } => Self::internal(message),
         }
     }

@@ -155,6 +155,43 @@ fn requests_that_once_killed_the_server_are_refused_and_it_stays_up() {
     assert!(said == "yes" || said == "no", "{text}");
 }
 
+/// A chat template a client makes (`/api/create`) that doubles a list
+/// until it holds more than the memory once aborted `cortex serve` at
+/// `/api/show`, and when a chat loaded the model: now each render stops at
+/// its bound, the chats are refused with why, and the server stays up.
+#[test]
+fn a_clients_template_that_would_eat_the_memory_is_cut_off_and_the_server_stays_up() {
+    let cortex = Cortex::new();
+    let server = Server::start(&cortex, &["--parallel", "2"]);
+    let template = "{% set ns = namespace(l=['x']) %}{% for i in range(10000) %}\
+                    {% set ns.l = ns.l + ns.l %}{% endfor %}{{ ns.l|length }}";
+    // Other weights than the default's: the pool runs one engine per
+    // weights, and this name is the one that loads them.
+    let create =
+        json!({"model": "hog", "from": "gemma3-270m", "template": template, "stream": false});
+    let (status, text) = http(server.port, "POST", "/api/create", &create.to_string())
+        .expect("an answer to /api/create");
+    assert_eq!(status, 200, "{text}");
+    let show = json!({"model": "hog"}).to_string();
+    let (status, text) = http(server.port, "POST", "/api/show", &show).expect("/api/show answers");
+    assert_eq!(status, 200, "{text}");
+    let bound = "more work or made more text than a chat needs";
+    let messages = json!([{"role": "user", "content": "Hi"}]);
+    let chat = json!({"model": "hog", "messages": messages, "max_tokens": 4});
+    refused(&server, "/v1/chat/completions", &chat, bound);
+    let chat = json!({"model": "hog", "messages": messages, "stream": false});
+    refused(&server, "/api/chat", &chat, bound);
+    let completion = json!({"model": "default", "prompt": "Say a.", "max_tokens": 2});
+    let (status, text) = http(
+        server.port,
+        "POST",
+        "/v1/completions",
+        &completion.to_string(),
+    )
+    .expect("the server is up");
+    assert_eq!(status, 200, "{text}");
+}
+
 #[test]
 fn grammars_at_each_limit_load_in_llama_cpp_and_generate() {
     let cortex = Cortex::new();

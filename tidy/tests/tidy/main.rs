@@ -44,9 +44,16 @@ fn packages(metadata: &serde_json::Value) -> &Vec<serde_json::Value> {
     metadata["packages"].as_array().expect("packages")
 }
 
+/// Where crates copied from elsewhere live, each patched for a reason its
+/// `PATCHED.md` gives: their code is upstream's, so the rules skip it.
+const VENDORED: &str = "third_party";
+
 fn rust_sources(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
+        if path == workspace_root().join(VENDORED) {
+            continue;
+        }
         if path.is_dir() {
             rust_sources(&path, out);
         } else if path.extension().is_some_and(|x| x == "rs") {
@@ -60,7 +67,10 @@ fn all_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap().flatten() {
         let path = entry.path();
         let name = entry.file_name();
-        if name == "target" || name.to_string_lossy().starts_with('.') {
+        if name == "target"
+            || name.to_string_lossy().starts_with('.')
+            || path == workspace_root().join(VENDORED)
+        {
             continue;
         }
         if path.is_dir() {
@@ -138,4 +148,26 @@ fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>>
     graph
         .keys()
         .find_map(|node| visit(node, graph, &mut marks, &mut Vec::new()))
+}
+
+/// A vendored crate is one `[patch.crates-io]` points at, and says what was
+/// changed and why.
+#[test]
+fn every_vendored_crate_is_a_patch_that_says_why() {
+    let root = workspace_root();
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let patches = manifest
+        .split_once("[patch.crates-io]")
+        .map_or("", |(_, rest)| rest);
+    for entry in std::fs::read_dir(root.join(VENDORED)).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        assert!(
+            entry.path().join("PATCHED.md").is_file(),
+            "{VENDORED}/{name} has no PATCHED.md saying what was changed and why"
+        );
+        assert!(
+            patches.contains(&format!("path = \"{VENDORED}/{name}\"")),
+            "{VENDORED}/{name} is not a [patch.crates-io] in Cargo.toml"
+        );
+    }
 }
