@@ -198,6 +198,13 @@ impl<'a, 't, 'e> Meter<'a, 't, 'e> {
         self.state.consume_fuel(FUEL_PER_ITEM + unpaid as u64)
     }
 
+    /// Charges a visit to a value `depth` deep in what is being printed,
+    /// refusing one deeper than [`MAX_NESTING`].
+    fn enter(&mut self, out: &str, depth: usize) -> Result<(), Error> {
+        self.visit(out)?;
+        nested(depth)
+    }
+
     /// Pays for `bytes` about to be allocated, before they are.
     fn reserve(&self, bytes: usize) -> Result<(), Error> {
         self.state.consume_fuel((bytes / BYTES_PER_FUEL) as u64)
@@ -237,8 +244,7 @@ fn write_repr(
     depth: usize,
     meter: &mut Meter<'_, '_, '_>,
 ) -> Result<(), Error> {
-    meter.visit(out)?;
-    nested(depth)?;
+    meter.enter(out, depth)?;
     match value.kind() {
         ValueKind::Undefined => {}
         ValueKind::None => out.push_str("None"),
@@ -506,8 +512,7 @@ impl JsonStyle {
         depth: usize,
         meter: &mut Meter<'_, '_, '_>,
     ) -> Result<(), Error> {
-        meter.visit(out)?;
-        nested(depth)?;
+        meter.enter(out, depth)?;
         match value.kind() {
             ValueKind::Undefined | ValueKind::None => out.push_str("null"),
             ValueKind::Bool => out.push_str(if value.is_true() { "true" } else { "false" }),
