@@ -179,7 +179,7 @@ pub(crate) struct Meter<'a, 't, 'e> {
 }
 
 /// The bytes one unit of minijinja's fuel pays for.
-const BYTES_PER_FUEL: usize = 64;
+pub(crate) const BYTES_PER_FUEL: usize = 64;
 
 /// The fuel of visiting one item: an item of a lazily concatenated list
 /// costs a step per concatenation it sits under.
@@ -202,7 +202,13 @@ impl<'a, 't, 'e> Meter<'a, 't, 'e> {
     /// refusing one deeper than [`MAX_NESTING`].
     fn enter(&mut self, out: &str, depth: usize) -> Result<(), Error> {
         self.visit(out)?;
-        nested(depth)
+        if depth > MAX_NESTING {
+            return Err(Error::new(
+                ErrorKind::InvalidOperation,
+                format!("a value nested more than {MAX_NESTING} deep (one that holds itself?)"),
+            ));
+        }
+        Ok(())
     }
 
     /// Pays for `bytes` about to be allocated, before they are.
@@ -214,16 +220,6 @@ impl<'a, 't, 'e> Meter<'a, 't, 'e> {
 /// How deep a value our filters print may nest: a list a template put in
 /// itself (`ns.l.append(ns.l)`) would otherwise never end.
 const MAX_NESTING: usize = 128;
-
-fn nested(depth: usize) -> Result<(), Error> {
-    if depth > MAX_NESTING {
-        return Err(Error::new(
-            ErrorKind::InvalidOperation,
-            format!("a value nested more than {MAX_NESTING} deep (one that holds itself?)"),
-        ));
-    }
-    Ok(())
-}
 
 /// Python's `str(value)`: a string as it is, anything else as `repr`.
 pub(crate) fn str_of(value: &Value, meter: &mut Meter<'_, '_, '_>) -> Result<String, Error> {

@@ -391,7 +391,7 @@ fn describe(error: &minijinja::Error) -> String {
         ErrorKind::OutOfFuel => format!(
             "it did more work or made more text than a chat needs (more than {FUEL} steps, \
              or about {} MiB)",
-            (FUEL * 64) >> 20
+            (FUEL * python::BYTES_PER_FUEL as u64) >> 20
         ),
         _ => error
             .detail()
