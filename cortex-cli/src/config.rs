@@ -226,6 +226,7 @@ impl Config {
         let chosen = &self.settings.chat_template.value;
         options.chat_template = (!chosen.is_empty()).then(|| chosen.clone());
         options.chats_refused = model.chat_refusal(options.chat_template.as_deref());
+        options.defaults.chat_template = model.chat_template(options.chat_template.as_deref());
         Ok(options)
     }
 

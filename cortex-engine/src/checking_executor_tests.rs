@@ -121,6 +121,7 @@ impl Executor for CheckingExecutor {
     fn apply_chat_template(
         &self,
         conversation: &Conversation<'_>,
+        _template: &cortex_request::ChatTemplateChoice,
     ) -> Result<RenderedChat, ExecutorError> {
         Ok(RenderedChat {
             prompt: conversation

@@ -1,7 +1,7 @@
 //! The seam between the step loop and what computes logits.
 
 use cortex_chat::{Conversation, RenderedChat};
-use cortex_request::TokenId;
+use cortex_request::{ChatTemplateChoice, TokenId};
 use cortex_sample::TokenFilter;
 
 /// A KV stream of the executor, which is also the id of the sequence that runs
@@ -140,10 +140,12 @@ pub trait Executor {
     /// Renders a chat with the model's template for generation: the
     /// prompt (ending with the assistant's turn opened), how its output is
     /// read (thinking, calls) and the grammar the tools' choice asks for
-    /// (`cortex_chat::ChatTemplate::render_chat`).
+    /// (`cortex_chat::ChatTemplate::render_chat`), with the template
+    /// `template` chooses.
     fn apply_chat_template(
         &self,
         conversation: &Conversation<'_>,
+        template: &ChatTemplateChoice,
     ) -> Result<RenderedChat, ExecutorError>;
     /// The text of a control token (`<|channel|>`, `[TOOL_CALLS]`), which
     /// [`Executor::token_bytes`] renders as nothing: kept where a chat's

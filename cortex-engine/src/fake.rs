@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use cortex_chat::{Conversation, OutputSyntax, RenderedChat};
-use cortex_request::TokenId;
+use cortex_request::{ChatTemplateChoice, TokenId};
 
 use crate::executor::{BatchToken, Executor, ExecutorError, KvLayout, StreamId};
 
@@ -92,6 +92,7 @@ impl Executor for FakeExecutor {
     fn apply_chat_template(
         &self,
         conversation: &Conversation<'_>,
+        _template: &ChatTemplateChoice,
     ) -> Result<RenderedChat, ExecutorError> {
         Ok(RenderedChat {
             prompt: conversation

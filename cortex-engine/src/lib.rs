@@ -62,7 +62,7 @@
 //! #       Ok(())
 //! #   }
 //! #   fn is_end_of_generation(&self, _token: TokenId) -> bool { false }
-//! #   fn apply_chat_template(&self, c: &cortex_chat::Conversation<'_>) -> Result<cortex_chat::RenderedChat, ExecutorError> {
+//! #   fn apply_chat_template(&self, c: &cortex_chat::Conversation<'_>, _: &cortex_request::ChatTemplateChoice) -> Result<cortex_chat::RenderedChat, ExecutorError> {
 //! #       let prompt = c.messages.iter().map(|m| m.content.as_str()).collect();
 //! #       Ok(cortex_chat::RenderedChat { prompt, syntax: cortex_chat::OutputSyntax::plain(), grammar: None })
 //! #   }

@@ -3,10 +3,13 @@
 //! `transformers` renders it, or a template llama.cpp knows by name
 //! rendered by llama.cpp itself.
 
+use std::cell::RefCell;
 use std::path::Path;
+use std::sync::Arc;
 
 use cortex_chat::{ChatTemplate, Conversation, RenderedChat, TemplateError, TextOnlyChat};
 use cortex_engine::{EngineError, ExecutorError};
+use cortex_request::ChatTemplateChoice;
 
 use crate::Model;
 use crate::sys;
@@ -106,6 +109,81 @@ impl ChatRenderer {
             )),
         }
     }
+}
+
+/// Templates besides its own an executor keeps compiled: a server's names
+/// that share weights with different templates are few.
+const MAX_OTHER_TEMPLATES: usize = 8;
+
+/// An executor's chat renderers: the one its engine was started with, and
+/// those requests chose instead (a registered model's template, where two
+/// names share their weights and so one engine), each compiled once.
+#[derive(Debug)]
+pub(crate) struct ChatRenderers {
+    /// The template the engine was started with (`None`: the model file's).
+    own_setting: Option<String>,
+    own: ChatRenderer,
+    /// Setting and renderer, the most recently made last.
+    others: RefCell<Vec<(Option<Arc<str>>, ChatRenderer)>>,
+}
+
+impl ChatRenderers {
+    /// `own` renders what `own_setting` (a template's text or a name; `None`:
+    /// the model file's own) names.
+    pub(crate) fn new(own: ChatRenderer, own_setting: Option<String>) -> Self {
+        Self {
+            own_setting,
+            own,
+            others: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// Renders `conversation` with the template `choice` names.
+    pub(crate) fn render(
+        &self,
+        model: &Model,
+        conversation: &Conversation<'_>,
+        choice: &ChatTemplateChoice,
+    ) -> Result<RenderedChat, ExecutorError> {
+        let setting = match choice {
+            ChatTemplateChoice::Engine => return self.own.render(conversation),
+            ChatTemplateChoice::ModelFile => None,
+            ChatTemplateChoice::Given(text) => Some(&**text),
+        };
+        if setting == self.own_setting.as_deref() {
+            return self.own.render(conversation);
+        }
+        let mut others = self.others.borrow_mut();
+        let at = match others.iter().position(|(s, _)| s.as_deref() == setting) {
+            Some(at) => at,
+            None => {
+                if let Some(text) = setting {
+                    check_given_template(text)?;
+                }
+                let renderer = ChatRenderer::new(model, setting)?;
+                if others.len() == MAX_OTHER_TEMPLATES {
+                    others.remove(0);
+                }
+                others.push((setting.map(Arc::from), renderer));
+                others.len() - 1
+            }
+        };
+        others[at].1.render(conversation)
+    }
+}
+
+/// A request's template is a template's text or a name llama.cpp knows,
+/// never a file to read (as a `--chat-template` setting may be).
+fn check_given_template(text: &str) -> Result<(), ExecutorError> {
+    if text.contains("{{") || text.contains("{%") || chat_template_names().iter().any(|n| n == text)
+    {
+        return Ok(());
+    }
+    Err(ExecutorError::Failed(format!(
+        "chat template {:?} is neither a Jinja template nor a template llama.cpp knows ({})",
+        text.chars().take(80).collect::<String>(),
+        chat_template_names().join(", ")
+    )))
 }
 
 /// The names of the chat templates llama.cpp renders itself, for

@@ -7,10 +7,10 @@ use cortex_engine::{
     BatchToken, EMBED_SEQUENCES, Executor, ExecutorError, KvLayout, PrefixShare, StreamId,
     TokenGrammar,
 };
-use cortex_request::{ChatMessage, TokenId};
+use cortex_request::{ChatMessage, ChatTemplateChoice, TokenId};
 
 use crate::Model;
-use crate::chat::ChatRenderer;
+use crate::chat::{ChatRenderer, ChatRenderers};
 use crate::sys::{ContextParams, RawBatch, RawContext, RawGrammar};
 
 /// llama.cpp's limit on sequences (`LLAMA_MAX_SEQ`).
@@ -34,8 +34,9 @@ pub(crate) struct ContextConfig {
 /// (llama.cpp's non-unified mode: a token attends only to its own stream).
 pub(crate) struct LlamaExecutor<'m> {
     model: &'m Model,
-    /// What renders chats: the model's own template or the one chosen.
-    chat: ChatRenderer,
+    /// What renders chats: the model's own template or the one chosen,
+    /// and those requests choose.
+    chat: ChatRenderers,
     config: ContextConfig,
     path: PathBuf,
     ctx: Option<RawContext<'m>>,
@@ -55,7 +56,10 @@ impl<'m> LlamaExecutor<'m> {
     pub(crate) fn new(model: &'m Model, config: ContextConfig, path: &Path) -> Self {
         Self {
             model,
-            chat: ChatRenderer::new(model, None).unwrap_or(ChatRenderer::Missing),
+            chat: ChatRenderers::new(
+                ChatRenderer::new(model, None).unwrap_or(ChatRenderer::Missing),
+                None,
+            ),
             config,
             path: path.to_owned(),
             ctx: None,
@@ -75,7 +79,7 @@ impl<'m> LlamaExecutor<'m> {
     pub(crate) fn with_chat_template(mut self, template: &str) -> Result<Self, ExecutorError> {
         let chat = ChatRenderer::new(self.model, Some(template))?;
         chat.render(&Conversation::new(&[ChatMessage::user("hi")]))?;
-        self.chat = chat;
+        self.chat = ChatRenderers::new(chat, Some(template.to_owned()));
         Ok(self)
     }
 
@@ -258,8 +262,9 @@ impl Executor for LlamaExecutor<'_> {
     fn apply_chat_template(
         &self,
         conversation: &Conversation<'_>,
+        template: &ChatTemplateChoice,
     ) -> Result<RenderedChat, ExecutorError> {
-        self.chat.render(conversation)
+        self.chat.render(self.model, conversation, template)
     }
 
     fn control_token_text(&self, token: TokenId) -> Vec<u8> {

@@ -7,7 +7,9 @@ use std::time::Duration;
 use common::{collect, engine, model_path, run_all};
 use cortex_engine::{CpuKernels, DeviceChoice, EngineConfig, EngineError, EngineEvent, GpuLayers};
 use cortex_llama::{Model, bench};
-use cortex_request::{ChatMessage, FinishReason, Prompt, Request, RequestId, SamplingParams};
+use cortex_request::{
+    ChatMessage, ChatTemplateChoice, FinishReason, Prompt, Request, RequestId, SamplingParams,
+};
 
 fn greedy(id: u64, prompt: impl Into<Prompt>, max_tokens: u32) -> Request {
     let mut r = Request::new(RequestId(id), prompt);
@@ -616,6 +618,80 @@ fn n_completions_share_the_prompt() {
         engine.stats().prefill_tokens_saved > 0,
         "later completions reuse the first one's prompt KV"
     );
+}
+
+/// One engine serves every name of its weights, each with its own chat
+/// template: a request's choice renders it, whatever the engine was
+/// started with, and a template that is neither Jinja nor a name llama.cpp
+/// knows is refused (never read as a file).
+#[test]
+fn each_request_renders_with_the_template_it_chose() {
+    let chat = |id: u64, template: ChatTemplateChoice| {
+        let mut request = greedy(id, vec![ChatMessage::user("Name a colour.")], 6);
+        request.chat_template = template;
+        request
+    };
+    let bare = "{% for m in messages %}{{ m.content }}{% endfor %}";
+    let chosen = [
+        ChatTemplateChoice::Engine,
+        ChatTemplateChoice::ModelFile,
+        ChatTemplateChoice::Given("chatml".into()),
+        ChatTemplateChoice::Given(bare.into()),
+    ];
+    let on_chatml = {
+        let engine = engine(|c| c.chat_template = Some("chatml".into()));
+        let requests = (0..).zip(chosen.clone()).map(|(i, t)| chat(i, t)).collect();
+        let outcomes = run_all(&engine, requests);
+        let refused = collect(
+            &engine
+                .submit(chat(
+                    9,
+                    ChatTemplateChoice::Given(model_path().display().to_string().into()),
+                ))
+                .unwrap(),
+        );
+        match refused.events.last() {
+            Some(EngineEvent::Failed { error, .. }) => {
+                assert!(
+                    error.to_string().contains("neither a Jinja template"),
+                    "{error}"
+                );
+            }
+            other => panic!("a file name was taken as a template: {other:?}"),
+        }
+        outcomes
+    };
+    let on_own = {
+        let engine = engine(|_| {});
+        run_all(
+            &engine,
+            (0..).zip(chosen).map(|(i, t)| chat(i, t)).collect(),
+        )
+    };
+    let seen = |outcomes: &[common::Outcome]| -> Vec<(u32, String)> {
+        outcomes
+            .iter()
+            .map(|o| {
+                let r = o.response();
+                (r.usage.prompt_tokens, r.completions[0].text.clone())
+            })
+            .collect()
+    };
+    let (on_chatml, on_own) = (seen(&on_chatml), seen(&on_own));
+    // [engine's, file's, chatml, bare] on each engine.
+    assert_eq!(on_chatml[0], on_chatml[2], "the engine's own is chatml");
+    assert_eq!(on_own[0], on_own[1], "the engine's own is the file's");
+    assert_eq!(on_chatml[1], on_own[1], "the file's own, whichever engine");
+    assert_eq!(on_chatml[2], on_own[2], "chatml, whichever engine");
+    assert_eq!(
+        on_chatml[3], on_own[3],
+        "a given template, whichever engine"
+    );
+    assert_ne!(
+        on_own[1].0, on_own[2].0,
+        "the file's template is not chatml"
+    );
+    assert_eq!(on_own[3].0, 4, "the bare template renders the words alone");
 }
 
 #[test]

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use cortex_request::{SamplingParams, StopConditions};
+use cortex_request::{ChatTemplateChoice, SamplingParams, StopConditions};
 
 use crate::{ItemId, ItemState, JobCounts, JobId, JobState, QueueError};
 
@@ -293,6 +293,11 @@ pub struct JobDefaults {
     /// false` on every line that does not say).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub omit_reasoning: bool,
+    /// The chat template of the model the job was submitted for (a name
+    /// of weights other names share, each with its own template); jobs
+    /// from before it was kept render with their engine's.
+    #[serde(skip_serializing_if = "ChatTemplateChoice::is_engine")]
+    pub chat_template: ChatTemplateChoice,
 }
 
 /// What cancelling a job does now.

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use cortex_request::Work;
+use cortex_request::{ChatTemplateChoice, Work};
 use sha2::{Digest, Sha256};
 
 use crate::{DEFAULT_PROJECT, InputReport, JobDefaults, JobId, LineError, QueueError, Result};
@@ -121,10 +121,16 @@ pub struct Submitted {
 
 /// Identifies "the same parameters" for duplicate detection.
 pub fn params_hash(options: &SubmitOptions) -> String {
+    // The model's template follows from its name: left out, so the
+    // hashes of jobs from before it was kept stay as they were.
+    let defaults = JobDefaults {
+        chat_template: ChatTemplateChoice::Engine,
+        ..options.defaults.clone()
+    };
     let mut canonical = serde_json::json!({
         "model": options.model,
         "model_sha256": options.model_sha256,
-        "defaults": options.defaults,
+        "defaults": defaults,
     });
     // Only what is not the default, so the hashes of earlier jobs stay as
     // they were: another project's, another chat template's.
@@ -257,5 +263,32 @@ impl SubmitTally {
             invalid: self.invalid,
             first_errors: self.errors,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_jobs_template_is_stored_with_its_defaults_and_left_out_of_its_hash() {
+        let plain = SubmitOptions::new("m");
+        let mut chosen = SubmitOptions::new("m");
+        chosen.defaults.chat_template = ChatTemplateChoice::Given("{{ messages }}".into());
+        assert_eq!(params_hash(&plain), params_hash(&chosen));
+        let stored = serde_json::to_string(&chosen.defaults).unwrap();
+        let read: JobDefaults = serde_json::from_str(&stored).unwrap();
+        assert_eq!(read, chosen.defaults);
+        chosen.defaults.chat_template = ChatTemplateChoice::ModelFile;
+        let stored = serde_json::to_string(&chosen.defaults).unwrap();
+        assert_eq!(
+            serde_json::from_str::<JobDefaults>(&stored).unwrap(),
+            chosen.defaults
+        );
+        // A job stored before renders with its engine's, as it did then.
+        let before = serde_json::to_string(&JobDefaults::default()).unwrap();
+        assert!(!before.contains("chat_template"), "{before}");
+        let read: JobDefaults = serde_json::from_str("{}").unwrap();
+        assert_eq!(read.chat_template, ChatTemplateChoice::Engine);
     }
 }

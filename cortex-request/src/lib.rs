@@ -154,6 +154,37 @@ pub struct Request {
         serde(default, skip_serializing_if = "CacheScope::is_shared")
     )]
     pub cache_scope: CacheScope,
+    /// Which chat template renders the messages: a registered model's
+    /// own, where it shares its weights (and so its engine) with another
+    /// name. Not stored with a request: whoever submits it sets it.
+    #[cfg_attr(feature = "serde", serde(skip))]
+    pub chat_template: ChatTemplateChoice,
+}
+
+/// Which chat template renders a chat request (see [`Request::chat_template`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+pub enum ChatTemplateChoice {
+    /// The one the engine was started with.
+    #[default]
+    Engine,
+    /// The model file's own (its GGUF's), whatever the engine was started with.
+    ModelFile,
+    /// This one: a Jinja template's text, or a name llama.cpp renders.
+    Given(std::sync::Arc<str>),
+}
+
+impl ChatTemplateChoice {
+    /// A registered model's template (`TEMPLATE`), or else its file's own.
+    pub fn of_model(template: Option<&str>) -> Self {
+        template.map_or(Self::ModelFile, |t| Self::Given(t.into()))
+    }
+
+    /// Whether it is the engine's own (what a request leaves unset).
+    pub fn is_engine(&self) -> bool {
+        *self == Self::Engine
+    }
 }
 
 /// A partition of the prompt-prefix cache (see [`Request::cache_scope`]).
@@ -207,6 +238,7 @@ impl Request {
             template_variables: None,
             omit_reasoning: false,
             cache_scope: CacheScope::SHARED,
+            chat_template: ChatTemplateChoice::Engine,
         }
     }
 

@@ -439,6 +439,7 @@ pub(crate) async fn create_batch(
     options.model_sha256 = Some(model.sha256.clone());
     options.defaults = cortex_worker::model_defaults(&model.settings);
     options.chat_template = state.config.chat_template.clone();
+    options.defaults.chat_template = model.chat_template(options.chat_template.as_deref());
     options.project = caller.project.to_string();
     options.max_attempts = state.config.max_attempts;
     options.notify_url = state.config.webhook_url.clone();

@@ -68,7 +68,7 @@ async fn answer(
     };
     let head = ChunkHead {
         key: state.files.new_id(""),
-        model: model.model.name.clone(),
+        model: model.asked().name.clone(),
         created: cortex_queue::now_ms() / 1000,
     };
     let mut call = Call::submit(&state, &caller, model, request.work.clone(), endpoint.url())?;

@@ -146,6 +146,16 @@ pub(crate) struct ModelUse {
     pool: Arc<ModelPool>,
     loaded: Arc<LoadedModel>,
     keep_alive: Option<KeepAlive>,
+    /// The model asked for: the loaded one, or another name of its weights
+    /// (with its own template and settings).
+    asked: ModelIdentity,
+}
+
+impl ModelUse {
+    /// The model the request asked for (its name is the answer's `model`).
+    pub(crate) fn asked(&self) -> &ModelIdentity {
+        &self.asked
+    }
 }
 
 impl std::ops::Deref for ModelUse {
@@ -474,6 +484,7 @@ impl ModelPool {
                     pool: Arc::clone(self),
                     loaded: Arc::clone(&slot.loaded),
                     keep_alive,
+                    asked: model.clone(),
                 });
             }
             if !slots.loading {
@@ -544,6 +555,7 @@ impl ModelPool {
             pool: Arc::clone(self),
             loaded,
             keep_alive,
+            asked: model.clone(),
         })
     }
 

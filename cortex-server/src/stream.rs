@@ -71,6 +71,10 @@ impl Call {
                 let bound = client_priority_bound(&state.config);
                 request.priority = request.priority.clamp(-bound, bound) + ONLINE_PRIORITY;
                 request.cache_scope = caller.cache_scope;
+                // Another name of the loaded weights renders with its own template.
+                request.chat_template = model
+                    .asked()
+                    .chat_template(state.config.chat_template.as_deref());
             }
             Work::Embed(request) => request.id = id,
             _ => {

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use cortex_models::{ModelEntry, ModelSettings, ParameterValue, Registry, RegistryError};
 use cortex_queue::{Job, JobDefaults, JobFilter, JobStore, QueueError};
+use cortex_request::ChatTemplateChoice;
 
 use crate::WorkerError;
 
@@ -34,6 +35,17 @@ impl From<ModelEntry> for ModelIdentity {
 }
 
 impl ModelIdentity {
+    /// The template its chats render with: with one chosen for every
+    /// model (`chosen`, the configured one), the engine's, which renders
+    /// with it; else its registry entry's, else its file's own. An engine
+    /// serves every name of its weights, so a request says which.
+    pub fn chat_template(&self, chosen: Option<&str>) -> ChatTemplateChoice {
+        if chosen.is_some() {
+            return ChatTemplateChoice::Engine;
+        }
+        ChatTemplateChoice::of_model(self.settings.template.as_deref())
+    }
+
     /// Why it cannot render a chat, if it cannot: no template chosen for it
     /// (`chosen`, the configured one), none in its registry entry, none in
     /// its GGUF. A known model not fetched yet is taken to chat (every one

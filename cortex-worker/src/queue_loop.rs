@@ -15,7 +15,7 @@ use cortex_queue::{
     ClaimOptions, ClaimedItem, ItemFailure, JobFilter, JobId, Lease, LeaseStatus, Queue,
     QueueError, failpoint,
 };
-use cortex_request::{CacheScope, FinishReason, RequestId, Response, Work};
+use cortex_request::{CacheScope, ChatTemplateChoice, FinishReason, RequestId, Response, Work};
 
 use crate::WorkerError;
 
@@ -122,9 +122,16 @@ struct Worker<'a> {
     claim: ClaimOptions,
     plan: &'a WorkerPlan,
     report: WorkerReport,
-    /// The prefix-cache scope of each job seen (its project's), so that one
-    /// project's items never reuse, nor reveal, another's prompts.
-    scopes: HashMap<JobId, CacheScope>,
+    /// What each job seen gives its items: its project's prefix-cache
+    /// scope, so that one project's items never reuse, nor reveal,
+    /// another's prompts; and its model's chat template.
+    job_settings: HashMap<JobId, JobSettings>,
+}
+
+/// What a job gives each of its items in the engine.
+struct JobSettings {
+    scope: CacheScope,
+    chat_template: ChatTemplateChoice,
 }
 
 impl Worker<'_> {
@@ -156,7 +163,7 @@ impl Worker<'_> {
         self.isolating = claimed.iter().any(|c| c.suspect);
         self.ran_alone |= claimed.iter().any(|c| c.alone);
         self.claims += usize::from(!claimed.is_empty());
-        if let Err(error) = self.learn_scopes(&claimed) {
+        if let Err(error) = self.learn_jobs(&claimed) {
             // Not run: pending again at once, attempt not used.
             let leases: Vec<Lease> = claimed.iter().map(|c| c.lease).collect();
             self.store.release(&leases)?;
@@ -170,7 +177,9 @@ impl Worker<'_> {
                     if let Some(bound) = self.plan.max_priority {
                         request.priority = request.priority.clamp(-bound.abs(), bound.abs());
                     }
-                    request.cache_scope = self.scopes[&c.job];
+                    let job = &self.job_settings[&c.job];
+                    request.cache_scope = job.scope;
+                    request.chat_template = job.chat_template.clone();
                 }
                 work
             })
@@ -187,17 +196,21 @@ impl Worker<'_> {
         Ok(count)
     }
 
-    /// Finds the cache scope of each claimed item's job (its project's) not
-    /// known yet; forgets those of jobs with nothing in flight, so a
-    /// long-running worker keeps only the jobs it works on.
-    fn learn_scopes(&mut self, claimed: &[ClaimedItem]) -> Result<(), QueueError> {
+    /// Finds the settings of each claimed item's job not known yet; forgets
+    /// those of jobs with nothing in flight, so a long-running worker keeps
+    /// only the jobs it works on.
+    fn learn_jobs(&mut self, claimed: &[ClaimedItem]) -> Result<(), QueueError> {
         let in_flight = &self.in_flight;
-        self.scopes
+        self.job_settings
             .retain(|job, _| in_flight.values().any(|item| item.job == *job));
         for item in claimed {
-            if !self.scopes.contains_key(&item.job) {
-                let project = self.store.job(item.job)?.project;
-                self.scopes.insert(item.job, CacheScope::named(&project));
+            if !self.job_settings.contains_key(&item.job) {
+                let job = self.store.job(item.job)?;
+                let settings = JobSettings {
+                    scope: CacheScope::named(&job.project),
+                    chat_template: job.defaults.chat_template,
+                };
+                self.job_settings.insert(item.job, settings);
             }
         }
         Ok(())
@@ -482,7 +495,7 @@ pub fn work_queue(
         ran_alone: false,
         plan,
         report: WorkerReport::default(),
-        scopes: HashMap::new(),
+        job_settings: HashMap::new(),
     };
     let outcome = work(&mut worker, stop, &mut tick);
     let mut report = std::mem::take(&mut worker.report);

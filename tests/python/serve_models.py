@@ -2,7 +2,8 @@
 `openai` clients: pull with streamed progress, a blob upload and a create
 with a system prompt and parameters, show, copy, list, delete, ps, embed;
 chats alternating between two models under a memory budget that holds one
-at a time, each answer the model's own greedy `cortex generate` output;
+at a time, each answer the model's own greedy `cortex generate` output, and
+another name of the loaded weights with its own template;
 keep_alive 0 unloading; one batch per model.
 
 Usage: serve_models.py SETTINGS.json (url, gguf, references, ...)."""
@@ -85,6 +86,12 @@ for _ in range(2):
         ps = client.ps().models[0]
         assert ps.size >= 98_000_000 and ps.expires_at is not None, ps
 say("alternated", loaded())
+# Another name of the loaded weights (Gemma's own, where gemma-chat is
+# loaded) is answered by the same engine with its own template.
+own = client.chat("gemma3-270m", messages=[{"role": "user", "content": QUESTION}], options=options)
+assert own.message.content.strip() == refs["gemma-own"], (own.message.content, refs["gemma-own"])
+assert own.model == "gemma3-270m:latest", own.model
+assert [m.split(":")[0] for m in loaded()] == ["gemma-chat"], loaded()
 
 # keep_alive 0: unloaded as soon as the answer is given.
 client.chat(settings["default"], messages=[{"role": "user", "content": QUESTION}], options=options, keep_alive=0)
@@ -114,7 +121,7 @@ except openai.NotFoundError as error:
 
 # One batch per model, submitted together (a worker drains them after).
 batches = []
-for model in [settings["default"], "gemma-chat"]:
+for model in [settings["default"], "gemma-chat", "gemma3-270m"]:
     lines = "".join(
         json.dumps({"custom_id": f"{model}-{i}", "method": "POST", "url": "/v1/chat/completions",
                     "body": {"model": model, "messages": [{"role": "user", "content": QUESTION}],

@@ -47,6 +47,7 @@ fn one_server_serves_and_manages_many_models() {
         "mine": generate("mine", &[]),
     });
     assert_ne!(references["default"], references["gemma"]);
+    assert_ne!(references["gemma"], references["gemma-own"]);
 
     // A budget that holds either model, not both; the server works no batches.
     let server = Server::start(
@@ -80,12 +81,18 @@ fn one_server_serves_and_manages_many_models() {
     let worker = cortex.run(&["worker"]);
     let stderr = String::from_utf8_lossy(&worker.stderr);
     assert!(worker.status.success(), "{stderr}");
-    assert!(stderr.contains("worker done: 6 completed"), "{stderr}");
-    for (job, expected) in [(1, &references["default"]), (2, &references["gemma"])] {
+    assert!(stderr.contains("worker done: 9 completed"), "{stderr}");
+    // Jobs 2 and 3 name the same weights: one engine, each job's template.
+    for (job, expected) in [
+        (1, &references["default"]),
+        (2, &references["gemma"]),
+        (3, &references["gemma-own"]),
+    ] {
         assert_eq!(cortex.job(job).state, JobState::Completed, "job {job}");
         for text in output_texts(&cortex, &job.to_string()) {
             assert_eq!(text.trim(), expected.as_str().unwrap(), "job {job}");
         }
     }
     assert_eq!(cortex.job(2).model, "gemma-chat:latest");
+    assert_eq!(cortex.job(3).model, "gemma3-270m:latest");
 }

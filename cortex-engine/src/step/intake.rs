@@ -277,7 +277,7 @@ impl StepLoop<'_> {
             };
             let rendered = self
                 .executor
-                .apply_chat_template(&conversation)
+                .apply_chat_template(&conversation, &request.chat_template)
                 .map_err(|e| EngineError::Invalid {
                     id: request.id,
                     field: "messages".into(),

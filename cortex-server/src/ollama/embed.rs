@@ -49,7 +49,7 @@ async fn embed_inputs(
         EmbeddingRequest::new(RequestId(0), inputs.into_iter().map(Prompt::Text).collect());
     request.validate().map_err(|e| bad(e.to_string()))?;
     let model = state.use_model(Some(&asked), keep_alive).await?;
-    let name = model.model.name.clone();
+    let name = model.asked().name.clone();
     let mut call = Call::submit(state, caller, model, Work::Embed(request), endpoint)?;
     let response = call.finish().await?;
     let total = call.elapsed().as_nanos() as u64;

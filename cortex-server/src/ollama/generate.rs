@@ -194,7 +194,7 @@ async fn run(
         let models = Arc::clone(&state.models);
         off_async(move || models.acquire(&model, keep_alive)).await??
     };
-    let model = held.model.name.clone();
+    let model = held.asked().name.clone();
     let endpoint = if chat { "/api/chat" } else { "/api/generate" };
     let mut call = Call::submit(&state, &caller, held, Work::Generate(request), endpoint)?;
     if !stream {
