@@ -309,10 +309,22 @@ impl Config {
         engine.stream_tokens =
             (self.settings.context.value > 0).then_some(self.settings.context.value);
         engine.kv_memory = self.settings.kv_memory_mib.value << 20;
-        // The flag (or file, or environment) wins over a registered model's TEMPLATE.
+        // The flag (or file, or environment) wins over a registered model's
+        // TEMPLATE, which a client may have written: a template's text or a
+        // name, never a file for the engine to read (refused when made;
+        // one registered before is left out).
         engine.chat_template = (!self.settings.chat_template.value.is_empty())
             .then(|| self.settings.chat_template.value.clone())
-            .or_else(|| model.settings.template.clone());
+            .or_else(|| {
+                let template = model.settings.template.clone()?;
+                match cortex_llama::check_chat_template_text(&template) {
+                    Ok(()) => Some(template),
+                    Err(why) => {
+                        tracing::warn!(model = %model.name, "its TEMPLATE is left out: {why}");
+                        None
+                    }
+                }
+            });
         engine.device = self.settings.device.value.clone();
         engine.gpu_layers = self.settings.gpu_layers.value;
         engine.cpu_kernels = self.settings.cpu_kernels.value;
@@ -557,32 +569,60 @@ mod tests {
     /// library's own default: a setting keeps one default from the flag to
     /// where it acts (the settings table names each default once; this
     /// checks all of the engine's at once, not a list).
-    #[test]
-    fn engine_settings_at_their_defaults_are_the_engines_defaults() {
+    fn default_config() -> Config {
         let settings = Settings::resolve(&Layers {
             file: &Vec::new(),
             file_path: None,
             flags: &Vec::new(),
         })
         .unwrap();
-        let config = Config {
+        Config {
             file: None,
             settings,
             key_table: Setting {
                 value: Vec::new(),
                 source: Source::Default,
             },
-        };
-        let model = ModelIdentity {
+        }
+    }
+
+    fn model_with_template(template: Option<&str>) -> ModelIdentity {
+        let mut model = ModelIdentity {
             path: "m.gguf".into(),
             name: "m".into(),
             sha256: String::new(),
             settings: Default::default(),
         };
+        model.settings.template = template.map(str::to_owned);
+        model
+    }
+
+    #[test]
+    fn engine_settings_at_their_defaults_are_the_engines_defaults() {
+        let config = default_config();
+        let model = model_with_template(None);
         let mut converted = config.engine_config(&model);
         let library = EngineConfig::new("m.gguf");
         // Where device modules are searched is the program's own folder.
         converted.backends_dir = library.backends_dir.clone();
         assert_eq!(converted, library);
+    }
+
+    /// A registered TEMPLATE a client wrote is a template or a name: one
+    /// naming a file (registered before such were refused) is left out, and
+    /// the file is never the engine's to read.
+    #[test]
+    fn a_registered_template_naming_a_file_is_left_out() {
+        let config = default_config();
+        let file = tempfile::NamedTempFile::new().unwrap();
+        let path = file.path().display().to_string();
+        for (template, kept) in [
+            (path.as_str(), None),
+            ("chatml", Some("chatml")),
+            ("{{ messages }}", Some("{{ messages }}")),
+        ] {
+            let engine = config.engine_config(&model_with_template(Some(template)));
+            assert_eq!(engine.chat_template.as_deref(), kept, "{template}");
+        }
     }
 }

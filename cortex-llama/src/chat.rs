@@ -157,10 +157,16 @@ impl ChatRenderers {
         let at = match others.iter().position(|(s, _)| s.as_deref() == setting) {
             Some(at) => at,
             None => {
-                if let Some(text) = setting {
-                    check_given_template(text)?;
-                }
-                let renderer = ChatRenderer::new(model, setting)?;
+                // As the engine's start does with a registered TEMPLATE
+                // that is neither (one made before such were refused).
+                let usable = setting.filter(|text| match check_chat_template_text(text) {
+                    Ok(()) => true,
+                    Err(why) => {
+                        tracing::warn!("the model file's own chat template renders instead: {why}");
+                        false
+                    }
+                });
+                let renderer = ChatRenderer::new(model, usable)?;
                 if others.len() == MAX_OTHER_TEMPLATES {
                     others.remove(0);
                 }
@@ -172,18 +178,24 @@ impl ChatRenderers {
     }
 }
 
-/// A request's template is a template's text or a name llama.cpp knows,
-/// never a file to read (as a `--chat-template` setting may be).
-fn check_given_template(text: &str) -> Result<(), ExecutorError> {
-    if text.contains("{{") || text.contains("{%") || chat_template_names().iter().any(|n| n == text)
-    {
+/// Whether `text` is a chat template a client may give (a request's, a
+/// registered model's `TEMPLATE`): a Jinja template's text or a name
+/// llama.cpp knows, never a file to read, as the `--chat-template` setting
+/// of whoever runs cortex may be.
+pub fn check_chat_template_text(text: &str) -> Result<(), String> {
+    if is_jinja(text) || chat_template_names().iter().any(|n| n == text) {
         return Ok(());
     }
-    Err(ExecutorError::Failed(format!(
+    Err(format!(
         "chat template {:?} is neither a Jinja template nor a template llama.cpp knows ({})",
         text.chars().take(80).collect::<String>(),
         chat_template_names().join(", ")
-    )))
+    ))
+}
+
+/// Jinja always holds `{{` or `{%`.
+fn is_jinja(text: &str) -> bool {
+    text.contains("{{") || text.contains("{%")
 }
 
 /// The names of the chat templates llama.cpp renders itself, for
@@ -196,7 +208,7 @@ pub(crate) fn chat_template_names() -> Vec<String> {
 /// names, a name llama.cpp knows, or a template's own text (a registered
 /// model's `TEMPLATE`; Jinja always holds `{{` or `{%`).
 pub(crate) fn resolve_chat_template(setting: &str) -> Result<String, EngineError> {
-    if setting.contains("{{") || setting.contains("{%") {
+    if is_jinja(setting) {
         return Ok(setting.to_owned());
     }
     let path = Path::new(setting);

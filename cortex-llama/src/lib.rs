@@ -173,6 +173,7 @@ mod model;
 mod start;
 mod sys;
 
+pub use chat::check_chat_template_text;
 pub use devices::{Backends, LoadedModule, devices, load_backends};
 pub use model::Model;
 pub use start::{start, start_observed};

@@ -200,6 +200,24 @@ pub struct Modelfile {
     pub settings: ModelSettings,
 }
 
+/// Whether `text` can be a `TEMPLATE`: a Jinja template's text (it holds
+/// `{{` or `{%`) or the name of a template llama.cpp renders (`chatml`),
+/// never a path, which a server would read for whoever made the model.
+pub fn check_template_shape(text: &str) -> Result<(), String> {
+    let jinja = text.contains("{{") || text.contains("{%");
+    let name = (1..=64).contains(&text.len())
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if jinja || name {
+        return Ok(());
+    }
+    Err(format!(
+        "TEMPLATE {:?} is neither a Jinja template (holding {{{{ or {{%) nor the name of a template llama.cpp renders (such as chatml)",
+        text.chars().take(80).collect::<String>()
+    ))
+}
+
 /// A Modelfile's mistake, by line.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("Modelfile line {line}: {message}")]
@@ -266,7 +284,11 @@ impl Modelfile {
                     }
                 }
                 "SYSTEM" => settings.system = Some(argument()?),
-                "TEMPLATE" => settings.template = Some(argument()?),
+                "TEMPLATE" => {
+                    let template = argument()?;
+                    check_template_shape(&template).map_err(|why| error(number, why))?;
+                    settings.template = Some(template);
+                }
                 "PARAMETER" => {
                     let (name, value) = rest.split_once(char::is_whitespace).ok_or_else(|| {
                         error(number, "PARAMETER needs a name and a value".into())
@@ -325,6 +347,28 @@ mod tests {
         );
         let again = Modelfile::parse(&file.settings.modelfile("./m.gguf")).unwrap();
         assert_eq!(again, file);
+    }
+
+    #[test]
+    fn a_template_is_jinja_or_a_name_never_a_path() {
+        for fine in [
+            "{{ messages }}",
+            "{% for m in messages %}{% endfor %}",
+            "chatml",
+            "seed_oss",
+        ] {
+            let file = Modelfile::parse(&format!("FROM a\nTEMPLATE \"\"\"{fine}\"\"\"")).unwrap();
+            assert_eq!(file.settings.template.as_deref(), Some(fine));
+        }
+        for path in ["/etc/hostname", "secret.txt", "../t.jinja", ""] {
+            let error =
+                Modelfile::parse(&format!("FROM a\nTEMPLATE \"\"\"{path}\"\"\"")).unwrap_err();
+            assert_eq!(error.line, 2, "{path}");
+            assert!(
+                error.message.contains("neither a Jinja template"),
+                "{error}"
+            );
+        }
     }
 
     #[test]

@@ -172,6 +172,17 @@ fn a_clients_template_that_would_eat_the_memory_is_cut_off_and_the_server_stays_
     let (status, text) = http(server.port, "POST", "/api/create", &create.to_string())
         .expect("an answer to /api/create");
     assert_eq!(status, 200, "{text}");
+    // A template is text, never a file on the server for it to read.
+    let path = cortex.dir().join("secret.txt");
+    std::fs::write(&path, "not for clients").unwrap();
+    let create = json!({"model": "peek", "from": "gemma3-270m", "template": path, "stream": false});
+    let (status, text) = http(server.port, "POST", "/api/create", &create.to_string())
+        .expect("an answer to /api/create");
+    assert_eq!(status, 400, "{text}");
+    assert!(
+        text.contains("template:") && text.contains("neither a Jinja template"),
+        "{text}"
+    );
     let show = json!({"model": "hog"}).to_string();
     let (status, text) = http(server.port, "POST", "/api/show", &show).expect("/api/show answers");
     assert_eq!(status, 200, "{text}");

@@ -347,6 +347,9 @@ pub(crate) async fn create(
             "from must name a model or an uploaded blob (sha256:…), not a path on the server",
         ));
     }
+    if let Some(template) = &modelfile.settings.template {
+        cortex_models::check_template_shape(template).map_err(|e| bad(format!("template: {e}")))?;
+    }
     let stream = streaming(&fields)?;
     let models = Arc::clone(&state.models);
     progress(stream, move |send| {
