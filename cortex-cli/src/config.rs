@@ -187,6 +187,7 @@ impl Config {
         WorkerPlan {
             jobs,
             follow,
+            chat_template_chosen: !self.settings.chat_template.value.is_empty(),
             ..WorkerPlan::new(Duration::from_secs(self.settings.lease_seconds.value))
         }
     }

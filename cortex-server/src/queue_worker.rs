@@ -37,6 +37,7 @@ fn work(state: &AppState) {
         parallel: Some(Arc::clone(&state.batch_parallel)),
         max_priority: Some(crate::stream::client_priority_bound(config)),
         follow: true,
+        chat_template_chosen: config.chat_template.is_some(),
         ..WorkerPlan::new(config.lease)
     };
     let mut models = crate::pool::PoolEngines(Arc::clone(&state.models));

@@ -44,6 +44,10 @@ pub struct WorkerPlan {
     /// when the items in flight have finished: how a worker that serves every
     /// model hands the engine over to another model's jobs.
     pub hand_over: Option<Arc<AtomicBool>>,
+    /// Its engines render every chat with a template chosen for them all
+    /// (`--chat-template`): a job's own model's (a name sharing weights
+    /// with another) is then not used.
+    pub chat_template_chosen: bool,
 }
 
 impl WorkerPlan {
@@ -57,6 +61,7 @@ impl WorkerPlan {
             parallel: None,
             max_priority: None,
             hand_over: None,
+            chat_template_chosen: false,
         }
     }
 
@@ -179,7 +184,9 @@ impl Worker<'_> {
                     }
                     let job = &self.job_settings[&c.job];
                     request.cache_scope = job.scope;
-                    request.chat_template = job.chat_template.clone();
+                    if !self.plan.chat_template_chosen {
+                        request.chat_template = job.chat_template.clone();
+                    }
                 }
                 work
             })

@@ -156,3 +156,56 @@ fn a_worker_without_a_model_drains_every_models_jobs() {
         }
     }
 }
+
+/// A name made from the default model's weights with a template of its
+/// own: its jobs render with it on the engine of those weights, whichever
+/// name loaded them, unless the worker's `--chat-template` chooses one for
+/// every chat.
+#[test]
+fn each_names_jobs_render_with_its_template_unless_the_worker_chooses_one() {
+    let _turn = turn();
+    let mut cortex = Cortex::new();
+    cortex.private_models();
+    cortex.write(
+        "Bare.Modelfile",
+        "FROM default\nTEMPLATE \"\"\"{% for m in messages %}{{ m.content }}{% endfor %}\"\"\"\n",
+    );
+    cortex.ok(&["models", "add", "bare", "Bare.Modelfile"]);
+    let question = "Name a colour.";
+    let chat = serde_json::json!({"messages": [{"role": "user", "content": question}],
+                                  "max_tokens": 8, "temperature": 0});
+    cortex.write("chat.jsonl", &format!("{chat}\n{chat}\n"));
+    let generate = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend([
+            "generate",
+            "--chat",
+            question,
+            "--max-tokens",
+            "8",
+            "--temperature",
+            "0",
+        ]);
+        cortex.ok(&all).trim().to_owned()
+    };
+    let bare = generate(&["--model", "bare"]);
+    let own = generate(&["--model", "default"]);
+    let chatml = generate(&["--model", "default", "--chat-template", "chatml"]);
+    assert_ne!(bare, own);
+    assert_ne!(bare, chatml);
+
+    cortex.ok(&["--model", "bare", "submit", "chat.jsonl"]);
+    cortex.ok(&["--model", "default", "submit", "chat.jsonl"]);
+    // One engine for both jobs, loaded for the default model's name.
+    cortex.ok(&["--model", "default", "worker"]);
+    for (job, expected) in [(1, &bare), (2, &own)] {
+        for text in output_texts(&cortex, &job.to_string()) {
+            assert_eq!(text.trim(), expected, "job {job}");
+        }
+    }
+    cortex.ok(&["--model", "bare", "submit", "chat.jsonl", "--force"]);
+    cortex.ok(&["--model", "default", "--chat-template", "chatml", "worker"]);
+    for text in output_texts(&cortex, "3") {
+        assert_eq!(text.trim(), chatml, "the worker's choice");
+    }
+}
