@@ -108,9 +108,10 @@ fn kill_9_at_random_moments(cortex: &Cortex) {
     let _turn = turn();
     let items = env_or("CORTEX_KILL_ITEMS", 200) as usize;
     let target_kills = env_or("CORTEX_KILL_KILLS", 12);
-    // Long enough (64 tokens each) that the job outlasts the kills (with 32
-    // a faster engine ended it after 6 and 7 of the 12).
-    cortex.write("p.jsonl", &prompts(items, 64));
+    // Long enough (128 tokens each) that the job outlasts the kills (with 32
+    // a faster engine ended it after 6 and 7 of the 12, with 64 after 8 in an
+    // hour when this machine's memory was fast).
+    cortex.write("p.jsonl", &prompts(items, 128));
     // Default settings: 3 attempts, 64 in parallel. A kill must cost nothing but time.
     cortex.ok(&["submit", "p.jsonl"]);
 
