@@ -161,7 +161,9 @@ fn requests_that_once_killed_the_server_are_refused_and_it_stays_up() {
 /// its bound, the chats are refused with why, and the server stays up.
 #[test]
 fn a_clients_template_that_would_eat_the_memory_is_cut_off_and_the_server_stays_up() {
-    let cortex = Cortex::new();
+    let mut cortex = Cortex::new();
+    // Its names go into a registry of its own, not the shared one.
+    cortex.private_models();
     let server = Server::start(&cortex, &["--parallel", "2"]);
     let template = "{% set ns = namespace(l=['x']) %}{% for i in range(10000) %}\
                     {% set ns.l = ns.l + ns.l %}{% endfor %}{{ ns.l|length }}";
