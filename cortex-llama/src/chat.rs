@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use cortex_chat::{ChatTemplate, Conversation, RenderedChat, TemplateError, TextOnlyChat};
 use cortex_engine::{EngineError, ExecutorError};
+use cortex_models::is_jinja;
 use cortex_request::ChatTemplateChoice;
 
 use crate::Model;
@@ -191,11 +192,6 @@ pub fn check_chat_template_text(text: &str) -> Result<(), String> {
         text.chars().take(80).collect::<String>(),
         chat_template_names().join(", ")
     ))
-}
-
-/// Jinja always holds `{{` or `{%`.
-fn is_jinja(text: &str) -> bool {
-    text.contains("{{") || text.contains("{%")
 }
 
 /// The names of the chat templates llama.cpp renders itself, for

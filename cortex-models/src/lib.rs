@@ -61,7 +61,7 @@ pub use gguf::{GgufError, GgufInfo, GgufMatrix, GgufValue, read_gguf};
 pub use known::{DEFAULT_MODEL, GEMMA3_270M, KNOWN_MODELS, ModelSpec, PackagedFile, PullProgress};
 pub use modelfile::{
     MAX_MODELFILE_BYTES, ModelSettings, Modelfile, ModelfileError, Parameter, ParameterError,
-    ParameterValue, check_template_shape,
+    ParameterValue, check_template_shape, is_jinja,
 };
 pub use name::{DEFAULT_TAG, ModelName, NameError, is_path};
 pub use registry::{Listing, ModelEntry, Origin, Registry, RegistryError, Removed};

@@ -200,11 +200,17 @@ pub struct Modelfile {
     pub settings: ModelSettings,
 }
 
+/// Whether `text` is a Jinja template's: Jinja always holds `{{` or `{%`
+/// (what tells a template's text from a name or a file's path).
+pub fn is_jinja(text: &str) -> bool {
+    text.contains("{{") || text.contains("{%")
+}
+
 /// Whether `text` can be a `TEMPLATE`: a Jinja template's text (it holds
 /// `{{` or `{%`) or the name of a template llama.cpp renders (`chatml`),
 /// never a path, which a server would read for whoever made the model.
 pub fn check_template_shape(text: &str) -> Result<(), String> {
-    let jinja = text.contains("{{") || text.contains("{%");
+    let jinja = is_jinja(text);
     let name = (1..=64).contains(&text.len())
         && text
             .chars()
