@@ -18,7 +18,9 @@ use llama_cpp_sys_2 as ffi;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OpTime {
     /// The operation (`MUL_MAT`, `FLASH_ATTN_EXT`, ...) and the tensor it
-    /// makes, without its layer number (`ffn_up`, `greedy_argmax`); `(host)`
+    /// makes, without its layer number (`ffn_up`, `greedy_argmax`); for a
+    /// matrix product, its weights' type (`MUL_MAT ffn_out q6_K`: a model
+    /// quantized with mixed types splits a layer kind by type); `(host)`
     /// when it ran on the CPU.
     pub name: String,
     /// Nodes computed.
@@ -94,7 +96,7 @@ unsafe extern "C" fn time_node(tensor: *mut ffi::ggml_tensor, ask: bool, _: *mut
     }
     // SAFETY: ggml passes a live node of the graph it computes; its name is
     // a NUL-terminated array and `ggml_op_desc` returns a static string.
-    let (op, name, host, multiply_adds) = unsafe {
+    let (op, name, host, multiply_adds, weights_type) = unsafe {
         let node = &*tensor;
         if is_layout_only(node.op) {
             return true;
@@ -104,20 +106,37 @@ unsafe extern "C" fn time_node(tensor: *mut ffi::ggml_tensor, ask: bool, _: *mut
         let host = !node.buffer.is_null() && ffi::ggml_backend_buffer_is_host(node.buffer);
         // A product's result is rows × columns (× batches), each the dot of
         // rows of the shared length: its first operand's first dimension.
-        let multiply_adds = match (node.op, node.src[0].as_ref()) {
+        let (multiply_adds, weights_type) = match (node.op, node.src[0].as_ref()) {
             (ffi::GGML_OP_MUL_MAT, Some(weights)) => {
                 let dims: i64 = node.ne.iter().product();
-                u64::try_from(dims.saturating_mul(weights.ne[0])).unwrap_or(0)
+                let type_name =
+                    CStr::from_ptr(ffi::ggml_type_name(weights.type_)).to_string_lossy();
+                (
+                    u64::try_from(dims.saturating_mul(weights.ne[0])).unwrap_or(0),
+                    Some(type_name.into_owned()),
+                )
             }
-            _ => 0,
+            _ => (0, None),
         };
-        (op.into_owned(), name.into_owned(), host, multiply_adds)
+        (
+            op.into_owned(),
+            name.into_owned(),
+            host,
+            multiply_adds,
+            weights_type,
+        )
     };
-    let key = match without_layer(&name) {
+    let mut key = match without_layer(&name) {
         // ggml's name for a node nobody named.
         "node" | "" => op,
         name => format!("{op} {name}"),
-    } + if host { " (host)" } else { "" };
+    };
+    if let Some(weights_type) = weights_type {
+        key = format!("{key} {weights_type}");
+    }
+    if host {
+        key.push_str(" (host)");
+    }
     if let Some(times) = times().as_mut() {
         let entry = times.entry(key).or_default();
         entry.0 += 1;
