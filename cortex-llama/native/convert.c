@@ -4,8 +4,9 @@
 // k-quants' sub-block scales and mins unpacked: each 32 weights' d * sc and
 // -dmin * m, rounded to fp16, where ggml multiplies in fp32), Q5_0 exactly
 // either Q5_1 blocks (a min of -16 d, exact in fp16) or Q8_0 ones (its
-// quants minus 16), and Q6_K either Q6 blocks (the same quants, each 16
-// weights' d * sc rounded to fp16) or, requantized, Q8_0 ones (8 bits a
+// quants minus 16), and Q6_K either Q6 blocks (exactly: the same quants,
+// the super-block's d and the two 8-bit scales of each 32 weights) or,
+// requantized, Q8_0 ones (8 bits a
 // weight: at most half an 8-bit step off the value ggml dequantizes, within
 // a quarter of its own step), as the kernels prefer (see ck_panel_format).
 // And back: a weight is read as ggml's quantizer writes the values it holds.
@@ -236,8 +237,8 @@ static void q6_k_block_as_q8_0(float d, const int8_t * scales, const uint8_t * q
     }
 }
 
-// Q6_K rows as Q6 blocks (the same quants, each 16 weights' d * sc in
-// fp16), or requantized to Q8_0 blocks (`format`).
+// Q6_K rows as Q6 blocks (the same quants, d and scales), or requantized
+// to Q8_0 blocks (`format`).
 static void q6_k_row(enum ck_format format, const uint8_t * src, uint8_t * dst, int64_t cols) {
     for (int64_t s = 0; s < cols / K_WEIGHTS; s++) {
         const uint8_t * in = src + (size_t)s * Q6_K_BLOCK;
@@ -251,24 +252,17 @@ static void q6_k_row(enum ck_format format, const uint8_t * src, uint8_t * dst, 
                 q6_k_block_as_q8_0(d, scales, q, b, out);
                 continue;
             }
-            const uint16_t d0 = ck_fp32_to_fp16(d * (float)scales[2 * b]);
-            const uint16_t d1 = ck_fp32_to_fp16(d * (float)scales[2 * b + 1]);
-            memcpy(out, &d0, 2);
-            memcpy(out + 2, &d1, 2);
+            memcpy(out, in + 208, 2);  // d
+            memcpy(out + 2, scales + 2 * b, 2);
             memcpy(out + 4, q + CK_BLOCK * b, CK_BLOCK);
         }
     }
 }
 
-// Q6 blocks' values, as the kernels take them.
+// Q6 blocks' values, as the kernels take them (and ggml computes them).
 static void q6_values(const uint8_t * src, float * dst, int64_t cols) {
     for (int64_t b = 0; b < cols / CK_BLOCK; b++) {
-        const uint8_t * in = src + (size_t)b * Q6_BLOCK;
-        uint16_t dh[2];
-        memcpy(dh, in, 4);
-        for (int j = 0; j < CK_BLOCK; j++) {
-            dst[b * CK_BLOCK + j] = ck_fp16_to_fp32(dh[j / 16]) * (float)(in[4 + j] - Q6_OFFSET);
-        }
+        q6_block_values(src + (size_t)b * Q6_BLOCK, dst + b * CK_BLOCK);
     }
 }
 

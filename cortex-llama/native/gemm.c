@@ -251,8 +251,7 @@ CK_AVX2 CK_INLINE void min_block_ymm(const uint8_t * d16, const uint8_t * m16, c
     }
 }
 
-// A block's (or a Q6 half block's) float step on 256 bits for a format
-// without minimums (the rows' d as fp16 at `d16`), as min_block_ymm.
+// A block's float step on 256 bits for a format without minimums (the rows' d as fp16 at `d16`), as min_block_ymm.
 CK_AVX2 CK_INLINE void scaled_block_ymm(const uint8_t * d16, const uint8_t * act, size_t astride, int64_t nb,
                                         int64_t b, const __m256i * sums, __m256 * acc, const int C) {
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)d16));
@@ -392,17 +391,14 @@ CK_AVX2 CK_INLINE void q8_0_tile_avx2(const uint8_t * w, int64_t nb, const uint8
 }
 
 // A Q6 block's half `first / 4` (chunks first..first + 3, 16 weights) times
-// C columns, widened to 32 bits: each sum starts at -32 times the column's
-// half sum, so it is sum((q - 32) x). The quants are unsigned, as
-// vpmaddubsw's first operand wants, and two of its products per lane pair
-// fit in 16 bits (2 x 2 x 63 x 127 < 32768): summed there in pairs.
+// C columns, added to `sums` as that half's scale times its quants' sums.
+// The quants are unsigned, as vpmaddubsw's first operand wants, and two of
+// its products per lane pair fit in 16 bits (2 x 2 x 63 x 127 < 32768):
+// summed there in pairs, then widened by vpmaddwd with the rows' scales
+// (`scales`: each row's 8-bit scale of this half in both its lanes).
 CK_AVX2 CK_INLINE void q6_half_sums_avx2(const uint8_t * blk, const int half, const uint8_t * act, size_t astride,
-                                         int64_t nb, int64_t b, const int first, __m256i * sums, const int C) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    for (int c = 0; c < C; c++) {
-        const int16_t * halves = column_half_sums(act + (size_t)c * astride, nb) + 2 * b;
-        sums[c] = _mm256_set1_epi32(-Q6_OFFSET * halves[first / 4]);
-    }
+                                         int64_t b, const int first, const __m256i scales, __m256i * sums,
+                                         const int C) {
     for (int pair = first; pair < first + 4; pair += 2) {
         const __m256i v0 = _mm256_loadu_si256((const __m256i *)(blk + 64 * pair + 32 * half));
         const __m256i v1 = _mm256_loadu_si256((const __m256i *)(blk + 64 * (pair + 1) + 32 * half));
@@ -410,30 +406,43 @@ CK_AVX2 CK_INLINE void q6_half_sums_avx2(const uint8_t * blk, const int half, co
             const int32_t * q = (const int32_t *)(act + (size_t)c * astride + (size_t)b * CK_BLOCK);
             const __m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(v0, _mm256_set1_epi32(q[pair])),
                                                _mm256_maddubs_epi16(v1, _mm256_set1_epi32(q[pair + 1])));
-            sums[c] = _mm256_add_epi32(sums[c], _mm256_madd_epi16(t, ones));
+            sums[c] = _mm256_add_epi32(sums[c], _mm256_madd_epi16(t, scales));
             CK_KEEP_SUM(sums[c]);
         }
     }
 }
 
-// 8 rows x C columns of Q6: a block is two halves of Q5_1's work, each with
-// its own scale (Q6_K's scales are per 16 weights).
+// 8 rows x C columns of Q6: a block's integer sum is each half's 8-bit
+// scale times sum((q - 32) x), so one float step a block (with Q6_K's d),
+// as Q8_0's. Each sum starts at the offsets' part, -32 times the scales
+// times the column's half sums, one vpmaddwd of the rows' scale pairs.
 CK_AVX2 CK_INLINE void q6_tile_avx2(const uint8_t * w, int64_t nb, const uint8_t * act, size_t astride, float * dst,
                                     int64_t ldd, const int C, const int half, const bool fetch) {
     __m256 acc[4];
     for (int c = 0; c < C; c++) {
         acc[c] = _mm256_setzero_ps();
     }
+    const __m256i first_scale = _mm256_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13, 0, 1, 0, 1, 4,
+                                                 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13);
+    const __m256i second_scale = _mm256_add_epi8(first_scale, _mm256_set1_epi8(2));
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t * blk = w + (size_t)b * Q6_PANEL_BLOCK;
         if (fetch) {
             fetch_ahead(blk, Q6_PANEL_BLOCK);
         }
+        // Each row's two scales, as 16-bit lanes: (first half's, second's).
+        const __m256i scale_pairs = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 544 + 16 * half)));
+        const __m256i offsets = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(scale_pairs, 5));
         __m256i s[4];
-        q6_half_sums_avx2(blk, half, act, astride, nb, b, 0, s, C);
+        for (int c = 0; c < C; c++) {
+            const int16_t * halves = column_half_sums(act + (size_t)c * astride, nb) + 2 * b;
+            int32_t both;
+            memcpy(&both, halves, sizeof both);
+            s[c] = _mm256_madd_epi16(offsets, _mm256_set1_epi32(both));
+        }
+        q6_half_sums_avx2(blk, half, act, astride, b, 0, _mm256_shuffle_epi8(scale_pairs, first_scale), s, C);
+        q6_half_sums_avx2(blk, half, act, astride, b, 4, _mm256_shuffle_epi8(scale_pairs, second_scale), s, C);
         scaled_block_ymm(blk + 512 + 16 * half, act, astride, nb, b, s, acc, C);
-        q6_half_sums_avx2(blk, half, act, astride, nb, b, 4, s, C);
-        scaled_block_ymm(blk + 544 + 16 * half, act, astride, nb, b, s, acc, C);
     }
     for (int c = 0; c < C; c++) {
         _mm256_storeu_ps(dst + c * ldd + 8 * half, acc[c]);

@@ -29,19 +29,15 @@ static float reference_dot(enum ck_format format, const void * m, int64_t cols, 
         const float dx = column_scales(column, nb)[b];
         int32_t isum = 0;
         if (format == CK_Q6) {
-            // Two halves, each its own scale: sum((q - 32) x) = sum(q x) - 32 sum(x).
+            // Two halves, each its own 8-bit scale: sum((q - 32) x) = sum(q x) - 32 sum(x).
             for (int h = 0; h < 2; h++) {
-                uint16_t dh_half;
-                memcpy(&dh_half, blk + 2 * h, 2);
                 int32_t half_sum = -Q6_OFFSET * column_half_sums(column, nb)[2 * b + h];
                 for (int j = 16 * h; j < 16 * h + 16; j++) {
                     half_sum += blk[4 + j] * q[b * CK_BLOCK + j];
                 }
-                acc = fmaf((float)half_sum, ck_fp16_to_fp32(dh_half) * dx, acc);
+                isum += (int8_t)blk[2 + h] * half_sum;
             }
-            continue;
-        }
-        if (format == CK_Q4_1) {
+        } else if (format == CK_Q4_1) {
             for (int j = 0; j < 16; j++) {
                 isum += (blk[4 + j] & 0x0F) * q[b * CK_BLOCK + j];
                 isum += (blk[4 + j] >> 4) * q[b * CK_BLOCK + j + 16];
@@ -89,8 +85,8 @@ static void random_matrix(enum ck_format format, uint8_t * m, int64_t rows, int6
                 blk[j] = (uint8_t)next_random(state);
             }
         } else if (format == CK_Q6) {
-            const uint16_t d1 = ck_fp32_to_fp16(random_unit(state) * 0.02f);
-            memcpy(blk + 2, &d1, 2);
+            blk[2] = (uint8_t)next_random(state);  // the scales: any int8
+            blk[3] = (uint8_t)next_random(state);
             for (int j = 0; j < CK_BLOCK; j++) {
                 blk[4 + j] = (uint8_t)(next_random(state) % 64);
             }
@@ -119,12 +115,12 @@ static int check_converted(enum ck_isa isa, char * why, size_t why_len, uint64_t
         const int type = types[t];
         const enum ck_format format = ck_panel_format(isa, type);
         // How far a packed weight may be from ggml's value, relative to the
-        // row's largest: exact, fp16-rounded scales, or half an 8-bit step
-        // (and the fp16 rounding of its scale).
+        // row's largest: exact (Q6_K as Q6 too), fp16-rounded scales, or half
+        // an 8-bit step (and the fp16 rounding of its scale).
         const float weight_tolerance =
-            type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q5_1 ? 0.0f
-            : type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K || format == CK_Q6      ? 2e-3f
-                                                                                        : 0.6f / 127.0f;
+            type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q5_1 || format == CK_Q6 ? 0.0f
+            : type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K                                        ? 2e-3f
+                                                                                                       : 0.6f / 127.0f;
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
             const int64_t rows = shapes[s][0], cols = shapes[s][1];
             float * w = malloc(sizeof(float) * (size_t)(rows * cols));
@@ -312,9 +308,7 @@ int ck_self_check(enum ck_isa isa, char * why, size_t why_len) {
                     q5_quants(blk + 4, blk + 8, w);
                     expected = (float)w[j] * ck_fp16_to_fp32(dh) + ck_fp16_to_fp32(mh);
                 } else if (format == CK_Q6) {
-                    uint16_t dh_half;
-                    memcpy(&dh_half, blk + 2 * (j / 16), 2);
-                    expected = ck_fp16_to_fp32(dh_half) * (float)(blk[4 + j] - Q6_OFFSET);
+                    expected = ck_fp16_to_fp32(dh) * (float)(int8_t)blk[2 + j / 16] * (float)(blk[4 + j] - Q6_OFFSET);
                 } else {
                     expected = (float)(int8_t)blk[2 + j] * ck_fp16_to_fp32(dh);
                 }

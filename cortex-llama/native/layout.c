@@ -74,7 +74,8 @@ size_t ck_packed_size(enum ck_isa isa, int type, int64_t rows, int64_t cols) {
 // Q5_1 panel block: chunk g holds, in lane r, row r's quants 4g..4g+3 (a
 // byte each, 0-31); then 16 fp16 d and 16 fp16 m.
 // Q6 panel block: chunk g holds, in lane r, row r's quants 4g..4g+3 (a
-// byte each, 0-63); then 16 fp16 d of weights 0-15 and 16 of 16-31.
+// byte each, 0-63); then 16 fp16 d and 16 pairs of int8 scales (of weights
+// 0-15, of 16-31).
 // Q8_0 panel block: chunk g holds, in lane r, row r's weights 4g..4g+3;
 // then 16 fp16 d and the 16 rows' sums of the block's weights (int16).
 // A row's 4 * `chunks` bytes into its lane r of a panel block (4 bytes in
@@ -107,8 +108,8 @@ static void pack_block(enum ck_format format, const void * src, int64_t cols, in
             memcpy(out + 544 + 2 * r, blk + 2, 2);  // m
         } else if (format == CK_Q6) {
             to_lane(out, r, blk + 4, 8);
-            memcpy(out + 512 + 2 * r, blk, 2);      // d of weights 0-15
-            memcpy(out + 544 + 2 * r, blk + 2, 2);  // d of 16-31
+            memcpy(out + 512 + 2 * r, blk, 2);      // d
+            memcpy(out + 544 + 2 * r, blk + 2, 2);  // the two scales
         } else {
             int16_t sum = 0;
             to_lane(out, r, blk + 2, 8);
@@ -287,12 +288,7 @@ void ck_dequantize_row(enum ck_format format, const void * packed, int64_t rows,
                 o[j] = (float)w[j] * d + m;
             }
         } else if (format == CK_Q6) {
-            uint16_t d1h;
-            memcpy(&d1h, blk + 2, 2);
-            const float d1 = ck_fp16_to_fp32(d1h);
-            for (int j = 0; j < CK_BLOCK; j++) {
-                o[j] = (j < 16 ? d : d1) * (float)(blk[4 + j] - Q6_OFFSET);
-            }
+            q6_block_values(blk, o);
         } else {
             for (int j = 0; j < CK_BLOCK; j++) {
                 o[j] = (float)(int8_t)blk[2 + j] * d;

@@ -6,6 +6,7 @@
 
 #include <string.h>
 
+#include "fp16.h"
 #include "kernels.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -21,13 +22,13 @@
 #define Q4_1_PANEL_BLOCK 320  // 4 x 64 nibble bytes, 16 fp16 d, 16 fp16 m
 #define Q5_1_PANEL_BLOCK 576  // 8 x 64 quant bytes (0-31), 16 fp16 d, 16 fp16 m
 #define Q8_0_PANEL_BLOCK 576  // 8 x 64 bytes, 16 fp16 d, 16 int16 row sums
-#define Q6_PANEL_BLOCK 576    // 8 x 64 quant bytes (0-63), 16 fp16 d of weights 0-15, 16 of 16-31
+#define Q6_PANEL_BLOCK 576    // 8 x 64 quant bytes (0-63), 16 fp16 d, 16 pairs of int8 scales
 #define Q4_1_BLOCK 20         // ggml's block_q4_1: fp16 d, fp16 m, 16 bytes
 #define Q5_1_BLOCK 24         // ggml's block_q5_1: fp16 d, fp16 m, 4 bytes of high bits, 16 bytes
 #define Q8_0_BLOCK 34         // ggml's block_q8_0: fp16 d, 32 bytes
 // cortex's Q6 block, what a 32-weight slice of a Q6_K super-block holds:
-// fp16 d of weights 0-15, fp16 d of 16-31 (Q6_K's d times the slice's
-// scales), 32 quant bytes q (0-63); weight j is d (q - 32).
+// the super-block's fp16 d, the int8 scales of weights 0-15 and of 16-31,
+// 32 quant bytes q (0-63); weight j is d sc[j / 16] (q - 32).
 #define Q6_BLOCK 36
 
 static inline size_t panel_block_bytes(enum ck_format format) {
@@ -48,8 +49,19 @@ static inline size_t block_bytes(enum ck_format format) {
     }
 }
 
-// A Q6 quant's offset: weight j of a block is d (q_j - 32).
+// A Q6 quant's offset: weight j of a block is d sc (q_j - 32).
 #define Q6_OFFSET 32
+
+// A Q6 block's 32 weights as ggml's dequantize_row_q6_K computes them:
+// (d * sc) * (q - 32), in that order.
+static inline void q6_block_values(const uint8_t * blk, float * out) {
+    uint16_t dh;
+    memcpy(&dh, blk, 2);
+    const float d = ck_fp16_to_fp32(dh);
+    for (int j = 0; j < CK_BLOCK; j++) {
+        out[j] = d * (float)(int8_t)blk[2 + j / 16] * (float)(blk[4 + j] - Q6_OFFSET);
+    }
+}
 
 // Whether a format's weights have a minimum (d q + m), so its activations
 // carry each block's scale times the sum of its quants.
