@@ -251,7 +251,8 @@ CK_AVX2 CK_INLINE void min_block_ymm(const uint8_t * d16, const uint8_t * m16, c
     }
 }
 
-// A block's float step on 256 bits for a format without minimums (the rows' d as fp16 at `d16`), as min_block_ymm.
+// A block's float step on 256 bits for a format without minimums (the
+// rows' d as fp16 at `d16`), as min_block_ymm.
 CK_AVX2 CK_INLINE void scaled_block_ymm(const uint8_t * d16, const uint8_t * act, size_t astride, int64_t nb,
                                         int64_t b, const __m256i * sums, __m256 * acc, const int C) {
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)d16));
