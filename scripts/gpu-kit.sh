@@ -17,12 +17,15 @@
 #       sdist's tools (its tools/, common/, vendor/ and scripts/ over the same
 #       llama.cpp source), built with backends as modules so that on the GPU
 #       machine they load the very libggml-cuda.so cortex loads.
-#   bash scripts/gpu-kit.sh pack [DIR] [--before CORTEX]
+#   bash scripts/gpu-kit.sh pack [DIR] [--before CORTEX] [--sized-only]
 #       Here: cortex (release) with its llama.cpp libraries and CPU modules,
 #       the CUDA module, the peers, the default model and the bench scripts,
-#       as one xz stream cut into parts of at most 60 MiB in DIR (default
-#       target/gpu-kit): three parts, one per transfer. `--before` adds
-#       another cortex binary (an earlier build) measured beside this one.
+#       as one xz stream cut into parts of at most 56 MiB in DIR (default
+#       target/gpu-kit), one per transfer: a part and the working tree that
+#       travels with it fit the 64 MiB a call carries. `--before` adds
+#       another cortex binary (an earlier build) measured beside this one;
+#       `--sized-only` leaves the default model out (a part fewer), for a
+#       kit that only runs `bench --sized`.
 #   bash scripts/gpu-kit.sh bench PARTS_DIR [options of bench_peers.py]
 #       There (KIT_DIR: where to unpack, default /root/cortex-kit; KIT_DEVICE:
 #       the device instead of the first GPU, `cpu` to try the run without
@@ -47,11 +50,11 @@
 #       device time goes, by graph operation: `KIT/bin/cortex bench --batch
 #       256 --no-prefix --profile-ops` there.
 #
-# With the `device` tool of this workplace, the parts travel in three calls
-# to one machine kept warm (each within 30 s of the last): copy part 1 and 2
-# somewhere outside the checkout in the first two, and run `bench` in the
-# third. Nothing here is a test: it only measures, and nothing it builds is
-# committed.
+# With the `device` tool of this workplace, the parts travel in one call
+# each to one machine kept warm (each within 30 s of the last): copy every
+# part but the last somewhere outside the checkout, and run `bench` in the
+# call that carries the last. Nothing here is a test: it only measures, and
+# nothing it builds is committed.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -177,9 +180,11 @@ peers)
 pack)
     kit=$root/target/gpu-kit
     before=
+    default_model=yes
     while (($#)); do
         case $1 in
         --before) before=${2:?--before needs a cortex binary}; shift 2 ;;
+        --sized-only) default_model=; shift ;;
         *) kit=$1; shift ;;
         esac
     done
@@ -212,8 +217,10 @@ pack)
         exit 1
     fi
     strip --strip-unneeded "$stage/kit/bin/"* "$stage/kit/peers/"* 2>/dev/null || true
-    model=$(target/release/cortex models pull 2>/dev/null | tail -1)
-    cp "$model" "$stage/kit/model.gguf"
+    if [[ -n $default_model ]]; then
+        model=$(target/release/cortex models pull 2>/dev/null | tail -1)
+        cp "$model" "$stage/kit/model.gguf"
+    fi
     cp scripts/bench_peers.py scripts/gpu-kit.sh scripts/gpu_check.py scripts/sized_model.py "$stage/kit/scripts/"
     # What `bench --sized` makes models of real shapes from there: the
     # tokenizers (Gemma 3's taken out of the gemma3-270m GGUF) and the chat
@@ -227,11 +234,11 @@ pack)
     python3 scripts/sized_model.py --extract-vocab "$gemma" "$stage/kit/sized/ggml-vocab-gemma3.gguf" >/dev/null
     mkdir -p "$kit"
     rm -f "$kit"/kit.tar.xz.part-*
-    echo "==> packing (xz) into parts of 60 MiB in $kit" >&2
+    echo "==> packing (xz) into parts of 56 MiB in $kit" >&2
     # The programs first, the model last: the first two parts alone unpack
     # to a cortex that can say whether it sees the GPU.
-    tar -C "$stage" -cf - kit/bin kit/peers kit/scripts kit/sized kit/model.gguf | xz -T0 -6 |
-        split -b 60M -d - "$kit/kit.tar.xz.part-"
+    tar -C "$stage" -cf - kit/bin kit/peers kit/scripts kit/sized ${default_model:+kit/model.gguf} |
+        xz -T0 -9e | split -b 56M -d - "$kit/kit.tar.xz.part-"
     ls -l "$kit"/kit.tar.xz.part-* >&2
     echo "$kit"
     ;;
@@ -281,6 +288,10 @@ print(gpus[0].lower() if gpus else "")')}
         *) rest+=("$1"); shift ;;
         esac
     done
+    if [[ -z $sized && ! -f $model ]]; then
+        echo "this kit has no default model (packed with --sized-only): measure with --sized NAME" >&2
+        exit 2
+    fi
     if [[ -n $sized ]]; then
         name=${sized%%:*}
         type=q4_k_m

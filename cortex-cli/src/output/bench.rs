@@ -19,7 +19,7 @@ pub(crate) fn bench_report(
     }
     let ops = |ops: &[OpTime]| {
         ops.iter()
-            .map(|op| json!({"op": op.name, "calls": op.calls, "seconds": op.total.as_secs_f64(), "multiply_adds": op.multiply_adds}))
+            .map(|op| json!({"op": op.name, "calls": op.calls, "seconds": op.total.as_secs_f64(), "multiply_adds": op.multiply_adds, "host": op.host}))
             .collect::<Vec<_>>()
     };
     let row = |r: &BenchRow| {
@@ -186,36 +186,44 @@ fn ops_table(side: &str, b: usize, ops: &[OpTime], peak: Option<Int8Peak>) -> St
     out
 }
 
-/// The matrix products' multiply-adds per second, beside the int8 peak of
-/// the cores they ran on (the products of the host CPU's operations only).
+/// The matrix products' multiply-adds per second: those the CPU computed
+/// beside the int8 peak of its cores, those a GPU computed apart (the CPU's
+/// peak says nothing of them).
 fn matrix_rate(ops: &[OpTime], peak: Option<Int8Peak>) -> String {
-    let products = ops.iter().filter(|op| op.multiply_adds > 0);
-    let (multiply_adds, seconds) = products.fold((0u64, 0.0), |(m, s), op| {
-        (m + op.multiply_adds, s + op.total.as_secs_f64())
-    });
-    if multiply_adds == 0 || seconds <= 0.0 {
-        return String::new();
-    }
-    let rate = multiply_adds as f64 / seconds;
-    let mut text = format!(
-        "matrix products: {:.1} G multiply-adds in {:.1} ms, {:.1} G/s",
-        multiply_adds as f64 / 1e9,
-        seconds * 1e3,
-        rate / 1e9
-    );
-    if let Some(peak) = peak {
+    let mut text = String::new();
+    for host in [true, false] {
+        let products = ops
+            .iter()
+            .filter(|op| op.multiply_adds > 0 && op.host == host);
+        let (multiply_adds, seconds) = products.fold((0u64, 0.0), |(m, s), op| {
+            (m + op.multiply_adds, s + op.total.as_secs_f64())
+        });
+        if multiply_adds == 0 || seconds <= 0.0 {
+            continue;
+        }
+        let rate = multiply_adds as f64 / seconds;
         let _ = write!(
             text,
-            " = {:.0}% of the int8 peak, {:.0} G/s ({} cores x {:.2} GHz x {} a cycle: two {} a cycle)",
-            100.0 * rate / peak.per_second(),
-            peak.per_second() / 1e9,
-            peak.cores,
-            peak.ghz,
-            peak.per_cycle,
-            peak.instruction
+            "matrix products{}: {:.1} G multiply-adds in {:.1} ms, {:.1} G/s",
+            if host { "" } else { " on the GPU" },
+            multiply_adds as f64 / 1e9,
+            seconds * 1e3,
+            rate / 1e9
         );
+        if let (true, Some(peak)) = (host, peak) {
+            let _ = write!(
+                text,
+                " = {:.0}% of the int8 peak, {:.0} G/s ({} cores x {:.2} GHz x {} a cycle: two {} a cycle)",
+                100.0 * rate / peak.per_second(),
+                peak.per_second() / 1e9,
+                peak.cores,
+                peak.ghz,
+                peak.per_cycle,
+                peak.instruction
+            );
+        }
+        text.push('\n');
     }
-    text.push('\n');
     text
 }
 
@@ -252,4 +260,53 @@ fn table_line(row: &BenchRow) -> String {
         row.t().as_secs_f64(),
         row.s()
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn product(name: &str, multiply_adds: u64, millis: u64, host: bool) -> OpTime {
+        OpTime {
+            name: name.to_owned(),
+            calls: 1,
+            total: Duration::from_millis(millis),
+            multiply_adds,
+            host,
+        }
+    }
+
+    #[test]
+    fn the_cpus_peak_measures_only_the_products_the_cpu_computed() {
+        let peak = Int8Peak {
+            cores: 2,
+            ghz: 2.0,
+            per_cycle: 128,
+            instruction: "vpdpbusd zmm",
+        };
+        // 512 G/s against a peak of 512 G/s on the CPU; 4,000 G/s on a GPU.
+        let ops = [
+            product("MUL_MAT ffn_up q4_K (host)", 512_000_000, 1, true),
+            product("MUL_MAT ffn_up q4_K", 4_000_000_000, 1, false),
+            product("RMS_NORM norm", 0, 5, false),
+        ];
+        let text = matrix_rate(&ops, Some(peak));
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert!(
+            lines[0].starts_with(
+                "matrix products: 0.5 G multiply-adds in 1.0 ms, 512.0 G/s = 100% of the int8 peak"
+            ),
+            "{text}"
+        );
+        assert_eq!(
+            lines[1],
+            "matrix products on the GPU: 4.0 G multiply-adds in 1.0 ms, 4000.0 G/s"
+        );
+        // A model wholly on a GPU: no line compares with the CPU's peak.
+        let text = matrix_rate(&ops[1..], Some(peak));
+        assert!(!text.contains("peak"), "{text}");
+    }
 }

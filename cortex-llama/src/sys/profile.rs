@@ -30,10 +30,13 @@ pub struct OpTime {
     /// The multiply-adds a matrix product does (rows × columns × the
     /// shared length, over every call); 0 for other operations.
     pub multiply_adds: u64,
+    /// Whether it ran on the CPU (its result in host memory), not on a GPU.
+    pub host: bool,
 }
 
-/// What the profile holds per operation: calls, time, multiply-adds.
-type Measured = HashMap<String, (u64, Duration, u64)>;
+/// What the profile holds per operation: calls, time, multiply-adds, and
+/// whether it ran on the CPU.
+type Measured = HashMap<String, (u64, Duration, u64, bool)>;
 
 static PROFILING: AtomicBool = AtomicBool::new(false);
 static TIMES: Mutex<Option<Measured>> = Mutex::new(None);
@@ -63,11 +66,12 @@ pub(crate) fn finish() -> Vec<OpTime> {
     let measured = times().take().unwrap_or_default();
     let mut ops: Vec<OpTime> = measured
         .into_iter()
-        .map(|(name, (calls, total, multiply_adds))| OpTime {
+        .map(|(name, (calls, total, multiply_adds, host))| OpTime {
             name,
             calls,
             total,
             multiply_adds,
+            host,
         })
         .collect();
     ops.sort_by(|a, b| b.total.cmp(&a.total).then_with(|| a.name.cmp(&b.name)));
@@ -142,6 +146,7 @@ unsafe extern "C" fn time_node(tensor: *mut ffi::ggml_tensor, ask: bool, _: *mut
         entry.0 += 1;
         entry.1 += elapsed;
         entry.2 += multiply_adds;
+        entry.3 = host;
     }
     true
 }
