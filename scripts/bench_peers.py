@@ -362,6 +362,7 @@ def server_run(peers, model, threads, items, slots, slot_tokens, timeline=False)
     # Its log goes to a file: a pipe nobody reads fills up after a few
     # hundred requests and stalls the server.
     log_file = tempfile.TemporaryFile()
+    launched = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log_file)
     errors = []
     try:
@@ -431,7 +432,10 @@ def server_run(peers, model, threads, items, slots, slot_tokens, timeline=False)
         log_file.close()
     if errors:
         raise RuntimeError(f"llama-server: {len(errors)} requests failed, e.g. {errors[0]}")
-    result = {"seconds": seconds, "peak_rss_bytes": rss, "gpu_utilisation": utilisation, **totals}
+    # Its start (loading the model until /health answers, to the 0.2 s
+    # it is polled at) is not in `seconds`; cortex's own start is in its.
+    result = {"seconds": seconds, "start_seconds": started - launched, "peak_rss_bytes": rss,
+              "gpu_utilisation": utilisation, **totals}
     if timeline:
         result["timeline"] = server_timeline(metrics, timings, totals, seconds)
     return result
@@ -690,6 +694,13 @@ def main():
                   f"| {good[0]['prompt_tokens']:>10} | {good[0]['completion_tokens']:>7} "
                   f"| {mib(max(r['peak_rss_bytes'] or 0 for r in good))} | {gpu_text} | {faster:>16} |",
                   flush=True)
+        # cortex's seconds hold its start (the model's load); llama-server's
+        # hold only its work: its start is said apart.
+        for side, side_runs in runs.items():
+            starts = [r["start_seconds"] for r in ok(side_runs) if "start_seconds" in r]
+            if starts:
+                print(f"|          |       | {side:<18} | start {summary(starts):>18} s (loading until "
+                      f"healthy: not in its seconds above) |", flush=True)
         if args.timelines:
             log(f"job {name}: timelines")
             ours = cortex_run(args.cortex, args.model, cortex_threads, items, trace=True)
