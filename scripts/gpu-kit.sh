@@ -24,8 +24,8 @@
 #       target/gpu-kit), one per transfer: a part and the working tree that
 #       travels with it fit the 64 MiB a call carries. `--before` adds
 #       another cortex binary (an earlier build) measured beside this one;
-#       `--sized-only` leaves the default model out (a part fewer), for a
-#       kit that only runs `bench --sized`.
+#       `--sized-only` leaves the default model out, for a kit that only
+#       runs `bench --sized`: one part then (54 MiB), so one call.
 #   bash scripts/gpu-kit.sh bench PARTS_DIR [options of bench_peers.py]
 #       There (KIT_DIR: where to unpack, default /root/cortex-kit; KIT_DEVICE:
 #       the device instead of the first GPU, `cpu` to try the run without
@@ -235,8 +235,8 @@ pack)
     mkdir -p "$kit"
     rm -f "$kit"/kit.tar.xz.part-*
     echo "==> packing (xz) into parts of 56 MiB in $kit" >&2
-    # The programs first, the model last: the first two parts alone unpack
-    # to a cortex that can say whether it sees the GPU.
+    # The programs first, the model last: the first parts alone unpack to a
+    # cortex that can say whether it sees the GPU.
     tar -C "$stage" -cf - kit/bin kit/peers kit/scripts kit/sized ${default_model:+kit/model.gguf} |
         xz -T0 -9e | split -b 56M -d - "$kit/kit.tar.xz.part-"
     ls -l "$kit"/kit.tar.xz.part-* >&2
