@@ -53,8 +53,15 @@
 # With the `device` tool of this workplace, the parts travel in one call
 # each to one machine kept warm (each within 30 s of the last): copy every
 # part but the last somewhere outside the checkout, and run `bench` in the
-# call that carries the last. Nothing here is a test: it only measures, and
-# nothing it builds is committed.
+# call that carries the last. A `--sized-only` kit is one call, carrying
+# target/gpu-kit/kit.tar.xz.part-00, e.g. (the figures come back even if the
+# call's time runs out, as bench_peers writes them after every measurement):
+#   mkdir -p /root/parts && cp target/gpu-kit/kit.tar.xz.part-* /root/parts/ &&
+#   timeout 420 bash scripts/gpu-kit.sh bench /root/parts --sized llama3.1-8b \
+#       ... --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log"
+# (about 420 s for the 8B's engine rows at B = 1, 64, 256 and three jobs in
+# 2 rounds on an H200, docs/gpus.md). Nothing here is a test: it only
+# measures, and nothing it builds is committed.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
