@@ -694,10 +694,9 @@ def main():
                   f"| {good[0]['prompt_tokens']:>10} | {good[0]['completion_tokens']:>7} "
                   f"| {mib(max(r['peak_rss_bytes'] or 0 for r in good))} | {gpu_text} | {faster:>16} |",
                   flush=True)
-        # cortex's seconds hold its start (the model's load); llama-server's
-        # hold only its work: its start is said apart.
-        for side, side_runs in runs.items():
-            starts = [r["start_seconds"] for r in ok(side_runs) if "start_seconds" in r]
+            # cortex's seconds hold its start (the model's load); llama-server's
+            # hold only its work: its start is said apart.
+            starts = [r["start_seconds"] for r in good if "start_seconds" in r]
             if starts:
                 print(f"|          |       | {side:<18} | start {summary(starts):>18} s (loading until "
                       f"healthy: not in its seconds above) |", flush=True)
