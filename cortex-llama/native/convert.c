@@ -56,7 +56,8 @@ enum ck_format ck_panel_format(enum ck_isa isa, int type) {
         case CK_Q5_1:
         case TYPE_Q5_K: return CK_Q5_1;
         case CK_Q6: return CK_Q6;
-        case TYPE_Q6_K: return isa == CK_ISA_AVX2 ? CK_Q6 : CK_Q8_0;
+        case CK_Q6_PLANES: return CK_Q6_PLANES;
+        case TYPE_Q6_K: return isa == CK_ISA_AVX2 ? CK_Q6 : isa == CK_ISA_AVX512 ? CK_Q6_PLANES : CK_Q8_0;
         default: return CK_Q8_0;
     }
 }
@@ -237,8 +238,8 @@ static void q6_k_block_as_q8_0(float d, const int8_t * scales, const uint8_t * q
     }
 }
 
-// Q6_K rows as Q6 blocks (the same quants, d and scales), or requantized
-// to Q8_0 blocks (`format`).
+// Q6_K rows as Q6 blocks (the same quants, d and scales; for Q6 and
+// Q6_PLANES panels), or requantized to Q8_0 blocks (`format`).
 static void q6_k_row(enum ck_format format, const uint8_t * src, uint8_t * dst, int64_t cols) {
     for (int64_t s = 0; s < cols / K_WEIGHTS; s++) {
         const uint8_t * in = src + (size_t)s * Q6_K_BLOCK;
@@ -248,7 +249,7 @@ static void q6_k_row(enum ck_format format, const uint8_t * src, uint8_t * dst, 
         q6_k_quants(in, q);
         for (int b = 0; b < K_WEIGHTS / CK_BLOCK; b++) {
             uint8_t * out = dst + ((size_t)s * (K_WEIGHTS / CK_BLOCK) + (size_t)b) * block_bytes(format);
-            if (format != CK_Q6) {
+            if (!q6_blocks(format)) {
                 q6_k_block_as_q8_0(d, scales, q, b, out);
                 continue;
             }
@@ -299,7 +300,7 @@ void ck_convert_back(enum ck_isa isa, int type, const void * src, void * dst, in
     for (int64_t r = 0; r < rows; r++) {
         const uint8_t * in = (const uint8_t *)src + (size_t)r * src_row;
         float * out = values + (size_t)r * (size_t)cols;
-        if (format == CK_Q6) {
+        if (q6_blocks(format)) {
             q6_values(in, out, cols);
         } else {
             ggml_get_type_traits((enum ggml_type)format)->to_float(in, out, cols);

@@ -28,6 +28,20 @@ static float reference_dot(enum ck_format format, const void * m, int64_t cols, 
         const float dw = ck_fp16_to_fp32(dh);
         const float dx = column_scales(column, nb)[b];
         int32_t isum = 0;
+        if (format == CK_Q6_PLANES) {
+            // Each half's integer sum from its start in the activations, then
+            // ((float)s1 (d sc1) + (float)s0 (d sc0)) dx.
+            int32_t half_sum[2];
+            for (int h = 0; h < 2; h++) {
+                half_sum[h] = column_half_offsets(column, nb)[2 * b + h];
+                for (int j = 16 * h; j < 16 * h + 16; j++) {
+                    half_sum[h] += blk[4 + j] * q[b * CK_BLOCK + j];
+                }
+            }
+            const float ds0 = dw * (float)(int8_t)blk[2], ds1 = dw * (float)(int8_t)blk[3];
+            acc = fmaf(fmaf((float)half_sum[1], ds1, (float)half_sum[0] * ds0), dx, acc);
+            continue;
+        }
         if (format == CK_Q6) {
             // Two halves, each its own 8-bit scale: sum((q - 32) x) = sum(q x) - 32 sum(x).
             for (int h = 0; h < 2; h++) {
@@ -84,7 +98,7 @@ static void random_matrix(enum ck_format format, uint8_t * m, int64_t rows, int6
             for (size_t j = 4; j < block_bytes(format); j++) {
                 blk[j] = (uint8_t)next_random(state);
             }
-        } else if (format == CK_Q6) {
+        } else if (q6_blocks(format)) {
             blk[2] = (uint8_t)next_random(state);  // the scales: any int8
             blk[3] = (uint8_t)next_random(state);
             for (int j = 0; j < CK_BLOCK; j++) {
@@ -118,7 +132,7 @@ static int check_converted(enum ck_isa isa, char * why, size_t why_len, uint64_t
         // row's largest: exact (Q6_K as Q6 too), fp16-rounded scales, or half
         // an 8-bit step (and the fp16 rounding of its scale).
         const float weight_tolerance =
-            type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q5_1 || format == CK_Q6 ? 0.0f
+            type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q5_1 || q6_blocks(format) ? 0.0f
             : type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K                                        ? 2e-3f
                                                                                                        : 0.6f / 127.0f;
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
@@ -265,9 +279,9 @@ static int check_argmax(enum ck_isa isa, char * why, size_t why_len, uint64_t * 
 int ck_self_check(enum ck_isa isa, char * why, size_t why_len) {
     static const int64_t shapes[][2] = {{16, 32}, {48, 96}, {192, 576}, {576, 576}, {576, 1536}, {1536, 576}};
     static const int64_t batches[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 17, 33};
-    const enum ck_format formats[] = {CK_Q4_1, CK_Q5_1, CK_Q8_0, CK_Q6};
-    // The AVX-512 kernels have no Q6 tile (they take Q6_K as Q8_0).
-    const size_t n_formats = sizeof formats / sizeof formats[0] - (isa == CK_ISA_AVX512 ? 1 : 0);
+    // Q6 has 256-bit kernels only, Q6_PLANES AVX-512 ones only.
+    const enum ck_format formats[] = {CK_Q4_1, CK_Q5_1, CK_Q8_0, isa == CK_ISA_AVX512 ? CK_Q6_PLANES : CK_Q6};
+    const size_t n_formats = sizeof formats / sizeof formats[0];
     uint64_t state = 0x5eed;
     int mismatches = 0;
     if (why_len) {
@@ -307,7 +321,7 @@ int ck_self_check(enum ck_isa isa, char * why, size_t why_len) {
                     uint8_t w[CK_BLOCK];
                     q5_quants(blk + 4, blk + 8, w);
                     expected = (float)w[j] * ck_fp16_to_fp32(dh) + ck_fp16_to_fp32(mh);
-                } else if (format == CK_Q6) {
+                } else if (q6_blocks(format)) {
                     expected = ck_fp16_to_fp32(dh) * (float)(int8_t)blk[2 + j / 16] * (float)(blk[4 + j] - Q6_OFFSET);
                 } else {
                     expected = (float)(int8_t)blk[2 + j] * ck_fp16_to_fp32(dh);
@@ -340,7 +354,7 @@ int ck_self_check(enum ck_isa isa, char * why, size_t why_len) {
                     ck_quantize_column(isa, format, x, cols, act + (size_t)c * astride);
                     uint8_t * scalar = malloc(astride);
                     ck_quantize_column_scalar(format, offset_quants(isa, format), x, cols, scalar);
-                    if (memcmp(scalar, act + (size_t)c * astride, (size_t)(cols / CK_BLOCK) * (CK_BLOCK + 8)) != 0 &&
+                    if (memcmp(scalar, act + (size_t)c * astride, (size_t)(cols / CK_BLOCK) * (CK_BLOCK + (q6_blocks(format) ? 16 : 8))) != 0 &&
                         mismatches++ == 0) {
                         snprintf(why, why_len, "%s format %d: vector quantization differs from the scalar one",
                                  ck_isa_name(isa), (int)format);

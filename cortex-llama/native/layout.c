@@ -54,7 +54,8 @@ const char * ck_isa_name(enum ck_isa isa) {
 }
 
 bool ck_packable(int type, int64_t rows, int64_t cols) {
-    return (type == CK_Q4_1 || type == CK_Q5_1 || type == CK_Q8_0 || type == CK_Q6 || ck_convertible(type)) &&
+    return (type == CK_Q4_1 || type == CK_Q5_1 || type == CK_Q8_0 || type == CK_Q6 || type == CK_Q6_PLANES ||
+            ck_convertible(type)) &&
            rows > 0 && cols > 0 &&
            rows % CK_PANEL_ROWS == 0 && cols % ck_type_block(type) == 0;
 }
@@ -76,6 +77,12 @@ size_t ck_packed_size(enum ck_isa isa, int type, int64_t rows, int64_t cols) {
 // Q6 panel block: chunk g holds, in lane r, row r's quants 4g..4g+3 (a
 // byte each, 0-63); then 16 fp16 d and 16 pairs of int8 scales (of weights
 // 0-15, of 16-31).
+// Q6_PLANES panel block: Q6's quants in 7 bits, Q4_1's nibble chunks of
+// their low 4 bits (chunk h, lane r: quants 4h..4h+3 in the low nibbles,
+// 16+4h..16+4h+3 in the high ones), then 2 chunks of their top 2 bits
+// (chunk t, lane r, byte k: bits 0-1 and 2-3 those of the quants in nibble
+// chunk 2t's low and high nibbles, bits 4-5 and 6-7 those of chunk
+// 2t + 1's); then as Q6.
 // Q8_0 panel block: chunk g holds, in lane r, row r's weights 4g..4g+3;
 // then 16 fp16 d and the 16 rows' sums of the block's weights (int16).
 // A row's 4 * `chunks` bytes into its lane r of a panel block (4 bytes in
@@ -89,6 +96,30 @@ static void to_lane(uint8_t * panel_block, int r, const uint8_t * bytes, int chu
 static void from_lane(const uint8_t * panel_block, int r, uint8_t * bytes, int chunks) {
     for (int g = 0; g < chunks; g++) {
         memcpy(bytes + 4 * g, panel_block + 64 * g + 4 * r, 4);
+    }
+}
+
+// A Q6_PLANES panel block's lane r <-> a row's 32 quants.
+static void to_planes(uint8_t * panel_block, int r, const uint8_t * q) {
+    for (int h = 0; h < 4; h++) {
+        for (int k = 0; k < 4; k++) {
+            const int low = 4 * h + k, high = 16 + 4 * h + k;
+            panel_block[64 * h + 4 * r + k] = (uint8_t)((q[low] & 0x0F) | ((q[high] & 0x0F) << 4));
+            uint8_t * pairs = panel_block + 256 + 64 * (h / 2) + 4 * r + k;
+            const int shift = 4 * (h % 2);
+            *pairs = (uint8_t)((*pairs & ~(0x0F << shift)) | ((q[low] >> 4) << shift) | ((q[high] >> 4) << (shift + 2)));
+        }
+    }
+}
+
+static void from_planes(const uint8_t * panel_block, int r, uint8_t * q) {
+    for (int h = 0; h < 4; h++) {
+        for (int k = 0; k < 4; k++) {
+            const uint8_t nibbles = panel_block[64 * h + 4 * r + k];
+            const uint8_t pairs = (uint8_t)(panel_block[256 + 64 * (h / 2) + 4 * r + k] >> (4 * (h % 2)));
+            q[4 * h + k] = (uint8_t)((nibbles & 0x0F) | ((pairs & 3) << 4));
+            q[16 + 4 * h + k] = (uint8_t)((nibbles >> 4) | (((pairs >> 2) & 3) << 4));
+        }
     }
 }
 
@@ -110,6 +141,10 @@ static void pack_block(enum ck_format format, const void * src, int64_t cols, in
             to_lane(out, r, blk + 4, 8);
             memcpy(out + 512 + 2 * r, blk, 2);      // d
             memcpy(out + 544 + 2 * r, blk + 2, 2);  // the two scales
+        } else if (format == CK_Q6_PLANES) {
+            to_planes(out, r, blk + 4);
+            memcpy(out + 384 + 2 * r, blk, 2);      // d
+            memcpy(out + 416 + 2 * r, blk + 2, 2);  // the two scales
         } else {
             int16_t sum = 0;
             to_lane(out, r, blk + 2, 8);
@@ -137,6 +172,10 @@ static void unpack_block(enum ck_format format, const uint8_t * in, int r, uint8
         from_lane(in, r, blk + 4, 8);
         memcpy(blk, in + 512 + 2 * r, 2);
         memcpy(blk + 2, in + 544 + 2 * r, 2);
+    } else if (format == CK_Q6_PLANES) {
+        from_planes(in, r, blk + 4);
+        memcpy(blk, in + 384 + 2 * r, 2);
+        memcpy(blk + 2, in + 416 + 2 * r, 2);
     } else {
         from_lane(in, r, blk + 2, 8);
         memcpy(blk, in + 512 + 2 * r, 2);
@@ -287,7 +326,7 @@ void ck_dequantize_row(enum ck_format format, const void * packed, int64_t rows,
             for (int j = 0; j < CK_BLOCK; j++) {
                 o[j] = (float)w[j] * d + m;
             }
-        } else if (format == CK_Q6) {
+        } else if (q6_blocks(format)) {
             q6_block_values(blk, o);
         } else {
             for (int j = 0; j < CK_BLOCK; j++) {

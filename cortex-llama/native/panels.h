@@ -23,6 +23,7 @@
 #define Q5_1_PANEL_BLOCK 576  // 8 x 64 quant bytes (0-31), 16 fp16 d, 16 fp16 m
 #define Q8_0_PANEL_BLOCK 576  // 8 x 64 bytes, 16 fp16 d, 16 int16 row sums
 #define Q6_PANEL_BLOCK 576    // 8 x 64 quant bytes (0-63), 16 fp16 d, 16 pairs of int8 scales
+#define Q6_PLANES_PANEL_BLOCK 448  // 4 x 64 nibble bytes, 2 x 64 bytes of bit pairs, then as Q6
 #define Q4_1_BLOCK 20         // ggml's block_q4_1: fp16 d, fp16 m, 16 bytes
 #define Q5_1_BLOCK 24         // ggml's block_q5_1: fp16 d, fp16 m, 4 bytes of high bits, 16 bytes
 #define Q8_0_BLOCK 34         // ggml's block_q8_0: fp16 d, 32 bytes
@@ -36,6 +37,7 @@ static inline size_t panel_block_bytes(enum ck_format format) {
         case CK_Q4_1: return Q4_1_PANEL_BLOCK;
         case CK_Q5_1: return Q5_1_PANEL_BLOCK;
         case CK_Q6: return Q6_PANEL_BLOCK;
+        case CK_Q6_PLANES: return Q6_PLANES_PANEL_BLOCK;
         default: return Q8_0_PANEL_BLOCK;
     }
 }
@@ -44,13 +46,20 @@ static inline size_t block_bytes(enum ck_format format) {
     switch (format) {
         case CK_Q4_1: return Q4_1_BLOCK;
         case CK_Q5_1: return Q5_1_BLOCK;
-        case CK_Q6: return Q6_BLOCK;
+        case CK_Q6:
+        case CK_Q6_PLANES: return Q6_BLOCK;
         default: return Q8_0_BLOCK;
     }
 }
 
 // A Q6 quant's offset: weight j of a block is d sc (q_j - 32).
 #define Q6_OFFSET 32
+
+// Whether a format's blocks are Q6 blocks (its panels a byte a quant, or
+// in planes).
+static inline bool q6_blocks(enum ck_format format) {
+    return format == CK_Q6 || format == CK_Q6_PLANES;
+}
 
 // A Q6 block's 32 weights as ggml's dequantize_row_q6_K computes them:
 // (d * sc) * (q - 32), in that order.
@@ -109,6 +118,13 @@ static inline const float * column_sums(const uint8_t * column, int64_t nb) {
 // scaled sums' place.
 static inline const int16_t * column_half_sums(const uint8_t * column, int64_t nb) {
     return (const int16_t *)column_sums(column, nb);
+}
+
+// Q6_PLANES activations: after the sums, -32 times each block's two half
+// sums as int32, where the kernel starts each half's integer sum (a
+// broadcast from memory, no arithmetic a column).
+static inline const int32_t * column_half_offsets(const uint8_t * column, int64_t nb) {
+    return (const int32_t *)(column_sums(column, nb) + nb);
 }
 
 // Whether `isa` runs in 256-bit registers (AVX2, with or without AVX-VNNI):

@@ -9,10 +9,11 @@
 #include "panels.h"
 
 // One column: nb x 32 quant bytes, nb float scales, nb float scaled sums
-// (Q6: nb pairs of int16 half sums), padded to a cache line.
+// (Q6: nb pairs of int16 half sums), nb pairs of int32 (Q6_PLANES: -32
+// times the half sums), padded to a cache line.
 size_t ck_activation_bytes(int64_t cols) {
     const size_t nb = (size_t)(cols / CK_BLOCK);
-    return (nb * (CK_BLOCK + 8) + 63) & ~(size_t)63;
+    return (nb * (CK_BLOCK + 16) + 63) & ~(size_t)63;
 }
 
 // A block's scale times the sum of its quants, for the formats with a
@@ -33,12 +34,15 @@ static inline float scaled_sum(enum ck_format format, float stored_scale, float 
 
 // Block b's entry in the sums: its scaled sum, or for Q6 the sums of its
 // halves' quants (`first_half`: of quants 0-15), from which a Q6 kernel
-// starts each half's integer sum at -32 times it.
-static inline void set_block_sum(enum ck_format format, float * sums, int64_t b, float stored_scale,
+// starts each half's integer sum at -32 times it (Q6_PLANES: those starts
+// too, after the sums).
+static inline void set_block_sum(enum ck_format format, float * sums, int64_t nb, int64_t b, float stored_scale,
                                  float through_fp16, int sum, int first_half) {
-    if (format == CK_Q6) {
+    if (q6_blocks(format)) {
         const int16_t halves[2] = {(int16_t)first_half, (int16_t)(sum - first_half)};
         memcpy(&sums[b], halves, sizeof halves);
+        const int32_t starts[2] = {-Q6_OFFSET * first_half, -Q6_OFFSET * (sum - first_half)};
+        memcpy(sums + nb + 2 * b, starts, sizeof starts);
         return;
     }
     sums[b] = scaled_sum(format, stored_scale, through_fp16, sum);
@@ -77,7 +81,7 @@ void ck_quantize_column_scalar(enum ck_format format, bool offset, const float *
             }
         }
         scales[b] = ck_round_through_fp16(d);
-        set_block_sum(format, sums, b, scales[b], ck_round_through_fp16(d * (float)sum), sum, first_half);
+        set_block_sum(format, sums, nb, b, scales[b], ck_round_through_fp16(d * (float)sum), sum, first_half);
     }
 }
 
@@ -126,7 +130,7 @@ CK_AVX512 static void quantize_column_avx512(enum ck_format format, bool offset,
         _mm_storeu_si128((__m128i *)(out + b * CK_BLOCK), _mm512_cvtepi32_epi8(_mm512_add_epi32(q0, bias)));
         _mm_storeu_si128((__m128i *)(out + b * CK_BLOCK + 16), _mm512_cvtepi32_epi8(_mm512_add_epi32(q1, bias)));
         scales[b] = _cvtsh_ss(_cvtss_sh(d, 0));
-        set_block_sum(format, sums, b, scales[b], _cvtsh_ss(_cvtss_sh(d * (float)sum, 0)), sum, first_half);
+        set_block_sum(format, sums, nb, b, scales[b], _cvtsh_ss(_cvtss_sh(d * (float)sum, 0)), sum, first_half);
     }
 }
 
@@ -173,7 +177,7 @@ CK_AVX2 static void quantize_column_avx2(enum ck_format format, bool offset, con
         }
         _mm256_storeu_si256((__m256i *)(out + b * CK_BLOCK), bytes);
         scales[b] = _cvtsh_ss(_cvtss_sh(d, 0));
-        set_block_sum(format, sums, b, scales[b], _cvtsh_ss(_cvtss_sh(d * (float)sum, 0)), sum, first_half);
+        set_block_sum(format, sums, nb, b, scales[b], _cvtsh_ss(_cvtss_sh(d * (float)sum, 0)), sum, first_half);
     }
 }
 

@@ -1,8 +1,9 @@
 //! cortex's CPU kernels (`native/`, built by `build.rs`): a ggml backend
 //! registered beside llama.cpp's CPU backend that stores 4- to 8-bit
 //! weights (Q4_0, Q4_1, Q4_K as Q4_1; Q5_1, Q5_K as Q5_1; Q8_0; Q5_0 as
-//! Q5_1 and Q6_K as Q6 for the AVX2 kernels, both as Q8_0 for the VNNI
-//! ones) packed in panels of 16 rows and runs their matrix products, and
+//! Q5_1 and Q6_K as Q6 for the AVX2 kernels, Q5_0 as Q8_0 for the VNNI
+//! ones, Q6_K as Q6 in planes for AVX-512 and as Q8_0 for AVX-VNNI) packed
+//! in panels of 16 rows and runs their matrix products, and
 //! attention over an F16 KV cache (see `native/backend.c` for
 //! how ggml hands them over).
 
