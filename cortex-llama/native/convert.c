@@ -1,8 +1,10 @@
 // Weights of formats without kernels of their own, as the blocks of the
 // panel formats (see kernels.h), so that the panel kernels multiply them:
-// Q4_0 and Q4_K become Q4_1 blocks, Q5_K Q5_1 blocks (the same quants; the
-// k-quants' sub-block scales and mins unpacked: each 32 weights' d * sc and
-// -dmin * m, rounded to fp16, where ggml multiplies in fp32), Q5_0 exactly
+// Q4_0 becomes Q4_1 blocks, Q4_K cortex's own Q4_K blocks for the AVX-512
+// kernels (exactly: the same quants, d, dmin, and each 32 weights' scale and
+// min) and Q5_K Q5_1 blocks, as Q4_K Q4_1 blocks for the others (the same
+// quants; the sub-block scales and mins unpacked: each 32 weights' d * sc
+// and -dmin * m, rounded to fp16, where ggml multiplies in fp32), Q5_0 exactly
 // either Q5_1 blocks (a min of -16 d, exact in fp16) or Q8_0 ones (its
 // quants minus 16), and Q6_K either Q6 blocks (exactly: the same quants,
 // the super-block's d and the two 8-bit scales of each 32 weights) or,
@@ -31,7 +33,7 @@ enum {
 // Bytes of ggml's blocks.
 #define Q4_0_BLOCK 18   // fp16 d, 16 nibble bytes
 #define Q5_0_BLOCK 22   // fp16 d, 4 bytes of high bits, 16 nibble bytes
-#define Q4_K_BLOCK 144  // fp16 d, fp16 dmin, 12 bytes of 6-bit scales and mins, 128 nibble bytes
+#define GGML_Q4_K_BLOCK 144  // fp16 d, fp16 dmin, 12 bytes of 6-bit scales and mins, 128 nibble bytes
 #define Q5_K_BLOCK 176  // as Q4_K, with 32 bytes of high bits before the nibbles
 #define Q6_K_BLOCK 210  // 128 bytes of low nibbles, 64 of high bit pairs, 16 int8 scales, fp16 d
 #define K_WEIGHTS 256   // weights per k-quant super-block
@@ -50,8 +52,9 @@ bool ck_convertible(int type) {
 enum ck_format ck_panel_format(enum ck_isa isa, int type) {
     switch (type) {
         case CK_Q4_1:
-        case TYPE_Q4_0:
-        case TYPE_Q4_K: return CK_Q4_1;
+        case TYPE_Q4_0: return CK_Q4_1;
+        case CK_Q4_K: return CK_Q4_K;
+        case TYPE_Q4_K: return isa == CK_ISA_AVX512 ? CK_Q4_K : CK_Q4_1;
         case TYPE_Q5_0: return isa == CK_ISA_AVX2 ? CK_Q5_1 : CK_Q8_0;
         case CK_Q5_1:
         case TYPE_Q5_K: return CK_Q5_1;
@@ -64,6 +67,7 @@ enum ck_format ck_panel_format(enum ck_isa isa, int type) {
 
 int64_t ck_type_block(int type) {
     switch (type) {
+        case CK_Q4_K:
         case TYPE_Q4_K:
         case TYPE_Q5_K:
         case TYPE_Q6_K: return K_WEIGHTS;
@@ -142,13 +146,14 @@ static void q5_1_block(uint8_t * out, float d, float m, const uint8_t * w) {
     q5_encode(w, out + 4, out + 8);
 }
 
-// Q4_K and Q5_K rows as Q4_1 and Q5_1 blocks: a super-block's 8
-// sub-blocks of 32 weights, 2j and 2j + 1 in the low and high nibbles of
-// 32 bytes; Q5_K's fifth bits in qh (bit `sub` of byte l for sub-block
-// sub's weight l).
-static void k_quant_row(bool five_bits, const uint8_t * src, uint8_t * dst, int64_t cols) {
-    const size_t in_block = five_bits ? Q5_K_BLOCK : Q4_K_BLOCK;
-    const size_t out_block = five_bits ? Q5_1_BLOCK : Q4_1_BLOCK;
+// Q4_K rows as Q4_1 or cortex's Q4_K blocks (`format`: the same quants, d,
+// dmin, scales and mins), Q5_K rows as Q5_1 blocks: a super-block's 8
+// sub-blocks of 32 weights, 2j and 2j + 1 in the low and high nibbles of 32
+// bytes; Q5_K's fifth bits in qh (bit `sub` of byte l for sub-block sub's
+// weight l).
+static void k_quant_row(enum ck_format format, bool five_bits, const uint8_t * src, uint8_t * dst, int64_t cols) {
+    const size_t in_block = five_bits ? Q5_K_BLOCK : GGML_Q4_K_BLOCK;
+    const size_t out_block = block_bytes(format);
     for (int64_t s = 0; s < cols / K_WEIGHTS; s++) {
         const uint8_t * in = src + (size_t)s * in_block;
         uint8_t * out = dst + (size_t)s * 8 * out_block;
@@ -172,8 +177,15 @@ static void k_quant_row(bool five_bits, const uint8_t * src, uint8_t * dst, int6
             uint8_t * o = out + (size_t)sub * out_block;
             if (five_bits) {
                 q5_1_block(o, d * (float)sc, -dmin * (float)mn, w);
-            } else {
+            } else if (format == CK_Q4_1) {
                 q4_1_block(o, d * (float)sc, -dmin * (float)mn, w);
+            } else {
+                memcpy(o, in, 4);  // d, dmin
+                o[4] = sc;
+                o[5] = mn;
+                for (int i = 0; i < 16; i++) {
+                    o[6 + i] = (uint8_t)((w[i] & 0x0F) | (w[i + 16] << 4));
+                }
             }
         }
     }
@@ -267,6 +279,18 @@ static void q6_values(const uint8_t * src, float * dst, int64_t cols) {
     }
 }
 
+// cortex's Q4_K blocks' values, as ggml computes them: (d sc) q - dmin mn.
+static void q4_k_values(const uint8_t * src, float * dst, int64_t cols) {
+    for (int64_t b = 0; b < cols / CK_BLOCK; b++) {
+        const uint8_t * blk = src + (size_t)b * Q4_K_BLOCK;
+        float d_sc, minus_dmin_mn;
+        q4_k_scales(blk, &d_sc, &minus_dmin_mn);
+        for (int j = 0; j < CK_BLOCK; j++) {
+            dst[b * CK_BLOCK + j] = d_sc * (float)q4_k_quant(blk, j) + minus_dmin_mn;
+        }
+    }
+}
+
 void ck_convert(enum ck_isa isa, int type, const void * src, void * dst, int64_t rows, int64_t cols) {
     const enum ck_format format = ck_panel_format(isa, type);
     const size_t src_row = ggml_row_size((enum ggml_type)type, cols);
@@ -283,8 +307,8 @@ void ck_convert(enum ck_isa isa, int type, const void * src, void * dst, int64_t
                     q5_0_row_as_q8_0(in, out, cols);
                 }
                 break;
-            case TYPE_Q4_K: k_quant_row(false, in, out, cols); break;
-            case TYPE_Q5_K: k_quant_row(true, in, out, cols); break;
+            case TYPE_Q4_K: k_quant_row(format, false, in, out, cols); break;
+            case TYPE_Q5_K: k_quant_row(format, true, in, out, cols); break;
             default: q6_k_row(format, in, out, cols); break;  // Q6_K
         }
     }
@@ -302,6 +326,8 @@ void ck_convert_back(enum ck_isa isa, int type, const void * src, void * dst, in
         float * out = values + (size_t)r * (size_t)cols;
         if (q6_blocks(format)) {
             q6_values(in, out, cols);
+        } else if (format == CK_Q4_K) {
+            q4_k_values(in, out, cols);
         } else {
             ggml_get_type_traits((enum ggml_type)format)->to_float(in, out, cols);
         }

@@ -65,15 +65,44 @@ CK_INLINE void fetch_ahead(const uint8_t * blk, size_t bytes) {
     }
 }
 
-// A block's float step for a format with a minimum (Q4_1, Q5_1), in the
-// scalar reference's order: each column's integer sums times the rows' and
-// the column's scales, plus the rows' minimums (fp16 at `m16`) times the
-// column's scaled sum.
-CK_AVX512 CK_INLINE void min_block_zmm(const uint8_t * d16, const uint8_t * m16, const uint8_t * act,
-                                       size_t astride, int64_t nb, int64_t b, const __m512i * sums, __m512 * acc,
-                                       const int C) {
-    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)d16));
-    const __m512 mw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)m16));
+// 16 fp16 as floats.
+CK_AVX512 CK_INLINE __m512 fp16_zmm(const uint8_t * p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
+
+// -x, exactly (the sign flipped, zeros too).
+CK_AVX512 CK_INLINE __m512 negated_zmm(__m512 x) {
+    return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(x), _mm512_set1_epi32((int)0x80000000u)));
+}
+
+// Where block b of a Q4_1 panel, or of a Q4_K one (`k_scales`), starts; for
+// Q4_K, where its scales are, and at a super-block's first block its rows'
+// d and -dmin into `d` and `minus_dmin`.
+CK_AVX512 CK_INLINE const uint8_t * q4_block_zmm(const uint8_t * w, int64_t b, const bool k_scales,
+                                                 const uint8_t ** scales, __m512 * d, __m512 * minus_dmin) {
+    if (!k_scales) {
+        return w + (size_t)b * Q4_1_PANEL_BLOCK;
+    }
+    const uint8_t * super = w + (size_t)(b / Q4_K_SUPER_BLOCKS) * Q4_K_PANEL_SUPER;
+    if (b % Q4_K_SUPER_BLOCKS == 0) {
+        *d = fp16_zmm(super);
+        *minus_dmin = negated_zmm(fp16_zmm(super + 32));
+    }
+    *scales = super + Q4_K_SCALES(b % Q4_K_SUPER_BLOCKS);
+    return super + q4_k_past_header(b);
+}
+
+// The bytes a Q4_K panel block asks for ahead: its share of a super-block
+// (so that 8 blocks ask for the next super-block's lines ahead, header and
+// all), and the line its share may end in.
+#define Q4_K_FETCH (Q4_K_PANEL_SUPER / Q4_K_SUPER_BLOCKS + 63)
+
+// A block's float step for a format with a minimum (Q4_1, Q5_1, Q4_K; the
+// rows' scales `dw` and minimums `mw`), in the scalar reference's order:
+// each column's integer sums times the rows' and the column's scales, plus
+// the rows' minimums times the column's scaled sum.
+CK_AVX512 CK_INLINE void min_block_zmm(const __m512 dw, const __m512 mw, const uint8_t * act, size_t astride,
+                                       int64_t nb, int64_t b, const __m512i * sums, __m512 * acc, const int C) {
     for (int c = 0; c < C; c++) {
         const uint8_t * col = act + (size_t)c * astride;
         const __m512 dx = _mm512_set1_ps(column_scales(col, nb)[b]);
@@ -82,18 +111,24 @@ CK_AVX512 CK_INLINE void min_block_zmm(const uint8_t * d16, const uint8_t * m16,
     }
 }
 
-// 16 rows x C columns of a Q4_1 panel.
-CK_AVX512 CK_INLINE void q4_1_tile_avx512(const uint8_t * w, int64_t nb, const uint8_t * act, size_t astride,
-                                          float * dst, int64_t ldd, const int C, const bool fetch) {
+// 16 rows x C columns of a Q4_1 panel, or of a Q4_K one (`k_scales`: the
+// same nibbles; each row's d sc and -(dmin mn) from its 8-bit scale and min
+// and the super-block's d and dmin, as ggml computes them).
+CK_AVX512 CK_INLINE void q4_tile_avx512(const uint8_t * w, int64_t nb, const uint8_t * act, size_t astride,
+                                        float * dst, int64_t ldd, const int C, const bool fetch,
+                                        const bool k_scales) {
     __m512 acc[8];
     for (int c = 0; c < C; c++) {
         acc[c] = _mm512_setzero_ps();
     }
     const __m512i low = _mm512_set1_epi8(0x0F);
+    __m512 d = _mm512_setzero_ps(), minus_dmin = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t * blk = w + (size_t)b * Q4_1_PANEL_BLOCK;
+        const uint8_t * scales = NULL;
+        const uint8_t * blk = q4_block_zmm(w, b, k_scales, &scales, &d, &minus_dmin);
         if (fetch) {
-            fetch_ahead(blk, Q4_1_PANEL_BLOCK);
+            fetch_ahead(k_scales ? w + (size_t)b * (Q4_K_PANEL_SUPER / Q4_K_SUPER_BLOCKS) : blk,
+                        k_scales ? Q4_K_FETCH : Q4_1_PANEL_BLOCK);
         }
         __m512i g[8];
         for (int h = 0; h < 4; h++) {
@@ -116,11 +151,27 @@ CK_AVX512 CK_INLINE void q4_1_tile_avx512(const uint8_t * w, int64_t nb, const u
                 s[c] = _mm512_dpbusd_epi32(s[c], g[i], _mm512_set1_epi32(q[word]));
             }
         }
-        min_block_zmm(blk + 256, blk + 288, act, astride, nb, b, s, acc, C);
+        if (k_scales) {
+            const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)scales)));
+            const __m512 mn = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(scales + 16))));
+            min_block_zmm(_mm512_mul_ps(d, sc), _mm512_mul_ps(minus_dmin, mn), act, astride, nb, b, s, acc, C);
+        } else {
+            min_block_zmm(fp16_zmm(blk + 256), fp16_zmm(blk + 288), act, astride, nb, b, s, acc, C);
+        }
     }
     for (int c = 0; c < C; c++) {
         _mm512_storeu_ps(dst + c * ldd, acc[c]);
     }
+}
+
+CK_AVX512 CK_INLINE void q4_1_tile_avx512(const uint8_t * w, int64_t nb, const uint8_t * act, size_t astride,
+                                          float * dst, int64_t ldd, const int C, const bool fetch) {
+    q4_tile_avx512(w, nb, act, astride, dst, ldd, C, fetch, false);
+}
+
+CK_AVX512 CK_INLINE void q4_k_tile_avx512(const uint8_t * w, int64_t nb, const uint8_t * act, size_t astride,
+                                          float * dst, int64_t ldd, const int C, const bool fetch) {
+    q4_tile_avx512(w, nb, act, astride, dst, ldd, C, fetch, true);
 }
 
 // 16 rows x C columns of a Q5_1 panel: as Q4_1's, a byte per quant. (One
@@ -152,7 +203,7 @@ CK_AVX512 CK_INLINE void q5_1_tile_avx512(const uint8_t * w, int64_t nb, const u
                 s[c] = _mm512_dpbusd_epi32(s[c], g[i], _mm512_set1_epi32(q[i]));
             }
         }
-        min_block_zmm(blk + 512, blk + 544, act, astride, nb, b, s, acc, C);
+        min_block_zmm(fp16_zmm(blk + 512), fp16_zmm(blk + 544), act, astride, nb, b, s, acc, C);
     }
     for (int c = 0; c < C; c++) {
         _mm512_storeu_ps(dst + c * ldd, acc[c]);
@@ -216,14 +267,60 @@ CK_AVX512 CK_INLINE void q8_0_tile_avx512(const uint8_t * w, int64_t nb, const u
 // slower at B = 16-64 in cache (the unpacking shares vpdpbusd's ports), which
 // moved the 1B model's decode step at B = 64 by 2% or less. (Unpacking with
 // AVX512-VBMI's vpmultishiftqb, off the shifts' port, measured the same.)
-CK_AVX512 CK_INLINE void q6_planes_tile_avx512(const uint8_t * w, int64_t nb, const uint8_t * act, size_t astride,
-                                               float * dst, int64_t ldd, const int C, const bool fetch) {
+// Nibble chunk h's two groups of a Q6_PLANES panel block: quants 4h..4h+3
+// (low nibbles) and 16+4h..16+4h+3 (high) of each row, a byte each.
+CK_AVX512 CK_INLINE void q6_planes_groups(const uint8_t * blk, const int h, __m512i * g_low, __m512i * g_high) {
+    const __m512i low = _mm512_set1_epi8(0x0F);
+    const __m512i top = _mm512_set1_epi8(0x30);
+    const __m512i p = _mm512_loadu_si512(blk + 64 * h);
+    const __m512i pairs = _mm512_loadu_si512(blk + 256 + 64 * (h / 2));
+    // The pairs of this chunk's low and high nibbles' quants, moved to bits 4-5.
+    const __m512i low_top = h % 2 ? pairs : _mm512_slli_epi16(pairs, 4);
+    const __m512i high_top = h % 2 ? _mm512_srli_epi16(pairs, 2) : _mm512_slli_epi16(pairs, 2);
+    // (a & c) | b: ternary logic 0xEC.
+    *g_low = _mm512_ternarylogic_epi32(p, _mm512_and_si512(low_top, top), low, 0xEC);
+    *g_high = _mm512_ternarylogic_epi32(_mm512_srli_epi16(p, 4), _mm512_and_si512(high_top, top), low, 0xEC);
+}
+
+// Bytes of a Q6_PLANES panel block's quants unpacked, a byte each (chunk g:
+// quants 4g..4g+3 of each row, as Q6 panels hold them).
+#    define Q6_UNPACKED_BLOCK 512
+
+// A Q6_PLANES panel's quants, a byte each, into `out` (nb blocks of
+// Q6_UNPACKED_BLOCK bytes), asking for the weights ahead as a tile would.
+CK_AVX512 static void q6_planes_unpack(const uint8_t * w, int64_t nb, uint8_t * out) {
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t * blk = w + (size_t)b * Q6_PLANES_PANEL_BLOCK;
+        fetch_ahead(blk, Q6_PLANES_PANEL_BLOCK);
+        uint8_t * o = out + (size_t)b * Q6_UNPACKED_BLOCK;
+        for (int h = 0; h < 4; h++) {
+            __m512i g_low, g_high;
+            q6_planes_groups(blk, h, &g_low, &g_high);
+            _mm512_storeu_si512(o + 64 * h, g_low);
+            _mm512_storeu_si512(o + 64 * (4 + h), g_high);
+        }
+    }
+}
+
+// 16 rows x C columns of a Q6_PLANES panel: its quants from the planes, or
+// from `unpacked` (its blocks' quants a byte each, see q6_planes_unpack),
+// its scales from the panel. The block's halves, each with its own 8-bit
+// scale, sum in two chains a column, started at -32 times the column's half
+// sums (Q6's offset), and meet in floats: ((float)s1 (d sc1) + (float)s0
+// (d sc0)) dx. Against Q8_0 panels of the same weights (Intel Xeon, 8,192 x
+// 2,048, 2 threads): 1.15-1.25x faster at B = 1 from memory (7 bits a weight
+// read instead of 9); unpacked within the tile 1.25-1.4x slower at B = 16-64
+// (the unpacking shares vpdpbusd's ports), so a product of many columns
+// unpacks each panel once (see gemm_avx512), and is then about 1.2x slower
+// (the two halves' float steps). (Unpacking with AVX512-VBMI's
+// vpmultishiftqb, off the shifts' port, measured the same.)
+CK_AVX512 CK_INLINE void q6_planes_tile_avx512(const uint8_t * w, const uint8_t * unpacked, int64_t nb,
+                                               const uint8_t * act, size_t astride, float * dst, int64_t ldd,
+                                               const int C, const bool fetch) {
     __m512 acc[8];
     for (int c = 0; c < C; c++) {
         acc[c] = _mm512_setzero_ps();
     }
-    const __m512i low = _mm512_set1_epi8(0x0F);
-    const __m512i top = _mm512_set1_epi8(0x30);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t * blk = w + (size_t)b * Q6_PLANES_PANEL_BLOCK;
         if (fetch) {
@@ -236,15 +333,13 @@ CK_AVX512 CK_INLINE void q6_planes_tile_avx512(const uint8_t * w, int64_t nb, co
             s1[c] = _mm512_set1_epi32(starts[1]);
         }
         for (int h = 0; h < 4; h++) {
-            const __m512i p = _mm512_loadu_si512(blk + 64 * h);
-            const __m512i pairs = _mm512_loadu_si512(blk + 256 + 64 * (h / 2));
-            // The pairs of this chunk's low and high nibbles' quants, moved to bits 4-5.
-            const __m512i low_top = h % 2 ? pairs : _mm512_slli_epi16(pairs, 4);
-            const __m512i high_top = h % 2 ? _mm512_srli_epi16(pairs, 2) : _mm512_slli_epi16(pairs, 2);
-            // (a & c) | b: ternary logic 0xEC.
-            const __m512i g_low = _mm512_ternarylogic_epi32(p, _mm512_and_si512(low_top, top), low, 0xEC);
-            const __m512i g_high =
-                _mm512_ternarylogic_epi32(_mm512_srli_epi16(p, 4), _mm512_and_si512(high_top, top), low, 0xEC);
+            __m512i g_low, g_high;
+            if (unpacked) {
+                g_low = _mm512_loadu_si512(unpacked + (size_t)b * Q6_UNPACKED_BLOCK + 64 * h);
+                g_high = _mm512_loadu_si512(unpacked + (size_t)b * Q6_UNPACKED_BLOCK + 64 * (4 + h));
+            } else {
+                q6_planes_groups(blk, h, &g_low, &g_high);
+            }
             for (int c = 0; c < C; c++) {
                 const int32_t * q = (const int32_t *)(act + (size_t)c * astride + (size_t)b * CK_BLOCK);
                 s0[c] = _mm512_dpbusd_epi32(s0[c], g_low, _mm512_set1_epi32(q[h]));
@@ -269,16 +364,33 @@ CK_AVX512 CK_INLINE void q6_planes_tile_avx512(const uint8_t * w, int64_t nb, co
     }
 }
 
-#    define CK_TILE8(tile, w, nb, act, astride, dst, ldd, n, fetch)         \
-        switch (n) {                                                         \
-            case 1: tile(w, nb, act, astride, dst, ldd, 1, fetch); break;    \
-            case 2: tile(w, nb, act, astride, dst, ldd, 2, fetch); break;    \
-            case 3: tile(w, nb, act, astride, dst, ldd, 3, fetch); break;    \
-            case 4: tile(w, nb, act, astride, dst, ldd, 4, fetch); break;    \
-            case 5: tile(w, nb, act, astride, dst, ldd, 5, fetch); break;    \
-            case 6: tile(w, nb, act, astride, dst, ldd, 6, fetch); break;    \
-            case 7: tile(w, nb, act, astride, dst, ldd, 7, fetch); break;    \
-            default: tile(w, nb, act, astride, dst, ldd, 8, fetch); break;   \
+// A thread's buffer of at least `bytes` for unpacked panels (kept for the
+// thread's next products; a panel group's: at most about 600 KB).
+static uint8_t * unpack_buffer(size_t bytes) {
+    static _Thread_local uint8_t * buffer;
+    static _Thread_local size_t capacity;
+    if (bytes > capacity) {
+        free(buffer);
+        capacity = (bytes + 4095) & ~(size_t)4095;
+        buffer = aligned_alloc(64, capacity);
+        if (buffer == NULL) {
+            abort();
+        }
+    }
+    return buffer;
+}
+
+// `tile`(args..., C, fetch) for C = n (1-8) as a constant.
+#    define CK_TILE8(tile, n, fetch, ...)                  \
+        switch (n) {                                        \
+            case 1: tile(__VA_ARGS__, 1, fetch); break;     \
+            case 2: tile(__VA_ARGS__, 2, fetch); break;     \
+            case 3: tile(__VA_ARGS__, 3, fetch); break;     \
+            case 4: tile(__VA_ARGS__, 4, fetch); break;     \
+            case 5: tile(__VA_ARGS__, 5, fetch); break;     \
+            case 6: tile(__VA_ARGS__, 6, fetch); break;     \
+            case 7: tile(__VA_ARGS__, 7, fetch); break;     \
+            default: tile(__VA_ARGS__, 8, fetch); break;    \
         }
 
 CK_AVX512 static void gemm_avx512(enum ck_format format, const uint8_t * packed, int64_t cols, int64_t p0,
@@ -287,25 +399,40 @@ CK_AVX512 static void gemm_avx512(enum ck_format format, const uint8_t * packed,
     const size_t astride = ck_activation_bytes(cols);
     const size_t panel_bytes = (size_t)nb * panel_block_bytes(format);
     const int64_t group_panels = panel_group(panel_bytes);
+    // Q6_PLANES with many columns: each panel of a group unpacked once, before
+    // the group's column tiles (2,048 x 2,048 on a Xeon, a thread: 1.08x at
+    // 64 columns, 1.14x at 128, but 0.93-0.97x at 24-32, where each tile
+    // unpacking its own costs less than the stores and reloads).
+    const bool unpack = format == CK_Q6_PLANES && n_cols >= 64;
+    const size_t unpacked_panel = (size_t)nb * Q6_UNPACKED_BLOCK;
+    uint8_t * unpacked = unpack ? unpack_buffer((size_t)group_panels * unpacked_panel) : NULL;
     for (int64_t group = p0; group < p1; group += group_panels) {
         const int64_t group_end = group + group_panels < p1 ? group + group_panels : p1;
+        if (unpack) {
+            for (int64_t p = group; p < group_end; p++) {
+                q6_planes_unpack(packed + (size_t)p * panel_bytes, nb, unpacked + (size_t)(p - group) * unpacked_panel);
+            }
+        }
         for (int64_t c = 0; c < n_cols; c += 8) {
             const int n = (int)(n_cols - c < 8 ? n_cols - c : 8);
             const uint8_t * a = act + (size_t)c * astride;
-            const bool fetch = c == 0;
+            const bool fetch = c == 0 && !unpack;
             for (int64_t p = group; p < group_end; p++) {
                 const uint8_t * w = packed + (size_t)p * panel_bytes;
                 float * out = dst + p * CK_PANEL_ROWS + c * ldd;
                 if (format == CK_Q4_1) {
-                    CK_TILE8(q4_1_tile_avx512, w, nb, a, astride, out, ldd, n, fetch)
+                    CK_TILE8(q4_1_tile_avx512, n, fetch, w, nb, a, astride, out, ldd)
+                } else if (format == CK_Q4_K) {
+                    CK_TILE8(q4_k_tile_avx512, n, fetch, w, nb, a, astride, out, ldd)
                 } else if (format == CK_Q5_1) {
-                    CK_TILE8(q5_1_tile_avx512, w, nb, a, astride, out, ldd, n, fetch)
+                    CK_TILE8(q5_1_tile_avx512, n, fetch, w, nb, a, astride, out, ldd)
                 } else if (format == CK_Q6_PLANES) {
-                    CK_TILE8(q6_planes_tile_avx512, w, nb, a, astride, out, ldd, n, fetch)
+                    const uint8_t * q = unpack ? unpacked + (size_t)(p - group) * unpacked_panel : NULL;
+                    CK_TILE8(q6_planes_tile_avx512, n, fetch, w, q, nb, a, astride, out, ldd)
                 } else if (format == CK_Q6) {
                     abort();  // never packed for these kernels (see ck_panel_format)
                 } else {
-                    CK_TILE8(q8_0_tile_avx512, w, nb, a, astride, out, ldd, n, fetch)
+                    CK_TILE8(q8_0_tile_avx512, n, fetch, w, nb, a, astride, out, ldd)
                 }
             }
         }
@@ -564,7 +691,7 @@ CK_AVX2 CK_INLINE void q6_tile_avx2(const uint8_t * w, int64_t nb, const uint8_t
                         CK_TILE2(q5_1_tile, w, nb, a, astride, out, ldd, n, fetch)                       \
                     } else if (format == CK_Q6) {                                                        \
                         CK_TILE2(q6_tile, w, nb, a, astride, out, ldd, n, fetch)                         \
-                    } else if (format == CK_Q6_PLANES) {                                                 \
+                    } else if (format == CK_Q6_PLANES || format == CK_Q4_K) {                            \
                         abort(); /* never packed for these kernels (see ck_panel_format) */              \
                     } else {                                                                             \
                         CK_TILE2(q8_0_tile, w, nb, a, astride, out, ldd, n, fetch)                       \

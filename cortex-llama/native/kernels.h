@@ -33,6 +33,11 @@ enum ck_format {
     // pairs (the AVX-512 kernels: memory bounds a small batch, and this
     // reads 22% fewer bytes than Q8_0 panels).
     CK_Q6_PLANES = 101,
+    // Q4_K's own blocks (4.6 bits a weight where Q4_1 takes 5): the nibbles
+    // of Q4_1, each 32 weights' 8-bit scale and min, and per 256 weights the
+    // super-block's fp16 d and dmin; weight j of a block is
+    // (d sc) q_j - dmin mn, as ggml computes it.
+    CK_Q4_K = 102,
 };
 
 // Instruction sets the kernels are built for, best first.
@@ -53,8 +58,8 @@ bool ck_isa_supported(enum ck_isa isa);
 enum ck_isa ck_best_isa_up_to(enum ck_isa ceiling);
 const char * ck_isa_name(enum ck_isa isa);
 
-// Other ggml formats are packed as one of these (convert.c): Q4_0 and
-// Q4_K as Q4_1, Q5_K as Q5_1; Q5_0 as Q5_1 and Q6_K as Q6 for the AVX2
+// Other ggml formats are packed as one of these (convert.c): Q4_0 as
+// Q4_1, Q4_K as CK_Q4_K, Q5_K as Q5_1; Q5_0 as Q5_1 and Q6_K as Q6 for the AVX2
 // kernels (where a block of unsigned quants costs about half a Q8_0 one),
 // and as Q8_0 for the VNNI ones (where vpdpbusd costs the same for both,
 // and Q8_0 has no minimum to add nor two scales a block); but Q6_K as
@@ -71,7 +76,8 @@ void ck_convert_back(enum ck_isa isa, int type, const void * src, void * dst, in
 
 // Bytes a packed matrix of ggml type `type` and `rows` x `cols` takes (in
 // its panel format; Q4_1: as in ggml; Q5_1 and Q6: a byte per quant, 576
-// bytes per panel block; Q6_PLANES: 448; Q8_0: plus a 16-bit sum of each
+// bytes per panel block; Q6_PLANES: 448; Q4_K: 296 (a panel's 8 blocks of
+// 288 bytes after each super-block's 64); Q8_0: plus a 16-bit sum of each
 // row's block, 576 bytes per panel block instead of 544). Returns 0 for a shape
 // the kernels do not take.
 size_t ck_packed_size(enum ck_isa isa, int type, int64_t rows, int64_t cols);

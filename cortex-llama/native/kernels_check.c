@@ -56,6 +56,10 @@ static float reference_dot(enum ck_format format, const void * m, int64_t cols, 
                 isum += (blk[4 + j] & 0x0F) * q[b * CK_BLOCK + j];
                 isum += (blk[4 + j] >> 4) * q[b * CK_BLOCK + j + 16];
             }
+        } else if (format == CK_Q4_K) {
+            for (int j = 0; j < CK_BLOCK; j++) {
+                isum += q4_k_quant(blk, j) * q[b * CK_BLOCK + j];
+            }
         } else if (format == CK_Q5_1) {
             uint8_t w[CK_BLOCK];
             q5_quants(blk + 4, blk + 8, w);
@@ -67,6 +71,13 @@ static float reference_dot(enum ck_format format, const void * m, int64_t cols, 
                 const int x = offset ? (int)((const uint8_t *)q)[b * CK_BLOCK + j] - 128 : q[b * CK_BLOCK + j];
                 isum += (int8_t)blk[2 + j] * x;
             }
+        }
+        if (format == CK_Q4_K) {
+            float d_sc, minus_dmin_mn;
+            q4_k_scales(blk, &d_sc, &minus_dmin_mn);
+            acc = fmaf((float)isum, d_sc * dx, acc);
+            acc = fmaf(minus_dmin_mn, column_sums(column, nb)[b], acc);
+            continue;
         }
         acc = fmaf((float)isum, dw * dx, acc);
         if (has_min(format)) {
@@ -90,6 +101,21 @@ static void random_matrix(enum ck_format format, uint8_t * m, int64_t rows, int6
     const size_t n = (size_t)rows * (size_t)(cols / CK_BLOCK);
     for (size_t i = 0; i < n; i++) {
         uint8_t * blk = m + i * block_bytes(format);
+        if (format == CK_Q4_K) {
+            // A super-block's 8 blocks (in a row) share its d and dmin.
+            if (i % 8 == 0) {
+                const uint16_t d = ck_fp32_to_fp16(random_unit(state) * 0.02f);
+                const uint16_t dmin = ck_fp32_to_fp16(random_unit(state) * 0.05f);
+                memcpy(blk, &d, 2);
+                memcpy(blk + 2, &dmin, 2);
+            } else {
+                memcpy(blk, blk - block_bytes(format), 4);
+            }
+            for (size_t j = 4; j < block_bytes(format); j++) {
+                blk[j] = (uint8_t)next_random(state);  // scales and mins: any 8 bits
+            }
+            continue;
+        }
         const uint16_t d = ck_fp32_to_fp16(random_unit(state) * 0.02f);
         memcpy(blk, &d, 2);
         if (has_min(format)) {
@@ -129,12 +155,13 @@ static int check_converted(enum ck_isa isa, char * why, size_t why_len, uint64_t
         const int type = types[t];
         const enum ck_format format = ck_panel_format(isa, type);
         // How far a packed weight may be from ggml's value, relative to the
-        // row's largest: exact (Q6_K as Q6 too), fp16-rounded scales, or half
+        // row's largest: exact (Q4_K and Q6_K in cortex's own blocks too), fp16-rounded scales, or half
         // an 8-bit step (and the fp16 rounding of its scale).
-        const float weight_tolerance =
-            type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q5_1 || q6_blocks(format) ? 0.0f
-            : type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K                                        ? 2e-3f
-                                                                                                       : 0.6f / 127.0f;
+        const bool exact = type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q5_1 ||
+                           q6_blocks(format) || format == CK_Q4_K;
+        const float weight_tolerance = exact                                              ? 0.0f
+                                       : type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K ? 2e-3f
+                                                                                          : 0.6f / 127.0f;
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
             const int64_t rows = shapes[s][0], cols = shapes[s][1];
             float * w = malloc(sizeof(float) * (size_t)(rows * cols));
@@ -277,11 +304,13 @@ static int check_argmax(enum ck_isa isa, char * why, size_t why_len, uint64_t * 
 }
 
 int ck_self_check(enum ck_isa isa, char * why, size_t why_len) {
-    static const int64_t shapes[][2] = {{16, 32}, {48, 96}, {192, 576}, {576, 576}, {576, 1536}, {1536, 576}};
+    static const int64_t shapes[][2] = {{16, 32},   {48, 96},    {192, 576},  {576, 576},
+                                        {576, 1536}, {1536, 576}, {32, 256},   {48, 768}};
     static const int64_t batches[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 17, 33};
-    // Q6 has 256-bit kernels only, Q6_PLANES AVX-512 ones only.
-    const enum ck_format formats[] = {CK_Q4_1, CK_Q5_1, CK_Q8_0, isa == CK_ISA_AVX512 ? CK_Q6_PLANES : CK_Q6};
-    const size_t n_formats = sizeof formats / sizeof formats[0];
+    // Q6 has 256-bit kernels only, Q4_K and Q6_PLANES AVX-512 ones only.
+    const bool zmm = isa == CK_ISA_AVX512;
+    const enum ck_format formats[] = {CK_Q4_1, CK_Q5_1, CK_Q8_0, zmm ? CK_Q6_PLANES : CK_Q6, CK_Q4_K};
+    const size_t n_formats = sizeof formats / sizeof formats[0] - (zmm ? 0 : 1);
     uint64_t state = 0x5eed;
     int mismatches = 0;
     if (why_len) {
@@ -291,6 +320,9 @@ int ck_self_check(enum ck_isa isa, char * why, size_t why_len) {
         const enum ck_format format = formats[f];
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
             const int64_t rows = shapes[s][0], cols = shapes[s][1];
+            if (cols % ck_type_block(format) != 0) {
+                continue;  // Q4_K: whole super-blocks of 256 only
+            }
             const size_t raw_bytes = (size_t)rows * (size_t)(cols / CK_BLOCK) * block_bytes(format);
             uint8_t * raw = malloc(raw_bytes);
             uint8_t * back = malloc(raw_bytes);
@@ -315,6 +347,11 @@ int ck_self_check(enum ck_isa isa, char * why, size_t why_len) {
                     memcpy(&mh, blk + 2, 2);
                     const int q = j < 16 ? blk[4 + j] & 0x0F : blk[4 + j - 16] >> 4;
                     expected = (float)q * ck_fp16_to_fp32(dh) + ck_fp16_to_fp32(mh);
+                } else if (format == CK_Q4_K) {
+                    const float d_sc = ck_fp16_to_fp32(dh) * (float)blk[4];
+                    uint16_t mh;
+                    memcpy(&mh, blk + 2, 2);
+                    expected = d_sc * (float)q4_k_quant(blk, j) - ck_fp16_to_fp32(mh) * (float)blk[5];
                 } else if (format == CK_Q5_1) {
                     uint16_t mh;
                     memcpy(&mh, blk + 2, 2);

@@ -55,7 +55,7 @@ const char * ck_isa_name(enum ck_isa isa) {
 
 bool ck_packable(int type, int64_t rows, int64_t cols) {
     return (type == CK_Q4_1 || type == CK_Q5_1 || type == CK_Q8_0 || type == CK_Q6 || type == CK_Q6_PLANES ||
-            ck_convertible(type)) &&
+            type == CK_Q4_K || ck_convertible(type)) &&
            rows > 0 && cols > 0 &&
            rows % CK_PANEL_ROWS == 0 && cols % ck_type_block(type) == 0;
 }
@@ -83,6 +83,8 @@ size_t ck_packed_size(enum ck_isa isa, int type, int64_t rows, int64_t cols) {
 // (chunk t, lane r, byte k: bits 0-1 and 2-3 those of the quants in nibble
 // chunk 2t's low and high nibbles, bits 4-5 and 6-7 those of chunk
 // 2t + 1's); then as Q6.
+// Q4_K panel block: Q4_1's nibble chunks; the rows' 8-bit scales and mins
+// and the super-block's fp16 d and dmin in the header before its first block.
 // Q8_0 panel block: chunk g holds, in lane r, row r's weights 4g..4g+3;
 // then 16 fp16 d and the 16 rows' sums of the block's weights (int16).
 // A row's 4 * `chunks` bytes into its lane r of a panel block (4 bytes in
@@ -145,6 +147,13 @@ static void pack_block(enum ck_format format, const void * src, int64_t cols, in
             to_planes(out, r, blk + 4);
             memcpy(out + 384 + 2 * r, blk, 2);      // d
             memcpy(out + 416 + 2 * r, blk + 2, 2);  // the two scales
+        } else if (format == CK_Q4_K) {
+            to_lane(out, r, blk + 6, 4);
+            uint8_t * header = out - q4_k_past_header(b);
+            header[Q4_K_SCALES(b % Q4_K_SUPER_BLOCKS) + r] = blk[4];
+            header[Q4_K_SCALES(b % Q4_K_SUPER_BLOCKS) + 16 + r] = blk[5];
+            memcpy(header + 2 * r, blk, 2);           // d
+            memcpy(header + 32 + 2 * r, blk + 2, 2);  // dmin
         } else {
             int16_t sum = 0;
             to_lane(out, r, blk + 2, 8);
@@ -157,7 +166,7 @@ static void pack_block(enum ck_format format, const void * src, int64_t cols, in
     }
 }
 
-static void unpack_block(enum ck_format format, const uint8_t * in, int r, uint8_t * blk) {
+static void unpack_block(enum ck_format format, const uint8_t * in, int64_t b, int r, uint8_t * blk) {
     if (format == CK_Q4_1) {
         from_lane(in, r, blk + 4, 4);
         memcpy(blk, in + 256 + 2 * r, 2);
@@ -176,6 +185,13 @@ static void unpack_block(enum ck_format format, const uint8_t * in, int r, uint8
         from_planes(in, r, blk + 4);
         memcpy(blk, in + 384 + 2 * r, 2);
         memcpy(blk + 2, in + 416 + 2 * r, 2);
+    } else if (format == CK_Q4_K) {
+        from_lane(in, r, blk + 6, 4);
+        const uint8_t * header = in - q4_k_past_header(b);
+        blk[4] = header[Q4_K_SCALES(b % Q4_K_SUPER_BLOCKS) + r];
+        blk[5] = header[Q4_K_SCALES(b % Q4_K_SUPER_BLOCKS) + 16 + r];
+        memcpy(blk, header + 2 * r, 2);
+        memcpy(blk + 2, header + 32 + 2 * r, 2);
     } else {
         from_lane(in, r, blk + 2, 8);
         memcpy(blk, in + 512 + 2 * r, 2);
@@ -188,7 +204,7 @@ static void unpack_panel_format(enum ck_format format, const void * src, void * 
         for (int64_t b = 0; b < nb; b++) {
             const uint8_t * in =
                 (const uint8_t *)src + panel_block_offset(format, cols, r / CK_PANEL_ROWS, b);
-            unpack_block(format, in, (int)(r % CK_PANEL_ROWS), (uint8_t *)ggml_block(format, dst, cols, r, b));
+            unpack_block(format, in, b, (int)(r % CK_PANEL_ROWS), (uint8_t *)ggml_block(format, dst, cols, r, b));
         }
     }
 }
@@ -304,7 +320,7 @@ void ck_dequantize_row(enum ck_format format, const void * packed, int64_t rows,
     for (int64_t b = 0; b < cols / CK_BLOCK; b++) {
         const uint8_t * in =
             (const uint8_t *)packed + panel_block_offset(format, cols, row / CK_PANEL_ROWS, b);
-        unpack_block(format, in, (int)(row % CK_PANEL_ROWS), blk);
+        unpack_block(format, in, b, (int)(row % CK_PANEL_ROWS), blk);
         uint16_t dh;
         memcpy(&dh, blk, 2);
         const float d = ck_fp16_to_fp32(dh);
@@ -328,6 +344,12 @@ void ck_dequantize_row(enum ck_format format, const void * packed, int64_t rows,
             }
         } else if (q6_blocks(format)) {
             q6_block_values(blk, o);
+        } else if (format == CK_Q4_K) {
+            float d_sc, minus_dmin_mn;
+            q4_k_scales(blk, &d_sc, &minus_dmin_mn);
+            for (int j = 0; j < CK_BLOCK; j++) {
+                o[j] = d_sc * (float)q4_k_quant(blk, j) + minus_dmin_mn;
+            }
         } else {
             for (int j = 0; j < CK_BLOCK; j++) {
                 o[j] = (float)(int8_t)blk[2 + j] * d;

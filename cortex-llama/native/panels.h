@@ -24,9 +24,21 @@
 #define Q8_0_PANEL_BLOCK 576  // 8 x 64 bytes, 16 fp16 d, 16 int16 row sums
 #define Q6_PANEL_BLOCK 576    // 8 x 64 quant bytes (0-63), 16 fp16 d, 16 pairs of int8 scales
 #define Q6_PLANES_PANEL_BLOCK 448  // 4 x 64 nibble bytes, 2 x 64 bytes of bit pairs, then as Q6
+// Q4_K panels go by super-blocks of 8 blocks: a header of 16 fp16 d, 16
+// fp16 dmin and each block's 16 scales and 16 mins, then each block's 4 x 64
+// nibble bytes (as Q4_1's; whole cache lines, so no load splits one).
+#define Q4_K_PANEL_HEADER 320
+#define Q4_K_PANEL_BLOCK 256
+#define Q4_K_SUPER_BLOCKS 8
+// Where block j's scales are in its super-block's header (its mins 16 after).
+#define Q4_K_SCALES(j) (64 + 32 * (j))
+#define Q4_K_PANEL_SUPER (Q4_K_PANEL_HEADER + Q4_K_SUPER_BLOCKS * Q4_K_PANEL_BLOCK)
 #define Q4_1_BLOCK 20         // ggml's block_q4_1: fp16 d, fp16 m, 16 bytes
 #define Q5_1_BLOCK 24         // ggml's block_q5_1: fp16 d, fp16 m, 4 bytes of high bits, 16 bytes
 #define Q8_0_BLOCK 34         // ggml's block_q8_0: fp16 d, 32 bytes
+// cortex's Q4_K block, a 32-weight slice of a Q4_K super-block: its fp16 d
+// and dmin, the slice's 8-bit scale and min, 16 nibble bytes as Q4_1's.
+#define Q4_K_BLOCK 22
 // cortex's Q6 block, what a 32-weight slice of a Q6_K super-block holds:
 // the super-block's fp16 d, the int8 scales of weights 0-15 and of 16-31,
 // 32 quant bytes q (0-63); weight j is d sc[j / 16] (q - 32).
@@ -38,6 +50,7 @@ static inline size_t panel_block_bytes(enum ck_format format) {
         case CK_Q5_1: return Q5_1_PANEL_BLOCK;
         case CK_Q6: return Q6_PANEL_BLOCK;
         case CK_Q6_PLANES: return Q6_PLANES_PANEL_BLOCK;
+        case CK_Q4_K: return Q4_K_PANEL_SUPER / Q4_K_SUPER_BLOCKS;  // on average
         default: return Q8_0_PANEL_BLOCK;
     }
 }
@@ -48,6 +61,7 @@ static inline size_t block_bytes(enum ck_format format) {
         case CK_Q5_1: return Q5_1_BLOCK;
         case CK_Q6:
         case CK_Q6_PLANES: return Q6_BLOCK;
+        case CK_Q4_K: return Q4_K_BLOCK;
         default: return Q8_0_BLOCK;
     }
 }
@@ -75,14 +89,37 @@ static inline void q6_block_values(const uint8_t * blk, float * out) {
 // Whether a format's weights have a minimum (d q + m), so its activations
 // carry each block's scale times the sum of its quants.
 static inline bool has_min(enum ck_format format) {
-    return format == CK_Q4_1 || format == CK_Q5_1;
+    return format == CK_Q4_1 || format == CK_Q5_1 || format == CK_Q4_K;
+}
+
+// A Q4_K block's weight j's quant (0-15) and the block's d sc and -(dmin mn),
+// as ggml's dequantize_row_q4_K computes them.
+static inline int q4_k_quant(const uint8_t * blk, int j) {
+    return j < 16 ? blk[6 + j] & 0x0F : blk[6 + j - 16] >> 4;
+}
+
+static inline void q4_k_scales(const uint8_t * blk, float * d_sc, float * minus_dmin_mn) {
+    uint16_t dh, mh;
+    memcpy(&dh, blk, 2);
+    memcpy(&mh, blk + 2, 2);
+    *d_sc = ck_fp16_to_fp32(dh) * (float)blk[4];
+    *minus_dmin_mn = -ck_fp16_to_fp32(mh) * (float)blk[5];
 }
 
 static inline const uint8_t * ggml_block(enum ck_format format, const void * m, int64_t cols, int64_t r, int64_t b) {
     return (const uint8_t *)m + ((size_t)r * (size_t)(cols / CK_BLOCK) + (size_t)b) * block_bytes(format);
 }
 
+// How far Q4_K panel block b's nibbles are past its super-block's header.
+static inline size_t q4_k_past_header(int64_t b) {
+    return Q4_K_PANEL_HEADER + (size_t)(b % Q4_K_SUPER_BLOCKS) * Q4_K_PANEL_BLOCK;
+}
+
 static inline size_t panel_block_offset(enum ck_format format, int64_t cols, int64_t panel, int64_t b) {
+    if (format == CK_Q4_K) {
+        return (size_t)panel * (size_t)(cols / CK_BLOCK) * panel_block_bytes(format) +
+               (size_t)(b / Q4_K_SUPER_BLOCKS) * Q4_K_PANEL_SUPER + q4_k_past_header(b);
+    }
     return ((size_t)panel * (size_t)(cols / CK_BLOCK) + (size_t)b) * panel_block_bytes(format);
 }
 

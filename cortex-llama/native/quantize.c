@@ -17,7 +17,7 @@ size_t ck_activation_bytes(int64_t cols) {
 }
 
 // A block's scale times the sum of its quants, for the formats with a
-// minimum: for Q4_1 through fp16, as ggml's Q8_1 holds it; for Q5_1 the
+// minimum: for Q4_1 and Q4_K through fp16, as ggml's Q8_1 holds it; for Q5_1 the
 // stored scale times the sum, exact in a float (11 + 12 bits). A Q5_1
 // minimum's product cancels most of the quants' (Q5_0's is -16 d, its
 // quants offset by 16), so an fp16 rounding of the sum would weigh up to
@@ -26,7 +26,8 @@ size_t ck_activation_bytes(int64_t cols) {
 // caller's instructions.)
 static inline float scaled_sum(enum ck_format format, float stored_scale, float through_fp16, int sum) {
     switch (format) {
-        case CK_Q4_1: return through_fp16;
+        case CK_Q4_1:
+        case CK_Q4_K: return through_fp16;
         case CK_Q5_1: return stored_scale * (float)sum;
         default: return 0.0f;
     }
