@@ -3,6 +3,7 @@
 // for every panel of a range (see kernels.h for the contract). Q6 panels
 // have 256-bit kernels only, Q6_PLANES ones AVX-512 kernels only.
 
+#include <pthread.h>
 #include <stdlib.h>
 
 #include "panels.h"
@@ -364,20 +365,44 @@ CK_AVX512 CK_INLINE void q6_planes_tile_avx512(const uint8_t * w, const uint8_t 
     }
 }
 
-// A thread's buffer of at least `bytes` for unpacked panels (kept for the
-// thread's next products; a panel group's: at most about 600 KB).
+// A thread's buffer for unpacked panels (a panel group's: at most about
+// 600 KB), kept for the thread's next products and freed when it exits.
+struct unpack_buffer {
+    uint8_t * data;
+    size_t capacity;
+};
+
+static pthread_key_t unpack_key;
+static pthread_once_t unpack_key_once = PTHREAD_ONCE_INIT;
+
+static void free_unpack_buffer(void * buffer) {
+    free(((struct unpack_buffer *)buffer)->data);
+    free(buffer);
+}
+
+static void make_unpack_key(void) {
+    if (pthread_key_create(&unpack_key, free_unpack_buffer) != 0) {
+        abort();
+    }
+}
+
+// This thread's buffer, at least `bytes` long.
 static uint8_t * unpack_buffer(size_t bytes) {
-    static _Thread_local uint8_t * buffer;
-    static _Thread_local size_t capacity;
-    if (bytes > capacity) {
-        free(buffer);
-        capacity = (bytes + 4095) & ~(size_t)4095;
-        buffer = aligned_alloc(64, capacity);
-        if (buffer == NULL) {
+    pthread_once(&unpack_key_once, make_unpack_key);
+    struct unpack_buffer * buffer = pthread_getspecific(unpack_key);
+    if (buffer == NULL) {
+        if ((buffer = calloc(1, sizeof *buffer)) == NULL || pthread_setspecific(unpack_key, buffer) != 0) {
             abort();
         }
     }
-    return buffer;
+    if (bytes > buffer->capacity) {
+        free(buffer->data);
+        buffer->capacity = (bytes + 4095) & ~(size_t)4095;
+        if ((buffer->data = aligned_alloc(64, buffer->capacity)) == NULL) {
+            abort();
+        }
+    }
+    return buffer->data;
 }
 
 // `tile`(args..., C, fetch) for C = n (1-8) as a constant.

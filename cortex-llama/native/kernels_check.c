@@ -306,7 +306,8 @@ static int check_argmax(enum ck_isa isa, char * why, size_t why_len, uint64_t * 
 int ck_self_check(enum ck_isa isa, char * why, size_t why_len) {
     static const int64_t shapes[][2] = {{16, 32},   {48, 96},    {192, 576},  {576, 576},
                                         {576, 1536}, {1536, 576}, {32, 256},   {48, 768}};
-    static const int64_t batches[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 17, 33};
+    // (64 and more: Q6_PLANES products unpack each panel once, see gemm.c.)
+    static const int64_t batches[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 17, 33, 64, 71};
     // Q6 has 256-bit kernels only, Q4_K and Q6_PLANES AVX-512 ones only.
     const bool zmm = isa == CK_ISA_AVX512;
     const enum ck_format formats[] = {CK_Q4_1, CK_Q5_1, CK_Q8_0, zmm ? CK_Q6_PLANES : CK_Q6, CK_Q4_K};
