@@ -282,12 +282,7 @@ static void q6_values(const uint8_t * src, float * dst, int64_t cols) {
 // cortex's Q4_K blocks' values, as ggml computes them: (d sc) q - dmin mn.
 static void q4_k_values(const uint8_t * src, float * dst, int64_t cols) {
     for (int64_t b = 0; b < cols / CK_BLOCK; b++) {
-        const uint8_t * blk = src + (size_t)b * Q4_K_BLOCK;
-        float d_sc, minus_dmin_mn;
-        q4_k_scales(blk, &d_sc, &minus_dmin_mn);
-        for (int j = 0; j < CK_BLOCK; j++) {
-            dst[b * CK_BLOCK + j] = d_sc * (float)q4_k_quant(blk, j) + minus_dmin_mn;
-        }
+        q4_k_block_values(src + (size_t)b * Q4_K_BLOCK, dst + b * CK_BLOCK);
     }
 }
 

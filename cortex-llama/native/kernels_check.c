@@ -392,7 +392,7 @@ int ck_self_check(enum ck_isa isa, char * why, size_t why_len) {
                     ck_quantize_column(isa, format, x, cols, act + (size_t)c * astride);
                     uint8_t * scalar = malloc(astride);
                     ck_quantize_column_scalar(format, offset_quants(isa, format), x, cols, scalar);
-                    if (memcmp(scalar, act + (size_t)c * astride, (size_t)(cols / CK_BLOCK) * (CK_BLOCK + (q6_blocks(format) ? 16 : 8))) != 0 &&
+                    if (memcmp(scalar, act + (size_t)c * astride, (size_t)(cols / CK_BLOCK) * (CK_BLOCK + (format == CK_Q6_PLANES ? 16 : 8))) != 0 &&
                         mismatches++ == 0) {
                         snprintf(why, why_len, "%s format %d: vector quantization differs from the scalar one",
                                  ck_isa_name(isa), (int)format);

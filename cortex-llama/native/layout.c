@@ -345,11 +345,7 @@ void ck_dequantize_row(enum ck_format format, const void * packed, int64_t rows,
         } else if (q6_blocks(format)) {
             q6_block_values(blk, o);
         } else if (format == CK_Q4_K) {
-            float d_sc, minus_dmin_mn;
-            q4_k_scales(blk, &d_sc, &minus_dmin_mn);
-            for (int j = 0; j < CK_BLOCK; j++) {
-                o[j] = d_sc * (float)q4_k_quant(blk, j) + minus_dmin_mn;
-            }
+            q4_k_block_values(blk, o);
         } else {
             for (int j = 0; j < CK_BLOCK; j++) {
                 o[j] = (float)(int8_t)blk[2 + j] * d;

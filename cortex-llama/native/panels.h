@@ -106,6 +106,15 @@ static inline void q4_k_scales(const uint8_t * blk, float * d_sc, float * minus_
     *minus_dmin_mn = -ck_fp16_to_fp32(mh) * (float)blk[5];
 }
 
+// A Q4_K block's 32 weights: (d sc) q - dmin mn, as ggml computes them.
+static inline void q4_k_block_values(const uint8_t * blk, float * out) {
+    float d_sc, minus_dmin_mn;
+    q4_k_scales(blk, &d_sc, &minus_dmin_mn);
+    for (int j = 0; j < CK_BLOCK; j++) {
+        out[j] = d_sc * (float)q4_k_quant(blk, j) + minus_dmin_mn;
+    }
+}
+
 static inline const uint8_t * ggml_block(enum ck_format format, const void * m, int64_t cols, int64_t r, int64_t b) {
     return (const uint8_t *)m + ((size_t)r * (size_t)(cols / CK_BLOCK) + (size_t)b) * block_bytes(format);
 }

@@ -42,8 +42,10 @@ static inline void set_block_sum(enum ck_format format, float * sums, int64_t nb
     if (q6_blocks(format)) {
         const int16_t halves[2] = {(int16_t)first_half, (int16_t)(sum - first_half)};
         memcpy(&sums[b], halves, sizeof halves);
-        const int32_t starts[2] = {-Q6_OFFSET * first_half, -Q6_OFFSET * (sum - first_half)};
-        memcpy(sums + nb + 2 * b, starts, sizeof starts);
+        if (format == CK_Q6_PLANES) {
+            const int32_t starts[2] = {-Q6_OFFSET * first_half, -Q6_OFFSET * (sum - first_half)};
+            memcpy(sums + nb + 2 * b, starts, sizeof starts);
+        }
         return;
     }
     sums[b] = scaled_sum(format, stored_scale, through_fp16, sum);
