@@ -7,7 +7,9 @@
 // 1. Scores. Per block of 16 cells, K is converted from fp16 and transposed
 //    once (lane c of row d holds cell c's element d), so a query's 16 scores
 //    are dk fused multiply-adds with its elements broadcast; scaled, masked,
-//    kept. Blocks masked for every query are skipped.
+//    kept. Blocks masked for every query are skipped, and neither pass
+//    goes outside the blocks between the first and last cell any of them
+//    sees (live_blocks).
 // 2. Softmax and values. Each query's maximum is exact; exp(score - max) is
 //    computed 16 at a time, and the values are added cell by cell in cell
 //    order (with the softmax's denominator as one more accumulator), so

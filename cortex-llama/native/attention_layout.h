@@ -7,6 +7,8 @@
 
 #include "attention.h"
 
+#include <string.h>
+
 #define BLOCK 16
 #define MAX_D 256
 #define MAX_GROUP 64
@@ -47,6 +49,60 @@ static inline const uint16_t * mask_row(const struct ck_attention * a, const str
     }
     return (const uint16_t *)((const char *)a->mask + row * a->mask_nb[1] + (head % a->mask_heads) * a->mask_nb[2] +
                               (it->s % a->mask_seqs) * a->mask_nb[3]);
+}
+
+// Whether an fp16 mask value lets its cell in: anything but -inf and NaN,
+// as the kernels' float test (a lane above -inf) reads it.
+static inline bool mask_live(uint16_t h) { return h != 0xFC00u && !((h & 0x7C00u) == 0x7C00u && (h & 0x03FFu)); }
+
+// The 16-cell blocks [*begin, *end) outside which every one of the n mask
+// rows (NULL: every cell live) is -inf. The cache's view spans the longest
+// stream rounded up (256 cells at a time), so a short sequence's row is
+// mostly -inf; the passes skip those blocks instead of reading the mask,
+// asking for K and V rows and computing exponentials there. Rows repeat
+// (every head of a group reads one): each distinct row is scanned once.
+static inline void live_blocks(const uint16_t * const * masks, int64_t n, int64_t cells, int64_t * begin,
+                               int64_t * end) {
+    int64_t lo = cells, hi = 0;
+    const uint16_t * last = NULL;
+    for (int64_t r = 0; r < n && !(lo == 0 && hi == cells); r++) {
+        const uint16_t * m = masks[r];
+        if (m == NULL) {
+            lo = 0, hi = cells;
+            break;
+        }
+        if (r > 0 && m == last) {
+            continue;
+        }
+        last = m;
+        int64_t first = 0;
+        while (first < lo && !mask_live(m[first])) {
+            first++;
+        }
+        if (first < lo) {
+            lo = first;
+        }
+        // Backwards, four cells at a time while all four are -inf (a
+        // short sequence's row ends in hundreds of them).
+        int64_t stop = cells;
+        const uint64_t dead4 = 0xFC00FC00FC00FC00ull;
+        uint64_t word;
+        while (stop - 4 >= hi && (memcpy(&word, m + stop - 4, sizeof word), word == dead4)) {
+            stop -= 4;
+        }
+        while (stop > hi && !mask_live(m[stop - 1])) {
+            stop--;
+        }
+        if (stop > hi) {
+            hi = stop;
+        }
+    }
+    if (lo >= hi) {
+        *begin = *end = 0;
+        return;
+    }
+    *begin = lo / BLOCK * BLOCK;
+    *end = (hi + BLOCK - 1) / BLOCK * BLOCK;
 }
 
 static inline const float * query(const struct ck_attention * a, const struct item * it, int64_t head, int64_t row) {

@@ -40,19 +40,19 @@ static inline __attribute__((always_inline)) void fetch_block(const char * rows,
 }
 
 // Asks for block `ahead`'s K or V rows (`k`: which) of the streams the
-// queries read there: the shared prefix's below `shared`, else each
-// member's own.
+// queries read there, below cell `cells`: the shared prefix's below
+// `shared`, else each member's own.
 static inline __attribute__((always_inline)) void fetch_ahead(const struct ck_attention * a, const struct item * its, int64_t n, int64_t shared,
-                               const char * shared_rows, bool k, int64_t ahead) {
+                               const char * shared_rows, bool k, int64_t ahead, int64_t cells) {
     const int64_t stride = (int64_t)(k ? a->k_nb[1] : a->v_nb[1]);
     const int64_t bytes = 2 * (k ? a->dk : a->dv);
     if (ahead < shared) {
-        fetch_block(shared_rows, stride, bytes, ahead, a->cells);
+        fetch_block(shared_rows, stride, bytes, ahead, cells);
         return;
     }
     for (int64_t m = 0; m < n; m++) {
         const char * own = k ? (const char *)k_row(a, &its[m], 0) : (const char *)v_row(a, &its[m], 0);
-        fetch_block(own, stride, bytes, ahead, a->cells);
+        fetch_block(own, stride, bytes, ahead, cells);
     }
 }
 
@@ -155,10 +155,15 @@ CK_ATT void CK_ATTEND(const struct ck_attention * a, const struct item * its, in
 #define OWN_K(m) ((const char *)k_row(a, &its[m], 0))
 #define OWN_V(m) ((const char *)v_row(a, &its[m], 0))
 
+    // Only the blocks where some query has a live cell.
+    int64_t begin, end;
+    live_blocks(masks, R, cells, &begin, &end);
+    const int64_t live_cells = end < cells ? end : cells;
+
     // Pass 1: scores.
-    for (int64_t c0 = 0; c0 < cells; c0 += BLOCK) {
+    for (int64_t c0 = begin; c0 < live_cells; c0 += BLOCK) {
         const int nc = (int)(cells - c0 < BLOCK ? cells - c0 : BLOCK);
-        fetch_ahead(a, its, n, shared, shared_k, true, c0 + CK_FETCH_BLOCKS * BLOCK);
+        fetch_ahead(a, its, n, shared, shared_k, true, c0 + CK_FETCH_BLOCKS * BLOCK, live_cells);
         if (c0 < shared) {
             score_queries(a, shared_k, c0, nc, 0, R, masks, qs, scores, padded, kt);
             continue;
@@ -172,15 +177,15 @@ CK_ATT void CK_ATTEND(const struct ck_attention * a, const struct item * its, in
     float maxima[MAX_QUERIES];
     for (int64_t r = 0; r < R; r++) {
         v16 mx = v16_set1(-INFINITY);
-        for (int64_t c0 = 0; c0 < padded; c0 += BLOCK) {
+        for (int64_t c0 = begin; c0 < end; c0 += BLOCK) {
             mx = v16_max(mx, v16_load(scores + r * padded + c0));
         }
         maxima[r] = v16_reduce_max(mx);
         memset(sums + r * (dv + BLOCK), 0, sizeof(float) * (size_t)(dv + BLOCK));
     }
-    for (int64_t c0 = 0; c0 < cells; c0 += BLOCK) {
+    for (int64_t c0 = begin; c0 < live_cells; c0 += BLOCK) {
         const int nc = (int)(cells - c0 < BLOCK ? cells - c0 : BLOCK);
-        fetch_ahead(a, its, n, shared, shared_v, false, c0 + CK_FETCH_BLOCKS * BLOCK);
+        fetch_ahead(a, its, n, shared, shared_v, false, c0 + CK_FETCH_BLOCKS * BLOCK, live_cells);
         if (c0 < shared) {
             weigh_queries(a, shared_v, c0, nc, 0, R, maxima, scores, padded, vf, sums);
             continue;
