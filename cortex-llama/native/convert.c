@@ -54,7 +54,7 @@ enum ck_format ck_panel_format(enum ck_isa isa, int type) {
         case CK_Q4_1:
         case TYPE_Q4_0: return CK_Q4_1;
         case CK_Q4_K: return CK_Q4_K;
-        case TYPE_Q4_K: return isa == CK_ISA_AVX512 ? CK_Q4_K : CK_Q4_1;
+        case TYPE_Q4_K: return isa == CK_ISA_AVX_VNNI ? CK_Q4_1 : CK_Q4_K;
         case TYPE_Q5_0: return isa == CK_ISA_AVX2 ? CK_Q5_1 : CK_Q8_0;
         case CK_Q5_1:
         case TYPE_Q5_K: return CK_Q5_1;
@@ -68,6 +68,7 @@ enum ck_format ck_panel_format(enum ck_isa isa, int type) {
 int64_t ck_type_block(int type) {
     switch (type) {
         case CK_Q4_K:
+        case CK_Q6:  // its 256-bit tile takes a super-block's 8 blocks at a time
         case TYPE_Q4_K:
         case TYPE_Q5_K:
         case TYPE_Q6_K: return K_WEIGHTS;

@@ -493,9 +493,35 @@ CK_AVX2 CK_INLINE void scaled_block_ymm(const uint8_t * d16, const uint8_t * act
     }
 }
 
-// 8 rows (half `half` of a panel) x C columns of Q4_1. A block's 16
-// products per lane pair fit in 16 bits (16 x 15 x 127 < 32768), so they
-// are summed there and widened once.
+// Chunk h of a 4-bit block's 8 rows (half `half` of a panel): its low
+// nibbles (quants 4h..4h+3 of each row) and its high ones (16 + 4h..).
+CK_AVX2 CK_INLINE void q4_nibbles_ymm(const uint8_t * blk, const int h, const int half, __m256i * lo, __m256i * hi) {
+    const __m256i low = _mm256_set1_epi8(0x0F);
+    const __m256i p = _mm256_loadu_si256((const __m256i *)(blk + 64 * h + 32 * half));
+    *lo = _mm256_and_si256(p, low);
+    *hi = _mm256_and_si256(_mm256_srli_epi16(p, 4), low);
+}
+
+// A block of 4-bit quants (Q4_1's or Q4_K's nibbles, 8 rows: half `half` of
+// a panel) times C columns, in 16 bits: its 16 products per lane pair fit
+// (16 x 15 x 127 < 32768), so they are summed there and widened once.
+CK_AVX2 CK_INLINE void q4_block_sums_avx2(const uint8_t * blk, const int half, const uint8_t * act, size_t astride,
+                                          int64_t b, __m256i * t, const int C) {
+    for (int h = 0; h < 4; h++) {
+        __m256i lo, hi;
+        q4_nibbles_ymm(blk, h, half, &lo, &hi);
+        for (int c = 0; c < C; c++) {
+            const int32_t * q = (const int32_t *)(act + (size_t)c * astride + (size_t)b * CK_BLOCK);
+            const __m256i a = _mm256_maddubs_epi16(lo, _mm256_set1_epi32(q[h]));
+            const __m256i z = _mm256_maddubs_epi16(hi, _mm256_set1_epi32(q[4 + h]));
+            t[c] = h == 0 ? _mm256_add_epi16(a, z) : _mm256_add_epi16(t[c], _mm256_add_epi16(a, z));
+            CK_KEEP_SUM(t[c]);
+        }
+    }
+}
+
+// 8 rows (half `half` of a panel) x C columns of Q4_1: a block's 16-bit
+// sums widened, then its float step.
 CK_AVX2 CK_INLINE void q4_1_tile_avx2(const uint8_t * w, int64_t nb, const uint8_t * act, size_t astride,
                                       float * dst, int64_t ldd, const int C, const int half,
                                       const bool fetch) {
@@ -503,7 +529,6 @@ CK_AVX2 CK_INLINE void q4_1_tile_avx2(const uint8_t * w, int64_t nb, const uint8
     for (int c = 0; c < C; c++) {
         acc[c] = _mm256_setzero_ps();
     }
-    const __m256i low = _mm256_set1_epi8(0x0F);
     const __m256i ones = _mm256_set1_epi16(1);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t * blk = w + (size_t)b * Q4_1_PANEL_BLOCK;
@@ -511,25 +536,86 @@ CK_AVX2 CK_INLINE void q4_1_tile_avx2(const uint8_t * w, int64_t nb, const uint8
             fetch_ahead(blk, Q4_1_PANEL_BLOCK);
         }
         __m256i t[4];
-        for (int c = 0; c < C; c++) {
-            t[c] = _mm256_setzero_si256();
-        }
-        for (int h = 0; h < 4; h++) {
-            const __m256i p = _mm256_loadu_si256((const __m256i *)(blk + 64 * h + 32 * half));
-            const __m256i lo = _mm256_and_si256(p, low);
-            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(p, 4), low);
-            for (int c = 0; c < C; c++) {
-                const int32_t * q = (const int32_t *)(act + (size_t)c * astride + (size_t)b * CK_BLOCK);
-                const __m256i a = _mm256_maddubs_epi16(lo, _mm256_set1_epi32(q[h]));
-                const __m256i z = _mm256_maddubs_epi16(hi, _mm256_set1_epi32(q[4 + h]));
-                t[c] = _mm256_add_epi16(t[c], _mm256_add_epi16(a, z));
-                CK_KEEP_SUM(t[c]);
-            }
-        }
+        q4_block_sums_avx2(blk, half, act, astride, b, t, C);
         for (int c = 0; c < C; c++) {
             t[c] = _mm256_madd_epi16(t[c], ones);
         }
         min_block_ymm(blk + 256 + 16 * half, blk + 288 + 16 * half, act, astride, nb, b, t, acc, C);
+    }
+    for (int c = 0; c < C; c++) {
+        _mm256_storeu_ps(dst + c * ldd + 8 * half, acc[c]);
+    }
+}
+
+// Each of 8 rows' (half `half` of a panel's) 8-bit scales, of the 16 at
+// `scales`, in both 16-bit halves of its 32-bit lane: what vpmaddwd
+// multiplies a lane pair's two sums by.
+CK_AVX2 CK_INLINE __m256i row_scales_ymm(const uint8_t * scales, const __m256i spread) {
+    return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)scales)), spread);
+}
+
+// 8 rows x C columns of Q4_K, the activations with one scale per
+// super-block (ggml's Q8_K). A block's 16-bit sums (as Q4_1's) meet its
+// rows' 8-bit scales in one vpmaddwd and add up in 32 bits over the
+// super-block; the rows' minimums times the blocks' sums of quants, four
+// vpmaddwd; then one float step for the 8 blocks: (float)sum (d dx), then
+// (float)(sum of mins) (-dmin dx). Against Q4_1 panels (a float step a
+// block: a widening, a conversion, two multiply-adds and a multiply a
+// column), fewer instructions, and 4.6 bits a weight read instead of 5.
+CK_AVX2 CK_INLINE void q4_k_tile_avx2(const uint8_t * w, int64_t nb, const uint8_t * act, size_t astride,
+                                      float * dst, int64_t ldd, const int C, const int half,
+                                      const bool fetch) {
+    __m256 acc[4];
+    for (int c = 0; c < C; c++) {
+        acc[c] = _mm256_setzero_ps();
+    }
+    // Row r's scale (byte 8 half + r of the 16) into bytes 0 and 2 of lane r
+    // (vpshufb picks within each 128-bit half; both hold all 16).
+    const char r0 = (char)(8 * half);
+    const __m256i spread = _mm256_setr_epi8(
+        r0, -1, r0, -1, r0 + 1, -1, r0 + 1, -1, r0 + 2, -1, r0 + 2, -1, r0 + 3, -1, r0 + 3, -1, r0 + 4, -1, r0 + 4,
+        -1, r0 + 5, -1, r0 + 5, -1, r0 + 6, -1, r0 + 6, -1, r0 + 7, -1, r0 + 7, -1);
+    for (int64_t sb = 0; sb < nb / Q4_K_SUPER_BLOCKS; sb++) {
+        const uint8_t * super = w + (size_t)sb * Q4_K_PANEL_SUPER;
+        __m256i isum[4];
+        for (int c = 0; c < C; c++) {
+            isum[c] = _mm256_setzero_si256();
+        }
+        for (int j = 0; j < Q4_K_SUPER_BLOCKS; j++) {
+            const int64_t b = sb * Q4_K_SUPER_BLOCKS + j;
+            const uint8_t * blk = super + q4_k_past_header(j);
+            if (fetch) {
+                fetch_ahead(w + (size_t)b * (Q4_K_PANEL_SUPER / Q4_K_SUPER_BLOCKS), Q4_K_FETCH);
+            }
+            __m256i t[4];
+            q4_block_sums_avx2(blk, half, act, astride, b, t, C);
+            const __m256i scales = row_scales_ymm(super + Q4_K_SCALES(j), spread);
+            for (int c = 0; c < C; c++) {
+                isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(t[c], scales));
+                CK_KEEP_SUM(isum[c]);
+            }
+        }
+        // Each row's minimums of blocks 2k and 2k + 1 as a 16-bit pair.
+        __m256i mins[4];
+        for (int k = 0; k < 4; k++) {
+            const __m128i even = _mm_loadl_epi64((const __m128i *)(super + Q4_K_SCALES(2 * k) + 16 + 8 * half));
+            const __m128i odd = _mm_loadl_epi64((const __m128i *)(super + Q4_K_SCALES(2 * k + 1) + 16 + 8 * half));
+            mins[k] = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(even, odd));
+        }
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(super + 16 * half)));
+        const __m256 minus_dmin = _mm256_xor_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(super + 32 + 16 * half))),
+                                                _mm256_set1_ps(-0.0f));
+        for (int c = 0; c < C; c++) {
+            const uint8_t * col = act + (size_t)c * astride;
+            const int32_t * pairs = (const int32_t *)(column_block_sums(col, nb) + sb * Q4_K_SUPER_BLOCKS);
+            __m256i imin = _mm256_madd_epi16(mins[0], _mm256_set1_epi32(pairs[0]));
+            for (int k = 1; k < 4; k++) {
+                imin = _mm256_add_epi32(imin, _mm256_madd_epi16(mins[k], _mm256_set1_epi32(pairs[k])));
+            }
+            const __m256 dx = _mm256_set1_ps(column_scales(col, nb)[sb * Q4_K_SUPER_BLOCKS]);
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_mul_ps(d, dx), acc[c]);
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(imin), _mm256_mul_ps(minus_dmin, dx), acc[c]);
+        }
     }
     for (int c = 0; c < C; c++) {
         _mm256_storeu_ps(dst + c * ldd + 8 * half, acc[c]);
@@ -644,10 +730,12 @@ CK_AVX2 CK_INLINE void q6_half_sums_avx2(const uint8_t * blk, const int half, co
     }
 }
 
-// 8 rows x C columns of Q6: a block's integer sum is each half's 8-bit
-// scale times sum((q - 32) x), so one float step a block (with Q6_K's d),
-// as Q8_0's. Each sum starts at the offsets' part, -32 times the scales
-// times the column's half sums, one vpmaddwd of the rows' scale pairs.
+// 8 rows x C columns of Q6, the activations with one scale per super-block
+// (ggml's Q8_K): a block's integer sum is each half's 8-bit scale times
+// sum((q - 32) x), added up over the super-block's 8 blocks, so one float
+// step a super-block (with Q6_K's d, the same in its 8 blocks). Each block's
+// sum starts with the offsets' part, -32 times the scales times the column's
+// half sums, one vpmaddwd of the rows' scale pairs.
 CK_AVX2 CK_INLINE void q6_tile_avx2(const uint8_t * w, int64_t nb, const uint8_t * act, size_t astride, float * dst,
                                     int64_t ldd, const int C, const int half, const bool fetch) {
     __m256 acc[4];
@@ -657,24 +745,31 @@ CK_AVX2 CK_INLINE void q6_tile_avx2(const uint8_t * w, int64_t nb, const uint8_t
     const __m256i first_scale = _mm256_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13, 0, 1, 0, 1, 4,
                                                  5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13);
     const __m256i second_scale = _mm256_add_epi8(first_scale, _mm256_set1_epi8(2));
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t * blk = w + (size_t)b * Q6_PANEL_BLOCK;
-        if (fetch) {
-            fetch_ahead(blk, Q6_PANEL_BLOCK);
-        }
-        // Each row's two scales, as 16-bit lanes: (first half's, second's).
-        const __m256i scale_pairs = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 544 + 16 * half)));
-        const __m256i offsets = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(scale_pairs, 5));
+    for (int64_t sb = 0; sb < nb / 8; sb++) {
         __m256i s[4];
         for (int c = 0; c < C; c++) {
-            const int16_t * halves = column_half_sums(act + (size_t)c * astride, nb) + 2 * b;
-            int32_t both;
-            memcpy(&both, halves, sizeof both);
-            s[c] = _mm256_madd_epi16(offsets, _mm256_set1_epi32(both));
+            s[c] = _mm256_setzero_si256();
         }
-        q6_half_sums_avx2(blk, half, act, astride, b, 0, _mm256_shuffle_epi8(scale_pairs, first_scale), s, C);
-        q6_half_sums_avx2(blk, half, act, astride, b, 4, _mm256_shuffle_epi8(scale_pairs, second_scale), s, C);
-        scaled_block_ymm(blk + 512 + 16 * half, act, astride, nb, b, s, acc, C);
+        for (int64_t b = 8 * sb; b < 8 * sb + 8; b++) {
+            const uint8_t * blk = w + (size_t)b * Q6_PANEL_BLOCK;
+            if (fetch) {
+                fetch_ahead(blk, Q6_PANEL_BLOCK);
+            }
+            // Each row's two scales, as 16-bit lanes: (first half's, second's).
+            const __m256i scale_pairs =
+                _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 544 + 16 * half)));
+            const __m256i offsets = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(scale_pairs, 5));
+            for (int c = 0; c < C; c++) {
+                const int16_t * halves = column_half_sums(act + (size_t)c * astride, nb) + 2 * b;
+                int32_t both;
+                memcpy(&both, halves, sizeof both);
+                s[c] = _mm256_add_epi32(s[c], _mm256_madd_epi16(offsets, _mm256_set1_epi32(both)));
+            }
+            q6_half_sums_avx2(blk, half, act, astride, b, 0, _mm256_shuffle_epi8(scale_pairs, first_scale), s, C);
+            q6_half_sums_avx2(blk, half, act, astride, b, 4, _mm256_shuffle_epi8(scale_pairs, second_scale), s, C);
+        }
+        scaled_block_ymm(w + (size_t)(8 * sb) * Q6_PANEL_BLOCK + 512 + 16 * half, act, astride, nb, 8 * sb, s, acc,
+                         C);
     }
     for (int c = 0; c < C; c++) {
         _mm256_storeu_ps(dst + c * ldd + 8 * half, acc[c]);
@@ -694,9 +789,9 @@ CK_AVX2 CK_INLINE void q6_tile_avx2(const uint8_t * w, int64_t nb, const uint8_t
         }
 
 // Every panel of [p0, p1) times the columns, 4 at a time, with `q4_1_tile`,
-// `q5_1_tile`, `q8_0_tile` and `q6_tile` (8 rows each, see CK_TILE2): the
-// loop both 256-bit instruction sets share.
-#    define CK_GEMM_YMM(q4_1_tile, q5_1_tile, q8_0_tile, q6_tile)                                                      \
+// `q4_k_tile`, `q5_1_tile`, `q8_0_tile` and `q6_tile` (8 rows each, see
+// CK_TILE2): the loop both 256-bit instruction sets share.
+#    define CK_GEMM_YMM(q4_1_tile, q4_k_tile, q5_1_tile, q8_0_tile, q6_tile)                                                 \
         const int64_t nb = cols / CK_BLOCK;                                                              \
         const size_t astride = ck_activation_bytes(cols);                                                \
         const size_t panel_bytes = (size_t)nb * panel_block_bytes(format);                               \
@@ -716,7 +811,9 @@ CK_AVX2 CK_INLINE void q6_tile_avx2(const uint8_t * w, int64_t nb, const uint8_t
                         CK_TILE2(q5_1_tile, w, nb, a, astride, out, ldd, n, fetch)                       \
                     } else if (format == CK_Q6) {                                                        \
                         CK_TILE2(q6_tile, w, nb, a, astride, out, ldd, n, fetch)                         \
-                    } else if (format == CK_Q6_PLANES || format == CK_Q4_K) {                            \
+                    } else if (format == CK_Q4_K) {                                                      \
+                        CK_TILE2(q4_k_tile, w, nb, a, astride, out, ldd, n, fetch)                       \
+                    } else if (format == CK_Q6_PLANES) {                                                 \
                         abort(); /* never packed for these kernels (see ck_panel_format) */              \
                     } else {                                                                             \
                         CK_TILE2(q8_0_tile, w, nb, a, astride, out, ldd, n, fetch)                       \
@@ -727,7 +824,7 @@ CK_AVX2 CK_INLINE void q6_tile_avx2(const uint8_t * w, int64_t nb, const uint8_t
 
 CK_AVX2 static void gemm_avx2(enum ck_format format, const uint8_t * packed, int64_t cols, int64_t p0,
                               int64_t p1, const uint8_t * act, int64_t n_cols, float * dst, int64_t ldd) {
-    CK_GEMM_YMM(q4_1_tile_avx2, q5_1_tile_avx2, q8_0_tile_avx2, q6_tile_avx2)
+    CK_GEMM_YMM(q4_1_tile_avx2, q4_k_tile_avx2, q5_1_tile_avx2, q8_0_tile_avx2, q6_tile_avx2)
 }
 
 // ---------------------------------------------------------------- AVX-VNNI
@@ -744,7 +841,6 @@ CK_AVX_VNNI CK_INLINE void q4_1_tile_avx_vnni(const uint8_t * w, int64_t nb, con
     for (int c = 0; c < C; c++) {
         acc[c] = _mm256_setzero_ps();
     }
-    const __m256i low = _mm256_set1_epi8(0x0F);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t * blk = w + (size_t)b * Q4_1_PANEL_BLOCK;
         if (fetch) {
@@ -755,9 +851,8 @@ CK_AVX_VNNI CK_INLINE void q4_1_tile_avx_vnni(const uint8_t * w, int64_t nb, con
             s[c] = _mm256_setzero_si256();
         }
         for (int h = 0; h < 4; h++) {
-            const __m256i p = _mm256_loadu_si256((const __m256i *)(blk + 64 * h + 32 * half));
-            const __m256i lo = _mm256_and_si256(p, low);
-            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(p, 4), low);
+            __m256i lo, hi;
+            q4_nibbles_ymm(blk, h, half, &lo, &hi);
             for (int c = 0; c < C; c++) {
                 const int32_t * q = (const int32_t *)(act + (size_t)c * astride + (size_t)b * CK_BLOCK);
                 s[c] = _mm256_dpbusd_avx_epi32(s[c], lo, _mm256_set1_epi32(q[h]));
@@ -839,8 +934,9 @@ CK_AVX_VNNI CK_INLINE void q8_0_tile_avx_vnni(const uint8_t * w, int64_t nb, con
 
 CK_AVX_VNNI static void gemm_avx_vnni(enum ck_format format, const uint8_t * packed, int64_t cols, int64_t p0,
                                       int64_t p1, const uint8_t * act, int64_t n_cols, float * dst, int64_t ldd) {
-    // (Q6 only in the self-check: these kernels take Q6_K as Q8_0.)
-    CK_GEMM_YMM(q4_1_tile_avx_vnni, q5_1_tile_avx_vnni, q8_0_tile_avx_vnni, q6_tile_avx2)
+    // (Q6 and Q4_K only in the self-check: these kernels take Q6_K as Q8_0
+    // and Q4_K as Q4_1.)
+    CK_GEMM_YMM(q4_1_tile_avx_vnni, q4_k_tile_avx2, q5_1_tile_avx_vnni, q8_0_tile_avx_vnni, q6_tile_avx2)
 }
 
 #endif  // CK_X86

@@ -59,7 +59,7 @@ enum ck_isa ck_best_isa_up_to(enum ck_isa ceiling);
 const char * ck_isa_name(enum ck_isa isa);
 
 // Other ggml formats are packed as one of these (convert.c): Q4_0 as
-// Q4_1, Q4_K as CK_Q4_K, Q5_K as Q5_1; Q5_0 as Q5_1 and Q6_K as Q6 for the AVX2
+// Q4_1, Q4_K as CK_Q4_K (but as Q4_1 for the AVX-VNNI kernels), Q5_K as Q5_1; Q5_0 as Q5_1 and Q6_K as Q6 for the AVX2
 // kernels (where a block of unsigned quants costs about half a Q8_0 one),
 // and as Q8_0 for the VNNI ones (where vpdpbusd costs the same for both,
 // and Q8_0 has no minimum to add nor two scales a block); but Q6_K as
@@ -98,7 +98,10 @@ void ck_dequantize_row(enum ck_format format, const void * packed, int64_t rows,
 // blocks hold them (but Q5_1's sum: the scale times the sum, exact); for
 // Q6, in the sum's place, the sums of the block's two halves' quants as two
 // int16; then, for Q6_PLANES, per block -32 times those half sums as two
-// int32. The encoding depends on the kernels that will read them (`isa`).
+// int32; for the 256-bit kernels' Q4_K, as ggml's Q8_K: one scale per 256
+// weights (in each of its blocks' places, a float not rounded) and, in the
+// sums' place, each block's sum of quants as int16. The encoding depends on
+// the kernels that will read them (`isa`).
 size_t ck_activation_bytes(int64_t cols);
 void ck_quantize_column(enum ck_isa isa, enum ck_format format, const float * x, int64_t cols, uint8_t * out);
 

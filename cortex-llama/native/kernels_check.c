@@ -12,12 +12,76 @@
 #include "ggml.h"
 #include "panels.h"
 
+// A Q6 block's integer sum: each half's 8-bit scale times sum((q - 32) x)
+// = sum(q x) - 32 sum(x), the latter from the column's half sums.
+static int32_t q6_block_sum(const uint8_t * blk, const uint8_t * column, int64_t nb, int64_t b) {
+    const int8_t * q = (const int8_t *)column + b * CK_BLOCK;
+    int32_t isum = 0;
+    for (int h = 0; h < 2; h++) {
+        int32_t half_sum = -Q6_OFFSET * column_half_sums(column, nb)[2 * b + h];
+        for (int j = 16 * h; j < 16 * h + 16; j++) {
+            half_sum += blk[4 + j] * q[j];
+        }
+        isum += (int8_t)blk[2 + h] * half_sum;
+    }
+    return isum;
+}
+
+// A Q4_K block's quants times the column's block b.
+static int32_t q4_k_block_sum(const uint8_t * blk, const int8_t * q) {
+    int32_t sum = 0;
+    for (int j = 0; j < CK_BLOCK; j++) {
+        sum += q4_k_quant(blk, j) * q[j];
+    }
+    return sum;
+}
+
+// Q4_K and Q6 against activations with one scale per super-block, as the
+// 256-bit tiles compute them: each super-block's blocks' integer sums times
+// their 8-bit scales (Q6: of each half, from the half's start at -32 times
+// its sum of quants), and Q4_K's minimums times the blocks' sums of quants,
+// summed in integers (exact); then fmaf((float)sum, d dx, acc) and, for
+// Q4_K, fmaf((float)mins, -dmin dx, acc), super-blocks in order.
+static float reference_dot_super_blocks(enum ck_format format, const void * m, int64_t cols, int64_t row,
+                                        const uint8_t * column) {
+    const int64_t nb = cols / CK_BLOCK;
+    const int8_t * q = (const int8_t *)column;
+    float acc = 0.0f;
+    for (int64_t sb = 0; sb < nb / 8; sb++) {
+        int32_t isum = 0, mins = 0;
+        for (int64_t b = 8 * sb; b < 8 * sb + 8; b++) {
+            const uint8_t * blk = ggml_block(format, m, cols, row, b);
+            if (format == CK_Q6) {
+                isum += q6_block_sum(blk, column, nb, b);
+                continue;
+            }
+            isum += blk[4] * q4_k_block_sum(blk, q + b * CK_BLOCK);
+            mins += blk[5] * column_block_sums(column, nb)[b];
+        }
+        const uint8_t * first = ggml_block(format, m, cols, row, 8 * sb);
+        uint16_t dh;
+        memcpy(&dh, first, 2);
+        const float dx = column_scales(column, nb)[8 * sb];
+        acc = fmaf((float)isum, ck_fp16_to_fp32(dh) * dx, acc);
+        if (format == CK_Q4_K) {
+            uint16_t mh;
+            memcpy(&mh, first + 2, 2);
+            acc = fmaf((float)mins, -ck_fp16_to_fp32(mh) * dx, acc);
+        }
+    }
+    return acc;
+}
+
 // The same arithmetic as the vector kernels, one element at a time: a
 // block's integer sum (exact), then fmaf(sum, dw * dx, acc) (and, for the
 // formats with a minimum, fmaf(m, dx * sum_x, acc)), blocks in order. The
 // vector kernels must agree with it bit for bit.
 static float reference_dot(enum ck_format format, const void * m, int64_t cols, int64_t row,
-                           const uint8_t * column, bool offset) {
+                           const uint8_t * column, struct ck_encoding encoding) {
+    if (encoding.per_super_block) {
+        return reference_dot_super_blocks(format, m, cols, row, column);
+    }
+    const bool offset = encoding.offset;
     const int64_t nb = cols / CK_BLOCK;
     const int8_t * q = (const int8_t *)column;
     float acc = 0.0f;
@@ -43,23 +107,14 @@ static float reference_dot(enum ck_format format, const void * m, int64_t cols, 
             continue;
         }
         if (format == CK_Q6) {
-            // Two halves, each its own 8-bit scale: sum((q - 32) x) = sum(q x) - 32 sum(x).
-            for (int h = 0; h < 2; h++) {
-                int32_t half_sum = -Q6_OFFSET * column_half_sums(column, nb)[2 * b + h];
-                for (int j = 16 * h; j < 16 * h + 16; j++) {
-                    half_sum += blk[4 + j] * q[b * CK_BLOCK + j];
-                }
-                isum += (int8_t)blk[2 + h] * half_sum;
-            }
+            isum = q6_block_sum(blk, column, nb, b);
         } else if (format == CK_Q4_1) {
             for (int j = 0; j < 16; j++) {
                 isum += (blk[4 + j] & 0x0F) * q[b * CK_BLOCK + j];
                 isum += (blk[4 + j] >> 4) * q[b * CK_BLOCK + j + 16];
             }
         } else if (format == CK_Q4_K) {
-            for (int j = 0; j < CK_BLOCK; j++) {
-                isum += q4_k_quant(blk, j) * q[b * CK_BLOCK + j];
-            }
+            isum = q4_k_block_sum(blk, q + b * CK_BLOCK);
         } else if (format == CK_Q5_1) {
             uint8_t w[CK_BLOCK];
             q5_quants(blk + 4, blk + 8, w);
@@ -118,6 +173,9 @@ static void random_matrix(enum ck_format format, uint8_t * m, int64_t rows, int6
         }
         const uint16_t d = ck_fp32_to_fp16(random_unit(state) * 0.02f);
         memcpy(blk, &d, 2);
+        if (q6_blocks(format) && i % 8 != 0) {
+            memcpy(blk, blk - block_bytes(format), 2);  // as in Q6_K, a super-block's 8 share d
+        }
         if (has_min(format)) {
             const uint16_t mn = ck_fp32_to_fp16(random_unit(state) * 0.1f);
             memcpy(blk + 2, &mn, 2);
@@ -308,10 +366,10 @@ int ck_self_check(enum ck_isa isa, char * why, size_t why_len) {
                                         {576, 1536}, {1536, 576}, {32, 256},   {48, 768}};
     // (64 and more: Q6_PLANES products unpack each panel once, see gemm.c.)
     static const int64_t batches[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 17, 33, 64, 71};
-    // Q6 has 256-bit kernels only, Q4_K and Q6_PLANES AVX-512 ones only.
+    // Q6 has 256-bit kernels only, Q6_PLANES AVX-512 ones only.
     const bool zmm = isa == CK_ISA_AVX512;
     const enum ck_format formats[] = {CK_Q4_1, CK_Q5_1, CK_Q8_0, zmm ? CK_Q6_PLANES : CK_Q6, CK_Q4_K};
-    const size_t n_formats = sizeof formats / sizeof formats[0] - (zmm ? 0 : 1);
+    const size_t n_formats = sizeof formats / sizeof formats[0];
     uint64_t state = 0x5eed;
     int mismatches = 0;
     if (why_len) {
@@ -322,7 +380,7 @@ int ck_self_check(enum ck_isa isa, char * why, size_t why_len) {
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
             const int64_t rows = shapes[s][0], cols = shapes[s][1];
             if (cols % ck_type_block(format) != 0) {
-                continue;  // Q4_K: whole super-blocks of 256 only
+                continue;  // Q4_K, Q6: whole super-blocks of 256 only
             }
             const size_t raw_bytes = (size_t)rows * (size_t)(cols / CK_BLOCK) * block_bytes(format);
             uint8_t * raw = malloc(raw_bytes);
@@ -379,7 +437,7 @@ int ck_self_check(enum ck_isa isa, char * why, size_t why_len) {
                         x[k] = random_unit(&state) * (k % 7 == 0 ? 8.0f : 1.0f);
                     }
                     if (c == 1) {
-                        memset(x, 0, sizeof(float) * CK_BLOCK);  // an all-zero block
+                        memset(x, 0, sizeof(float) * (cols >= 256 ? 256 : CK_BLOCK));  // an all-zero block (super-block)
                     }
                     if (c == 2) {
                         // A block whose scale is 1: 2.5, 3.5 and -2.5 are ties,
@@ -391,7 +449,7 @@ int ck_self_check(enum ck_isa isa, char * why, size_t why_len) {
                     }
                     ck_quantize_column(isa, format, x, cols, act + (size_t)c * astride);
                     uint8_t * scalar = malloc(astride);
-                    ck_quantize_column_scalar(format, offset_quants(isa, format), x, cols, scalar);
+                    ck_quantize_column_scalar(format, activation_encoding(isa, format), x, cols, scalar);
                     if (memcmp(scalar, act + (size_t)c * astride, (size_t)(cols / CK_BLOCK) * (CK_BLOCK + (format == CK_Q6_PLANES ? 16 : 8))) != 0 &&
                         mismatches++ == 0) {
                         snprintf(why, why_len, "%s format %d: vector quantization differs from the scalar one",
@@ -404,10 +462,10 @@ int ck_self_check(enum ck_isa isa, char * why, size_t why_len) {
                 const int64_t panels = rows / CK_PANEL_ROWS;
                 ck_gemm(isa, format, packed, cols, 0, panels / 2, act, n, out, rows);
                 ck_gemm(isa, format, packed, cols, panels / 2, panels, act, n, out, rows);
-                const bool offset = offset_quants(isa, format);
+                const struct ck_encoding encoding = activation_encoding(isa, format);
                 for (int64_t c = 0; c < n; c++) {
                     for (int64_t r = 0; r < rows; r++) {
-                        const float expected = reference_dot(format, raw, cols, r, act + (size_t)c * astride, offset);
+                        const float expected = reference_dot(format, raw, cols, r, act + (size_t)c * astride, encoding);
                         const float got = out[c * rows + r];
                         if (memcmp(&expected, &got, sizeof got) != 0 && mismatches++ == 0) {
                             snprintf(why, why_len,

@@ -160,6 +160,13 @@ static inline const float * column_sums(const uint8_t * column, int64_t nb) {
     return (const float *)(column + (size_t)nb * CK_BLOCK) + nb;
 }
 
+// Activations with one scale per super-block (see activation_encoding): the
+// sums of each block's quants as int16, in the scaled sums' place (the
+// kernel multiplies a pair of them by a row's two minimums in one vpmaddwd).
+static inline const int16_t * column_block_sums(const uint8_t * column, int64_t nb) {
+    return (const int16_t *)column_sums(column, nb);
+}
+
 // Q6 activations: the sums of each block's two halves' quants, in the
 // scaled sums' place.
 static inline const int16_t * column_half_sums(const uint8_t * column, int64_t nb) {
@@ -185,7 +192,24 @@ static inline bool offset_quants(enum ck_isa isa, enum ck_format format) {
     return format == CK_Q8_0 && (isa == CK_ISA_AVX512 || isa == CK_ISA_AVX_VNNI);
 }
 
+// How a kernel takes its activations: the quants offset by 128
+// (vpdpbusd multiplies an unsigned byte by a signed one), and one scale per
+// 256-weight super-block instead of one per block, as ggml's Q8_K (the
+// 256-bit Q4_K and Q6 tiles sum a super-block's blocks in integers, each
+// block's sums times its rows' 8-bit scales, and take a single float step
+// for them).
+struct ck_encoding {
+    bool offset;
+    bool per_super_block;
+};
+
+static inline struct ck_encoding activation_encoding(enum ck_isa isa, enum ck_format format) {
+    const struct ck_encoding encoding = {offset_quants(isa, format), ymm_isa(isa) && (format == CK_Q4_K || format == CK_Q6)};
+    return encoding;
+}
+
 // Quantizes one column in plain C (the vector versions must match it).
-void ck_quantize_column_scalar(enum ck_format format, bool offset, const float * x, int64_t cols, uint8_t * out);
+void ck_quantize_column_scalar(enum ck_format format, struct ck_encoding encoding, const float * x, int64_t cols,
+                               uint8_t * out);
 
 #endif

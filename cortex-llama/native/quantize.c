@@ -51,37 +51,80 @@ static inline void set_block_sum(enum ck_format format, float * sums, int64_t nb
     sums[b] = scaled_sum(format, stored_scale, through_fp16, sum);
 }
 
+// Block b's quants as nearbyintf(x * id), written (offset by 128 when
+// `offset`); returns their sum, and that of the first 16 in `first_half`.
+static int quantize_block_scalar(const float * xb, float id, bool offset, int8_t * q, int * first_half) {
+    int sum = 0;
+    for (int j = 0; j < CK_BLOCK; j++) {
+        const int v = (int)nearbyintf(xb[j] * id);
+        q[j] = (int8_t)v;
+        sum += v;
+        if (j == 15) {
+            *first_half = sum;
+        }
+    }
+    if (offset) {
+        for (int j = 0; j < CK_BLOCK; j++) {
+            ((uint8_t *)q)[j] = (uint8_t)(q[j] + 128);
+        }
+    }
+    return sum;
+}
+
+// Activations with one scale per super-block: each block's entry holds it;
+// for Q6 the sums' place holds the blocks' half sums (as with a scale per
+// block), else the block sums (int16) fill half of it, the rest zeros.
+static void set_super_block(enum ck_format format, float * scales, int64_t nb, int64_t b, float d, int sum,
+                            int first_half) {
+    scales[b] = d;
+    if (q6_blocks(format)) {
+        set_block_sum(format, scales + nb, nb, b, d, d, sum, first_half);
+        return;
+    }
+    int16_t * block_sums = (int16_t *)(scales + nb);
+    block_sums[b] = (int16_t)sum;
+    if (b == nb - 1) {
+        memset(block_sums + nb, 0, sizeof(int16_t) * (size_t)nb);
+    }
+}
+
+// The largest magnitude of 256 weights, in plain C.
+static float super_block_amax_scalar(const float * x) {
+    float amax = 0.0f;
+    for (int j = 0; j < 8 * CK_BLOCK; j++) {
+        amax = fmaxf(amax, fabsf(x[j]));
+    }
+    return amax;
+}
+
 // As ggml's quantize_row_q8_1 / quantize_row_q8_0: scale = max|x| / 127,
-// quants rounded to nearest even, scale (and scale x sum) through fp16.
-// The AVX-512 Q8_0 kernel takes its quants offset by 128, as unsigned
-// bytes (VNNI multiplies unsigned by signed bytes).
-void ck_quantize_column_scalar(enum ck_format format, bool offset, const float * x, int64_t cols,
+// quants rounded to nearest even, scale (and scale x sum) through fp16. The
+// AVX-512 Q8_0 kernel takes its quants offset by 128, as unsigned bytes
+// (VNNI multiplies unsigned by signed bytes). One scale per super-block:
+// as ggml's quantize_row_q8_K, max|x| over 256 weights, the scale a float.
+void ck_quantize_column_scalar(enum ck_format format, struct ck_encoding encoding, const float * x, int64_t cols,
                                uint8_t * out) {
     const int64_t nb = cols / CK_BLOCK;
     float * scales = (float *)(out + (size_t)nb * CK_BLOCK);
     float * sums = scales + nb;
+    float amax = 0.0f;
     for (int64_t b = 0; b < nb; b++) {
         const float * xb = x + b * CK_BLOCK;
-        float amax = 0.0f;
-        for (int j = 0; j < CK_BLOCK; j++) {
-            amax = fmaxf(amax, fabsf(xb[j]));
+        if (!encoding.per_super_block) {
+            amax = 0.0f;
+            for (int j = 0; j < CK_BLOCK; j++) {
+                amax = fmaxf(amax, fabsf(xb[j]));
+            }
+        } else if (b % 8 == 0) {
+            amax = super_block_amax_scalar(xb);
         }
         const float d = amax / 127.f;
         const float id = amax != 0.0f ? 127.f / amax : 0.0f;
-        int sum = 0, first_half = 0;
-        int8_t * q = (int8_t *)out + b * CK_BLOCK;
-        for (int j = 0; j < CK_BLOCK; j++) {
-            const int v = (int)nearbyintf(xb[j] * id);
-            q[j] = (int8_t)v;
-            sum += v;
-            if (j == 15) {
-                first_half = sum;
-            }
-        }
-        if (offset) {
-            for (int j = 0; j < CK_BLOCK; j++) {
-                ((uint8_t *)q)[j] = (uint8_t)(q[j] + 128);
-            }
+        int first_half = 0;
+        const int sum = quantize_block_scalar(xb, id, encoding.offset, (int8_t *)out + b * CK_BLOCK, &first_half);
+        if (encoding.per_super_block) {
+            set_super_block(format, scales, nb, b, d, sum, first_half);
+            continue;
         }
         scales[b] = ck_round_through_fp16(d);
         set_block_sum(format, sums, nb, b, scales[b], ck_round_through_fp16(d * (float)sum), sum, first_half);
@@ -90,22 +133,22 @@ void ck_quantize_column_scalar(enum ck_format format, bool offset, const float *
 
 static void quantize_column_avx512(enum ck_format format, bool offset, const float * x, int64_t cols,
                                    uint8_t * out);
-static void quantize_column_avx2(enum ck_format format, bool offset, const float * x, int64_t cols,
+static void quantize_column_avx2(enum ck_format format, struct ck_encoding encoding, const float * x, int64_t cols,
                                  uint8_t * out);
 
 void ck_quantize_column(enum ck_isa isa, enum ck_format format, const float * x, int64_t cols, uint8_t * out) {
-    const bool offset = offset_quants(isa, format);
+    const struct ck_encoding encoding = activation_encoding(isa, format);
 #if CK_X86
     if (isa == CK_ISA_AVX512) {
-        quantize_column_avx512(format, offset, x, cols, out);
+        quantize_column_avx512(format, encoding.offset, x, cols, out);
         return;
     }
     if (ymm_isa(isa)) {
-        quantize_column_avx2(format, offset, x, cols, out);
+        quantize_column_avx2(format, encoding, x, cols, out);
         return;
     }
 #endif
-    ck_quantize_column_scalar(format, offset, x, cols, out);
+    ck_quantize_column_scalar(format, encoding, x, cols, out);
 }
 
 #if CK_X86
@@ -145,28 +188,36 @@ CK_AVX2 CK_INLINE int sum_epi32_ymm(__m256i v) {
     return _mm_cvtsi128_si32(t);
 }
 
-CK_AVX2 static void quantize_column_avx2(enum ck_format format, bool offset, const float * x, int64_t cols,
-                                        uint8_t * out) {
+// The largest magnitude of `n` vectors of 8 floats.
+CK_AVX2 CK_INLINE float amax_ymm(const float * x, int n) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_setzero_ps();
+    for (int i = 0; i < n; i++) {
+        m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + 8 * i)));
+    }
+    __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(m, 1), _mm256_castps256_ps128(m));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    return _mm_cvtss_f32(m4);
+}
+
+CK_AVX2 static void quantize_column_avx2(enum ck_format format, struct ck_encoding encoding, const float * x,
+                                        int64_t cols, uint8_t * out) {
     const int64_t nb = cols / CK_BLOCK;
     float * scales = (float *)(out + (size_t)nb * CK_BLOCK);
     float * sums = scales + nb;
-    const __m256 sign = _mm256_set1_ps(-0.0f);
+    float amax = 0.0f;
     for (int64_t b = 0; b < nb; b++) {
-        __m256 v[4];
-        __m256 m = _mm256_setzero_ps();
-        for (int i = 0; i < 4; i++) {
-            v[i] = _mm256_loadu_ps(x + b * CK_BLOCK + 8 * i);
-            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[i]));
+        if (!encoding.per_super_block) {
+            amax = amax_ymm(x + b * CK_BLOCK, 4);
+        } else if (b % 8 == 0) {
+            amax = amax_ymm(x + b * CK_BLOCK, 32);
         }
-        __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(m, 1), _mm256_castps256_ps128(m));
-        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-        const float amax = _mm_cvtss_f32(m4);
         const float d = amax / 127.f;
         const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.f / amax : 0.0f);
         __m256i q[4];
         for (int i = 0; i < 4; i++) {
-            q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], id));
+            q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + b * CK_BLOCK + 8 * i), id));
         }
         const int first_half = sum_epi32_ymm(_mm256_add_epi32(q[0], q[1]));
         const int sum = first_half + sum_epi32_ymm(_mm256_add_epi32(q[2], q[3]));
@@ -175,10 +226,14 @@ CK_AVX2 static void quantize_column_avx2(enum ck_format format, bool offset, con
         const __m256i hi = _mm256_packs_epi32(q[2], q[3]);
         __m256i bytes = _mm256_packs_epi16(lo, hi);
         bytes = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-        if (offset) {
+        if (encoding.offset) {
             bytes = _mm256_add_epi8(bytes, _mm256_set1_epi8((char)128));
         }
         _mm256_storeu_si256((__m256i *)(out + b * CK_BLOCK), bytes);
+        if (encoding.per_super_block) {
+            set_super_block(format, scales, nb, b, d, sum, first_half);
+            continue;
+        }
         scales[b] = _cvtsh_ss(_cvtss_sh(d, 0));
         set_block_sum(format, sums, nb, b, scales[b], _cvtsh_ss(_cvtss_sh(d * (float)sum, 0)), sum, first_half);
     }

@@ -1,7 +1,7 @@
 //! cortex's CPU kernels (`native/`, built by `build.rs`): a ggml backend
 //! registered beside llama.cpp's CPU backend that stores 4- to 8-bit
-//! weights (Q4_0, Q4_1 as Q4_1; Q4_K as its own for AVX-512, as Q4_1 for
-//! the others; Q5_1, Q5_K as Q5_1; Q8_0; Q5_0 as
+//! weights (Q4_0, Q4_1 as Q4_1; Q4_K as its own, as Q4_1 for AVX-VNNI;
+//! Q5_1, Q5_K as Q5_1; Q8_0; Q5_0 as
 //! Q5_1 and Q6_K as Q6 for the AVX2 kernels, Q5_0 as Q8_0 for the VNNI
 //! ones, Q6_K as Q6 in planes for AVX-512 and as Q8_0 for AVX-VNNI) packed
 //! in panels of 16 rows and runs their matrix products, and
