@@ -745,12 +745,12 @@ CK_AVX2 CK_INLINE void q6_tile_avx2(const uint8_t * w, int64_t nb, const uint8_t
     const __m256i first_scale = _mm256_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13, 0, 1, 0, 1, 4,
                                                  5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13);
     const __m256i second_scale = _mm256_add_epi8(first_scale, _mm256_set1_epi8(2));
-    for (int64_t sb = 0; sb < nb / 8; sb++) {
+    for (int64_t sb = 0; sb < nb / CK_SUPER_BLOCKS; sb++) {
         __m256i s[4];
         for (int c = 0; c < C; c++) {
             s[c] = _mm256_setzero_si256();
         }
-        for (int64_t b = 8 * sb; b < 8 * sb + 8; b++) {
+        for (int64_t b = CK_SUPER_BLOCKS * sb; b < CK_SUPER_BLOCKS * (sb + 1); b++) {
             const uint8_t * blk = w + (size_t)b * Q6_PANEL_BLOCK;
             if (fetch) {
                 fetch_ahead(blk, Q6_PANEL_BLOCK);
@@ -768,7 +768,8 @@ CK_AVX2 CK_INLINE void q6_tile_avx2(const uint8_t * w, int64_t nb, const uint8_t
             q6_half_sums_avx2(blk, half, act, astride, b, 0, _mm256_shuffle_epi8(scale_pairs, first_scale), s, C);
             q6_half_sums_avx2(blk, half, act, astride, b, 4, _mm256_shuffle_epi8(scale_pairs, second_scale), s, C);
         }
-        scaled_block_ymm(w + (size_t)(8 * sb) * Q6_PANEL_BLOCK + 512 + 16 * half, act, astride, nb, 8 * sb, s, acc,
+        const int64_t first_block = CK_SUPER_BLOCKS * sb;
+        scaled_block_ymm(w + (size_t)first_block * Q6_PANEL_BLOCK + 512 + 16 * half, act, astride, nb, first_block, s, acc,
                          C);
     }
     for (int c = 0; c < C; c++) {

@@ -19,6 +19,9 @@
 #define CK_PANEL_ROWS 16
 // Weights per quantization block (every panel format alike).
 #define CK_BLOCK 32
+// Blocks per k-quant super-block (256 weights), the unit of the kernels that
+// take activations with one scale per super-block.
+#define CK_SUPER_BLOCKS 8
 
 // The formats with kernels (the values are ggml's type ids, but CK_Q6's).
 enum ck_format {

@@ -47,9 +47,9 @@ static float reference_dot_super_blocks(enum ck_format format, const void * m, i
     const int64_t nb = cols / CK_BLOCK;
     const int8_t * q = (const int8_t *)column;
     float acc = 0.0f;
-    for (int64_t sb = 0; sb < nb / 8; sb++) {
+    for (int64_t sb = 0; sb < nb / CK_SUPER_BLOCKS; sb++) {
         int32_t isum = 0, mins = 0;
-        for (int64_t b = 8 * sb; b < 8 * sb + 8; b++) {
+        for (int64_t b = CK_SUPER_BLOCKS * sb; b < CK_SUPER_BLOCKS * (sb + 1); b++) {
             const uint8_t * blk = ggml_block(format, m, cols, row, b);
             if (format == CK_Q6) {
                 isum += q6_block_sum(blk, column, nb, b);
@@ -58,10 +58,10 @@ static float reference_dot_super_blocks(enum ck_format format, const void * m, i
             isum += blk[4] * q4_k_block_sum(blk, q + b * CK_BLOCK);
             mins += blk[5] * column_block_sums(column, nb)[b];
         }
-        const uint8_t * first = ggml_block(format, m, cols, row, 8 * sb);
+        const uint8_t * first = ggml_block(format, m, cols, row, CK_SUPER_BLOCKS * sb);
         uint16_t dh;
         memcpy(&dh, first, 2);
-        const float dx = column_scales(column, nb)[8 * sb];
+        const float dx = column_scales(column, nb)[CK_SUPER_BLOCKS * sb];
         acc = fmaf((float)isum, ck_fp16_to_fp32(dh) * dx, acc);
         if (format == CK_Q4_K) {
             uint16_t mh;
@@ -158,7 +158,7 @@ static void random_matrix(enum ck_format format, uint8_t * m, int64_t rows, int6
         uint8_t * blk = m + i * block_bytes(format);
         if (format == CK_Q4_K) {
             // A super-block's 8 blocks (in a row) share its d and dmin.
-            if (i % 8 == 0) {
+            if (i % CK_SUPER_BLOCKS == 0) {
                 const uint16_t d = ck_fp32_to_fp16(random_unit(state) * 0.02f);
                 const uint16_t dmin = ck_fp32_to_fp16(random_unit(state) * 0.05f);
                 memcpy(blk, &d, 2);
@@ -173,7 +173,7 @@ static void random_matrix(enum ck_format format, uint8_t * m, int64_t rows, int6
         }
         const uint16_t d = ck_fp32_to_fp16(random_unit(state) * 0.02f);
         memcpy(blk, &d, 2);
-        if (q6_blocks(format) && i % 8 != 0) {
+        if (q6_blocks(format) && i % CK_SUPER_BLOCKS != 0) {
             memcpy(blk, blk - block_bytes(format), 2);  // as in Q6_K, a super-block's 8 share d
         }
         if (has_min(format)) {
@@ -437,7 +437,7 @@ int ck_self_check(enum ck_isa isa, char * why, size_t why_len) {
                         x[k] = random_unit(&state) * (k % 7 == 0 ? 8.0f : 1.0f);
                     }
                     if (c == 1) {
-                        memset(x, 0, sizeof(float) * (cols >= 256 ? 256 : CK_BLOCK));  // an all-zero block (super-block)
+                        memset(x, 0, sizeof(float) * (cols >= CK_SUPER_BLOCKS * CK_BLOCK ? CK_SUPER_BLOCKS * CK_BLOCK : CK_BLOCK));  // an all-zero block (super-block)
                     }
                     if (c == 2) {
                         // A block whose scale is 1: 2.5, 3.5 and -2.5 are ties,

@@ -29,7 +29,7 @@
 // nibble bytes (as Q4_1's; whole cache lines, so no load splits one).
 #define Q4_K_PANEL_HEADER 320
 #define Q4_K_PANEL_BLOCK 256
-#define Q4_K_SUPER_BLOCKS 8
+#define Q4_K_SUPER_BLOCKS CK_SUPER_BLOCKS
 // Where block j's scales are in its super-block's header (its mins 16 after).
 #define Q4_K_SCALES(j) (64 + 32 * (j))
 #define Q4_K_PANEL_SUPER (Q4_K_PANEL_HEADER + Q4_K_SUPER_BLOCKS * Q4_K_PANEL_BLOCK)

@@ -88,10 +88,10 @@ static void set_super_block(enum ck_format format, float * scales, int64_t nb, i
     }
 }
 
-// The largest magnitude of 256 weights, in plain C.
-static float super_block_amax_scalar(const float * x) {
+// The largest magnitude of `n` weights, in plain C.
+static float amax_scalar(const float * x, int n) {
     float amax = 0.0f;
-    for (int j = 0; j < 8 * CK_BLOCK; j++) {
+    for (int j = 0; j < n; j++) {
         amax = fmaxf(amax, fabsf(x[j]));
     }
     return amax;
@@ -111,12 +111,9 @@ void ck_quantize_column_scalar(enum ck_format format, struct ck_encoding encodin
     for (int64_t b = 0; b < nb; b++) {
         const float * xb = x + b * CK_BLOCK;
         if (!encoding.per_super_block) {
-            amax = 0.0f;
-            for (int j = 0; j < CK_BLOCK; j++) {
-                amax = fmaxf(amax, fabsf(xb[j]));
-            }
-        } else if (b % 8 == 0) {
-            amax = super_block_amax_scalar(xb);
+            amax = amax_scalar(xb, CK_BLOCK);
+        } else if (b % CK_SUPER_BLOCKS == 0) {
+            amax = amax_scalar(xb, CK_SUPER_BLOCKS * CK_BLOCK);
         }
         const float d = amax / 127.f;
         const float id = amax != 0.0f ? 127.f / amax : 0.0f;
@@ -210,8 +207,8 @@ CK_AVX2 static void quantize_column_avx2(enum ck_format format, struct ck_encodi
     for (int64_t b = 0; b < nb; b++) {
         if (!encoding.per_super_block) {
             amax = amax_ymm(x + b * CK_BLOCK, 4);
-        } else if (b % 8 == 0) {
-            amax = amax_ymm(x + b * CK_BLOCK, 32);
+        } else if (b % CK_SUPER_BLOCKS == 0) {
+            amax = amax_ymm(x + b * CK_BLOCK, CK_SUPER_BLOCKS * CK_BLOCK / 8);
         }
         const float d = amax / 127.f;
         const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.f / amax : 0.0f);
