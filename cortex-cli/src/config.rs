@@ -252,6 +252,21 @@ impl Config {
         engine
     }
 
+    /// The engine's configuration for working known jobs that have
+    /// `requests` left in all (`cortex run`): left to the device, no more
+    /// sequences at once than that.
+    pub(crate) fn jobs_engine_config(
+        &self,
+        model: &ModelIdentity,
+        requests: Option<u64>,
+    ) -> EngineConfig {
+        let mut engine = self.engine_config(model);
+        engine.work_bound = requests
+            .filter(|&n| n > 0)
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+        engine
+    }
+
     /// Where `cortex serve` listens and with which keys (the keys file read
     /// once), known before the model loads.
     pub(crate) fn serve_plan(&self) -> anyhow::Result<ServePlan> {

@@ -76,10 +76,22 @@ pub(crate) fn work_one_model(
         follow,
         observer,
     } = scope;
-    let engine = cortex_llama::start_observed(&config.engine_config(model), observer)?;
+    // A worker of given jobs that stops when they are done needs no more
+    // sequences than they have requests left.
+    let requests_left = match (&jobs, follow) {
+        (Some(ids), false) => requests_left(store, ids),
+        _ => None,
+    };
+    let engine =
+        cortex_llama::start_observed(&config.jobs_engine_config(model, requests_left), observer)?;
     let device = describe_device(&engine);
     let parallel = engine.info().parallel;
-    eprintln!("generating on {device}, {parallel} sequences at once");
+    let sequences = if parallel == 1 {
+        "sequence"
+    } else {
+        "sequences"
+    };
+    eprintln!("generating on {device}, {parallel} {sequences} at once");
     tracing::info!(model = %model.path.display(), sha256 = %model.sha256, parallel, %device, "worker started");
     let plan = WorkerPlan {
         model_sha256: Some(model.sha256.clone()),
@@ -92,6 +104,17 @@ pub(crate) fn work_one_model(
         stop.flag(),
         tick,
     )?)
+}
+
+/// Requests of `jobs` not yet finished (waiting, or claimed by a worker that
+/// may have died); `None` when a job cannot be read.
+fn requests_left(store: &mut dyn Queue, jobs: &[JobId]) -> Option<u64> {
+    let mut left = 0u64;
+    for id in jobs {
+        let counts = store.job(*id).ok()?.counts;
+        left = left.saturating_add(counts.pending + counts.running);
+    }
+    Some(left)
 }
 
 /// Works the jobs of every model in the registry, loading each job's model

@@ -19,6 +19,13 @@ pub struct EngineConfig {
     /// 0: as many as suit the device ([`EngineConfig::CPU_PARALLEL`] on the
     /// CPU, [`EngineConfig::GPU_PARALLEL`] on a GPU).
     pub parallel: usize,
+    /// Requests the engine will be given in all, when the caller knows (a
+    /// `cortex run` of a 3-line job: 3). Left to the device, `parallel` is
+    /// then no more than this: llama.cpp allocates and zeroes every stream's
+    /// cells when it makes the KV cache, so a one-line job on an 8B model would
+    /// otherwise wait for 64 streams (2 GiB) it never uses. `None`: unknown (a
+    /// server, a worker of the whole queue).
+    pub work_bound: Option<usize>,
     /// Cells of each stream: the longest sequence (prompt plus generation) one
     /// request may have. `None` sizes streams from the requests themselves:
     /// they start small and grow (the KV is rebuilt, running requests are
@@ -241,6 +248,7 @@ impl EngineConfig {
         Self {
             model: model.into(),
             parallel: Self::FOR_DEVICE,
+            work_bound: None,
             stream_tokens: None,
             kv_memory: 0,
             step_cells: Self::FOR_DEVICE,
@@ -290,10 +298,18 @@ impl EngineConfig {
             value => value,
         };
         let step_loops = pick(self.step_loops, Self::CPU_STEP_LOOPS, Self::GPU_STEP_LOOPS);
-        // Left to the device, every loop runs as many as suit it.
+        // Left to the device, every loop runs as many as suit it, and no more
+        // than the work there is (at least one a loop).
         let parallel = match self.parallel {
-            Self::FOR_DEVICE if on_gpu => Self::GPU_PARALLEL * step_loops,
-            Self::FOR_DEVICE => Self::CPU_PARALLEL * step_loops,
+            Self::FOR_DEVICE => {
+                let suited = if on_gpu {
+                    Self::GPU_PARALLEL
+                } else {
+                    Self::CPU_PARALLEL
+                } * step_loops;
+                self.work_bound
+                    .map_or(suited, |work| suited.min(work.max(step_loops)))
+            }
             parallel => parallel,
         };
         let threads = match self.threads {
@@ -456,6 +472,30 @@ mod tests {
                 .micro_batch_tokens(),
             2048 + 64
         );
+    }
+
+    #[test]
+    fn a_known_amount_of_work_bounds_the_sequences_left_to_the_device() {
+        let mut config = EngineConfig::new("m");
+        config.work_bound = Some(3);
+        assert_eq!(config.for_device(ComputedOn::Cpu).parallel, 3);
+        // Each GPU loop keeps at least one.
+        assert_eq!(config.for_device(ComputedOn::Gpu).parallel, 3);
+        config.work_bound = Some(1);
+        assert_eq!(
+            config.for_device(ComputedOn::Gpu).parallel,
+            EngineConfig::GPU_STEP_LOOPS
+        );
+        // More work than suits the device: the device's size.
+        config.work_bound = Some(10_000);
+        assert_eq!(
+            config.for_device(ComputedOn::Cpu).parallel,
+            EngineConfig::CPU_PARALLEL
+        );
+        // A size the user gave is theirs, whatever the work.
+        config.parallel = 32;
+        config.work_bound = Some(3);
+        assert_eq!(config.for_device(ComputedOn::Cpu).parallel, 32);
     }
 
     #[test]

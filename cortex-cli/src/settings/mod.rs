@@ -316,7 +316,8 @@ settings! {
     threads: usize = EngineConfig::FOR_DEVICE;
     Engine, "N";
     /// Sequences decoded at once, over every step loop (0: for the device,
-    /// 64 on the CPU, 256 a loop on a GPU).
+    /// 64 on the CPU, 256 a loop on a GPU, and for `cortex run` no more than
+    /// the job has requests left).
     parallel: usize = EngineConfig::FOR_DEVICE;
     Engine, "N";
     /// Step loops sharing the device, each with its own sequences: while one
