@@ -317,6 +317,10 @@ int cortex_kernels_self_check(int isa, char * why, size_t why_len) {
     return ck_self_check((enum ck_isa)isa, why, why_len);
 }
 
+double cortex_kernels_int8_per_second(int isa, double seconds) {
+    return ck_int8_per_second((enum ck_isa)isa, seconds);
+}
+
 int cortex_kernels_detect_isa(void) { return (int)ck_detect_isa(); }
 
 int cortex_kernels_isa_supported(int isa) { return ck_isa_supported((enum ck_isa)isa); }

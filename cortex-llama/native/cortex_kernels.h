@@ -35,5 +35,8 @@ void cortex_kernels_place_weights(int place);
 int cortex_kernels_self_check(int isa, char * why, size_t why_len);
 // The attention kernel's self-check (see attention.h).
 int cortex_kernels_attention_self_check(int isa, int against, char * why, size_t why_len);
+// Multiply-adds a second of `isa`'s int8 instruction run back to back on
+// the calling thread for about `seconds` (see kernels.h).
+double cortex_kernels_int8_per_second(int isa, double seconds);
 
 #endif

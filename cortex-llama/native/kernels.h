@@ -121,6 +121,12 @@ void ck_gemm(enum ck_isa isa, enum ck_format format, const void * packed, int64_
 // taken (argmax.c).
 int32_t ck_argmax(enum ck_isa isa, const float * x, int64_t n);
 
+// The multiply-adds a second of `isa`'s int8 instruction (vpdpbusd zmm,
+// vpdpbusd ymm, vpmaddubsw ymm: what the matrix tiles are built on) run
+// back to back on the calling thread for about `seconds` (peak.c); 0 where
+// this CPU does not run `isa`.
+double ck_int8_per_second(enum ck_isa isa, double seconds);
+
 // Packs random matrices of each format and shape, multiplies them with the
 // kernels of `isa` at several batch sizes, and compares every element with
 // a scalar reference; returns the number of mismatches (0: all agree) and

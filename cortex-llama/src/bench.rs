@@ -433,50 +433,56 @@ pub fn prefix_run(
 pub struct Int8Peak {
     /// Cores (threads) counted.
     pub cores: usize,
-    /// Their clock, as `/proc/cpuinfo` gives it.
-    pub ghz: f64,
-    /// Multiply-adds per cycle and core: two vector instructions a cycle,
-    /// each 64 (AVX-512 VNNI `vpdpbusd`) or 32 (AVX-VNNI's `vpdpbusd`,
-    /// AVX2's `vpmaddubsw`) of them.
-    pub per_cycle: u32,
-    /// The instruction counted.
+    /// Multiply-adds a second of all of them, each running the instruction
+    /// back to back at once.
+    pub per_second: f64,
+    /// The instruction: AVX-512 VNNI's `vpdpbusd` zmm (64 multiply-adds),
+    /// AVX-VNNI's `vpdpbusd` ymm or AVX2's `vpmaddubsw` ymm (32).
     pub instruction: &'static str,
 }
 
 impl Int8Peak {
-    /// Reads the clock of this machine's CPU and counts the instruction of
-    /// `kernels`, the instruction set cortex's kernels run with
+    /// How long each core runs the instruction.
+    const MEASURED_FOR: f64 = 0.25;
+
+    /// Measures `cores` cores of this machine running the int8 instruction
+    /// of `kernels`, the instruction set cortex's kernels run with
     /// ([`Backends::cortex_kernels`](crate::Backends::cortex_kernels):
-    /// AVX-512 VNNI, AVX-VNNI or AVX2, as `--cpu-kernels` let them); `None`
-    /// where `/proc/cpuinfo` does not say.
-    pub fn of_this_cpu(cores: usize, kernels: Option<&str>) -> Option<Int8Peak> {
-        let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
-        let field = |name: &str| {
-            info.lines()
-                .find(|line| line.starts_with(name))
-                .and_then(|line| line.split_once(':'))
-                .map(|(_, value)| value.trim().to_owned())
+    /// AVX-512 VNNI, AVX-VNNI or AVX2, as `--cpu-kernels` let them; AVX2's
+    /// where they do not run), all at once. Measured, not computed from a
+    /// clock: `/proc/cpuinfo`'s is the host's nominal one in a VM (2.6 GHz
+    /// on an Intel Xeon guest whose two cores ran `vpmaddubsw` at 3.5), and
+    /// a core may run 512-bit work at a lower clock. `None` on a CPU that
+    /// runs none of them.
+    pub fn measure(cores: usize, kernels: Option<&str>) -> Option<Int8Peak> {
+        use sys::kernels::KernelIsa;
+        let isa = match kernels.and_then(KernelIsa::named) {
+            Some(isa) => isa,
+            None if KernelIsa::Avx2.supported() => KernelIsa::Avx2,
+            None => return None,
         };
-        let ghz = field("cpu MHz")?.parse::<f64>().ok()? / 1e3;
-        let flags = field("flags")?;
-        let has = |flag: &str| flags.split_whitespace().any(|f| f == flag);
-        let (per_cycle, instruction) = match kernels.and_then(sys::kernels::KernelIsa::named) {
-            Some(sys::kernels::KernelIsa::Avx512) => (2 * 64, "vpdpbusd zmm"),
-            Some(sys::kernels::KernelIsa::AvxVnni) => (2 * 32, "vpdpbusd ymm"),
-            _ if has("avx2") => (2 * 32, "vpmaddubsw ymm"),
-            _ => return None,
+        let cores = cores.max(1);
+        let per_second: f64 = std::thread::scope(|scope| {
+            let threads: Vec<_> = (0..cores)
+                .map(|_| {
+                    scope.spawn(move || sys::kernels::int8_per_second(isa, Self::MEASURED_FOR))
+                })
+                .collect();
+            threads
+                .into_iter()
+                .map(|thread| thread.join().unwrap_or(0.0))
+                .sum()
+        });
+        let instruction = match isa {
+            KernelIsa::Avx512 => "vpdpbusd zmm",
+            KernelIsa::AvxVnni => "vpdpbusd ymm",
+            KernelIsa::Avx2 => "vpmaddubsw ymm",
         };
-        Some(Int8Peak {
+        (per_second > 0.0).then_some(Int8Peak {
             cores,
-            ghz,
-            per_cycle,
+            per_second,
             instruction,
         })
-    }
-
-    /// Multiply-adds per second.
-    pub fn per_second(&self) -> f64 {
-        self.cores as f64 * self.ghz * 1e9 * f64::from(self.per_cycle)
     }
 }
 
@@ -638,10 +644,16 @@ pub fn run_report(
         batched,
         prefix,
         peak_rss_bytes: peak_rss_bytes(),
-        int8_peak: Int8Peak::of_this_cpu(
-            cores(base.threads),
-            crate::devices::load_backends(base.backends_dir.as_deref(), base.cpu_kernels)
-                .cortex_kernels,
-        ),
+        // Only the profiled rows' tables compare with it.
+        int8_peak: plan
+            .profile_ops
+            .then(|| {
+                Int8Peak::measure(
+                    cores(base.threads),
+                    crate::devices::load_backends(base.backends_dir.as_deref(), base.cpu_kernels)
+                        .cortex_kernels,
+                )
+            })
+            .flatten(),
     })
 }

@@ -24,6 +24,7 @@ unsafe extern "C" {
     fn cortex_kernels_multiplies(ggml_type: c_int, rows: c_longlong, cols: c_longlong) -> c_int;
     fn cortex_kernels_place_weights(place: c_int);
     fn cortex_kernels_self_check(isa: c_int, why: *mut c_char, why_len: usize) -> c_int;
+    fn cortex_kernels_int8_per_second(isa: c_int, seconds: f64) -> f64;
     #[cfg_attr(not(test), allow(dead_code))]
     fn cortex_kernels_attention_self_check(
         isa: c_int,
@@ -143,6 +144,15 @@ pub(crate) fn place_weights(place: bool) {
     unsafe { cortex_kernels_place_weights(c_int::from(place)) }
 }
 
+/// Multiply-adds a second of `isa`'s int8 instruction (`vpdpbusd` zmm or
+/// ymm, `vpmaddubsw` ymm: what its matrix tiles are built on) run back to
+/// back on the calling thread for about `seconds`; 0 where this CPU does
+/// not run `isa`.
+pub(crate) fn int8_per_second(isa: KernelIsa, seconds: f64) -> f64 {
+    // SAFETY: arithmetic in registers and reads of the clock.
+    unsafe { cortex_kernels_int8_per_second(isa as c_int, seconds) }
+}
+
 /// Runs the matrix kernels of `isa` against their scalar reference on
 /// random matrices of both formats at many batch sizes; every element must
 /// agree bit for bit.
@@ -217,7 +227,7 @@ mod tests {
         let header = include_str!("../../native/cortex_kernels.h");
         let rust = include_str!("kernels.rs");
         assert_eq!(entry_points(rust, true), entry_points(header, false));
-        assert_eq!(entry_points(header, false).len(), 10);
+        assert_eq!(entry_points(header, false).len(), 11);
         // `enum ck_isa` in kernels.h has KernelIsa's values.
         let kernels_h = include_str!("../../native/kernels.h");
         for (c_name, isa) in [
@@ -257,6 +267,19 @@ mod tests {
             }
         }
         assert!(best.supported());
+    }
+
+    #[test]
+    fn the_int8_peak_is_measured_for_every_instruction_set_this_cpu_runs() {
+        for isa in KernelIsa::ALL {
+            let rate = int8_per_second(isa, 0.01);
+            if isa.supported() {
+                // Any core of these instruction sets does billions a second.
+                assert!(rate.is_finite() && rate > 1e9, "{}: {rate}", isa.name());
+            } else {
+                assert_eq!(rate, 0.0, "{}", isa.name());
+            }
+        }
     }
 
     #[test]
