@@ -76,23 +76,6 @@ CK_AVX512 CK_INLINE __m512 negated_zmm(__m512 x) {
     return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(x), _mm512_set1_epi32((int)0x80000000u)));
 }
 
-// Where block b of a Q4_1 panel, or of a Q4_K one (`k_scales`), starts; for
-// Q4_K, where its scales are, and at a super-block's first block its rows'
-// d and -dmin into `d` and `minus_dmin`.
-CK_AVX512 CK_INLINE const uint8_t * q4_block_zmm(const uint8_t * w, int64_t b, const bool k_scales,
-                                                 const uint8_t ** scales, __m512 * d, __m512 * minus_dmin) {
-    if (!k_scales) {
-        return w + (size_t)b * Q4_1_PANEL_BLOCK;
-    }
-    const uint8_t * super = w + (size_t)(b / Q4_K_SUPER_BLOCKS) * Q4_K_PANEL_SUPER;
-    if (b % Q4_K_SUPER_BLOCKS == 0) {
-        *d = fp16_zmm(super);
-        *minus_dmin = negated_zmm(fp16_zmm(super + 32));
-    }
-    *scales = super + Q4_K_SCALES(b % Q4_K_SUPER_BLOCKS);
-    return super + q4_k_past_header(b);
-}
-
 // The bytes a Q4_K panel block asks for ahead: its share of a super-block
 // (so that 8 blocks ask for the next super-block's lines ahead, header and
 // all), and the line its share may end in.
@@ -112,67 +95,114 @@ CK_AVX512 CK_INLINE void min_block_zmm(const __m512 dw, const __m512 mw, const u
     }
 }
 
-// 16 rows x C columns of a Q4_1 panel, or of a Q4_K one (`k_scales`: the
-// same nibbles; each row's d sc and -(dmin mn) from its 8-bit scale and min
-// and the super-block's d and dmin, as ggml computes them).
-CK_AVX512 CK_INLINE void q4_tile_avx512(const uint8_t * w, int64_t nb, const uint8_t * act, size_t astride,
-                                        float * dst, int64_t ldd, const int C, const bool fetch,
-                                        const bool k_scales) {
+// A block of 4-bit quants (Q4_1's or Q4_K's nibbles, 16 rows) times C
+// columns: one chain of 32-bit sums per column, the columns side by side at
+// each step of the block (see the Q8_0 tile).
+CK_AVX512 CK_INLINE void q4_block_sums_zmm(const uint8_t * blk, const uint8_t * act, size_t astride, int64_t b,
+                                           __m512i * s, const int C) {
+    const __m512i low = _mm512_set1_epi8(0x0F);
+    __m512i g[8];
+    for (int h = 0; h < 4; h++) {
+        const __m512i p = _mm512_loadu_si512(blk + 64 * h);
+        g[2 * h] = _mm512_and_si512(p, low);
+        g[2 * h + 1] = _mm512_and_si512(_mm512_srli_epi16(p, 4), low);
+    }
+    for (int c = 0; c < C; c++) {
+        const int32_t * q = (const int32_t *)(act + (size_t)c * astride + (size_t)b * CK_BLOCK);
+        s[c] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), g[0], _mm512_set1_epi32(q[0]));
+    }
+    for (int i = 1; i < 8; i++) {
+        // g[2h] holds the low nibbles (quants 0-15 of the block), g[2h+1] the high ones (16-31).
+        const int word = (i & 1) ? 4 + i / 2 : i / 2;
+        for (int c = 0; c < C; c++) {
+            const int32_t * q = (const int32_t *)(act + (size_t)c * astride + (size_t)b * CK_BLOCK);
+            s[c] = _mm512_dpbusd_epi32(s[c], g[i], _mm512_set1_epi32(q[word]));
+        }
+    }
+}
+
+// 16 rows x C columns of a Q4_1 panel: a block's integer sums, then its
+// float step.
+CK_AVX512 CK_INLINE void q4_1_tile_avx512(const uint8_t * w, int64_t nb, const uint8_t * act, size_t astride,
+                                          float * dst, int64_t ldd, const int C, const bool fetch) {
     __m512 acc[8];
     for (int c = 0; c < C; c++) {
         acc[c] = _mm512_setzero_ps();
     }
-    const __m512i low = _mm512_set1_epi8(0x0F);
-    __m512 d = _mm512_setzero_ps(), minus_dmin = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t * scales = NULL;
-        const uint8_t * blk = q4_block_zmm(w, b, k_scales, &scales, &d, &minus_dmin);
+        const uint8_t * blk = w + (size_t)b * Q4_1_PANEL_BLOCK;
         if (fetch) {
-            fetch_ahead(k_scales ? w + (size_t)b * (Q4_K_PANEL_SUPER / Q4_K_SUPER_BLOCKS) : blk,
-                        k_scales ? Q4_K_FETCH : Q4_1_PANEL_BLOCK);
+            fetch_ahead(blk, Q4_1_PANEL_BLOCK);
         }
-        __m512i g[8];
-        for (int h = 0; h < 4; h++) {
-            const __m512i p = _mm512_loadu_si512(blk + 64 * h);
-            g[2 * h] = _mm512_and_si512(p, low);
-            g[2 * h + 1] = _mm512_and_si512(_mm512_srli_epi16(p, 4), low);
-        }
-        // One chain of sums per column, the columns side by side at each
-        // step of the block (see the Q8_0 tile).
         __m512i s[8];
-        for (int c = 0; c < C; c++) {
-            const int32_t * q = (const int32_t *)(act + (size_t)c * astride + (size_t)b * CK_BLOCK);
-            s[c] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), g[0], _mm512_set1_epi32(q[0]));
-        }
-        for (int i = 1; i < 8; i++) {
-            // g[2h] holds the low nibbles (quants 0-15 of the block), g[2h+1] the high ones (16-31).
-            const int word = (i & 1) ? 4 + i / 2 : i / 2;
-            for (int c = 0; c < C; c++) {
-                const int32_t * q = (const int32_t *)(act + (size_t)c * astride + (size_t)b * CK_BLOCK);
-                s[c] = _mm512_dpbusd_epi32(s[c], g[i], _mm512_set1_epi32(q[word]));
-            }
-        }
-        if (k_scales) {
-            const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)scales)));
-            const __m512 mn = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(scales + 16))));
-            min_block_zmm(_mm512_mul_ps(d, sc), _mm512_mul_ps(minus_dmin, mn), act, astride, nb, b, s, acc, C);
-        } else {
-            min_block_zmm(fp16_zmm(blk + 256), fp16_zmm(blk + 288), act, astride, nb, b, s, acc, C);
-        }
+        q4_block_sums_zmm(blk, act, astride, b, s, C);
+        min_block_zmm(fp16_zmm(blk + 256), fp16_zmm(blk + 288), act, astride, nb, b, s, acc, C);
     }
     for (int c = 0; c < C; c++) {
         _mm512_storeu_ps(dst + c * ldd, acc[c]);
     }
 }
 
-CK_AVX512 CK_INLINE void q4_1_tile_avx512(const uint8_t * w, int64_t nb, const uint8_t * act, size_t astride,
-                                          float * dst, int64_t ldd, const int C, const bool fetch) {
-    q4_tile_avx512(w, nb, act, astride, dst, ldd, C, fetch, false);
-}
-
+// 16 rows x C columns of Q4_K, the activations with one scale per
+// super-block (ggml's Q8_K): a block's integer sums (as Q4_1's) as floats
+// times its rows' d sc, added up over the super-block (see ck_encoding's
+// block_floats); the rows' minimums times the blocks' sums of quants, four
+// vpmaddwd of minimum pairs a column; then one step with the column's scale
+// for the 8 blocks. A block costs a column a conversion and a multiply-add
+// where a scale per block cost a conversion, a multiply and two
+// multiply-adds: 1.09x faster (2 x 2,048 panels in L2, B = 64, a core of
+// the Xeon; summed in integers with vpmulld, 1.03x). The tile's results
+// live in `dst` between super-blocks: with them in registers as well as the
+// nibbles and the sums, the tile would need all 32 registers.
 CK_AVX512 CK_INLINE void q4_k_tile_avx512(const uint8_t * w, int64_t nb, const uint8_t * act, size_t astride,
                                           float * dst, int64_t ldd, const int C, const bool fetch) {
-    q4_tile_avx512(w, nb, act, astride, dst, ldd, C, fetch, true);
+    for (int c = 0; c < C; c++) {
+        _mm512_storeu_ps(dst + c * ldd, _mm512_setzero_ps());
+    }
+    for (int64_t sb = 0; sb < nb / Q4_K_SUPER_BLOCKS; sb++) {
+        const uint8_t * super = w + (size_t)sb * Q4_K_PANEL_SUPER;
+        const __m512 d = fp16_zmm(super);
+        __m512 sum[8];
+        for (int c = 0; c < C; c++) {
+            sum[c] = _mm512_setzero_ps();
+        }
+        for (int j = 0; j < Q4_K_SUPER_BLOCKS; j++) {
+            const int64_t b = sb * Q4_K_SUPER_BLOCKS + j;
+            const uint8_t * blk = super + q4_k_past_header(j);
+            if (fetch) {
+                fetch_ahead(w + (size_t)b * (Q4_K_PANEL_SUPER / Q4_K_SUPER_BLOCKS), Q4_K_FETCH);
+            }
+            __m512i s[8];
+            q4_block_sums_zmm(blk, act, astride, b, s, C);
+            const __m512 d_sc = _mm512_mul_ps(
+                d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(super + Q4_K_SCALES(j))))));
+            for (int c = 0; c < C; c++) {
+                sum[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[c]), d_sc, sum[c]);
+            }
+        }
+        // Each row's minimums of blocks 2k and 2k + 1 as a 16-bit pair.
+        __m512i mins[4];
+        for (int k = 0; k < 4; k++) {
+            const __m128i even = _mm_loadu_si128((const __m128i *)(super + Q4_K_SCALES(2 * k) + 16));
+            const __m128i odd = _mm_loadu_si128((const __m128i *)(super + Q4_K_SCALES(2 * k + 1) + 16));
+            mins[k] = _mm512_cvtepu8_epi16(
+                _mm256_set_m128i(_mm_unpackhi_epi8(even, odd), _mm_unpacklo_epi8(even, odd)));
+        }
+        const __m512 minus_dmin = negated_zmm(fp16_zmm(super + 32));
+        for (int c = 0; c < C; c++) {
+            const uint8_t * col = act + (size_t)c * astride;
+            const int32_t * pairs = (const int32_t *)(column_block_sums(col, nb) + sb * Q4_K_SUPER_BLOCKS);
+            __m512i imin = _mm512_madd_epi16(mins[0], _mm512_set1_epi32(pairs[0]));
+            for (int k = 1; k < 4; k++) {
+                imin = _mm512_add_epi32(imin, _mm512_madd_epi16(mins[k], _mm512_set1_epi32(pairs[k])));
+            }
+            const __m512 dx = _mm512_set1_ps(column_scales(col, nb)[sb * Q4_K_SUPER_BLOCKS]);
+            __m512 acc = _mm512_loadu_ps(dst + c * ldd);
+            acc = _mm512_fmadd_ps(sum[c], dx, acc);
+            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(imin), _mm512_mul_ps(minus_dmin, dx), acc);
+            _mm512_storeu_ps(dst + c * ldd, acc);
+        }
+    }
 }
 
 // 16 rows x C columns of a Q5_1 panel: as Q4_1's, a byte per quant. (One
@@ -257,19 +287,10 @@ CK_AVX512 CK_INLINE void q8_0_tile_avx512(const uint8_t * w, int64_t nb, const u
     }
 }
 
-// 16 rows x C columns of a Q6_PLANES panel. Each nibble chunk's two groups
-// of quants get their top bits from a chunk of bit pairs (a shift and a mask)
-// and their low ones from the nibbles (a ternary logic op merges the two);
-// the block's halves, each with its own 8-bit scale, sum in two chains a
-// column, started at -32 times the column's half sums (Q6's offset), and
-// meet in floats: ((float)s1 (d sc1) + (float)s0 (d sc0)) dx. Against Q8_0
-// panels of the same weights (Intel Xeon, 8,192 x 2,048, 2 threads): 1.15-1.25x
-// faster at B = 1 from memory (7 bits a weight read instead of 9), 1.25-1.4x
-// slower at B = 16-64 in cache (the unpacking shares vpdpbusd's ports), which
-// moved the 1B model's decode step at B = 64 by 2% or less. (Unpacking with
-// AVX512-VBMI's vpmultishiftqb, off the shifts' port, measured the same.)
 // Nibble chunk h's two groups of a Q6_PLANES panel block: quants 4h..4h+3
-// (low nibbles) and 16+4h..16+4h+3 (high) of each row, a byte each.
+// (low nibbles) and 16+4h..16+4h+3 (high) of each row, a byte each: their
+// top bits from a chunk of bit pairs (a shift and a mask), their low ones
+// from the nibbles (a ternary logic op merges the two).
 CK_AVX512 CK_INLINE void q6_planes_groups(const uint8_t * blk, const int h, __m512i * g_low, __m512i * g_high) {
     const __m512i low = _mm512_set1_epi8(0x0F);
     const __m512i top = _mm512_set1_epi8(0x30);
@@ -307,14 +328,16 @@ CK_AVX512 static void q6_planes_unpack(const uint8_t * w, int64_t nb, uint8_t * 
 // from `unpacked` (its blocks' quants a byte each, see q6_planes_unpack),
 // its scales from the panel. The block's halves, each with its own 8-bit
 // scale, sum in two chains a column, started at -32 times the column's half
-// sums (Q6's offset), and meet in floats: ((float)s1 (d sc1) + (float)s0
-// (d sc0)) dx. Against Q8_0 panels of the same weights (Intel Xeon, 8,192 x
-// 2,048, 2 threads): 1.15-1.25x faster at B = 1 from memory (7 bits a weight
-// read instead of 9); unpacked within the tile 1.25-1.4x slower at B = 16-64
-// (the unpacking shares vpdpbusd's ports), so a product of many columns
-// unpacks each panel once (see gemm_avx512), and is then about 1.2x slower
-// (the two halves' float steps). (Unpacking with AVX512-VBMI's
-// vpmultishiftqb, off the shifts' port, measured the same.)
+// sums (Q6's offset); as floats times their rows' d sc they add up over the
+// super-block, and the activations' one scale per super-block (see
+// ck_encoding's block_floats) multiplies that sum once. Against Q8_0 panels
+// of the same weights (Intel Xeon, 8,192 x 2,048, 2 threads): 1.15-1.25x
+// faster at B = 1 from memory (7 bits a weight read instead of 9); unpacked
+// within the tile 1.25-1.4x slower at B = 16-64 (the unpacking shares
+// vpdpbusd's ports), so a product of many columns unpacks each panel once
+// (see gemm_avx512), and was then about 1.2x slower with a scale per block
+// (the two halves' float steps and the column's). (Unpacking with
+// AVX512-VBMI's vpmultishiftqb, off the shifts' port, measured the same.)
 CK_AVX512 CK_INLINE void q6_planes_tile_avx512(const uint8_t * w, const uint8_t * unpacked, int64_t nb,
                                                const uint8_t * act, size_t astride, float * dst, int64_t ldd,
                                                const int C, const bool fetch) {
@@ -322,42 +345,51 @@ CK_AVX512 CK_INLINE void q6_planes_tile_avx512(const uint8_t * w, const uint8_t 
     for (int c = 0; c < C; c++) {
         acc[c] = _mm512_setzero_ps();
     }
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t * blk = w + (size_t)b * Q6_PLANES_PANEL_BLOCK;
-        if (fetch) {
-            fetch_ahead(blk, Q6_PLANES_PANEL_BLOCK);
-        }
-        __m512i s0[8], s1[8];
+    for (int64_t sb = 0; sb < nb / CK_SUPER_BLOCKS; sb++) {
+        __m512 sum[8];
         for (int c = 0; c < C; c++) {
-            const int32_t * starts = column_half_offsets(act + (size_t)c * astride, nb) + 2 * b;
-            s0[c] = _mm512_set1_epi32(starts[0]);
-            s1[c] = _mm512_set1_epi32(starts[1]);
+            sum[c] = _mm512_setzero_ps();
         }
-        for (int h = 0; h < 4; h++) {
-            __m512i g_low, g_high;
-            if (unpacked) {
-                g_low = _mm512_loadu_si512(unpacked + (size_t)b * Q6_UNPACKED_BLOCK + 64 * h);
-                g_high = _mm512_loadu_si512(unpacked + (size_t)b * Q6_UNPACKED_BLOCK + 64 * (4 + h));
-            } else {
-                q6_planes_groups(blk, h, &g_low, &g_high);
+        for (int64_t b = CK_SUPER_BLOCKS * sb; b < CK_SUPER_BLOCKS * (sb + 1); b++) {
+            const uint8_t * blk = w + (size_t)b * Q6_PLANES_PANEL_BLOCK;
+            if (fetch) {
+                fetch_ahead(blk, Q6_PLANES_PANEL_BLOCK);
             }
+            __m512i s0[8], s1[8];
             for (int c = 0; c < C; c++) {
-                const int32_t * q = (const int32_t *)(act + (size_t)c * astride + (size_t)b * CK_BLOCK);
-                s0[c] = _mm512_dpbusd_epi32(s0[c], g_low, _mm512_set1_epi32(q[h]));
-                s1[c] = _mm512_dpbusd_epi32(s1[c], g_high, _mm512_set1_epi32(q[4 + h]));
+                const int32_t * starts = column_half_offsets(act + (size_t)c * astride, nb) + 2 * b;
+                s0[c] = _mm512_set1_epi32(starts[0]);
+                s1[c] = _mm512_set1_epi32(starts[1]);
+            }
+            for (int h = 0; h < 4; h++) {
+                __m512i g_low, g_high;
+                if (unpacked) {
+                    g_low = _mm512_loadu_si512(unpacked + (size_t)b * Q6_UNPACKED_BLOCK + 64 * h);
+                    g_high = _mm512_loadu_si512(unpacked + (size_t)b * Q6_UNPACKED_BLOCK + 64 * (4 + h));
+                } else {
+                    q6_planes_groups(blk, h, &g_low, &g_high);
+                }
+                for (int c = 0; c < C; c++) {
+                    const int32_t * q = (const int32_t *)(act + (size_t)c * astride + (size_t)b * CK_BLOCK);
+                    s0[c] = _mm512_dpbusd_epi32(s0[c], g_low, _mm512_set1_epi32(q[h]));
+                    s1[c] = _mm512_dpbusd_epi32(s1[c], g_high, _mm512_set1_epi32(q[4 + h]));
+                }
+            }
+            // Each row's scales (int8 pairs) sign-extended: the first from the
+            // low byte, the second from the high one.
+            const __m512i pair = _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)(blk + 416)));
+            const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 384)));
+            const __m512 ds0 =
+                _mm512_mul_ps(dw, _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(pair, 24), 24)));
+            const __m512 ds1 = _mm512_mul_ps(dw, _mm512_cvtepi32_ps(_mm512_srai_epi32(pair, 8)));
+            for (int c = 0; c < C; c++) {
+                sum[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0[c]), ds0, sum[c]);
+                sum[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1[c]), ds1, sum[c]);
             }
         }
-        // Each row's scales (int8 pairs) sign-extended: the first from the
-        // low byte, the second from the high one.
-        const __m512i pair = _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)(blk + 416)));
-        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 384)));
-        const __m512 ds0 = _mm512_mul_ps(dw, _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(pair, 24), 24)));
-        const __m512 ds1 = _mm512_mul_ps(dw, _mm512_cvtepi32_ps(_mm512_srai_epi32(pair, 8)));
         for (int c = 0; c < C; c++) {
-            const __m512 dx = _mm512_set1_ps(column_scales(act + (size_t)c * astride, nb)[b]);
-            const __m512 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1[c]), ds1,
-                                             _mm512_mul_ps(_mm512_cvtepi32_ps(s0[c]), ds0));
-            acc[c] = _mm512_fmadd_ps(t, dx, acc[c]);
+            const __m512 dx = _mm512_set1_ps(column_scales(act + (size_t)c * astride, nb)[CK_SUPER_BLOCKS * sb]);
+            acc[c] = _mm512_fmadd_ps(sum[c], dx, acc[c]);
         }
     }
     for (int c = 0; c < C; c++) {

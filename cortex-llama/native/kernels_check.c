@@ -36,33 +36,57 @@ static int32_t q4_k_block_sum(const uint8_t * blk, const int8_t * q) {
     return sum;
 }
 
-// Q4_K and Q6 against activations with one scale per super-block, as the
-// 256-bit tiles compute them: each super-block's blocks' integer sums times
-// their 8-bit scales (Q6: of each half, from the half's start at -32 times
-// its sum of quants), and Q4_K's minimums times the blocks' sums of quants,
-// summed in integers (exact); then fmaf((float)sum, d dx, acc) and, for
-// Q4_K, fmaf((float)mins, -dmin dx, acc), super-blocks in order.
+// Q4_K, Q6 and Q6_PLANES against activations with one scale per
+// super-block, as the tiles compute them: each super-block's blocks' integer
+// sums times their 8-bit scales (Q6: of each half, from the half's start at
+// -32 times its sum of quants), and Q4_K's minimums times the blocks' sums
+// of quants, summed in integers (exact); then fmaf((float)sum, d dx, acc)
+// and, for Q4_K, fmaf((float)mins, -dmin dx, acc), super-blocks in order.
+// With `block_floats` (see ck_encoding) the blocks' sums (Q6_PLANES: each
+// half's) instead add up as fmaf((float)block_sum, d sc, sum), and the
+// super-block's step is fmaf(sum, dx, acc).
 static float reference_dot_super_blocks(enum ck_format format, const void * m, int64_t cols, int64_t row,
-                                        const uint8_t * column) {
+                                        const uint8_t * column, bool block_floats) {
     const int64_t nb = cols / CK_BLOCK;
     const int8_t * q = (const int8_t *)column;
     float acc = 0.0f;
     for (int64_t sb = 0; sb < nb / CK_SUPER_BLOCKS; sb++) {
+        const uint8_t * first = ggml_block(format, m, cols, row, CK_SUPER_BLOCKS * sb);
+        uint16_t dh;
+        memcpy(&dh, first, 2);
+        const float d = ck_fp16_to_fp32(dh);
         int32_t isum = 0, mins = 0;
+        float fsum = 0.0f;
         for (int64_t b = CK_SUPER_BLOCKS * sb; b < CK_SUPER_BLOCKS * (sb + 1); b++) {
             const uint8_t * blk = ggml_block(format, m, cols, row, b);
             if (format == CK_Q6) {
                 isum += q6_block_sum(blk, column, nb, b);
                 continue;
             }
-            isum += blk[4] * q4_k_block_sum(blk, q + b * CK_BLOCK);
+            if (format == CK_Q6_PLANES) {
+                // Each half's integer sum from its start in the activations
+                // (-32 times its sum of quants), times its d sc.
+                uint16_t bh;
+                memcpy(&bh, blk, 2);
+                const float dw = ck_fp16_to_fp32(bh);
+                for (int h = 0; h < 2; h++) {
+                    int32_t half_sum = column_half_offsets(column, nb)[2 * b + h];
+                    for (int j = 16 * h; j < 16 * h + 16; j++) {
+                        half_sum += blk[4 + j] * q[b * CK_BLOCK + j];
+                    }
+                    fsum = fmaf((float)half_sum, dw * (float)(int8_t)blk[2 + h], fsum);
+                }
+                continue;
+            }
+            if (block_floats) {
+                fsum = fmaf((float)q4_k_block_sum(blk, q + b * CK_BLOCK), d * (float)blk[4], fsum);
+            } else {
+                isum += blk[4] * q4_k_block_sum(blk, q + b * CK_BLOCK);
+            }
             mins += blk[5] * column_block_sums(column, nb)[b];
         }
-        const uint8_t * first = ggml_block(format, m, cols, row, CK_SUPER_BLOCKS * sb);
-        uint16_t dh;
-        memcpy(&dh, first, 2);
         const float dx = column_scales(column, nb)[CK_SUPER_BLOCKS * sb];
-        acc = fmaf((float)isum, ck_fp16_to_fp32(dh) * dx, acc);
+        acc = block_floats ? fmaf(fsum, dx, acc) : fmaf((float)isum, d * dx, acc);
         if (format == CK_Q4_K) {
             uint16_t mh;
             memcpy(&mh, first + 2, 2);
@@ -79,7 +103,7 @@ static float reference_dot_super_blocks(enum ck_format format, const void * m, i
 static float reference_dot(enum ck_format format, const void * m, int64_t cols, int64_t row,
                            const uint8_t * column, struct ck_encoding encoding) {
     if (encoding.per_super_block) {
-        return reference_dot_super_blocks(format, m, cols, row, column);
+        return reference_dot_super_blocks(format, m, cols, row, column, encoding.block_floats);
     }
     const bool offset = encoding.offset;
     const int64_t nb = cols / CK_BLOCK;
@@ -92,20 +116,6 @@ static float reference_dot(enum ck_format format, const void * m, int64_t cols, 
         const float dw = ck_fp16_to_fp32(dh);
         const float dx = column_scales(column, nb)[b];
         int32_t isum = 0;
-        if (format == CK_Q6_PLANES) {
-            // Each half's integer sum from its start in the activations, then
-            // ((float)s1 (d sc1) + (float)s0 (d sc0)) dx.
-            int32_t half_sum[2];
-            for (int h = 0; h < 2; h++) {
-                half_sum[h] = column_half_offsets(column, nb)[2 * b + h];
-                for (int j = 16 * h; j < 16 * h + 16; j++) {
-                    half_sum[h] += blk[4 + j] * q[b * CK_BLOCK + j];
-                }
-            }
-            const float ds0 = dw * (float)(int8_t)blk[2], ds1 = dw * (float)(int8_t)blk[3];
-            acc = fmaf(fmaf((float)half_sum[1], ds1, (float)half_sum[0] * ds0), dx, acc);
-            continue;
-        }
         if (format == CK_Q6) {
             isum = q6_block_sum(blk, column, nb, b);
         } else if (format == CK_Q4_1) {

@@ -136,11 +136,11 @@ static void quantize_column_avx2(enum ck_format format, struct ck_encoding encod
 void ck_quantize_column(enum ck_isa isa, enum ck_format format, const float * x, int64_t cols, uint8_t * out) {
     const struct ck_encoding encoding = activation_encoding(isa, format);
 #if CK_X86
-    if (isa == CK_ISA_AVX512) {
+    if (isa == CK_ISA_AVX512 && !encoding.per_super_block) {
         quantize_column_avx512(format, encoding.offset, x, cols, out);
         return;
     }
-    if (ymm_isa(isa)) {
+    if (ymm_isa(isa) || encoding.per_super_block) {
         quantize_column_avx2(format, encoding, x, cols, out);
         return;
     }
