@@ -68,7 +68,8 @@ enum ck_format ck_panel_format(enum ck_isa isa, int type) {
 int64_t ck_type_block(int type) {
     switch (type) {
         case CK_Q4_K:
-        case CK_Q6:  // its 256-bit tile takes a super-block's 8 blocks at a time
+        case CK_Q6:  // their tiles take a super-block's 8 blocks at a time
+        case CK_Q6_PLANES:
         case TYPE_Q4_K:
         case TYPE_Q5_K:
         case TYPE_Q6_K: return K_WEIGHTS;

@@ -390,7 +390,7 @@ int ck_self_check(enum ck_isa isa, char * why, size_t why_len) {
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
             const int64_t rows = shapes[s][0], cols = shapes[s][1];
             if (cols % ck_type_block(format) != 0) {
-                continue;  // Q4_K, Q6: whole super-blocks of 256 only
+                continue;  // Q4_K, Q6, Q6_PLANES: whole super-blocks of 256 only
             }
             const size_t raw_bytes = (size_t)rows * (size_t)(cols / CK_BLOCK) * block_bytes(format);
             uint8_t * raw = malloc(raw_bytes);
