@@ -150,8 +150,8 @@ CK_AVX512 CK_INLINE void q4_1_tile_avx512(const uint8_t * w, int64_t nb, const u
 // vpmaddwd of minimum pairs a column; then one step with the column's scale
 // for the 8 blocks. A block costs a column a conversion and a multiply-add
 // where a scale per block cost a conversion, a multiply and two
-// multiply-adds: 1.09x faster (2 x 2,048 panels in L2, B = 64, a core of
-// the Xeon; summed in integers with vpmulld, 1.03x). The tile's results
+// multiply-adds: 1.09x faster (256 x 2,048, its panels in L2, B = 64, a
+// core of the Xeon; summed in integers with vpmulld, 1.03x). The tile's results
 // live in `dst` between super-blocks: with them in registers as well as the
 // nibbles and the sums, the tile would need all 32 registers.
 CK_AVX512 CK_INLINE void q4_k_tile_avx512(const uint8_t * w, int64_t nb, const uint8_t * act, size_t astride,

@@ -101,10 +101,11 @@ void ck_dequantize_row(enum ck_format format, const void * packed, int64_t rows,
 // blocks hold them (but Q5_1's sum: the scale times the sum, exact); for
 // Q6, in the sum's place, the sums of the block's two halves' quants as two
 // int16; then, for Q6_PLANES, per block -32 times those half sums as two
-// int32; for the 256-bit kernels' Q4_K, as ggml's Q8_K: one scale per 256
-// weights (in each of its blocks' places, a float not rounded) and, in the
-// sums' place, each block's sum of quants as int16. The encoding depends on
-// the kernels that will read them (`isa`).
+// int32; for Q4_K, and for the 256-bit kernels' Q6 and the AVX-512 ones'
+// Q6_PLANES, as ggml's Q8_K: one scale per 256 weights (in each of its
+// blocks' places, a float not rounded) and, in Q4_K's sums' place, each
+// block's sum of quants as int16. The encoding depends on the kernels that
+// will read them (`isa`; see activation_encoding in panels.h).
 size_t ck_activation_bytes(int64_t cols);
 void ck_quantize_column(enum ck_isa isa, enum ck_format format, const float * x, int64_t cols, uint8_t * out);
 
