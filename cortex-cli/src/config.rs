@@ -343,6 +343,10 @@ impl Config {
             });
         engine.device = self.settings.device.value.clone();
         engine.gpu_layers = self.settings.gpu_layers.value;
+        engine.mmap = match self.settings.mmap.value {
+            OrAuto::Auto => None,
+            OrAuto::Value(mapped) => Some(mapped),
+        };
         engine.cpu_kernels = self.settings.cpu_kernels.value;
         engine.sample_on_device = self.settings.sample_on_device.value;
         engine.prefix_sharing = self.settings.prefix_sharing.value;

@@ -117,6 +117,11 @@ pub struct EngineConfig {
     pub device: DeviceChoice,
     /// Layers of the model on that GPU (all by default; the rest on the CPU).
     pub gpu_layers: GpuLayers,
+    /// How llama.cpp reads the model's file: mapped into memory (`true`),
+    /// read through buffers (`false`; to a GPU, from pinned memory while
+    /// the next chunk is read), or its own choice (`None`: mapped, unless a
+    /// device cannot take mapped weights).
+    pub mmap: Option<bool>,
     /// Which code multiplies the weights on the CPU: cortex's kernels where
     /// they have the weights' format (the default), or llama.cpp's.
     pub cpu_kernels: CpuKernels,
@@ -264,6 +269,7 @@ impl EngineConfig {
             request_timeout: Some(Duration::from_secs(600)),
             device: DeviceChoice::Auto,
             gpu_layers: GpuLayers::All,
+            mmap: None,
             cpu_kernels: CpuKernels::Cortex,
             sample_on_device: true,
             backends_dir: None,

@@ -92,17 +92,20 @@ impl Model {
             &DeviceChoice::Cpu,
             GpuLayers::All,
             CpuKernels::default(),
+            None,
         )
     }
 
     /// Loads a GGUF file with `layers` of it on the device `device` chooses
     /// (the rest, and everything when that is the CPU, on the CPU, where
-    /// `cpu_kernels` multiply them).
+    /// `cpu_kernels` multiply them), its file mapped or read as `mmap` says
+    /// (see `EngineConfig::mmap`).
     pub fn load_on(
         path: &Path,
         device: &DeviceChoice,
         layers_on_gpu: GpuLayers,
         cpu_kernels: CpuKernels,
+        mmap: Option<bool>,
     ) -> Result<Self, EngineError> {
         let gguf = read_gguf(path)?;
         let kernels_take_every_matrix = gguf
@@ -123,7 +126,7 @@ impl Model {
             },
         };
         let gpu_free_before = gpu.map_or(0, |gpu| gpu.memory().0);
-        let raw = RawModel::load(path, &placement).map_err(|detail| EngineError::Load {
+        let raw = RawModel::load(path, &placement, mmap).map_err(|detail| EngineError::Load {
             path: path.to_owned(),
             detail: match gpu {
                 Some(gpu) => format!(

@@ -81,5 +81,6 @@ pub(crate) fn load_model(config: &EngineConfig) -> Result<Model, EngineError> {
         &config.device,
         config.gpu_layers,
         config.cpu_kernels,
+        config.mmap,
     )
 }

@@ -36,6 +36,28 @@ fn greedy_through_the_engine_equals_a_plain_llama_loop() {
     assert_eq!(outcome.streamed_text(0), completion.text);
 }
 
+/// A model read through buffers (`mmap` off) is the same model as one
+/// mapped into memory: its greedy tokens are the same.
+#[test]
+fn a_model_read_computes_as_one_mapped() {
+    let prompt_text = "The capital of France is";
+    let tokens = |mmap| {
+        let model = Model::load_on(
+            &model_path(),
+            &DeviceChoice::Cpu,
+            GpuLayers::All,
+            CpuKernels::default(),
+            Some(mmap),
+        )
+        .unwrap();
+        let prompt = model.tokenize(prompt_text, true, true);
+        bench::greedy_reference(&model, &prompt, 24, 2).unwrap()
+    };
+    let mapped = tokens(true);
+    assert_eq!(mapped.len(), 24);
+    assert_eq!(tokens(false), mapped);
+}
+
 /// A passage of ordinary prose, for perplexity.
 const PASSAGE: &str = "The history of the city begins in the third century before the common era, \
 when a small fishing settlement grew up on the banks of the river. Over the following centuries, \
@@ -55,7 +77,15 @@ every ocean, and its university, founded in 1482, became known for medicine and 
 /// 16.95 and 16.89.)
 #[test]
 fn cortex_kernels_predict_text_as_well_as_llama_cpps() {
-    let load = |kernels| Model::load_on(&model_path(), &DeviceChoice::Cpu, GpuLayers::All, kernels);
+    let load = |kernels| {
+        Model::load_on(
+            &model_path(),
+            &DeviceChoice::Cpu,
+            GpuLayers::All,
+            kernels,
+            None,
+        )
+    };
     let ours = bench::perplexity(&load(CpuKernels::Cortex).unwrap(), PASSAGE, 512, 2).unwrap();
     let theirs = bench::perplexity(&load(CpuKernels::Llama).unwrap(), PASSAGE, 512, 2).unwrap();
     assert!(

@@ -370,6 +370,10 @@ settings! {
     /// Layers of the model on the GPU: all, or a number.
     gpu_layers: GpuLayers = GpuLayers::All;
     Engine, "N|all";
+    /// Map the model's file into memory (true) or read it (false); auto:
+    /// llama.cpp's choice, mapped unless a device cannot take mapped weights.
+    mmap: OrAuto<bool> = OrAuto::Auto;
+    Engine, "BOOL|auto";
     /// Which code multiplies the weights on the CPU: cortex (its kernels for
     /// 4-, 5-, 6- and 8-bit weights: Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K,
     /// Q8_0, and attention; llama.cpp's for the rest), cortex-avx2 (the

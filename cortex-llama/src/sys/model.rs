@@ -48,8 +48,13 @@ unsafe impl Send for RawModel {}
 unsafe impl Sync for RawModel {}
 
 impl RawModel {
-    /// Loads a GGUF file (memory-mapped), its layers placed as `placement` says.
-    pub(crate) fn load(path: &Path, placement: &RawPlacement) -> Result<Self, String> {
+    /// Loads a GGUF file, its layers placed as `placement` says: mapped into
+    /// memory or read (`mmap`; `None`: llama.cpp's choice).
+    pub(crate) fn load(
+        path: &Path,
+        placement: &RawPlacement,
+        mmap: Option<bool>,
+    ) -> Result<Self, String> {
         init();
         let c_path = CString::new(path.as_os_str().as_encoded_bytes())
             .map_err(|_| "the path contains a NUL byte".to_owned())?;
@@ -62,6 +67,11 @@ impl RawModel {
         let mut params = unsafe { ffi::llama_model_default_params() };
         params.devices = devices.as_mut_ptr();
         params.n_gpu_layers = placement.gpu_layers;
+        params.load_mode = match mmap {
+            None => ffi::LLAMA_LOAD_MODE_AUTO,
+            Some(true) => ffi::LLAMA_LOAD_MODE_MMAP,
+            Some(false) => ffi::LLAMA_LOAD_MODE_NONE,
+        };
         // llama.cpp asks the kernels, on this thread, whether they take each
         // weight it places.
         super::kernels::place_weights(placement.cortex_kernels);
