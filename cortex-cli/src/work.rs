@@ -82,8 +82,10 @@ pub(crate) fn work_one_model(
         (Some(ids), false) => requests_left(store, ids),
         _ => None,
     };
+    let starting = std::time::Instant::now();
     let engine =
         cortex_llama::start_observed(&config.jobs_engine_config(model, requests_left), observer)?;
+    let loaded = starting.elapsed();
     let device = describe_device(&engine);
     let parallel = engine.info().parallel;
     let sequences = if parallel == 1 {
@@ -91,7 +93,10 @@ pub(crate) fn work_one_model(
     } else {
         "sequences"
     };
-    eprintln!("generating on {device}, {parallel} {sequences} at once");
+    eprintln!(
+        "generating on {device}, {parallel} {sequences} at once (the model loaded in {:.1} s)",
+        loaded.as_secs_f64()
+    );
     tracing::info!(model = %model.path.display(), sha256 = %model.sha256, parallel, %device, "worker started");
     let plan = WorkerPlan {
         model_sha256: Some(model.sha256.clone()),
