@@ -28,6 +28,8 @@ pub(crate) struct TraceSummary {
     sample_seconds: f64,
     host_seconds: f64,
     gap_seconds: f64,
+    kv_rebuild_seconds: f64,
+    kv_rebuilds: u64,
     generated_tokens: u64,
     device_sampled_tokens: u64,
     decode_sequences: u64,
@@ -59,13 +61,20 @@ impl TraceSummary {
     fn add_step(&mut self, r: &StepRecord) {
         self.steps += 1;
         self.loops = self.loops.max(r.step_loop + 1);
-        let end = r.at + r.host_seconds + r.decode_seconds + r.wait_seconds + r.sample_seconds;
+        let end = r.at
+            + r.host_seconds
+            + r.decode_seconds
+            + r.wait_seconds
+            + r.sample_seconds
+            + r.kv_rebuild_seconds;
         self.span = self.span.max(end);
         self.decode_seconds += r.decode_seconds;
         self.wait_seconds += r.wait_seconds;
         self.sample_seconds += r.sample_seconds;
         self.host_seconds += r.host_seconds;
         self.gap_seconds += r.gap_seconds;
+        self.kv_rebuild_seconds += r.kv_rebuild_seconds;
+        self.kv_rebuilds += u64::from(r.kv_rebuild_seconds > 0.0);
         self.generated_tokens += r.generated_tokens as u64;
         self.device_sampled_tokens += r.device_sampled_tokens as u64;
         self.decode_sequences += r.decode_sequences as u64;
@@ -108,7 +117,8 @@ impl TraceSummary {
                 + self.wait_seconds
                 + self.sample_seconds
                 + self.host_seconds
-                + self.gap_seconds;
+                + self.gap_seconds
+                + self.kv_rebuild_seconds;
             if self.loops > 1 && all > 0.0 {
                 100.0 * part / all
             } else {
@@ -119,6 +129,19 @@ impl TraceSummary {
             0 => String::new(),
             n => format!("; {n} prompt chunks cut to even out their steps"),
         };
+        let rebuilt = match self.kv_rebuilds {
+            0 => String::new(),
+            n => format!(
+                ", rebuilding the KV cache for longer requests {:.1} s ({:.0}%, {})",
+                self.kv_rebuild_seconds,
+                share(self.kv_rebuild_seconds),
+                if n == 1 {
+                    "once".to_owned()
+                } else {
+                    format!("{n} times")
+                }
+            ),
+        };
         let refused = match self.refused_batches {
             0 => String::new(),
             n => format!(
@@ -127,7 +150,7 @@ impl TraceSummary {
         };
         format!(
             "trace: {} steps in {:.1} s{loops}: llama_decode {:.1} s ({:.0}%), waiting for the device {:.1} s ({:.0}%), \
-             sampling {:.1} s ({:.0}%), other host work in steps {:.1} s ({:.0}%), between steps {:.1} s ({:.0}%)\n\
+             sampling {:.1} s ({:.0}%), other host work in steps {:.1} s ({:.0}%), between steps {:.1} s ({:.0}%){rebuilt}\n\
              \u{20} tokens per step {:.1} (decoded {:.1}, prompt {:.1}); {:.1} generated per step, {:.1} sequences per decoding step; {} of {} sampled on the device\n\
              \u{20} prompt tokens computed {} of {} in the prompts; each distinct prefix once would be {}\n\
              \u{20} attention read {} cells and spanned {}: {:.0}% padding\n\
@@ -228,5 +251,32 @@ mod tests {
         summary.add_prompt(&[9]);
         assert_eq!(summary.prompt_tokens, 13);
         assert_eq!(summary.prefixes.len(), 6);
+    }
+
+    #[test]
+    fn kv_rebuilds_are_their_own_share_of_the_time() {
+        let mut summary = TraceSummary::default();
+        let step = |at: f64, decode: f64, rebuild: f64| {
+            let mut record = StepRecord::default();
+            record.at = at;
+            record.decode_seconds = decode;
+            record.kv_rebuild_seconds = rebuild;
+            record
+        };
+        summary.add_step(&step(0.0, 1.0, 0.0));
+        assert!(!summary.text().contains("rebuilding"), "{}", summary.text());
+        summary.add_step(&step(1.0, 0.5, 0.5));
+        let text = summary.text();
+        assert!(
+            text.contains("llama_decode 1.5 s (75%)")
+                && text.contains("rebuilding the KV cache for longer requests 0.5 s (25%, once)"),
+            "{text}"
+        );
+        summary.add_step(&step(2.0, 0.0, 2.0));
+        assert!(
+            summary.text().contains("2.5 s (62%, 2 times)"),
+            "{}",
+            summary.text()
+        );
     }
 }

@@ -126,6 +126,10 @@ pub struct StepRecord {
     /// Seconds between the end of the previous step and this one: taking
     /// commands, statistics, waiting for work.
     pub gap_seconds: f64,
+    /// Seconds rebuilding the KV cache with longer streams before the step
+    /// (a request longer than the streams came: a new llama.cpp context,
+    /// its KV and buffers allocated); in no other time of the record.
+    pub kv_rebuild_seconds: f64,
     /// Which of the engine's step loops ran it (from 0; see
     /// [`crate::EngineConfig::step_loops`]).
     pub step_loop: usize,

@@ -55,7 +55,11 @@ fn a_trace_accounts_for_every_token_of_the_job() {
     for (i, step) in steps.iter().enumerate() {
         assert_eq!(step["step"], json!(i as u64 + 1), "{step}");
         let seconds = |key: &str| step[key].as_f64().unwrap();
-        assert!(seconds("decode_seconds") >= 0.0 && seconds("host_seconds") >= 0.0);
+        assert!(
+            seconds("decode_seconds") >= 0.0
+                && seconds("host_seconds") >= 0.0
+                && seconds("kv_rebuild_seconds") >= 0.0
+        );
         let (used, attended) = (
             step["kv_cells_used"].as_u64().unwrap(),
             step["kv_cells_attended"].as_u64().unwrap(),

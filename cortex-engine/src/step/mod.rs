@@ -99,6 +99,8 @@ struct StepTimes {
     /// Calls to the executor's decode: one, or more when it refused the
     /// step's batch and each stream was decoded alone.
     decode_calls: usize,
+    /// Rebuilding the KV cache with longer streams before the step.
+    kv_rebuild: f64,
 }
 
 /// How a chat's output is read, shared by its completions.
@@ -349,6 +351,7 @@ impl<'b> StepLoop<'b> {
         self.step_times = StepTimes::default();
         if !self.oversize.is_empty() {
             self.grow_streams();
+            self.step_times.kv_rebuild = started.elapsed().as_secs_f64();
         }
         let mut plan = self.sched.schedule();
         let step = self.tally.step();

@@ -116,10 +116,12 @@ impl Timeline {
             record.sample_seconds = times.sample;
             record.device_sampled_tokens = times.device_sampled;
             record.decode_calls = times.decode_calls;
+            record.kv_rebuild_seconds = times.kv_rebuild;
             record.host_seconds = (ended.duration_since(started).as_secs_f64()
                 - times.decode
                 - times.wait
-                - times.sample)
+                - times.sample
+                - times.kv_rebuild)
                 .max(0.0);
             observer.step(&record);
         }
