@@ -311,14 +311,8 @@ impl Config {
         engine.max_batch_tokens = self.settings.batch_tokens.value;
         engine.micro_batch_tokens = self.settings.micro_batch_tokens.value;
         engine.step_loops = self.settings.step_loops.value;
-        engine.gap_fill = match self.settings.gap_fill.value {
-            OrAuto::Auto => None,
-            OrAuto::Value(n) => Some(n),
-        };
-        engine.even_chunks = match self.settings.even_chunks.value {
-            OrAuto::Auto => None,
-            OrAuto::Value(even) => Some(even),
-        };
+        engine.gap_fill = self.settings.gap_fill.value.given();
+        engine.even_chunks = self.settings.even_chunks.value.given();
         engine.steady_steps = self.settings.steady_steps.value;
         engine.step_cells = self.settings.step_cells.value;
         engine.threads = self.settings.threads.value;
@@ -343,10 +337,7 @@ impl Config {
             });
         engine.device = self.settings.device.value.clone();
         engine.gpu_layers = self.settings.gpu_layers.value;
-        engine.mmap = match self.settings.mmap.value {
-            OrAuto::Auto => None,
-            OrAuto::Value(mapped) => Some(mapped),
-        };
+        engine.mmap = self.settings.mmap.value.given();
         engine.cpu_kernels = self.settings.cpu_kernels.value;
         engine.sample_on_device = self.settings.sample_on_device.value;
         engine.prefix_sharing = self.settings.prefix_sharing.value;

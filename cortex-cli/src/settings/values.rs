@@ -70,6 +70,16 @@ pub(crate) enum OrAuto<T> {
     Value(T),
 }
 
+impl<T: Copy> OrAuto<T> {
+    /// The value given, `None` for auto (the library's "for the device").
+    pub(crate) fn given(self) -> Option<T> {
+        match self {
+            OrAuto::Auto => None,
+            OrAuto::Value(value) => Some(value),
+        }
+    }
+}
+
 /// What an [`OrAuto`] setting takes, for its error (`cause`: why the
 /// value did not parse).
 pub(crate) trait AutoAlternative {
