@@ -114,24 +114,31 @@ CK_AVX512 CK_INLINE void min_block_zmm(const __m512 dw, const __m512 mw, const u
     }
 }
 
-// A block of 4-bit quants (Q4_1's or Q4_K's nibbles, 16 rows) times C
-// columns: one chain of 32-bit sums per column, the columns side by side at
-// each step of the block (see the Q8_0 tile).
-CK_AVX512 CK_INLINE void q4_block_sums_zmm(const uint8_t * blk, const uint8_t * act, size_t astride, int64_t b,
-                                           __m512i * s, const int C) {
+// A block's 4-bit quants (Q4_1's or Q4_K's nibbles, 16 rows), a byte each:
+// g[2h] the low nibbles of the block's 64-byte chunk h (quants 4h..4h+3 of
+// each row), g[2h+1] its high ones (16+4h..16+4h+3).
+CK_AVX512 CK_INLINE void q4_nibbles_zmm(const uint8_t * blk, __m512i * g) {
     const __m512i low = _mm512_set1_epi8(0x0F);
-    __m512i g[8];
     for (int h = 0; h < 4; h++) {
         const __m512i p = _mm512_loadu_si512(blk + 64 * h);
         g[2 * h] = _mm512_and_si512(p, low);
         g[2 * h + 1] = _mm512_and_si512(_mm512_srli_epi16(p, 4), low);
     }
+}
+
+// A block of 4-bit quants (Q4_1's nibbles, 16 rows) times C columns: one
+// chain of 32-bit sums per column, the columns side by side at each step of
+// the block (see the Q8_0 tile).
+CK_AVX512 CK_INLINE void q4_block_sums_zmm(const uint8_t * blk, const uint8_t * act, size_t astride, int64_t b,
+                                           __m512i * s, const int C) {
+    __m512i g[8];
+    q4_nibbles_zmm(blk, g);
     for (int c = 0; c < C; c++) {
         const int32_t * q = (const int32_t *)(act + (size_t)c * astride + (size_t)b * CK_BLOCK);
         s[c] = dpbusd_word_first_zmm(g[0], &q[0]);
     }
     for (int i = 1; i < 8; i++) {
-        // g[2h] holds the low nibbles (quants 0-15 of the block), g[2h+1] the high ones (16-31).
+        // Quants 4(i/2).. for even i, 16+4(i/2).. for odd i.
         const int word = (i & 1) ? 4 + i / 2 : i / 2;
         for (int c = 0; c < C; c++) {
             const int32_t * q = (const int32_t *)(act + (size_t)c * astride + (size_t)b * CK_BLOCK);
@@ -162,17 +169,43 @@ CK_AVX512 CK_INLINE void q4_1_tile_avx512(const uint8_t * w, int64_t nb, const u
     }
 }
 
+// A half of a Q4_K block (quants 16h..16h+15 of each row: g[h], g[h + 2],
+// g[h + 4], g[h + 6] of q4_nibbles_zmm) times C columns,
+// each column's sum added to `isum` times the rows' 8-bit scales. Four
+// vpdpbusd from zero: a half's sum fits 16 bits (16 x 15 x 127 < 32768), so
+// vpdpwssd multiplies it by the scale (its lane's low half; the high half,
+// the sum's sign, meets a zero) and adds it in one micro-op, where a whole
+// block's sum as a float took a conversion and a multiply-add.
+CK_AVX512 CK_INLINE void q4_k_half_sums_zmm(const __m512i * g, const int h, const uint8_t * act, size_t astride,
+                                            int64_t b, const __m512i scales, __m512i * isum, const int C) {
+    __m512i s[8];
+    for (int c = 0; c < C; c++) {
+        const int32_t * q = (const int32_t *)(act + (size_t)c * astride + (size_t)b * CK_BLOCK);
+        s[c] = dpbusd_word_first_zmm(g[h], &q[4 * h]);
+    }
+    for (int i = 1; i < 4; i++) {
+        for (int c = 0; c < C; c++) {
+            const int32_t * q = (const int32_t *)(act + (size_t)c * astride + (size_t)b * CK_BLOCK);
+            s[c] = dpbusd_word_zmm(s[c], g[2 * i + h], &q[4 * h + i]);
+        }
+    }
+    for (int c = 0; c < C; c++) {
+        isum[c] = _mm512_dpwssd_epi32(isum[c], s[c], scales);
+    }
+}
+
 // 16 rows x C columns of Q4_K, the activations with one scale per
-// super-block (ggml's Q8_K): a block's integer sums (as Q4_1's) as floats
-// times its rows' d sc, added up over the super-block (see ck_encoding's
-// block_floats); the rows' minimums times the blocks' sums of quants, four
-// vpmaddwd of minimum pairs a column; then one step with the column's scale
-// for the 8 blocks. A block costs a column a conversion and a multiply-add
-// where a scale per block cost a conversion, a multiply and two
-// multiply-adds: 1.09x faster (256 x 2,048, its panels in L2, B = 64, a
-// core of the Xeon; summed in integers with vpmulld, 1.03x). The tile's results
-// live in `dst` between super-blocks: with them in registers as well as the
-// nibbles and the sums, the tile would need all 32 registers.
+// super-block (ggml's Q8_K): each block's halves' integer sums times the
+// rows' 8-bit scales, added up in integers over the super-block (exact, as
+// the 256-bit tile and ggml sum them); the rows' minimums times the blocks'
+// sums of quants, four vpdpwssd of minimum pairs a column; then one float
+// step with the rows' d and dmin and the column's scale. Against a block's
+// sums as floats times d sc, added up in floats (a conversion and a
+// multiply-add a column a block, and d sc a block): 1.05-1.07x faster (C
+// harness over this file, Intel Xeon, 2,048 x 2,048 and 8,192 x 2,048 at
+// B = 64, 16). The tile's results live in `dst` between super-blocks: with
+// them in registers as well as the nibbles and the sums, the tile would
+// need all 32 registers.
 CK_AVX512 CK_INLINE void q4_k_tile_avx512(const uint8_t * w, int64_t nb, const uint8_t * act, size_t astride,
                                           float * dst, int64_t ldd, const int C, const bool fetch) {
     for (int c = 0; c < C; c++) {
@@ -180,10 +213,9 @@ CK_AVX512 CK_INLINE void q4_k_tile_avx512(const uint8_t * w, int64_t nb, const u
     }
     for (int64_t sb = 0; sb < nb / Q4_K_SUPER_BLOCKS; sb++) {
         const uint8_t * super = w + (size_t)sb * Q4_K_PANEL_SUPER;
-        const __m512 d = fp16_zmm(super);
-        __m512 sum[8];
+        __m512i isum[8];
         for (int c = 0; c < C; c++) {
-            sum[c] = _mm512_setzero_ps();
+            isum[c] = _mm512_setzero_si512();
         }
         for (int j = 0; j < Q4_K_SUPER_BLOCKS; j++) {
             const int64_t b = sb * Q4_K_SUPER_BLOCKS + j;
@@ -191,13 +223,12 @@ CK_AVX512 CK_INLINE void q4_k_tile_avx512(const uint8_t * w, int64_t nb, const u
             if (fetch) {
                 fetch_ahead(w + (size_t)b * (Q4_K_PANEL_SUPER / Q4_K_SUPER_BLOCKS), Q4_K_FETCH);
             }
-            __m512i s[8];
-            q4_block_sums_zmm(blk, act, astride, b, s, C);
-            const __m512 d_sc = _mm512_mul_ps(
-                d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(super + Q4_K_SCALES(j))))));
-            for (int c = 0; c < C; c++) {
-                sum[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[c]), d_sc, sum[c]);
-            }
+            __m512i g[8];
+            q4_nibbles_zmm(blk, g);
+            // Each row's scale in its lane's low 16 bits, zeros above.
+            const __m512i scales = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(super + Q4_K_SCALES(j))));
+            q4_k_half_sums_zmm(g, 0, act, astride, b, scales, isum, C);
+            q4_k_half_sums_zmm(g, 1, act, astride, b, scales, isum, C);
         }
         // Each row's minimums of blocks 2k and 2k + 1 as a 16-bit pair.
         __m512i mins[4];
@@ -207,17 +238,18 @@ CK_AVX512 CK_INLINE void q4_k_tile_avx512(const uint8_t * w, int64_t nb, const u
             mins[k] = _mm512_cvtepu8_epi16(
                 _mm256_set_m128i(_mm_unpackhi_epi8(even, odd), _mm_unpacklo_epi8(even, odd)));
         }
+        const __m512 d = fp16_zmm(super);
         const __m512 minus_dmin = negated_zmm(fp16_zmm(super + 32));
         for (int c = 0; c < C; c++) {
             const uint8_t * col = act + (size_t)c * astride;
             const int32_t * pairs = (const int32_t *)(column_block_sums(col, nb) + sb * Q4_K_SUPER_BLOCKS);
-            __m512i imin = _mm512_madd_epi16(mins[0], _mm512_set1_epi32(pairs[0]));
-            for (int k = 1; k < 4; k++) {
-                imin = _mm512_add_epi32(imin, _mm512_madd_epi16(mins[k], _mm512_set1_epi32(pairs[k])));
+            __m512i imin = _mm512_setzero_si512();
+            for (int k = 0; k < 4; k++) {
+                imin = _mm512_dpwssd_epi32(imin, mins[k], _mm512_set1_epi32(pairs[k]));
             }
             const __m512 dx = _mm512_set1_ps(column_scales(col, nb)[sb * Q4_K_SUPER_BLOCKS]);
             __m512 acc = _mm512_loadu_ps(dst + c * ldd);
-            acc = _mm512_fmadd_ps(sum[c], dx, acc);
+            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(d, dx), acc);
             acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(imin), _mm512_mul_ps(minus_dmin, dx), acc);
             _mm512_storeu_ps(dst + c * ldd, acc);
         }
@@ -344,19 +376,19 @@ CK_AVX512 static void q6_planes_unpack(const uint8_t * w, int64_t nb, uint8_t * 
 }
 
 // 16 rows x C columns of a Q6_PLANES panel: its quants from the planes, or
-// from `unpacked` (its blocks' quants a byte each, see q6_planes_unpack),
-// its scales from the panel. The block's halves, each with its own 8-bit
-// scale, sum in two chains a column, started at -32 times the column's half
-// sums (Q6's offset); as floats times their rows' d sc they add up over the
-// super-block, and the activations' one scale per super-block (see
-// ck_encoding's block_floats) multiplies that sum once. Against Q8_0 panels
-// of the same weights (Intel Xeon, 8,192 x 2,048, 2 threads): 1.15-1.25x
-// faster at B = 1 from memory (7 bits a weight read instead of 9); unpacked
-// within the tile 1.25-1.4x slower at B = 16-64 (the unpacking shares
-// vpdpbusd's ports), so a product of many columns unpacks each panel once
-// (see gemm_avx512), and was then about 1.2x slower with a scale per block
-// (the two halves' float steps and the column's). (Unpacking with
-// AVX512-VBMI's vpmultishiftqb, off the shifts' port, measured the same.)
+// from `unpacked` (its blocks' quants a byte each, see q6_planes_unpack), its
+// scales from the panel. The block's halves, each with its own 8-bit scale,
+// sum in two chains a column, started at -32 times the column's half sums
+// (Q6's offset); as floats times their rows' d sc they add up over the
+// super-block (a half's sum needs 17 bits: too wide for vpdpwssd), and the
+// activations' one scale per super-block (see ck_encoding) multiplies that sum
+// once. Against Q8_0 panels of the same weights (Intel Xeon, 8,192 x 2,048, 2
+// threads): 1.15-1.25x faster at B = 1 from memory (7 bits a weight read
+// instead of 9); unpacked within the tile 1.25-1.4x slower at B = 16-64 (the
+// unpacking shares vpdpbusd's ports), so a product of many columns unpacks
+// each panel once (see gemm_avx512), and was then about 1.2x slower with a
+// scale per block (the two halves' float steps and the column's). (Unpacking
+// with AVX512-VBMI's vpmultishiftqb, off the shifts' port, measured the same.)
 CK_AVX512 CK_INLINE void q6_planes_tile_avx512(const uint8_t * w, const uint8_t * unpacked, int64_t nb,
                                                const uint8_t * act, size_t astride, float * dst, int64_t ldd,
                                                const int C, const bool fetch) {

@@ -42,11 +42,10 @@ static int32_t q4_k_block_sum(const uint8_t * blk, const int8_t * q) {
 // -32 times its sum of quants), and Q4_K's minimums times the blocks' sums
 // of quants, summed in integers (exact); then fmaf((float)sum, d dx, acc)
 // and, for Q4_K, fmaf((float)mins, -dmin dx, acc), super-blocks in order.
-// With `block_floats` (see ck_encoding) the blocks' sums (Q6_PLANES: each
-// half's) instead add up as fmaf((float)block_sum, d sc, sum), and the
-// super-block's step is fmaf(sum, dx, acc).
+// Q6_PLANES' halves' sums instead add up as fmaf((float)half_sum, d sc, sum)
+// (see ck_encoding), and the super-block's step is fmaf(sum, dx, acc).
 static float reference_dot_super_blocks(enum ck_format format, const void * m, int64_t cols, int64_t row,
-                                        const uint8_t * column, bool block_floats) {
+                                        const uint8_t * column) {
     const int64_t nb = cols / CK_BLOCK;
     const int8_t * q = (const int8_t *)column;
     float acc = 0.0f;
@@ -78,15 +77,11 @@ static float reference_dot_super_blocks(enum ck_format format, const void * m, i
                 }
                 continue;
             }
-            if (block_floats) {
-                fsum = fmaf((float)q4_k_block_sum(blk, q + b * CK_BLOCK), d * (float)blk[4], fsum);
-            } else {
-                isum += blk[4] * q4_k_block_sum(blk, q + b * CK_BLOCK);
-            }
+            isum += blk[4] * q4_k_block_sum(blk, q + b * CK_BLOCK);
             mins += blk[5] * column_block_sums(column, nb)[b];
         }
         const float dx = column_scales(column, nb)[CK_SUPER_BLOCKS * sb];
-        acc = block_floats ? fmaf(fsum, dx, acc) : fmaf((float)isum, d * dx, acc);
+        acc = format == CK_Q6_PLANES ? fmaf(fsum, dx, acc) : fmaf((float)isum, d * dx, acc);
         if (format == CK_Q4_K) {
             uint16_t mh;
             memcpy(&mh, first + 2, 2);
@@ -103,7 +98,7 @@ static float reference_dot_super_blocks(enum ck_format format, const void * m, i
 static float reference_dot(enum ck_format format, const void * m, int64_t cols, int64_t row,
                            const uint8_t * column, struct ck_encoding encoding) {
     if (encoding.per_super_block) {
-        return reference_dot_super_blocks(format, m, cols, row, column, encoding.block_floats);
+        return reference_dot_super_blocks(format, m, cols, row, column);
     }
     const bool offset = encoding.offset;
     const int64_t nb = cols / CK_BLOCK;

@@ -195,24 +195,22 @@ static inline bool offset_quants(enum ck_isa isa, enum ck_format format) {
 // How a kernel takes its activations: the quants offset by 128
 // (vpdpbusd multiplies an unsigned byte by a signed one), and one scale per
 // 256-weight super-block instead of one per block, as ggml's Q8_K (the
-// Q4_K and the 256-bit Q6 tiles take a single float step with the column's
-// scale for a super-block's 8 blocks). With `block_floats` (AVX-512's Q4_K)
-// a block's integer sums become floats times its rows' d sc, summed over
-// the super-block in floats; without (the 256-bit tiles), they are summed in
-// integers, times the rows' 8-bit scales (vpmaddwd of 16-bit sums there;
-// vpdpbusd's 32-bit sums would need vpmulld, two micro-ops on its port).
-// This is also the order of the scalar reference (kernels_check.c).
+// Q4_K, Q6 and Q6_PLANES tiles take a single float step with the column's
+// scale for a super-block's 8 blocks). Q4_K's and Q6's blocks' integer sums
+// add up over the super-block in integers, times the rows' 8-bit scales
+// (vpmaddwd of 16-bit sums on 256 bits, vpdpwssd of half blocks' sums on
+// 512); Q6_PLANES' halves' sums become floats times their rows' d sc and
+// add up in floats (a half's sum, -32 offset and all, needs 17 bits). This
+// is also the order of the scalar reference (kernels_check.c).
 struct ck_encoding {
     bool offset;
     bool per_super_block;
-    bool block_floats;
 };
 
 static inline struct ck_encoding activation_encoding(enum ck_isa isa, enum ck_format format) {
     const bool zmm_k_quant = isa == CK_ISA_AVX512 && (format == CK_Q4_K || format == CK_Q6_PLANES);
     const struct ck_encoding encoding = {
-        offset_quants(isa, format), (ymm_isa(isa) && (format == CK_Q4_K || format == CK_Q6)) || zmm_k_quant,
-        zmm_k_quant};
+        offset_quants(isa, format), (ymm_isa(isa) && (format == CK_Q4_K || format == CK_Q6)) || zmm_k_quant};
     return encoding;
 }
 
