@@ -170,12 +170,12 @@ CK_AVX512 CK_INLINE void q4_1_tile_avx512(const uint8_t * w, int64_t nb, const u
 }
 
 // A half of a Q4_K block (quants 16h..16h+15 of each row: g[h], g[h + 2],
-// g[h + 4], g[h + 6] of q4_nibbles_zmm) times C columns,
-// each column's sum added to `isum` times the rows' 8-bit scales. Four
-// vpdpbusd from zero: a half's sum fits 16 bits (16 x 15 x 127 < 32768), so
-// vpdpwssd multiplies it by the scale (its lane's low half; the high half,
-// the sum's sign, meets a zero) and adds it in one micro-op, where a whole
-// block's sum as a float took a conversion and a multiply-add.
+// g[h + 4], g[h + 6] of q4_nibbles_zmm) times C columns, each column's sum
+// added to `isum` times the rows' 8-bit scales. Four vpdpbusd from zero: a
+// half's sum fits 16 bits (16 x 15 x 127 < 32768), so vpdpwssd multiplies
+// it by the scale (its lane's low half; the high half, the sum's sign,
+// meets a zero) and adds it in one micro-op, where a whole block's sum as a
+// float took a conversion and a multiply-add.
 CK_AVX512 CK_INLINE void q4_k_half_sums_zmm(const __m512i * g, const int h, const uint8_t * act, size_t astride,
                                             int64_t b, const __m512i scales, __m512i * isum, const int C) {
     __m512i s[8];
@@ -201,11 +201,11 @@ CK_AVX512 CK_INLINE void q4_k_half_sums_zmm(const __m512i * g, const int h, cons
 // sums of quants, four vpdpwssd of minimum pairs a column; then one float
 // step with the rows' d and dmin and the column's scale. Against a block's
 // sums as floats times d sc, added up in floats (a conversion and a
-// multiply-add a column a block, and d sc a block): 1.05-1.07x faster (C
-// harness over this file, Intel Xeon, 2,048 x 2,048 and 8,192 x 2,048 at
-// B = 64, 16). The tile's results live in `dst` between super-blocks: with
-// them in registers as well as the nibbles and the sums, the tile would
-// need all 32 registers.
+// multiply-add a column a block, and d sc a block): 1.06x faster at B = 64
+// and 1.02-1.07x at B = 16 (C harness over this file, Intel Xeon, 2,048 x
+// 2,048 and 8,192 x 2,048). The tile's results live in `dst` between
+// super-blocks: with them in registers as well as the nibbles and the sums,
+// the tile would need all 32 registers.
 CK_AVX512 CK_INLINE void q4_k_tile_avx512(const uint8_t * w, int64_t nb, const uint8_t * act, size_t astride,
                                           float * dst, int64_t ldd, const int C, const bool fetch) {
     for (int c = 0; c < C; c++) {
