@@ -359,26 +359,12 @@ CK_AVX512 CK_INLINE void q6_planes_groups(const uint8_t * blk, const int h, __m5
 // quants 4g..4g+3 of each row, as Q6 panels hold them).
 #    define Q6_UNPACKED_BLOCK 512
 
-// A Q6_PLANES panel's quants, a byte each, into `out` (nb blocks of
-// Q6_UNPACKED_BLOCK bytes), asking for the weights ahead as a tile would.
-CK_AVX512 static void q6_planes_unpack(const uint8_t * w, int64_t nb, uint8_t * out) {
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t * blk = w + (size_t)b * Q6_PLANES_PANEL_BLOCK;
-        fetch_ahead(blk, Q6_PLANES_PANEL_BLOCK);
-        uint8_t * o = out + (size_t)b * Q6_UNPACKED_BLOCK;
-        for (int h = 0; h < 4; h++) {
-            __m512i g_low, g_high;
-            q6_planes_groups(blk, h, &g_low, &g_high);
-            _mm512_storeu_si512(o + 64 * h, g_low);
-            _mm512_storeu_si512(o + 64 * (4 + h), g_high);
-        }
-    }
-}
-
-// 16 rows x C columns of a Q6_PLANES panel: its quants from the planes, or
-// from `unpacked` (its blocks' quants a byte each, see q6_planes_unpack), its
-// scales from the panel. The block's halves, each with its own 8-bit scale,
-// sum in two chains a column, started at -32 times the column's half sums
+// 16 rows x C columns of a Q6_PLANES panel: its quants from the planes
+// (and, given `unpack_into`, stored there a byte each, nb blocks of
+// Q6_UNPACKED_BLOCK bytes, for the panel's other column tiles), or from
+// `unpacked` (stored so by an earlier tile); its scales from the panel.
+// The block's halves, each with its own 8-bit scale, sum in two chains a
+// column, started at -32 times the column's half sums
 // (Q6's offset); as floats times their rows' d sc they add up over the
 // super-block (a half's sum needs 17 bits: too wide for vpdpwssd), and the
 // activations' one scale per super-block (see ck_encoding) multiplies that sum
@@ -389,9 +375,9 @@ CK_AVX512 static void q6_planes_unpack(const uint8_t * w, int64_t nb, uint8_t * 
 // each panel once (see gemm_avx512), and was then about 1.2x slower with a
 // scale per block (the two halves' float steps and the column's). (Unpacking
 // with AVX512-VBMI's vpmultishiftqb, off the shifts' port, measured the same.)
-CK_AVX512 CK_INLINE void q6_planes_tile_avx512(const uint8_t * w, const uint8_t * unpacked, int64_t nb,
-                                               const uint8_t * act, size_t astride, float * dst, int64_t ldd,
-                                               const int C, const bool fetch) {
+CK_AVX512 CK_INLINE void q6_planes_tile_avx512(const uint8_t * w, const uint8_t * unpacked, uint8_t * unpack_into,
+                                               int64_t nb, const uint8_t * act, size_t astride, float * dst,
+                                               int64_t ldd, const int C, const bool fetch) {
     __m512 acc[8];
     for (int c = 0; c < C; c++) {
         acc[c] = _mm512_setzero_ps();
@@ -419,6 +405,10 @@ CK_AVX512 CK_INLINE void q6_planes_tile_avx512(const uint8_t * w, const uint8_t 
                     g_high = _mm512_loadu_si512(unpacked + (size_t)b * Q6_UNPACKED_BLOCK + 64 * (4 + h));
                 } else {
                     q6_planes_groups(blk, h, &g_low, &g_high);
+                    if (unpack_into) {
+                        _mm512_storeu_si512(unpack_into + (size_t)b * Q6_UNPACKED_BLOCK + 64 * h, g_low);
+                        _mm512_storeu_si512(unpack_into + (size_t)b * Q6_UNPACKED_BLOCK + 64 * (4 + h), g_high);
+                    }
                 }
                 for (int c = 0; c < C; c++) {
                     const int32_t * q = (const int32_t *)(act + (size_t)c * astride + (size_t)b * CK_BLOCK);
@@ -507,24 +497,21 @@ CK_AVX512 static void gemm_avx512(enum ck_format format, const uint8_t * packed,
     const size_t astride = ck_activation_bytes(cols);
     const size_t panel_bytes = (size_t)nb * panel_block_bytes(format);
     const int64_t group_panels = panel_group(panel_bytes);
-    // Q6_PLANES with many columns: each panel of a group unpacked once, before
-    // the group's column tiles (2,048 x 2,048 on a Xeon, a thread: 1.08x at
-    // 64 columns, 1.14x at 128, but 0.93-0.97x at 24-32, where each tile
-    // unpacking its own costs less than the stores and reloads).
-    const bool unpack = format == CK_Q6_PLANES && n_cols >= 64;
+    // Q6_PLANES with more than one column tile: each panel of a group
+    // unpacked once, by the group's first column tile as it multiplies, for
+    // the others. A pass of its own before the tiles (2,048 x 2,048 on a Xeon,
+    // a thread: 1.08x at 64 columns, 1.14x at 128, 0.93-0.97x at 24-32) took
+    // 11-13% of a B = 64 product, its loads and stores not overlapping any
+    // multiply.
+    const bool unpack = format == CK_Q6_PLANES && n_cols > 8;
     const size_t unpacked_panel = (size_t)nb * Q6_UNPACKED_BLOCK;
     uint8_t * unpacked = unpack ? unpack_buffer((size_t)group_panels * unpacked_panel) : NULL;
     for (int64_t group = p0; group < p1; group += group_panels) {
         const int64_t group_end = group + group_panels < p1 ? group + group_panels : p1;
-        if (unpack) {
-            for (int64_t p = group; p < group_end; p++) {
-                q6_planes_unpack(packed + (size_t)p * panel_bytes, nb, unpacked + (size_t)(p - group) * unpacked_panel);
-            }
-        }
         for (int64_t c = 0; c < n_cols; c += 8) {
             const int n = (int)(n_cols - c < 8 ? n_cols - c : 8);
             const uint8_t * a = act + (size_t)c * astride;
-            const bool fetch = c == 0 && !unpack;
+            const bool fetch = c == 0;
             for (int64_t p = group; p < group_end; p++) {
                 const uint8_t * w = packed + (size_t)p * panel_bytes;
                 float * out = dst + p * CK_PANEL_ROWS + c * ldd;
@@ -535,8 +522,12 @@ CK_AVX512 static void gemm_avx512(enum ck_format format, const uint8_t * packed,
                 } else if (format == CK_Q5_1) {
                     CK_TILE8(q5_1_tile_avx512, n, fetch, w, nb, a, astride, out, ldd)
                 } else if (format == CK_Q6_PLANES) {
-                    const uint8_t * q = unpack ? unpacked + (size_t)(p - group) * unpacked_panel : NULL;
-                    CK_TILE8(q6_planes_tile_avx512, n, fetch, w, q, nb, a, astride, out, ldd)
+                    uint8_t * bytes = unpack ? unpacked + (size_t)(p - group) * unpacked_panel : NULL;
+                    if (c == 0) {
+                        CK_TILE8(q6_planes_tile_avx512, n, fetch, w, NULL, bytes, nb, a, astride, out, ldd)
+                    } else {
+                        CK_TILE8(q6_planes_tile_avx512, n, fetch, w, bytes, NULL, nb, a, astride, out, ldd)
+                    }
                 } else if (format == CK_Q6) {
                     abort();  // never packed for these kernels (see ck_panel_format)
                 } else {
