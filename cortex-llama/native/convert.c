@@ -6,11 +6,11 @@
 // quants; the sub-block scales and mins unpacked: each 32 weights' d * sc
 // and -dmin * m, rounded to fp16, where ggml multiplies in fp32), Q5_0 exactly
 // either Q5_1 blocks (a min of -16 d, exact in fp16) or Q8_0 ones (its
-// quants minus 16), and Q6_K either Q6 blocks (exactly: the same quants,
-// the super-block's d and the two 8-bit scales of each 32 weights) or,
-// requantized, Q8_0 ones (8 bits a
-// weight: at most half an 8-bit step off the value ggml dequantizes, within
-// a quarter of its own step), as the kernels prefer (see ck_panel_format).
+// quants minus 16), and Q6_K either cortex's Q6 blocks (exactly: the same
+// quants, the super-block's d and the two 8-bit scales of each 32 weights)
+// or, requantized, Q8_0 ones (8 bits a weight: at most half an 8-bit step
+// off the value ggml dequantizes, within a quarter of its own step), as the
+// kernels prefer (see ck_panel_format).
 // And back: a weight is read as ggml's quantizer writes the values it holds.
 
 #include <math.h>
@@ -58,17 +58,15 @@ enum ck_format ck_panel_format(enum ck_isa isa, int type) {
         case TYPE_Q5_0: return isa == CK_ISA_AVX2 ? CK_Q5_1 : CK_Q8_0;
         case CK_Q5_1:
         case TYPE_Q5_K: return CK_Q5_1;
-        case CK_Q6: return CK_Q6;
         case CK_Q6_PLANES: return CK_Q6_PLANES;
-        case TYPE_Q6_K: return isa == CK_ISA_AVX2 ? CK_Q6 : isa == CK_ISA_AVX512 ? CK_Q6_PLANES : CK_Q8_0;
+        case TYPE_Q6_K: return isa == CK_ISA_AVX2 || isa == CK_ISA_AVX512 ? CK_Q6_PLANES : CK_Q8_0;
         default: return CK_Q8_0;
     }
 }
 
 int64_t ck_type_block(int type) {
     switch (type) {
-        case CK_Q4_K:
-        case CK_Q6:  // their tiles take a super-block's 8 blocks at a time
+        case CK_Q4_K:  // their tiles take a super-block's 8 blocks at a time
         case CK_Q6_PLANES:
         case TYPE_Q4_K:
         case TYPE_Q5_K:
@@ -252,8 +250,8 @@ static void q6_k_block_as_q8_0(float d, const int8_t * scales, const uint8_t * q
     }
 }
 
-// Q6_K rows as Q6 blocks (the same quants, d and scales; for Q6 and
-// Q6_PLANES panels), or requantized to Q8_0 blocks (`format`).
+// Q6_K rows as Q6 blocks (the same quants, d and scales; for Q6_PLANES
+// panels), or requantized to Q8_0 blocks (`format`).
 static void q6_k_row(enum ck_format format, const uint8_t * src, uint8_t * dst, int64_t cols) {
     for (int64_t s = 0; s < cols / K_WEIGHTS; s++) {
         const uint8_t * in = src + (size_t)s * Q6_K_BLOCK;
@@ -263,7 +261,7 @@ static void q6_k_row(enum ck_format format, const uint8_t * src, uint8_t * dst, 
         q6_k_quants(in, q);
         for (int b = 0; b < K_WEIGHTS / CK_BLOCK; b++) {
             uint8_t * out = dst + ((size_t)s * (K_WEIGHTS / CK_BLOCK) + (size_t)b) * block_bytes(format);
-            if (!q6_blocks(format)) {
+            if (format != CK_Q6_PLANES) {
                 q6_k_block_as_q8_0(d, scales, q, b, out);
                 continue;
             }
@@ -321,7 +319,7 @@ void ck_convert_back(enum ck_isa isa, int type, const void * src, void * dst, in
     for (int64_t r = 0; r < rows; r++) {
         const uint8_t * in = (const uint8_t *)src + (size_t)r * src_row;
         float * out = values + (size_t)r * (size_t)cols;
-        if (q6_blocks(format)) {
+        if (format == CK_Q6_PLANES) {
             q6_values(in, out, cols);
         } else if (format == CK_Q4_K) {
             q4_k_values(in, out, cols);

@@ -1,7 +1,6 @@
 // The matrix kernels: 16 rows of a packed panel times up to 8 quantized
 // columns in registers (AVX-512 VNNI), or 8 rows times 4 (AVX2, AVX-VNNI),
-// for every panel of a range (see kernels.h for the contract). Q6 panels
-// have 256-bit kernels only, Q6_PLANES ones AVX-512 kernels only.
+// for every panel of a range (see kernels.h for the contract).
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -356,7 +355,7 @@ CK_AVX512 CK_INLINE void q6_planes_groups(const uint8_t * blk, const int h, __m5
 }
 
 // Bytes of a Q6_PLANES panel block's quants unpacked, a byte each (chunk g:
-// quants 4g..4g+3 of each row, as Q6 panels hold them).
+// quants 4g..4g+3 of each row: the bytes the tiles multiply).
 #    define Q6_UNPACKED_BLOCK 512
 
 // 16 rows x C columns of a Q6_PLANES panel: its quants from the planes
@@ -523,13 +522,8 @@ CK_AVX512 static void gemm_avx512(enum ck_format format, const uint8_t * packed,
                     CK_TILE8(q5_1_tile_avx512, n, fetch, w, nb, a, astride, out, ldd)
                 } else if (format == CK_Q6_PLANES) {
                     uint8_t * bytes = unpack ? unpacked + (size_t)(p - group) * unpacked_panel : NULL;
-                    if (c == 0) {
-                        CK_TILE8(q6_planes_tile_avx512, n, fetch, w, NULL, bytes, nb, a, astride, out, ldd)
-                    } else {
-                        CK_TILE8(q6_planes_tile_avx512, n, fetch, w, bytes, NULL, nb, a, astride, out, ldd)
-                    }
-                } else if (format == CK_Q6) {
-                    abort();  // never packed for these kernels (see ck_panel_format)
+                    CK_TILE8(q6_planes_tile_avx512, n, fetch, w, c == 0 ? NULL : bytes, c == 0 ? bytes : NULL, nb, a,
+                             astride, out, ldd)
                 } else {
                     CK_TILE8(q8_0_tile_avx512, n, fetch, w, nb, a, astride, out, ldd)
                 }
@@ -782,36 +776,39 @@ CK_AVX2 CK_INLINE void q8_0_tile_avx2(const uint8_t * w, int64_t nb, const uint8
     }
 }
 
-// A Q6 block's half `first / 4` (chunks first..first + 3, 16 weights) times
-// C columns, added to `sums` as that half's scale times its quants' sums.
-// The quants are unsigned, as vpmaddubsw's first operand wants, and two of
-// its products per lane pair fit in 16 bits (2 x 2 x 63 x 127 < 32768):
-// summed there in pairs, then widened by vpmaddwd with the rows' scales
-// (`scales`: each row's 8-bit scale of this half in both its lanes).
-CK_AVX2 CK_INLINE void q6_half_sums_avx2(const uint8_t * blk, const int half, const uint8_t * act, size_t astride,
-                                         int64_t b, const int first, const __m256i scales, __m256i * sums,
-                                         const int C) {
-    for (int pair = first; pair < first + 4; pair += 2) {
-        const __m256i v0 = _mm256_loadu_si256((const __m256i *)(blk + 64 * pair + 32 * half));
-        const __m256i v1 = _mm256_loadu_si256((const __m256i *)(blk + 64 * (pair + 1) + 32 * half));
-        for (int c = 0; c < C; c++) {
-            const int32_t * q = (const int32_t *)(act + (size_t)c * astride + (size_t)b * CK_BLOCK);
-            const __m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(v0, _mm256_set1_epi32(q[pair])),
-                                               _mm256_maddubs_epi16(v1, _mm256_set1_epi32(q[pair + 1])));
-            sums[c] = _mm256_add_epi32(sums[c], _mm256_madd_epi16(t, scales));
-            CK_KEEP_SUM(sums[c]);
-        }
-    }
+// Nibble chunk h's two chunks of quants of a Q6_PLANES panel block's 8 rows
+// (half `half`), a byte each: chunk h (quants 4h..4h+3 of each row, from
+// the low nibbles) and chunk 4 + h (16+4h.., the high ones), each with its
+// top two bits from the chunk of bit pairs (see q6_planes_groups).
+CK_AVX2 CK_INLINE void q6_planes_chunks_ymm(const uint8_t * blk, const int h, const int half, __m256i * low_chunk,
+                                            __m256i * high_chunk) {
+    const __m256i low = _mm256_set1_epi8(0x0F);
+    const __m256i top = _mm256_set1_epi8(0x30);
+    const __m256i p = _mm256_loadu_si256((const __m256i *)(blk + 64 * h + 32 * half));
+    const __m256i pairs = _mm256_loadu_si256((const __m256i *)(blk + 256 + 64 * (h / 2) + 32 * half));
+    const __m256i low_top = h % 2 ? pairs : _mm256_slli_epi16(pairs, 4);
+    const __m256i high_top = h % 2 ? _mm256_srli_epi16(pairs, 2) : _mm256_slli_epi16(pairs, 2);
+    *low_chunk = _mm256_or_si256(_mm256_and_si256(p, low), _mm256_and_si256(low_top, top));
+    *high_chunk = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(p, 4), low), _mm256_and_si256(high_top, top));
 }
 
-// 8 rows x C columns of Q6, the activations with one scale per super-block
-// (ggml's Q8_K): a block's integer sum is each half's 8-bit scale times
-// sum((q - 32) x), added up over the super-block's 8 blocks, so one float
-// step a super-block (with Q6_K's d, the same in its 8 blocks). Each block's
-// sum starts with the offsets' part, -32 times the scales times the column's
-// half sums, one vpmaddwd of the rows' scale pairs.
-CK_AVX2 CK_INLINE void q6_tile_avx2(const uint8_t * w, int64_t nb, const uint8_t * act, size_t astride, float * dst,
-                                    int64_t ldd, const int C, const int half, const bool fetch) {
+// 8 rows (half `half`) x C columns of a Q6_PLANES panel, the activations
+// with one scale per super-block (ggml's Q8_K): its quants from the planes
+// (and, given `unpack_into`, stored there a byte each for the panel's other
+// column tiles, as q6_planes_tile_avx512 does), or from `unpacked`. A
+// block's integer sum is each half's 8-bit scale times sum((q - 32) x): it
+// starts with the offsets' part, -32 times the scales times the column's
+// half sums (one vpmaddwd of the rows' scale pairs), then the quants'
+// products, unsigned as vpmaddubsw's first operand wants, two of them a lane
+// pair summed in 16 bits (2 x 2 x 63 x 127 < 32768) and widened by vpmaddwd
+// with the half's scales; the sums add up over the super-block's 8 blocks,
+// then one float step with Q6_K's d. Against panels of a byte a quant (9
+// bits a weight instead of 7; C harness over this file, Intel Xeon, the
+// same results): 1.11x faster at B = 1 with the weights from memory, 1.0-1.04x
+// at B = 16-64.
+CK_AVX2 CK_INLINE void q6_planes_tile_avx2(const uint8_t * w, const uint8_t * unpacked, uint8_t * unpack_into,
+                                           int64_t nb, const uint8_t * act, size_t astride, float * dst,
+                                           int64_t ldd, const int C, const int half, const bool fetch) {
     __m256 acc[4];
     for (int c = 0; c < C; c++) {
         acc[c] = _mm256_setzero_ps();
@@ -825,13 +822,11 @@ CK_AVX2 CK_INLINE void q6_tile_avx2(const uint8_t * w, int64_t nb, const uint8_t
             s[c] = _mm256_setzero_si256();
         }
         for (int64_t b = CK_SUPER_BLOCKS * sb; b < CK_SUPER_BLOCKS * (sb + 1); b++) {
-            const uint8_t * blk = w + (size_t)b * Q6_PANEL_BLOCK;
+            const uint8_t * blk = w + (size_t)b * Q6_PLANES_PANEL_BLOCK;
             if (fetch) {
-                fetch_ahead(blk, Q6_PANEL_BLOCK);
+                fetch_ahead(blk, Q6_PLANES_PANEL_BLOCK);
             }
-            // Each row's two scales, as 16-bit lanes: (first half's, second's).
-            const __m256i scale_pairs =
-                _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 544 + 16 * half)));
+            const __m256i scale_pairs = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 416 + 16 * half)));
             const __m256i offsets = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(scale_pairs, 5));
             for (int c = 0; c < C; c++) {
                 const int16_t * halves = column_half_sums(act + (size_t)c * astride, nb) + 2 * b;
@@ -839,12 +834,45 @@ CK_AVX2 CK_INLINE void q6_tile_avx2(const uint8_t * w, int64_t nb, const uint8_t
                 memcpy(&both, halves, sizeof both);
                 s[c] = _mm256_add_epi32(s[c], _mm256_madd_epi16(offsets, _mm256_set1_epi32(both)));
             }
-            q6_half_sums_avx2(blk, half, act, astride, b, 0, _mm256_shuffle_epi8(scale_pairs, first_scale), s, C);
-            q6_half_sums_avx2(blk, half, act, astride, b, 4, _mm256_shuffle_epi8(scale_pairs, second_scale), s, C);
+            const __m256i first = _mm256_shuffle_epi8(scale_pairs, first_scale);
+            const __m256i second = _mm256_shuffle_epi8(scale_pairs, second_scale);
+            for (int pair = 0; pair < 4; pair += 2) {
+                // Chunks pair and pair + 1 (of the first half's quants), 4 + pair
+                // and 5 + pair (of the second's).
+                __m256i v[4];
+                if (unpacked) {
+                    const uint8_t * u = unpacked + (size_t)b * Q6_UNPACKED_BLOCK + 32 * half;
+                    v[0] = _mm256_loadu_si256((const __m256i *)(u + 64 * pair));
+                    v[1] = _mm256_loadu_si256((const __m256i *)(u + 64 * (pair + 1)));
+                    v[2] = _mm256_loadu_si256((const __m256i *)(u + 64 * (4 + pair)));
+                    v[3] = _mm256_loadu_si256((const __m256i *)(u + 64 * (5 + pair)));
+                } else {
+                    q6_planes_chunks_ymm(blk, pair, half, &v[0], &v[2]);
+                    q6_planes_chunks_ymm(blk, pair + 1, half, &v[1], &v[3]);
+                    if (unpack_into) {
+                        uint8_t * u = unpack_into + (size_t)b * Q6_UNPACKED_BLOCK + 32 * half;
+                        _mm256_storeu_si256((__m256i *)(u + 64 * pair), v[0]);
+                        _mm256_storeu_si256((__m256i *)(u + 64 * (pair + 1)), v[1]);
+                        _mm256_storeu_si256((__m256i *)(u + 64 * (4 + pair)), v[2]);
+                        _mm256_storeu_si256((__m256i *)(u + 64 * (5 + pair)), v[3]);
+                    }
+                }
+                for (int c = 0; c < C; c++) {
+                    const int32_t * q = (const int32_t *)(act + (size_t)c * astride + (size_t)b * CK_BLOCK);
+                    const __m256i t0 = _mm256_add_epi16(_mm256_maddubs_epi16(v[0], _mm256_set1_epi32(q[pair])),
+                                                        _mm256_maddubs_epi16(v[1], _mm256_set1_epi32(q[pair + 1])));
+                    s[c] = _mm256_add_epi32(s[c], _mm256_madd_epi16(t0, first));
+                    CK_KEEP_SUM(s[c]);
+                    const __m256i t1 = _mm256_add_epi16(_mm256_maddubs_epi16(v[2], _mm256_set1_epi32(q[4 + pair])),
+                                                        _mm256_maddubs_epi16(v[3], _mm256_set1_epi32(q[5 + pair])));
+                    s[c] = _mm256_add_epi32(s[c], _mm256_madd_epi16(t1, second));
+                    CK_KEEP_SUM(s[c]);
+                }
+            }
         }
         const int64_t first_block = CK_SUPER_BLOCKS * sb;
-        scaled_block_ymm(w + (size_t)first_block * Q6_PANEL_BLOCK + 512 + 16 * half, act, astride, nb, first_block, s, acc,
-                         C);
+        scaled_block_ymm(w + (size_t)first_block * Q6_PLANES_PANEL_BLOCK + 384 + 16 * half, act, astride, nb,
+                         first_block, s, acc, C);
     }
     for (int c = 0; c < C; c++) {
         _mm256_storeu_ps(dst + c * ldd + 8 * half, acc[c]);
@@ -852,25 +880,31 @@ CK_AVX2 CK_INLINE void q6_tile_avx2(const uint8_t * w, int64_t nb, const uint8_t
 }
 
 // (The first half asks for the lines ahead: the second reads the same ones.)
-#    define CK_TILE2(tile, w, nb, act, astride, dst, ldd, n, fetch)                           \
-        for (int half = 0; half < 2; half++) {                                                  \
-            const bool ask = (fetch) && half == 0;                                              \
-            switch (n) {                                                                        \
-                case 1: tile(w, nb, act, astride, dst, ldd, 1, half, ask); break;               \
-                case 2: tile(w, nb, act, astride, dst, ldd, 2, half, ask); break;               \
-                case 3: tile(w, nb, act, astride, dst, ldd, 3, half, ask); break;               \
-                default: tile(w, nb, act, astride, dst, ldd, 4, half, ask); break;              \
-            }                                                                                   \
+// `tile`(args..., C, half, fetch) for both halves of a panel and C = n
+// (1-4) as a constant.
+#    define CK_TILE2(tile, n, fetch, ...)                                   \
+        for (int half = 0; half < 2; half++) {                              \
+            const bool ask = (fetch) && half == 0;                          \
+            switch (n) {                                                    \
+                case 1: tile(__VA_ARGS__, 1, half, ask); break;             \
+                case 2: tile(__VA_ARGS__, 2, half, ask); break;             \
+                case 3: tile(__VA_ARGS__, 3, half, ask); break;             \
+                default: tile(__VA_ARGS__, 4, half, ask); break;            \
+            }                                                               \
         }
 
 // Every panel of [p0, p1) times the columns, 4 at a time, with `q4_1_tile`,
-// `q4_k_tile`, `q5_1_tile`, `q8_0_tile` and `q6_tile` (8 rows each, see
-// CK_TILE2): the loop both 256-bit instruction sets share.
-#    define CK_GEMM_YMM(q4_1_tile, q4_k_tile, q5_1_tile, q8_0_tile, q6_tile)                                                 \
+// `q4_k_tile`, `q5_1_tile` and `q8_0_tile` (8 rows each, see CK_TILE2), and
+// Q6_PLANES' (unpacked once for many columns, as gemm_avx512 does): the loop
+// both 256-bit instruction sets share.
+#    define CK_GEMM_YMM(q4_1_tile, q4_k_tile, q5_1_tile, q8_0_tile)                                     \
         const int64_t nb = cols / CK_BLOCK;                                                              \
         const size_t astride = ck_activation_bytes(cols);                                                \
         const size_t panel_bytes = (size_t)nb * panel_block_bytes(format);                               \
         const int64_t group_panels = panel_group(panel_bytes);                                           \
+        const bool unpack = format == CK_Q6_PLANES && n_cols > 4;                                        \
+        const size_t unpacked_panel = (size_t)nb * Q6_UNPACKED_BLOCK;                                    \
+        uint8_t * unpacked = unpack ? unpack_buffer((size_t)group_panels * unpacked_panel) : NULL;       \
         for (int64_t group = p0; group < p1; group += group_panels) {                                    \
             const int64_t group_end = group + group_panels < p1 ? group + group_panels : p1;             \
             for (int64_t c = 0; c < n_cols; c += 4) {                                                    \
@@ -881,17 +915,17 @@ CK_AVX2 CK_INLINE void q6_tile_avx2(const uint8_t * w, int64_t nb, const uint8_t
                     const uint8_t * w = packed + (size_t)p * panel_bytes;                                \
                     float * out = dst + p * CK_PANEL_ROWS + c * ldd;                                     \
                     if (format == CK_Q4_1) {                                                             \
-                        CK_TILE2(q4_1_tile, w, nb, a, astride, out, ldd, n, fetch)                       \
+                        CK_TILE2(q4_1_tile, n, fetch, w, nb, a, astride, out, ldd)                       \
                     } else if (format == CK_Q5_1) {                                                      \
-                        CK_TILE2(q5_1_tile, w, nb, a, astride, out, ldd, n, fetch)                       \
-                    } else if (format == CK_Q6) {                                                        \
-                        CK_TILE2(q6_tile, w, nb, a, astride, out, ldd, n, fetch)                         \
+                        CK_TILE2(q5_1_tile, n, fetch, w, nb, a, astride, out, ldd)                       \
                     } else if (format == CK_Q4_K) {                                                      \
-                        CK_TILE2(q4_k_tile, w, nb, a, astride, out, ldd, n, fetch)                       \
+                        CK_TILE2(q4_k_tile, n, fetch, w, nb, a, astride, out, ldd)                       \
                     } else if (format == CK_Q6_PLANES) {                                                 \
-                        abort(); /* never packed for these kernels (see ck_panel_format) */              \
+                        uint8_t * bytes = unpack ? unpacked + (size_t)(p - group) * unpacked_panel : NULL; \
+                        CK_TILE2(q6_planes_tile_avx2, n, fetch, w, c == 0 ? NULL : bytes, c == 0 ? bytes : NULL, \
+                                 nb, a, astride, out, ldd)                                               \
                     } else {                                                                             \
-                        CK_TILE2(q8_0_tile, w, nb, a, astride, out, ldd, n, fetch)                       \
+                        CK_TILE2(q8_0_tile, n, fetch, w, nb, a, astride, out, ldd)                       \
                     }                                                                                    \
                 }                                                                                        \
             }                                                                                            \
@@ -899,7 +933,7 @@ CK_AVX2 CK_INLINE void q6_tile_avx2(const uint8_t * w, int64_t nb, const uint8_t
 
 CK_AVX2 static void gemm_avx2(enum ck_format format, const uint8_t * packed, int64_t cols, int64_t p0,
                               int64_t p1, const uint8_t * act, int64_t n_cols, float * dst, int64_t ldd) {
-    CK_GEMM_YMM(q4_1_tile_avx2, q4_k_tile_avx2, q5_1_tile_avx2, q8_0_tile_avx2, q6_tile_avx2)
+    CK_GEMM_YMM(q4_1_tile_avx2, q4_k_tile_avx2, q5_1_tile_avx2, q8_0_tile_avx2)
 }
 
 // ---------------------------------------------------------------- AVX-VNNI
@@ -1011,7 +1045,7 @@ CK_AVX_VNNI static void gemm_avx_vnni(enum ck_format format, const uint8_t * pac
                                       int64_t p1, const uint8_t * act, int64_t n_cols, float * dst, int64_t ldd) {
     // (Q6 and Q4_K only in the self-check: these kernels take Q6_K as Q8_0
     // and Q4_K as Q4_1.)
-    CK_GEMM_YMM(q4_1_tile_avx_vnni, q4_k_tile_avx2, q5_1_tile_avx_vnni, q8_0_tile_avx_vnni, q6_tile_avx2)
+    CK_GEMM_YMM(q4_1_tile_avx_vnni, q4_k_tile_avx2, q5_1_tile_avx_vnni, q8_0_tile_avx_vnni)
 }
 
 #endif  // CK_X86

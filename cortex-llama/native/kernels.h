@@ -23,18 +23,16 @@
 // take activations with one scale per super-block.
 #define CK_SUPER_BLOCKS 8
 
-// The formats with kernels (the values are ggml's type ids, but CK_Q6's).
+// The formats with kernels (the values are ggml's type ids, but for
+// cortex's own blocks, panels.h, which no ggml type has).
 enum ck_format {
     CK_Q4_1 = 3,
     CK_Q5_1 = 7,  // its 5-bit quants a byte each in the panels
     CK_Q8_0 = 8,
-    // Q6_K's 6-bit quants a byte each, a scale for each 16 weights: a block
-    // of cortex's own (panels.h), no ggml type, so a value none has.
-    CK_Q6 = 100,
-    // The same blocks in panels of 7 bits a weight instead of 9: each
-    // quant's low 4 bits in a plane of nibbles, its top 2 in a plane of bit
-    // pairs (the AVX-512 kernels: memory bounds a small batch, and this
-    // reads 22% fewer bytes than Q8_0 panels).
+    // Q6_K's blocks (cortex's Q6 block: 32 6-bit quants, a scale for each 16
+    // weights) in panels of 7 bits a weight: each quant's low 4 bits in a
+    // plane of nibbles, its top 2 in a plane of bit pairs (memory bounds a
+    // small batch, and this reads 22% fewer bytes than a byte a quant).
     CK_Q6_PLANES = 101,
     // Q4_K's own blocks (4.6 bits a weight where Q4_1 takes 5): the nibbles
     // of Q4_1, each 32 weights' 8-bit scale and min, and per 256 weights the
@@ -62,11 +60,12 @@ enum ck_isa ck_best_isa_up_to(enum ck_isa ceiling);
 const char * ck_isa_name(enum ck_isa isa);
 
 // Other ggml formats are packed as one of these (convert.c): Q4_0 as
-// Q4_1, Q4_K as CK_Q4_K (but as Q4_1 for the AVX-VNNI kernels), Q5_K as Q5_1; Q5_0 as Q5_1 and Q6_K as Q6 for the AVX2
-// kernels (where a block of unsigned quants costs about half a Q8_0 one),
-// and as Q8_0 for the VNNI ones (where vpdpbusd costs the same for both,
-// and Q8_0 has no minimum to add nor two scales a block); but Q6_K as
-// Q6_PLANES for the AVX-512 ones, and requantized to Q8_0 for AVX-VNNI.
+// Q4_1, Q4_K as CK_Q4_K (but as Q4_1 for the AVX-VNNI kernels), Q5_K as
+// Q5_1; Q5_0 as Q5_1 for the AVX2 kernels (where a block of unsigned quants
+// costs about half a Q8_0 one), and as Q8_0 for the VNNI ones (where
+// vpdpbusd costs the same for both, and Q8_0 has no minimum to add); Q6_K
+// as Q6_PLANES for the AVX2 and AVX-512 ones, and requantized to Q8_0 for
+// AVX-VNNI.
 bool ck_convertible(int type);
 // The panel format a ggml type is packed as for the kernels of `isa`.
 enum ck_format ck_panel_format(enum ck_isa isa, int type);
@@ -78,8 +77,8 @@ void ck_convert(enum ck_isa isa, int type, const void * src, void * dst, int64_t
 void ck_convert_back(enum ck_isa isa, int type, const void * src, void * dst, int64_t rows, int64_t cols);
 
 // Bytes a packed matrix of ggml type `type` and `rows` x `cols` takes (in
-// its panel format; Q4_1: as in ggml; Q5_1 and Q6: a byte per quant, 576
-// bytes per panel block; Q6_PLANES: 448; Q4_K: 296 (a panel's 8 blocks of
+// its panel format; Q4_1: as in ggml; Q5_1: a byte per quant, 576 bytes
+// per panel block; Q6_PLANES: 448; Q4_K: 296 (a panel's 8 blocks of
 // 288 bytes after each super-block's 64); Q8_0: plus a 16-bit sum of each
 // row's block, 576 bytes per panel block instead of 544). Returns 0 for a shape
 // the kernels do not take.
@@ -99,12 +98,11 @@ void ck_dequantize_row(enum ck_format format, const void * packed, int64_t rows,
 // unsigned), then per block its scale and (Q4_1, Q5_1) scale times the sum
 // of its quants, as floats, rounded through fp16 as ggml's Q8_1 and Q8_0
 // blocks hold them (but Q5_1's sum: the scale times the sum, exact); for
-// Q6, in the sum's place, the sums of the block's two halves' quants as two
-// int16; then, for Q6_PLANES, per block -32 times those half sums as two
-// int32; for Q4_K, and for the 256-bit kernels' Q6 and the AVX-512 ones'
-// Q6_PLANES, as ggml's Q8_K: one scale per 256 weights (in each of its
-// blocks' places, a float not rounded) and, in Q4_K's sums' place, each
-// block's sum of quants as int16. The encoding depends on the kernels that
+// Q6_PLANES, in the sum's place, the sums of the block's two halves' quants
+// as two int16, then per block -32 times those half sums as two int32; for
+// Q4_K and Q6_PLANES, as ggml's Q8_K: one scale per 256 weights (in each of
+// its blocks' places, a float not rounded) and, in Q4_K's sums' place,
+// each block's sum of quants as int16. The encoding depends on the kernels that
 // will read them (`isa`; see activation_encoding in panels.h).
 size_t ck_activation_bytes(int64_t cols);
 void ck_quantize_column(enum ck_isa isa, enum ck_format format, const float * x, int64_t cols, uint8_t * out);

@@ -36,16 +36,17 @@ static int32_t q4_k_block_sum(const uint8_t * blk, const int8_t * q) {
     return sum;
 }
 
-// Q4_K, Q6 and Q6_PLANES against activations with one scale per
-// super-block, as the tiles compute them: each super-block's blocks' integer
-// sums times their 8-bit scales (Q6: of each half, from the half's start at
-// -32 times its sum of quants), and Q4_K's minimums times the blocks' sums
-// of quants, summed in integers (exact); then fmaf((float)sum, d dx, acc)
-// and, for Q4_K, fmaf((float)mins, -dmin dx, acc), super-blocks in order.
-// Q6_PLANES' halves' sums instead add up as fmaf((float)half_sum, d sc, sum)
-// (see ck_encoding), and the super-block's step is fmaf(sum, dx, acc).
-static float reference_dot_super_blocks(enum ck_format format, const void * m, int64_t cols, int64_t row,
-                                        const uint8_t * column) {
+// Q4_K and Q6_PLANES against activations with one scale per super-block,
+// as the tiles compute them: each super-block's blocks' integer sums times
+// their 8-bit scales (Q6_PLANES: of each half, from the half's start at -32
+// times its sum of quants), and Q4_K's minimums times the blocks' sums of
+// quants, summed in integers (exact); then fmaf((float)sum, d dx, acc) and,
+// for Q4_K, fmaf((float)mins, -dmin dx, acc), super-blocks in order. With
+// `float_halves` (see ck_encoding), Q6_PLANES' halves' sums instead add up
+// as fmaf((float)half_sum, d sc, sum), and the super-block's step is
+// fmaf(sum, dx, acc).
+static float reference_dot_super_blocks(enum ck_format format, bool float_halves, const void * m, int64_t cols,
+                                        int64_t row, const uint8_t * column) {
     const int64_t nb = cols / CK_BLOCK;
     const int8_t * q = (const int8_t *)column;
     float acc = 0.0f;
@@ -58,7 +59,7 @@ static float reference_dot_super_blocks(enum ck_format format, const void * m, i
         float fsum = 0.0f;
         for (int64_t b = CK_SUPER_BLOCKS * sb; b < CK_SUPER_BLOCKS * (sb + 1); b++) {
             const uint8_t * blk = ggml_block(format, m, cols, row, b);
-            if (format == CK_Q6) {
+            if (format == CK_Q6_PLANES && !float_halves) {
                 isum += q6_block_sum(blk, column, nb, b);
                 continue;
             }
@@ -81,7 +82,7 @@ static float reference_dot_super_blocks(enum ck_format format, const void * m, i
             mins += blk[5] * column_block_sums(column, nb)[b];
         }
         const float dx = column_scales(column, nb)[CK_SUPER_BLOCKS * sb];
-        acc = format == CK_Q6_PLANES ? fmaf(fsum, dx, acc) : fmaf((float)isum, d * dx, acc);
+        acc = float_halves ? fmaf(fsum, dx, acc) : fmaf((float)isum, d * dx, acc);
         if (format == CK_Q4_K) {
             uint16_t mh;
             memcpy(&mh, first + 2, 2);
@@ -98,7 +99,7 @@ static float reference_dot_super_blocks(enum ck_format format, const void * m, i
 static float reference_dot(enum ck_format format, const void * m, int64_t cols, int64_t row,
                            const uint8_t * column, struct ck_encoding encoding) {
     if (encoding.per_super_block) {
-        return reference_dot_super_blocks(format, m, cols, row, column);
+        return reference_dot_super_blocks(format, encoding.float_halves, m, cols, row, column);
     }
     const bool offset = encoding.offset;
     const int64_t nb = cols / CK_BLOCK;
@@ -111,9 +112,7 @@ static float reference_dot(enum ck_format format, const void * m, int64_t cols, 
         const float dw = ck_fp16_to_fp32(dh);
         const float dx = column_scales(column, nb)[b];
         int32_t isum = 0;
-        if (format == CK_Q6) {
-            isum = q6_block_sum(blk, column, nb, b);
-        } else if (format == CK_Q4_1) {
+        if (format == CK_Q4_1) {
             for (int j = 0; j < 16; j++) {
                 isum += (blk[4 + j] & 0x0F) * q[b * CK_BLOCK + j];
                 isum += (blk[4 + j] >> 4) * q[b * CK_BLOCK + j + 16];
@@ -178,7 +177,7 @@ static void random_matrix(enum ck_format format, uint8_t * m, int64_t rows, int6
         }
         const uint16_t d = ck_fp32_to_fp16(random_unit(state) * 0.02f);
         memcpy(blk, &d, 2);
-        if (q6_blocks(format) && i % CK_SUPER_BLOCKS != 0) {
+        if (format == CK_Q6_PLANES && i % CK_SUPER_BLOCKS != 0) {
             memcpy(blk, blk - block_bytes(format), 2);  // as in Q6_K, a super-block's 8 share d
         }
         if (has_min(format)) {
@@ -187,7 +186,7 @@ static void random_matrix(enum ck_format format, uint8_t * m, int64_t rows, int6
             for (size_t j = 4; j < block_bytes(format); j++) {
                 blk[j] = (uint8_t)next_random(state);
             }
-        } else if (q6_blocks(format)) {
+        } else if (format == CK_Q6_PLANES) {
             blk[2] = (uint8_t)next_random(state);  // the scales: any int8
             blk[3] = (uint8_t)next_random(state);
             for (int j = 0; j < CK_BLOCK; j++) {
@@ -221,7 +220,7 @@ static int check_converted(enum ck_isa isa, char * why, size_t why_len, uint64_t
         // row's largest: exact (Q4_K and Q6_K in cortex's own blocks too), fp16-rounded scales, or half
         // an 8-bit step (and the fp16 rounding of its scale).
         const bool exact = type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q5_1 ||
-                           q6_blocks(format) || format == CK_Q4_K;
+                           format == CK_Q6_PLANES || format == CK_Q4_K;
         const float weight_tolerance = exact                                              ? 0.0f
                                        : type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K ? 2e-3f
                                                                                           : 0.6f / 127.0f;
@@ -369,11 +368,10 @@ static int check_argmax(enum ck_isa isa, char * why, size_t why_len, uint64_t * 
 int ck_self_check(enum ck_isa isa, char * why, size_t why_len) {
     static const int64_t shapes[][2] = {{16, 32},   {48, 96},    {192, 576},  {576, 576},
                                         {576, 1536}, {1536, 576}, {32, 256},   {48, 768}};
-    // (64 and more: Q6_PLANES products unpack each panel once, see gemm.c.)
+    // (More than one column tile: Q6_PLANES products unpack each panel once,
+    // see gemm.c.)
     static const int64_t batches[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 17, 33, 64, 71};
-    // Q6 has 256-bit kernels only, Q6_PLANES AVX-512 ones only.
-    const bool zmm = isa == CK_ISA_AVX512;
-    const enum ck_format formats[] = {CK_Q4_1, CK_Q5_1, CK_Q8_0, zmm ? CK_Q6_PLANES : CK_Q6, CK_Q4_K};
+    const enum ck_format formats[] = {CK_Q4_1, CK_Q5_1, CK_Q8_0, CK_Q6_PLANES, CK_Q4_K};
     const size_t n_formats = sizeof formats / sizeof formats[0];
     uint64_t state = 0x5eed;
     int mismatches = 0;
@@ -385,7 +383,7 @@ int ck_self_check(enum ck_isa isa, char * why, size_t why_len) {
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
             const int64_t rows = shapes[s][0], cols = shapes[s][1];
             if (cols % ck_type_block(format) != 0) {
-                continue;  // Q4_K, Q6, Q6_PLANES: whole super-blocks of 256 only
+                continue;  // Q4_K, Q6_PLANES: whole super-blocks of 256 only
             }
             const size_t raw_bytes = (size_t)rows * (size_t)(cols / CK_BLOCK) * block_bytes(format);
             uint8_t * raw = malloc(raw_bytes);
@@ -422,7 +420,7 @@ int ck_self_check(enum ck_isa isa, char * why, size_t why_len) {
                     uint8_t w[CK_BLOCK];
                     q5_quants(blk + 4, blk + 8, w);
                     expected = (float)w[j] * ck_fp16_to_fp32(dh) + ck_fp16_to_fp32(mh);
-                } else if (q6_blocks(format)) {
+                } else if (format == CK_Q6_PLANES) {
                     expected = ck_fp16_to_fp32(dh) * (float)(int8_t)blk[2 + j / 16] * (float)(blk[4 + j] - Q6_OFFSET);
                 } else {
                     expected = (float)(int8_t)blk[2 + j] * ck_fp16_to_fp32(dh);

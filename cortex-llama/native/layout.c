@@ -54,7 +54,7 @@ const char * ck_isa_name(enum ck_isa isa) {
 }
 
 bool ck_packable(int type, int64_t rows, int64_t cols) {
-    return (type == CK_Q4_1 || type == CK_Q5_1 || type == CK_Q8_0 || type == CK_Q6 || type == CK_Q6_PLANES ||
+    return (type == CK_Q4_1 || type == CK_Q5_1 || type == CK_Q8_0 || type == CK_Q6_PLANES ||
             type == CK_Q4_K || ck_convertible(type)) &&
            rows > 0 && cols > 0 &&
            rows % CK_PANEL_ROWS == 0 && cols % ck_type_block(type) == 0;
@@ -74,15 +74,13 @@ size_t ck_packed_size(enum ck_isa isa, int type, int64_t rows, int64_t cols) {
 // nibbles weights 16+4h..16+4h+3. Then 16 fp16 d and 16 fp16 m.
 // Q5_1 panel block: chunk g holds, in lane r, row r's quants 4g..4g+3 (a
 // byte each, 0-31); then 16 fp16 d and 16 fp16 m.
-// Q6 panel block: chunk g holds, in lane r, row r's quants 4g..4g+3 (a
-// byte each, 0-63); then 16 fp16 d and 16 pairs of int8 scales (of weights
+// Q6_PLANES panel block: a Q6 block's quants (0-63) in 7 bits, Q4_1's
+// nibble chunks of their low 4 bits (chunk h, lane r: quants 4h..4h+3 in
+// the low nibbles, 16+4h..16+4h+3 in the high ones), then 2 chunks of their
+// top 2 bits (chunk t, lane r, byte k: bits 0-1 and 2-3 those of the quants
+// in nibble chunk 2t's low and high nibbles, bits 4-5 and 6-7 those of
+// chunk 2t + 1's); then 16 fp16 d and 16 pairs of int8 scales (of weights
 // 0-15, of 16-31).
-// Q6_PLANES panel block: Q6's quants in 7 bits, Q4_1's nibble chunks of
-// their low 4 bits (chunk h, lane r: quants 4h..4h+3 in the low nibbles,
-// 16+4h..16+4h+3 in the high ones), then 2 chunks of their top 2 bits
-// (chunk t, lane r, byte k: bits 0-1 and 2-3 those of the quants in nibble
-// chunk 2t's low and high nibbles, bits 4-5 and 6-7 those of chunk
-// 2t + 1's); then as Q6.
 // Q4_K panel block: Q4_1's nibble chunks; the rows' 8-bit scales and mins
 // and the super-block's fp16 d and dmin in the header before its first block.
 // Q8_0 panel block: chunk g holds, in lane r, row r's weights 4g..4g+3;
@@ -139,10 +137,6 @@ static void pack_block(enum ck_format format, const void * src, int64_t cols, in
             to_lane(out, r, w, 8);
             memcpy(out + 512 + 2 * r, blk, 2);      // d
             memcpy(out + 544 + 2 * r, blk + 2, 2);  // m
-        } else if (format == CK_Q6) {
-            to_lane(out, r, blk + 4, 8);
-            memcpy(out + 512 + 2 * r, blk, 2);      // d
-            memcpy(out + 544 + 2 * r, blk + 2, 2);  // the two scales
         } else if (format == CK_Q6_PLANES) {
             to_planes(out, r, blk + 4);
             memcpy(out + 384 + 2 * r, blk, 2);      // d
@@ -175,10 +169,6 @@ static void unpack_block(enum ck_format format, const uint8_t * in, int64_t b, i
         uint8_t w[CK_BLOCK];
         from_lane(in, r, w, 8);
         q5_encode(w, blk + 4, blk + 8);
-        memcpy(blk, in + 512 + 2 * r, 2);
-        memcpy(blk + 2, in + 544 + 2 * r, 2);
-    } else if (format == CK_Q6) {
-        from_lane(in, r, blk + 4, 8);
         memcpy(blk, in + 512 + 2 * r, 2);
         memcpy(blk + 2, in + 544 + 2 * r, 2);
     } else if (format == CK_Q6_PLANES) {
@@ -342,7 +332,7 @@ void ck_dequantize_row(enum ck_format format, const void * packed, int64_t rows,
             for (int j = 0; j < CK_BLOCK; j++) {
                 o[j] = (float)w[j] * d + m;
             }
-        } else if (q6_blocks(format)) {
+        } else if (format == CK_Q6_PLANES) {
             q6_block_values(blk, o);
         } else if (format == CK_Q4_K) {
             q4_k_block_values(blk, o);

@@ -22,8 +22,7 @@
 #define Q4_1_PANEL_BLOCK 320  // 4 x 64 nibble bytes, 16 fp16 d, 16 fp16 m
 #define Q5_1_PANEL_BLOCK 576  // 8 x 64 quant bytes (0-31), 16 fp16 d, 16 fp16 m
 #define Q8_0_PANEL_BLOCK 576  // 8 x 64 bytes, 16 fp16 d, 16 int16 row sums
-#define Q6_PANEL_BLOCK 576    // 8 x 64 quant bytes (0-63), 16 fp16 d, 16 pairs of int8 scales
-#define Q6_PLANES_PANEL_BLOCK 448  // 4 x 64 nibble bytes, 2 x 64 bytes of bit pairs, then as Q6
+#define Q6_PLANES_PANEL_BLOCK 448  // 4 x 64 nibble bytes, 2 x 64 bytes of bit pairs, 16 fp16 d, 16 pairs of int8 scales
 // Q4_K panels go by super-blocks of 8 blocks: a header of 16 fp16 d, 16
 // fp16 dmin and each block's 16 scales and 16 mins, then each block's 4 x 64
 // nibble bytes (as Q4_1's; whole cache lines, so no load splits one).
@@ -48,7 +47,6 @@ static inline size_t panel_block_bytes(enum ck_format format) {
     switch (format) {
         case CK_Q4_1: return Q4_1_PANEL_BLOCK;
         case CK_Q5_1: return Q5_1_PANEL_BLOCK;
-        case CK_Q6: return Q6_PANEL_BLOCK;
         case CK_Q6_PLANES: return Q6_PLANES_PANEL_BLOCK;
         case CK_Q4_K: return Q4_K_PANEL_SUPER / Q4_K_SUPER_BLOCKS;  // on average
         default: return Q8_0_PANEL_BLOCK;
@@ -59,7 +57,6 @@ static inline size_t block_bytes(enum ck_format format) {
     switch (format) {
         case CK_Q4_1: return Q4_1_BLOCK;
         case CK_Q5_1: return Q5_1_BLOCK;
-        case CK_Q6:
         case CK_Q6_PLANES: return Q6_BLOCK;
         case CK_Q4_K: return Q4_K_BLOCK;
         default: return Q8_0_BLOCK;
@@ -68,12 +65,6 @@ static inline size_t block_bytes(enum ck_format format) {
 
 // A Q6 quant's offset: weight j of a block is d sc (q_j - 32).
 #define Q6_OFFSET 32
-
-// Whether a format's blocks are Q6 blocks (its panels a byte a quant, or
-// in planes).
-static inline bool q6_blocks(enum ck_format format) {
-    return format == CK_Q6 || format == CK_Q6_PLANES;
-}
 
 // A Q6 block's 32 weights as ggml's dequantize_row_q6_K computes them:
 // (d * sc) * (q - 32), in that order.
@@ -167,15 +158,15 @@ static inline const int16_t * column_block_sums(const uint8_t * column, int64_t 
     return (const int16_t *)column_sums(column, nb);
 }
 
-// Q6 activations: the sums of each block's two halves' quants, in the
+// Q6_PLANES activations: the sums of each block's two halves' quants, in the
 // scaled sums' place.
 static inline const int16_t * column_half_sums(const uint8_t * column, int64_t nb) {
     return (const int16_t *)column_sums(column, nb);
 }
 
-// Q6_PLANES activations: after the sums, -32 times each block's two half
-// sums as int32, where the kernel starts each half's integer sum (a
-// broadcast from memory, no arithmetic a column).
+// And after the sums, -32 times each block's two half sums as int32, where
+// the AVX-512 kernel starts each half's integer sum (a broadcast from
+// memory, no arithmetic a column).
 static inline const int32_t * column_half_offsets(const uint8_t * column, int64_t nb) {
     return (const int32_t *)(column_sums(column, nb) + nb);
 }
@@ -192,25 +183,28 @@ static inline bool offset_quants(enum ck_isa isa, enum ck_format format) {
     return format == CK_Q8_0 && (isa == CK_ISA_AVX512 || isa == CK_ISA_AVX_VNNI);
 }
 
-// How a kernel takes its activations: the quants offset by 128
-// (vpdpbusd multiplies an unsigned byte by a signed one), and one scale per
+// How a kernel takes its activations, and sums: the quants offset by 128
+// (vpdpbusd multiplies an unsigned byte by a signed one); one scale per
 // 256-weight super-block instead of one per block, as ggml's Q8_K (the
-// Q4_K, Q6 and Q6_PLANES tiles take a single float step with the column's
-// scale for a super-block's 8 blocks). Q4_K's and Q6's blocks' integer sums
-// add up over the super-block in integers, times the rows' 8-bit scales
-// (vpmaddwd of 16-bit sums on 256 bits, vpdpwssd of half blocks' sums on
-// 512); Q6_PLANES' halves' sums become floats times their rows' d sc and
-// add up in floats (a half's sum, -32 offset and all, needs 17 bits). This
-// is also the order of the scalar reference (kernels_check.c).
+// Q4_K and Q6_PLANES tiles take a single float step with the column's
+// scale for a super-block's 8 blocks). Q4_K's blocks' integer sums, and
+// Q6_PLANES' on 256 bits, add up over the super-block in integers, times
+// the rows' 8-bit scales (vpmaddwd of 16-bit sums on 256 bits, vpdpwssd of
+// half blocks' sums on 512); on 512 bits Q6_PLANES' halves' sums become
+// floats times their rows' d sc and add up in floats (`float_halves`: a
+// half's sum, -32 offset and all, needs 17 bits, too wide for vpdpwssd).
+// This is also the order of the scalar reference (kernels_check.c).
 struct ck_encoding {
     bool offset;
     bool per_super_block;
+    bool float_halves;
 };
 
 static inline struct ck_encoding activation_encoding(enum ck_isa isa, enum ck_format format) {
-    const bool zmm_k_quant = isa == CK_ISA_AVX512 && (format == CK_Q4_K || format == CK_Q6_PLANES);
-    const struct ck_encoding encoding = {
-        offset_quants(isa, format), (ymm_isa(isa) && (format == CK_Q4_K || format == CK_Q6)) || zmm_k_quant};
+    const bool k_quant = format == CK_Q4_K || format == CK_Q6_PLANES;
+    const struct ck_encoding encoding = {offset_quants(isa, format),
+                                         (ymm_isa(isa) || isa == CK_ISA_AVX512) && k_quant,
+                                         isa == CK_ISA_AVX512 && format == CK_Q6_PLANES};
     return encoding;
 }
 

@@ -9,8 +9,8 @@
 #include "panels.h"
 
 // One column: nb x 32 quant bytes, nb float scales, nb float scaled sums
-// (Q6: nb pairs of int16 half sums), nb pairs of int32 (Q6_PLANES: -32
-// times the half sums), padded to a cache line.
+// (Q6_PLANES: nb pairs of int16 half sums), nb pairs of int32 (Q6_PLANES:
+// -32 times the half sums), padded to a cache line.
 size_t ck_activation_bytes(int64_t cols) {
     const size_t nb = (size_t)(cols / CK_BLOCK);
     return (nb * (CK_BLOCK + 16) + 63) & ~(size_t)63;
@@ -33,19 +33,17 @@ static inline float scaled_sum(enum ck_format format, float stored_scale, float 
     }
 }
 
-// Block b's entry in the sums: its scaled sum, or for Q6 the sums of its
-// halves' quants (`first_half`: of quants 0-15), from which a Q6 kernel
-// starts each half's integer sum at -32 times it (Q6_PLANES: those starts
-// too, after the sums).
+// Block b's entry in the sums: its scaled sum, or for Q6_PLANES the sums of
+// its halves' quants (`first_half`: of quants 0-15), from which a kernel
+// starts each half's integer sum at -32 times it, and those starts too,
+// after the sums.
 static inline void set_block_sum(enum ck_format format, float * sums, int64_t nb, int64_t b, float stored_scale,
                                  float through_fp16, int sum, int first_half) {
-    if (q6_blocks(format)) {
+    if (format == CK_Q6_PLANES) {
         const int16_t halves[2] = {(int16_t)first_half, (int16_t)(sum - first_half)};
         memcpy(&sums[b], halves, sizeof halves);
-        if (format == CK_Q6_PLANES) {
-            const int32_t starts[2] = {-Q6_OFFSET * first_half, -Q6_OFFSET * (sum - first_half)};
-            memcpy(sums + nb + 2 * b, starts, sizeof starts);
-        }
+        const int32_t starts[2] = {-Q6_OFFSET * first_half, -Q6_OFFSET * (sum - first_half)};
+        memcpy(sums + nb + 2 * b, starts, sizeof starts);
         return;
     }
     sums[b] = scaled_sum(format, stored_scale, through_fp16, sum);
@@ -72,12 +70,12 @@ static int quantize_block_scalar(const float * xb, float id, bool offset, int8_t
 }
 
 // Activations with one scale per super-block: each block's entry holds it;
-// for Q6 the sums' place holds the blocks' half sums (as with a scale per
-// block), else the block sums (int16) fill half of it, the rest zeros.
+// for Q6_PLANES the sums' place holds the blocks' half sums (as with a scale
+// per block), else the block sums (int16) fill half of it, the rest zeros.
 static void set_super_block(enum ck_format format, float * scales, int64_t nb, int64_t b, float d, int sum,
                             int first_half) {
     scales[b] = d;
-    if (q6_blocks(format)) {
+    if (format == CK_Q6_PLANES) {
         set_block_sum(format, scales + nb, nb, b, d, d, sum, first_half);
         return;
     }
