@@ -345,7 +345,7 @@ CK_AVX512 CK_INLINE void q6_planes_groups(const uint8_t * blk, const int h, __m5
     const __m512i low = _mm512_set1_epi8(0x0F);
     const __m512i top = _mm512_set1_epi8(0x30);
     const __m512i p = _mm512_loadu_si512(blk + 64 * h);
-    const __m512i pairs = _mm512_loadu_si512(blk + 256 + 64 * (h / 2));
+    const __m512i pairs = _mm512_loadu_si512(blk + Q6_PLANES_PAIRS + 64 * (h / 2));
     // The pairs of this chunk's low and high nibbles' quants, moved to bits 4-5.
     const __m512i low_top = h % 2 ? pairs : _mm512_slli_epi16(pairs, 4);
     const __m512i high_top = h % 2 ? _mm512_srli_epi16(pairs, 2) : _mm512_slli_epi16(pairs, 2);
@@ -417,8 +417,8 @@ CK_AVX512 CK_INLINE void q6_planes_tile_avx512(const uint8_t * w, const uint8_t 
             }
             // Each row's scales (int8 pairs) sign-extended: the first from the
             // low byte, the second from the high one.
-            const __m512i pair = _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)(blk + 416)));
-            const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 384)));
+            const __m512i pair = _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)(blk + Q6_PLANES_SCALES)));
+            const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + Q6_PLANES_D)));
             const __m512 ds0 =
                 _mm512_mul_ps(dw, _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(pair, 24), 24)));
             const __m512 ds1 = _mm512_mul_ps(dw, _mm512_cvtepi32_ps(_mm512_srai_epi32(pair, 8)));
@@ -477,6 +477,22 @@ static uint8_t * unpack_buffer(size_t bytes) {
     return buffer->data;
 }
 
+// Where a product's first column tile unpacks a panel group's Q6_PLANES
+// panels (each nb blocks of Q6_UNPACKED_BLOCK bytes) for its other tiles
+// (tiles of `tile_columns`): this thread's buffer when there are others,
+// else NULL (each tile then unpacks its own in registers).
+static uint8_t * q6_unpack_buffer(enum ck_format format, int64_t n_cols, int64_t tile_columns, int64_t nb,
+                                  int64_t group_panels) {
+    return format == CK_Q6_PLANES && n_cols > tile_columns
+               ? unpack_buffer((size_t)group_panels * (size_t)nb * Q6_UNPACKED_BLOCK)
+               : NULL;
+}
+
+// A panel's place in that buffer (NULL where there is none).
+static uint8_t * q6_unpacked_panel(uint8_t * buffer, int64_t nb, int64_t panel_in_group) {
+    return buffer ? buffer + (size_t)panel_in_group * (size_t)nb * Q6_UNPACKED_BLOCK : NULL;
+}
+
 // `tile`(args..., C, fetch) for C = n (1-8) as a constant.
 #    define CK_TILE8(tile, n, fetch, ...)                  \
         switch (n) {                                        \
@@ -502,9 +518,7 @@ CK_AVX512 static void gemm_avx512(enum ck_format format, const uint8_t * packed,
     // a thread: 1.08x at 64 columns, 1.14x at 128, 0.93-0.97x at 24-32) took
     // 11-13% of a B = 64 product, its loads and stores not overlapping any
     // multiply.
-    const bool unpack = format == CK_Q6_PLANES && n_cols > 8;
-    const size_t unpacked_panel = (size_t)nb * Q6_UNPACKED_BLOCK;
-    uint8_t * unpacked = unpack ? unpack_buffer((size_t)group_panels * unpacked_panel) : NULL;
+    uint8_t * unpacked = q6_unpack_buffer(format, n_cols, 8, nb, group_panels);
     for (int64_t group = p0; group < p1; group += group_panels) {
         const int64_t group_end = group + group_panels < p1 ? group + group_panels : p1;
         for (int64_t c = 0; c < n_cols; c += 8) {
@@ -521,7 +535,7 @@ CK_AVX512 static void gemm_avx512(enum ck_format format, const uint8_t * packed,
                 } else if (format == CK_Q5_1) {
                     CK_TILE8(q5_1_tile_avx512, n, fetch, w, nb, a, astride, out, ldd)
                 } else if (format == CK_Q6_PLANES) {
-                    uint8_t * bytes = unpack ? unpacked + (size_t)(p - group) * unpacked_panel : NULL;
+                    uint8_t * bytes = q6_unpacked_panel(unpacked, nb, p - group);
                     CK_TILE8(q6_planes_tile_avx512, n, fetch, w, c == 0 ? NULL : bytes, c == 0 ? bytes : NULL, nb, a,
                              astride, out, ldd)
                 } else {
@@ -785,7 +799,7 @@ CK_AVX2 CK_INLINE void q6_planes_chunks_ymm(const uint8_t * blk, const int h, co
     const __m256i low = _mm256_set1_epi8(0x0F);
     const __m256i top = _mm256_set1_epi8(0x30);
     const __m256i p = _mm256_loadu_si256((const __m256i *)(blk + 64 * h + 32 * half));
-    const __m256i pairs = _mm256_loadu_si256((const __m256i *)(blk + 256 + 64 * (h / 2) + 32 * half));
+    const __m256i pairs = _mm256_loadu_si256((const __m256i *)(blk + Q6_PLANES_PAIRS + 64 * (h / 2) + 32 * half));
     const __m256i low_top = h % 2 ? pairs : _mm256_slli_epi16(pairs, 4);
     const __m256i high_top = h % 2 ? _mm256_srli_epi16(pairs, 2) : _mm256_slli_epi16(pairs, 2);
     *low_chunk = _mm256_or_si256(_mm256_and_si256(p, low), _mm256_and_si256(low_top, top));
@@ -826,7 +840,7 @@ CK_AVX2 CK_INLINE void q6_planes_tile_avx2(const uint8_t * w, const uint8_t * un
             if (fetch) {
                 fetch_ahead(blk, Q6_PLANES_PANEL_BLOCK);
             }
-            const __m256i scale_pairs = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 416 + 16 * half)));
+            const __m256i scale_pairs = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + Q6_PLANES_SCALES + 16 * half)));
             const __m256i offsets = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(scale_pairs, 5));
             for (int c = 0; c < C; c++) {
                 const int16_t * halves = column_half_sums(act + (size_t)c * astride, nb) + 2 * b;
@@ -871,7 +885,7 @@ CK_AVX2 CK_INLINE void q6_planes_tile_avx2(const uint8_t * w, const uint8_t * un
             }
         }
         const int64_t first_block = CK_SUPER_BLOCKS * sb;
-        scaled_block_ymm(w + (size_t)first_block * Q6_PLANES_PANEL_BLOCK + 384 + 16 * half, act, astride, nb,
+        scaled_block_ymm(w + (size_t)first_block * Q6_PLANES_PANEL_BLOCK + Q6_PLANES_D + 16 * half, act, astride, nb,
                          first_block, s, acc, C);
     }
     for (int c = 0; c < C; c++) {
@@ -902,9 +916,7 @@ CK_AVX2 CK_INLINE void q6_planes_tile_avx2(const uint8_t * w, const uint8_t * un
         const size_t astride = ck_activation_bytes(cols);                                                \
         const size_t panel_bytes = (size_t)nb * panel_block_bytes(format);                               \
         const int64_t group_panels = panel_group(panel_bytes);                                           \
-        const bool unpack = format == CK_Q6_PLANES && n_cols > 4;                                        \
-        const size_t unpacked_panel = (size_t)nb * Q6_UNPACKED_BLOCK;                                    \
-        uint8_t * unpacked = unpack ? unpack_buffer((size_t)group_panels * unpacked_panel) : NULL;       \
+        uint8_t * unpacked = q6_unpack_buffer(format, n_cols, 4, nb, group_panels);                      \
         for (int64_t group = p0; group < p1; group += group_panels) {                                    \
             const int64_t group_end = group + group_panels < p1 ? group + group_panels : p1;             \
             for (int64_t c = 0; c < n_cols; c += 4) {                                                    \
@@ -921,7 +933,7 @@ CK_AVX2 CK_INLINE void q6_planes_tile_avx2(const uint8_t * w, const uint8_t * un
                     } else if (format == CK_Q4_K) {                                                      \
                         CK_TILE2(q4_k_tile, n, fetch, w, nb, a, astride, out, ldd)                       \
                     } else if (format == CK_Q6_PLANES) {                                                 \
-                        uint8_t * bytes = unpack ? unpacked + (size_t)(p - group) * unpacked_panel : NULL; \
+                        uint8_t * bytes = q6_unpacked_panel(unpacked, nb, p - group);                    \
                         CK_TILE2(q6_planes_tile_avx2, n, fetch, w, c == 0 ? NULL : bytes, c == 0 ? bytes : NULL, \
                                  nb, a, astride, out, ldd)                                               \
                     } else {                                                                             \

@@ -105,7 +105,7 @@ static void to_planes(uint8_t * panel_block, int r, const uint8_t * q) {
         for (int k = 0; k < 4; k++) {
             const int low = 4 * h + k, high = 16 + 4 * h + k;
             panel_block[64 * h + 4 * r + k] = (uint8_t)((q[low] & 0x0F) | ((q[high] & 0x0F) << 4));
-            uint8_t * pairs = panel_block + 256 + 64 * (h / 2) + 4 * r + k;
+            uint8_t * pairs = panel_block + Q6_PLANES_PAIRS + 64 * (h / 2) + 4 * r + k;
             const int shift = 4 * (h % 2);
             *pairs = (uint8_t)((*pairs & ~(0x0F << shift)) | ((q[low] >> 4) << shift) | ((q[high] >> 4) << (shift + 2)));
         }
@@ -116,7 +116,7 @@ static void from_planes(const uint8_t * panel_block, int r, uint8_t * q) {
     for (int h = 0; h < 4; h++) {
         for (int k = 0; k < 4; k++) {
             const uint8_t nibbles = panel_block[64 * h + 4 * r + k];
-            const uint8_t pairs = (uint8_t)(panel_block[256 + 64 * (h / 2) + 4 * r + k] >> (4 * (h % 2)));
+            const uint8_t pairs = (uint8_t)(panel_block[Q6_PLANES_PAIRS + 64 * (h / 2) + 4 * r + k] >> (4 * (h % 2)));
             q[4 * h + k] = (uint8_t)((nibbles & 0x0F) | ((pairs & 3) << 4));
             q[16 + 4 * h + k] = (uint8_t)((nibbles >> 4) | (((pairs >> 2) & 3) << 4));
         }
@@ -139,8 +139,8 @@ static void pack_block(enum ck_format format, const void * src, int64_t cols, in
             memcpy(out + 544 + 2 * r, blk + 2, 2);  // m
         } else if (format == CK_Q6_PLANES) {
             to_planes(out, r, blk + 4);
-            memcpy(out + 384 + 2 * r, blk, 2);      // d
-            memcpy(out + 416 + 2 * r, blk + 2, 2);  // the two scales
+            memcpy(out + Q6_PLANES_D + 2 * r, blk, 2);           // d
+            memcpy(out + Q6_PLANES_SCALES + 2 * r, blk + 2, 2);  // the two scales
         } else if (format == CK_Q4_K) {
             to_lane(out, r, blk + 6, 4);
             uint8_t * header = out - q4_k_past_header(b);
@@ -173,8 +173,8 @@ static void unpack_block(enum ck_format format, const uint8_t * in, int64_t b, i
         memcpy(blk + 2, in + 544 + 2 * r, 2);
     } else if (format == CK_Q6_PLANES) {
         from_planes(in, r, blk + 4);
-        memcpy(blk, in + 384 + 2 * r, 2);
-        memcpy(blk + 2, in + 416 + 2 * r, 2);
+        memcpy(blk, in + Q6_PLANES_D + 2 * r, 2);
+        memcpy(blk + 2, in + Q6_PLANES_SCALES + 2 * r, 2);
     } else if (format == CK_Q4_K) {
         from_lane(in, r, blk + 6, 4);
         const uint8_t * header = in - q4_k_past_header(b);

@@ -23,6 +23,10 @@
 #define Q5_1_PANEL_BLOCK 576  // 8 x 64 quant bytes (0-31), 16 fp16 d, 16 fp16 m
 #define Q8_0_PANEL_BLOCK 576  // 8 x 64 bytes, 16 fp16 d, 16 int16 row sums
 #define Q6_PLANES_PANEL_BLOCK 448  // 4 x 64 nibble bytes, 2 x 64 bytes of bit pairs, 16 fp16 d, 16 pairs of int8 scales
+// Where a Q6_PLANES panel block's bit pairs, d and scale pairs start.
+#define Q6_PLANES_PAIRS 256
+#define Q6_PLANES_D 384
+#define Q6_PLANES_SCALES 416
 // Q4_K panels go by super-blocks of 8 blocks: a header of 16 fp16 d, 16
 // fp16 dmin and each block's 16 scales and 16 mins, then each block's 4 x 64
 // nibble bytes (as Q4_1's; whole cache lines, so no load splits one).
