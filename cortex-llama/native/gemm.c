@@ -645,11 +645,11 @@ CK_AVX2 CK_INLINE __m256i row_scales_ymm(const uint8_t * scales, const __m256i s
 // block: a widening, a conversion, two multiply-adds and a multiply a
 // column), fewer instructions, and 4.6 bits a weight read instead of 5.
 CK_AVX2 CK_INLINE void q4_k_tile_avx2(const uint8_t * w, int64_t nb, const uint8_t * act, size_t astride,
-                                      float * dst, int64_t ldd, const int C, const int half,
-                                      const bool fetch) {
+                                      float * dst, int64_t ldd, const int64_t sb0, const int64_t sb1,
+                                      const int C, const int half, const bool fetch) {
     __m256 acc[4];
     for (int c = 0; c < C; c++) {
-        acc[c] = _mm256_setzero_ps();
+        acc[c] = sb0 == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(dst + c * ldd + 8 * half);
     }
     // Row r's scale (byte 8 half + r of the 16) into bytes 0 and 2 of lane r
     // (vpshufb picks within each 128-bit half; both hold all 16).
@@ -657,7 +657,7 @@ CK_AVX2 CK_INLINE void q4_k_tile_avx2(const uint8_t * w, int64_t nb, const uint8
     const __m256i spread = _mm256_setr_epi8(
         r0, -1, r0, -1, r0 + 1, -1, r0 + 1, -1, r0 + 2, -1, r0 + 2, -1, r0 + 3, -1, r0 + 3, -1, r0 + 4, -1, r0 + 4,
         -1, r0 + 5, -1, r0 + 5, -1, r0 + 6, -1, r0 + 6, -1, r0 + 7, -1, r0 + 7, -1);
-    for (int64_t sb = 0; sb < nb / Q4_K_SUPER_BLOCKS; sb++) {
+    for (int64_t sb = sb0; sb < sb1; sb++) {
         const uint8_t * super = w + (size_t)sb * Q4_K_PANEL_SUPER;
         __m256i isum[4];
         for (int c = 0; c < C; c++) {
@@ -822,15 +822,16 @@ CK_AVX2 CK_INLINE void q6_planes_chunks_ymm(const uint8_t * blk, const int h, co
 // at B = 16-64.
 CK_AVX2 CK_INLINE void q6_planes_tile_avx2(const uint8_t * w, const uint8_t * unpacked, uint8_t * unpack_into,
                                            int64_t nb, const uint8_t * act, size_t astride, float * dst,
-                                           int64_t ldd, const int C, const int half, const bool fetch) {
+                                           int64_t ldd, const int64_t sb0, const int64_t sb1, const int C,
+                                           const int half, const bool fetch) {
     __m256 acc[4];
     for (int c = 0; c < C; c++) {
-        acc[c] = _mm256_setzero_ps();
+        acc[c] = sb0 == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(dst + c * ldd + 8 * half);
     }
     const __m256i first_scale = _mm256_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13, 0, 1, 0, 1, 4,
                                                  5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13);
     const __m256i second_scale = _mm256_add_epi8(first_scale, _mm256_set1_epi8(2));
-    for (int64_t sb = 0; sb < nb / CK_SUPER_BLOCKS; sb++) {
+    for (int64_t sb = sb0; sb < sb1; sb++) {
         __m256i s[4];
         for (int c = 0; c < C; c++) {
             s[c] = _mm256_setzero_si256();
@@ -907,6 +908,27 @@ CK_AVX2 CK_INLINE void q6_planes_tile_avx2(const uint8_t * w, const uint8_t * un
             }                                                               \
         }
 
+// CK_TILE2 for the tiles that take a range of super-blocks (sb0, sb1):
+// one column's halves take turns every CK_TURN_SUPERS super-blocks, so the
+// second half reads from L1 what the first just brought and the first's
+// prefetches keep memory busy all along. With each half over the whole
+// panel in turn, memory sat idle through the second half's pass, and
+// one sequence ran at 0.82x the AVX-512 code's rate (Zen 4). The sums are
+// added in the same order, so results do not change.
+#    define CK_TURN_SUPERS 2
+#    define CK_TILE2_TURNS(tile, n, fetch, nb, ...)                                          \
+        if ((n) == 1) {                                                                      \
+            const int64_t supers = (nb) / CK_SUPER_BLOCKS;                                   \
+            for (int64_t sb = 0; sb < supers; sb += CK_TURN_SUPERS) {                        \
+                const int64_t end = sb + CK_TURN_SUPERS < supers ? sb + CK_TURN_SUPERS : supers; \
+                for (int half = 0; half < 2; half++) {                                       \
+                    tile(__VA_ARGS__, sb, end, 1, half, (fetch) && half == 0);               \
+                }                                                                            \
+            }                                                                                \
+        } else {                                                                             \
+            CK_TILE2(tile, n, fetch, __VA_ARGS__, 0, (nb) / CK_SUPER_BLOCKS)                 \
+        }
+
 // Every panel of [p0, p1) times the columns, 4 at a time, with `q4_1_tile`,
 // `q4_k_tile`, `q5_1_tile` and `q8_0_tile` (8 rows each, see CK_TILE2), and
 // Q6_PLANES' (unpacked once for many columns, as gemm_avx512 does): the loop
@@ -931,11 +953,11 @@ CK_AVX2 CK_INLINE void q6_planes_tile_avx2(const uint8_t * w, const uint8_t * un
                     } else if (format == CK_Q5_1) {                                                      \
                         CK_TILE2(q5_1_tile, n, fetch, w, nb, a, astride, out, ldd)                       \
                     } else if (format == CK_Q4_K) {                                                      \
-                        CK_TILE2(q4_k_tile, n, fetch, w, nb, a, astride, out, ldd)                       \
+                        CK_TILE2_TURNS(q4_k_tile, n, fetch, nb, w, nb, a, astride, out, ldd)             \
                     } else if (format == CK_Q6_PLANES) {                                                 \
                         uint8_t * bytes = q6_unpacked_panel(unpacked, nb, p - group);                    \
-                        CK_TILE2(q6_planes_tile_avx2, n, fetch, w, c == 0 ? NULL : bytes, c == 0 ? bytes : NULL, \
-                                 nb, a, astride, out, ldd)                                               \
+                        CK_TILE2_TURNS(q6_planes_tile_avx2, n, fetch, nb, w, c == 0 ? NULL : bytes,      \
+                                       c == 0 ? bytes : NULL, nb, a, astride, out, ldd)                  \
                     } else {                                                                             \
                         CK_TILE2(q8_0_tile, n, fetch, w, nb, a, astride, out, ldd)                       \
                     }                                                                                    \
