@@ -911,22 +911,18 @@ CK_AVX2 CK_INLINE void q6_planes_tile_avx2(const uint8_t * w, const uint8_t * un
 // CK_TILE2 for the tiles that take a range of super-blocks (sb0, sb1):
 // one column's halves take turns every CK_TURN_SUPERS super-blocks, so the
 // second half reads from L1 what the first just brought and the first's
-// prefetches keep memory busy all along. With each half over the whole
+// prefetches keep memory busy all along (more columns: one turn over the
+// whole width, as before). With each half over the whole
 // panel in turn, memory sat idle through the second half's pass, and
 // one sequence ran at 0.82x the AVX-512 code's rate (Zen 4). The sums are
 // added in the same order, so results do not change.
 #    define CK_TURN_SUPERS 2
 #    define CK_TILE2_TURNS(tile, n, fetch, nb, ...)                                          \
-        if ((n) == 1) {                                                                      \
-            const int64_t supers = (nb) / CK_SUPER_BLOCKS;                                   \
-            for (int64_t sb = 0; sb < supers; sb += CK_TURN_SUPERS) {                        \
-                const int64_t end = sb + CK_TURN_SUPERS < supers ? sb + CK_TURN_SUPERS : supers; \
-                for (int half = 0; half < 2; half++) {                                       \
-                    tile(__VA_ARGS__, sb, end, 1, half, (fetch) && half == 0);               \
-                }                                                                            \
-            }                                                                                \
-        } else {                                                                             \
-            CK_TILE2(tile, n, fetch, __VA_ARGS__, 0, (nb) / CK_SUPER_BLOCKS)                 \
+        const int64_t supers = (nb) / CK_SUPER_BLOCKS;                                       \
+        const int64_t turn = (n) == 1 ? CK_TURN_SUPERS : supers;                             \
+        for (int64_t sb = 0; sb < supers; sb += turn) {                                      \
+            const int64_t end = sb + turn < supers ? sb + turn : supers;                     \
+            CK_TILE2(tile, n, fetch, __VA_ARGS__, sb, end)                                   \
         }
 
 // Every panel of [p0, p1) times the columns, 4 at a time, with `q4_1_tile`,
