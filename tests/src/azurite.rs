@@ -4,10 +4,10 @@
 //! drop.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 
-use crate::s3::wait_until_listening;
-use crate::{Cortex, free_port, python_check, service_program};
+use crate::s3::start_listening;
+use crate::{Cortex, python_check, service_program};
 
 /// A running Azurite blob server.
 pub struct AzuriteServer {
@@ -27,17 +27,15 @@ impl AzuriteServer {
             "bash scripts/azurite.sh installs it",
         )?;
         let root = tempfile::tempdir().expect("a temp dir");
-        let port = free_port();
-        let child = Command::new(&binary)
-            .args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string()])
-            .arg("--location")
-            .arg(root.path())
-            .args(["--silent", "--skipApiVersionCheck"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary.display()));
-        wait_until_listening(port, "Azurite");
+        let (child, port) = start_listening("Azurite", |port| {
+            let mut command = Command::new(&binary);
+            command
+                .args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string()])
+                .arg("--location")
+                .arg(root.path())
+                .args(["--silent", "--skipApiVersionCheck"]);
+            command
+        });
         Some(Self {
             child,
             _root: root,

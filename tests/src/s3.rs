@@ -2,6 +2,7 @@
 //! (`scripts/s3-server.sh` builds it; `scripts/test.sh` passes it as
 //! `CORTEX_TEST_S3_SERVER`) over a temporary folder, killed on drop.
 
+use std::io::{Read, Seek, SeekFrom};
 use std::net::{Ipv4Addr, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -42,19 +43,15 @@ impl S3Server {
         )?;
         let root = tempfile::tempdir().expect("a temp dir");
         std::fs::create_dir(root.path().join("data")).expect("the bucket's folder");
-        let port = free_port();
-        let mut command = Command::new(&binary);
-        command.args(["--host", "127.0.0.1", "--port", &port.to_string()]);
-        if with_keys {
-            command.args(["--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY]);
-        }
-        let child = command
-            .arg(root.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary.display()));
-        wait_until_listening(port, "s3s-fs");
+        let (child, port) = start_listening("s3s-fs", |port| {
+            let mut command = Command::new(&binary);
+            command.args(["--host", "127.0.0.1", "--port", &port.to_string()]);
+            if with_keys {
+                command.args(["--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY]);
+            }
+            command.arg(root.path());
+            command
+        });
         Some(Self { child, root, port })
     }
 
@@ -111,16 +108,58 @@ impl S3Server {
     }
 }
 
-/// Waits (up to 20 s) for a server just started to take connections.
-pub(crate) fn wait_until_listening(port: u16, what: &str) {
-    let started = Instant::now();
-    while TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err() {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "{what} did not listen on {port}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
+/// Starts a loopback server on a free port, built by `command` for that
+/// port, and waits until it takes connections: up to 60 s, since a first
+/// start of node's Azurite beside a test run on two busy cores has taken
+/// over 20. A server that exits first (most often because another process
+/// took the port between its choice and the server's bind) is started again
+/// on another port, three tries in all; a failure says what it printed.
+pub(crate) fn start_listening(what: &str, mut command: impl FnMut(u16) -> Command) -> (Child, u16) {
+    const TRIES: usize = 3;
+    for attempt in 1..=TRIES {
+        let port = free_port();
+        let mut log = tempfile::tempfile().expect("a log file");
+        let mut child = command(port)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("the log's handle"))
+            .stderr(log.try_clone().expect("the log's handle"))
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
+        let started = Instant::now();
+        loop {
+            if TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_ok() {
+                return (child, port);
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                let printed = read_log(&mut log);
+                assert!(
+                    attempt < TRIES,
+                    "{what} exited ({status}) before listening on {port}:\n{printed}"
+                );
+                eprintln!(
+                    "{what} exited ({status}) before listening on {port}; again on another port"
+                );
+                break;
+            }
+            if started.elapsed() > Duration::from_secs(60) {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "{what} did not listen on {port} in 60 s; it printed:\n{}",
+                    read_log(&mut log)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
+    unreachable!("the last try returns or panics")
+}
+
+fn read_log(log: &mut std::fs::File) -> String {
+    let mut printed = String::new();
+    let _ = log.seek(SeekFrom::Start(0));
+    let _ = log.read_to_string(&mut printed);
+    printed
 }
 
 impl Drop for S3Server {
