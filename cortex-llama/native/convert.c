@@ -1,19 +1,15 @@
 // Weights of formats without kernels of their own, as the blocks of the
 // panel formats (see kernels.h), so that the panel kernels multiply them:
-// Q4_0 becomes Q4_1 blocks, Q4_K cortex's own Q4_K blocks for the AVX-512
-// kernels (exactly: the same quants, d, dmin, and each 32 weights' scale and
-// min) and Q5_K Q5_1 blocks, as Q4_K Q4_1 blocks for the others (the same
-// quants; the sub-block scales and mins unpacked: each 32 weights' d * sc
-// and -dmin * m, rounded to fp16, where ggml multiplies in fp32), Q5_0 exactly
-// either Q5_1 blocks (a min of -16 d, exact in fp16) or Q8_0 ones (its
-// quants minus 16), and Q6_K either cortex's Q6 blocks (exactly: the same
-// quants, the super-block's d and the two 8-bit scales of each 32 weights)
-// or, requantized, Q8_0 ones (8 bits a weight: at most half an 8-bit step
-// off the value ggml dequantizes, within a quarter of its own step), as the
-// kernels prefer (see ck_panel_format).
+// Q4_0 becomes Q4_1 blocks, Q4_K cortex's own Q4_K blocks (exactly: the
+// same quants, d, dmin, and each 32 weights' scale and min), Q5_K Q5_1
+// blocks (the same quants; each 32 weights' d * sc and -dmin * m rounded to
+// fp16, where ggml multiplies in fp32), Q5_0 exactly either Q5_1 blocks (a
+// min of -16 d, exact in fp16) or Q8_0 ones (its quants minus 16), as the
+// kernels prefer (see ck_panel_format), and Q6_K cortex's Q6 blocks
+// (exactly: the same quants, the super-block's d and the two 8-bit scales
+// of each 32 weights).
 // And back: a weight is read as ggml's quantizer writes the values it holds.
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,13 +49,13 @@ enum ck_format ck_panel_format(enum ck_isa isa, int type) {
     switch (type) {
         case CK_Q4_1:
         case TYPE_Q4_0: return CK_Q4_1;
-        case CK_Q4_K: return CK_Q4_K;
-        case TYPE_Q4_K: return isa == CK_ISA_AVX_VNNI ? CK_Q4_1 : CK_Q4_K;
+        case CK_Q4_K:
+        case TYPE_Q4_K: return CK_Q4_K;
         case TYPE_Q5_0: return isa == CK_ISA_AVX2 ? CK_Q5_1 : CK_Q8_0;
         case CK_Q5_1:
         case TYPE_Q5_K: return CK_Q5_1;
-        case CK_Q6_PLANES: return CK_Q6_PLANES;
-        case TYPE_Q6_K: return isa == CK_ISA_AVX2 || isa == CK_ISA_AVX512 ? CK_Q6_PLANES : CK_Q8_0;
+        case CK_Q6_PLANES:
+        case TYPE_Q6_K: return CK_Q6_PLANES;
         default: return CK_Q8_0;
     }
 }
@@ -83,16 +79,6 @@ static void scale_min_k4(int j, const uint8_t * q, uint8_t * sc, uint8_t * mn) {
     } else {
         *sc = (uint8_t)((q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4));
         *mn = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-    }
-}
-
-// A Q4_1 block of 32 4-bit weights w (weight i and i + 16 share byte i).
-static void q4_1_block(uint8_t * out, float d, float m, const uint8_t * w) {
-    const uint16_t dh = ck_fp32_to_fp16(d), mh = ck_fp32_to_fp16(m);
-    memcpy(out, &dh, 2);
-    memcpy(out + 2, &mh, 2);
-    for (int i = 0; i < 16; i++) {
-        out[4 + i] = (uint8_t)((w[i] & 0x0F) | (w[i + 16] << 4));
     }
 }
 
@@ -146,14 +132,14 @@ static void q5_1_block(uint8_t * out, float d, float m, const uint8_t * w) {
     q5_encode(w, out + 4, out + 8);
 }
 
-// Q4_K rows as Q4_1 or cortex's Q4_K blocks (`format`: the same quants, d,
-// dmin, scales and mins), Q5_K rows as Q5_1 blocks: a super-block's 8
+// Q4_K rows as cortex's Q4_K blocks (the same quants, d, dmin, scales and
+// mins), Q5_K rows as Q5_1 blocks: a super-block's 8
 // sub-blocks of 32 weights, 2j and 2j + 1 in the low and high nibbles of 32
 // bytes; Q5_K's fifth bits in qh (bit `sub` of byte l for sub-block sub's
 // weight l).
-static void k_quant_row(enum ck_format format, bool five_bits, const uint8_t * src, uint8_t * dst, int64_t cols) {
+static void k_quant_row(bool five_bits, const uint8_t * src, uint8_t * dst, int64_t cols) {
     const size_t in_block = five_bits ? Q5_K_BLOCK : GGML_Q4_K_BLOCK;
-    const size_t out_block = block_bytes(format);
+    const size_t out_block = block_bytes(five_bits ? CK_Q5_1 : CK_Q4_K);
     for (int64_t s = 0; s < cols / K_WEIGHTS; s++) {
         const uint8_t * in = src + (size_t)s * in_block;
         uint8_t * out = dst + (size_t)s * 8 * out_block;
@@ -177,8 +163,6 @@ static void k_quant_row(enum ck_format format, bool five_bits, const uint8_t * s
             uint8_t * o = out + (size_t)sub * out_block;
             if (five_bits) {
                 q5_1_block(o, d * (float)sc, -dmin * (float)mn, w);
-            } else if (format == CK_Q4_1) {
-                q4_1_block(o, d * (float)sc, -dmin * (float)mn, w);
             } else {
                 memcpy(o, in, 4);  // d, dmin
                 o[4] = sc;
@@ -211,60 +195,19 @@ static void q6_k_quants(const uint8_t * in, uint8_t * q) {
     }
 }
 
-// A Q6_K super-block's d and its 16 scales.
-static float q6_k_d(const uint8_t * in) {
-    uint16_t dh;
-    memcpy(&dh, in + 208, 2);
-    return ck_fp16_to_fp32(dh);
-}
-
+// A Q6_K super-block's 16 scales.
 static const int8_t * q6_k_scales(const uint8_t * in) { return (const int8_t *)(in + 192); }
 
-// roundf (half away from zero) of |x| < 2^23, without a call: the
-// truncation's remainder is exact.
-static inline int round_half_away(float x) {
-    const int t = (int)x;
-    const float rest = x - (float)t;
-    return rest >= 0.5f ? t + 1 : rest <= -0.5f ? t - 1 : t;
-}
-
-// Block b (of 8) of a Q6_K super-block requantized to Q8_0 for the VNNI
-// kernels: each weight as ggml's dequantize_row_q6_K computes it
-// ((d * sc) * (q - 32)), then quantized as ggml's quantize_row_q8_0_ref
-// does, in one pass (the two ggml calls took a third of an 8B model's
-// load; the self-check compares the bytes with theirs).
-static void q6_k_block_as_q8_0(float d, const int8_t * scales, const uint8_t * q, int b, uint8_t * out) {
-    float x[CK_BLOCK];
-    float amax = 0.0f;
-    for (int j = 0; j < CK_BLOCK; j++) {
-        const int at = CK_BLOCK * b + j;
-        x[j] = d * (float)scales[at / 16] * (float)(q[at] - 32);
-        amax = fmaxf(amax, fabsf(x[j]));
-    }
-    const float scale = amax / 127.0f;
-    const float inverse = scale != 0.0f ? 1.0f / scale : 0.0f;
-    const uint16_t dh = ck_fp32_to_fp16(scale);
-    memcpy(out, &dh, 2);
-    for (int j = 0; j < CK_BLOCK; j++) {
-        out[2 + j] = (uint8_t)(int8_t)round_half_away(x[j] * inverse);
-    }
-}
-
 // Q6_K rows as Q6 blocks (the same quants, d and scales; for Q6_PLANES
-// panels), or requantized to Q8_0 blocks (`format`).
-static void q6_k_row(enum ck_format format, const uint8_t * src, uint8_t * dst, int64_t cols) {
+// panels).
+static void q6_k_row(const uint8_t * src, uint8_t * dst, int64_t cols) {
     for (int64_t s = 0; s < cols / K_WEIGHTS; s++) {
         const uint8_t * in = src + (size_t)s * Q6_K_BLOCK;
-        const float d = q6_k_d(in);
         const int8_t * scales = q6_k_scales(in);
         uint8_t q[K_WEIGHTS];
         q6_k_quants(in, q);
         for (int b = 0; b < K_WEIGHTS / CK_BLOCK; b++) {
-            uint8_t * out = dst + ((size_t)s * (K_WEIGHTS / CK_BLOCK) + (size_t)b) * block_bytes(format);
-            if (format != CK_Q6_PLANES) {
-                q6_k_block_as_q8_0(d, scales, q, b, out);
-                continue;
-            }
+            uint8_t * out = dst + ((size_t)s * (K_WEIGHTS / CK_BLOCK) + (size_t)b) * Q6_BLOCK;
             memcpy(out, in + 208, 2);  // d
             memcpy(out + 2, scales + 2 * b, 2);
             memcpy(out + 4, q + CK_BLOCK * b, CK_BLOCK);
@@ -302,9 +245,9 @@ void ck_convert(enum ck_isa isa, int type, const void * src, void * dst, int64_t
                     q5_0_row_as_q8_0(in, out, cols);
                 }
                 break;
-            case TYPE_Q4_K: k_quant_row(format, false, in, out, cols); break;
-            case TYPE_Q5_K: k_quant_row(format, true, in, out, cols); break;
-            default: q6_k_row(format, in, out, cols); break;  // Q6_K
+            case TYPE_Q4_K: k_quant_row(false, in, out, cols); break;
+            case TYPE_Q5_K: k_quant_row(true, in, out, cols); break;
+            default: q6_k_row(in, out, cols); break;  // Q6_K
         }
     }
 }

@@ -60,12 +60,10 @@ enum ck_isa ck_best_isa_up_to(enum ck_isa ceiling);
 const char * ck_isa_name(enum ck_isa isa);
 
 // Other ggml formats are packed as one of these (convert.c): Q4_0 as
-// Q4_1, Q4_K as CK_Q4_K (but as Q4_1 for the AVX-VNNI kernels), Q5_K as
-// Q5_1; Q5_0 as Q5_1 for the AVX2 kernels (where a block of unsigned quants
-// costs about half a Q8_0 one), and as Q8_0 for the VNNI ones (where
-// vpdpbusd costs the same for both, and Q8_0 has no minimum to add); Q6_K
-// as Q6_PLANES for the AVX2 and AVX-512 ones, and requantized to Q8_0 for
-// AVX-VNNI.
+// Q4_1, Q4_K as CK_Q4_K, Q5_K as Q5_1, Q6_K as Q6_PLANES; Q5_0 as Q5_1 for
+// the AVX2 kernels (where a block of unsigned quants costs about half a
+// Q8_0 one), and as Q8_0 for the VNNI ones (where vpdpbusd costs the same
+// for both, and Q8_0 has no minimum to add).
 bool ck_convertible(int type);
 // The panel format a ggml type is packed as for the kernels of `isa`.
 enum ck_format ck_panel_format(enum ck_isa isa, int type);

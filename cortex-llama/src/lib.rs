@@ -96,9 +96,8 @@
 //!     operation; the device accepts matrix products of the weights it can pack
 //!     in whole panels (Q4_1, Q5_1 and Q8_0, and the formats `native/convert.c`
 //!     turns into them exactly or within a rounding: Q4_0 into Q4_1, Q4_K
-//!     into its own panels (into Q4_1 for AVX-VNNI), Q5_K
-//!     into Q5_1, Q6_K into its own quants, 7 bits each in two planes (or
-//!     Q8_0 for AVX-VNNI), Q5_0 into Q5_1 for the AVX2 kernels and Q8_0 for
+//!     into its own panels, Q5_K into Q5_1, Q6_K into its own quants, 7 bits
+//!     each in two planes, Q5_0 into Q5_1 for the AVX2 kernels and Q8_0 for
 //!     the VNNI ones), so those weights are
 //!     stored in its buffer and packed as they load (`set_tensor`). The question is asked on the loading thread,
 //!     which `Model::load_on` tells whether to accept (`EngineConfig::cpu_kernels`,

@@ -210,12 +210,10 @@ fn a_profiled_bench_counts_the_matrix_products_against_the_peak_of_the_kernels_r
 #[test]
 fn a_k_quant_models_weights_go_to_the_kernels_and_answer_alike() {
     // Gemma 3 270M Q4_K_M: Q4_K, Q5_0, Q6_K and Q8_0 matrices, the 4-bit
-    // ones packed exactly as Q4_K for the AVX-512 and AVX2 kernels, as Q4_1
-    // for AVX-VNNI (scales rounded to fp16), Q5_0 exactly (as Q5_1
-    // for the AVX2 kernels, Q8_0 for the VNNI ones), Q6_K exactly in planes
-    // of 7 bits a quant, or as Q8_0 for AVX-VNNI (within half a step of its
-    // 8-bit grid). The AVX2 kernels run too, for their Q4_K, Q5_1 and
-    // Q6_PLANES panels.
+    // ones packed exactly as Q4_K, Q5_0 exactly (as Q5_1 for the AVX2
+    // kernels, Q8_0 for the VNNI ones), Q6_K exactly in planes of 7 bits a
+    // quant. The AVX2 kernels run too, for their Q5_1 panels and their
+    // k-quant tiles.
     if cpu_runs_the_kernels() {
         let cortex = Cortex::new();
         let with = model_weights_buffers(&cortex, "gemma3-270m", "cortex");

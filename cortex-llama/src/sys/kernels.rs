@@ -1,9 +1,8 @@
 //! cortex's CPU kernels (`native/`, built by `build.rs`): a ggml backend
 //! registered beside llama.cpp's CPU backend that stores 4- to 8-bit
-//! weights (Q4_0, Q4_1 as Q4_1; Q4_K as its own, as Q4_1 for AVX-VNNI;
-//! Q5_1, Q5_K as Q5_1; Q8_0; Q5_0 as
-//! Q5_1 for the AVX2 kernels and as Q8_0 for the VNNI ones; Q6_K as its
-//! own quants in planes, as Q8_0 for AVX-VNNI) packed
+//! weights (Q4_0, Q4_1 as Q4_1; Q4_K as its own; Q5_1, Q5_K as Q5_1;
+//! Q8_0; Q5_0 as Q5_1 for the AVX2 kernels and as Q8_0 for the VNNI ones;
+//! Q6_K as its own quants in planes) packed
 //! in panels of 16 rows and runs their matrix products, and
 //! attention over an F16 KV cache (see `native/backend.c` for
 //! how ggml hands them over).
