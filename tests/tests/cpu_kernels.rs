@@ -212,14 +212,19 @@ fn a_k_quant_models_weights_go_to_the_kernels_and_answer_alike() {
     // Gemma 3 270M Q4_K_M: Q4_K, Q5_0, Q6_K and Q8_0 matrices, the 4-bit
     // ones packed exactly as Q4_K, Q5_0 exactly (as Q5_1 for the AVX2
     // kernels, Q8_0 for the VNNI ones), Q6_K exactly in planes of 7 bits a
-    // quant. The AVX2 kernels run too, for their Q5_1 panels and their
-    // k-quant tiles.
+    // quant. The AVX2 and AVX-VNNI kernels run too, for their Q5_1 or Q8_0
+    // panels and their own k-quant tiles (AVX-VNNI as AVX2 on a CPU
+    // without it).
     if cpu_runs_the_kernels() {
         let cortex = Cortex::new();
         let with = model_weights_buffers(&cortex, "gemma3-270m", "cortex");
         assert!(with.contains("CortexCPU model buffer"), "{with}");
     }
-    greedy_answers_agree("gemma3-270m", &["cortex", "cortex-avx2"], 0.5);
+    greedy_answers_agree(
+        "gemma3-270m",
+        &["cortex", "cortex-avx2", "cortex-avx-vnni"],
+        0.5,
+    );
 }
 
 /// A batched greedy job of `model` gives the same tokens with cortex's
