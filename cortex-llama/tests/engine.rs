@@ -58,23 +58,23 @@ fn a_model_read_computes_as_one_mapped() {
     assert_eq!(tokens(false), mapped);
 }
 
-/// A passage of ordinary prose, for perplexity.
-const PASSAGE: &str = "The history of the city begins in the third century before the common era, \
-when a small fishing settlement grew up on the banks of the river. Over the following centuries, \
-traders from the south brought new crops, new tools and new ideas, and the settlement became a \
-market town. By the tenth century it had walls, a cathedral and a charter granted by the king, who \
-valued its port and its taxes. The plague of the fourteenth century killed nearly half of its \
-people, yet within two generations the town had recovered, and its merchants were lending money to \
-princes across the continent. In the age of exploration its shipyards built vessels that sailed to \
-every ocean, and its university, founded in 1482, became known for medicine and astronomy.";
+/// Passages of ordinary prose (history, science, a recipe, a letter, a
+/// technical note, a story), one per paragraph, for perplexity.
+fn passages() -> Vec<&'static str> {
+    include_str!("data/passages.txt")
+        .split("\n\n")
+        .map(str::trim)
+        .collect()
+}
 
-/// cortex's CPU kernels compute the model as well as llama.cpp's: a
-/// passage's perplexity is the same to within a percent. (Their logits
-/// differ by rounding, as those of llama.cpp's own CPU variants do: a value
-/// a hair's breadth from a rounding boundary of the 8-bit activations
-/// lands on the other side, and 30 layers carry it on. Measured: 16.87
-/// against 16.89 here, where llama.cpp's AVX2 and AVX-512 builds give
-/// 16.95 and 16.89.)
+/// cortex's CPU kernels compute the model as well as llama.cpp's: over
+/// eight passages the geometric mean of their perplexities' ratio is 1 to
+/// within a percent. (Their logits differ by rounding, as those of
+/// llama.cpp's own CPU variants do: a value a hair's breadth from a
+/// rounding boundary of the 8-bit activations lands on the other side, and
+/// 30 layers carry it on. So one passage of ~150 tokens moves either way by
+/// up to 1.5%; the mean of eight is steady. Measured on a Zen 3 with the
+/// AVX2 kernels: ratios 0.987-1.015, mean 1.0009.)
 #[test]
 fn cortex_kernels_predict_text_as_well_as_llama_cpps() {
     let load = |kernels| {
@@ -85,15 +85,30 @@ fn cortex_kernels_predict_text_as_well_as_llama_cpps() {
             kernels,
             None,
         )
+        .unwrap()
     };
-    let ours = bench::perplexity(&load(CpuKernels::Cortex).unwrap(), PASSAGE, 512, 2).unwrap();
-    let theirs = bench::perplexity(&load(CpuKernels::Llama).unwrap(), PASSAGE, 512, 2).unwrap();
+    let (ours, theirs) = (load(CpuKernels::Cortex), load(CpuKernels::Llama));
+    let passages = passages();
+    assert_eq!(passages.len(), 8, "the passages are paragraphs");
+    let (mut log_ratio, mut log_ours) = (0.0, 0.0);
+    for passage in &passages {
+        let a = bench::perplexity(&ours, passage, 512, 2).unwrap();
+        let b = bench::perplexity(&theirs, passage, 512, 2).unwrap();
+        // One passage may drift, but not by what a wrong product gives.
+        assert!(
+            (a / b - 1.0).abs() < 0.03,
+            "perplexity {a:.3} with cortex's kernels, {b:.3} with llama.cpp's, of {passage:?}"
+        );
+        log_ratio += (a / b).ln() / passages.len() as f64;
+        log_ours += a.ln() / passages.len() as f64;
+    }
+    let (ratio, ours) = (log_ratio.exp(), log_ours.exp());
     assert!(
-        (ours / theirs - 1.0).abs() < 0.01,
-        "perplexity {ours:.3} with cortex's kernels, {theirs:.3} with llama.cpp's"
+        (ratio - 1.0).abs() < 0.01,
+        "cortex's kernels' perplexity is {ratio:.4}x llama.cpp's (geometric mean of 8 passages)"
     );
     // And it is the model's real quality, not two equal failures.
-    assert!(ours < 30.0, "perplexity {ours:.3}");
+    assert!(ours < 30.0, "perplexity {ours:.3} (geometric mean)");
 }
 
 #[test]
@@ -203,7 +218,8 @@ fn prompt_log_probabilities_score_what_generation_chose_and_measure_perplexity()
         "the same prompt scores the same"
     );
 
-    let passage = model.tokenize(PASSAGE, true, false);
+    let text = passages()[0];
+    let passage = model.tokenize(text, true, false);
     let mut score = greedy(13, Prompt::Tokens(passage.clone()), 0);
     score.prompt_logprobs = Some(0);
     let scored = collect(&engine.submit(score).unwrap());
@@ -217,7 +233,7 @@ fn prompt_log_probabilities_score_what_generation_chose_and_measure_perplexity()
         .map(f64::from)
         .sum();
     let ours = (-total / (passage.len() - 1) as f64).exp();
-    let plain = bench::perplexity(&model, PASSAGE, passage.len(), 2).unwrap();
+    let plain = bench::perplexity(&model, text, passage.len(), 2).unwrap();
     assert!(
         (ours / plain - 1.0).abs() < 0.01,
         "perplexity {ours:.3} from the engine's prompt scores, {plain:.3} from a plain loop"
