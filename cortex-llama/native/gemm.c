@@ -75,10 +75,20 @@ CK_AVX512 CK_INLINE __m512 negated_zmm(__m512 x) {
     return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(x), _mm512_set1_epi32((int)0x80000000u)));
 }
 
-// The bytes a Q4_K panel block asks for ahead: its share of a super-block
-// (so that 8 blocks ask for the next super-block's lines ahead, header and
-// all), and the line its share may end in.
-#define Q4_K_FETCH (Q4_K_PANEL_SUPER / Q4_K_SUPER_BLOCKS + 63)
+// Asks for the lines ahead of block j of a super-block of Q4_K or
+// Q6_PLANES panels (`super_bytes`, whole lines): the j-th eighth of the
+// super-block's lines, so that its 8 blocks ask for each line of the
+// next super-blocks once, header and all. Asking for each block's share
+// rounded out to whole lines asked for some twice, and a prefetch is not
+// free even of a line in L2: a Q6_PLANES product of 64 columns with its
+// weights in L2 (C harness over this file, 1,024 x 2,048, AVX2 code, one
+// thread, Intel Xeon) took 1.08-1.10x the time it took without asking,
+// with 8 lines asked a block of 424 bytes (1.04x with 7).
+CK_INLINE void fetch_super_share(const uint8_t * super, const int j, const size_t super_bytes) {
+    const size_t lines = super_bytes / 64;
+    const size_t first = (size_t)j * lines / CK_SUPER_BLOCKS, end = (size_t)(j + 1) * lines / CK_SUPER_BLOCKS;
+    fetch_ahead(super + 64 * first, 64 * (end - first));
+}
 
 // acc + u8 . (the 32-bit word at `word` in every lane): vpdpbusd with the
 // word as its embedded broadcast, one fused uop. GCC (12) instead loads each
@@ -218,9 +228,9 @@ CK_AVX512 CK_INLINE void q4_k_tile_avx512(const uint8_t * w, int64_t nb, const u
         }
         for (int j = 0; j < Q4_K_SUPER_BLOCKS; j++) {
             const int64_t b = sb * Q4_K_SUPER_BLOCKS + j;
-            const uint8_t * blk = super + q4_k_past_header(j);
+            const uint8_t * blk = super + past_header(CK_Q4_K, j);
             if (fetch) {
-                fetch_ahead(w + (size_t)b * (Q4_K_PANEL_SUPER / Q4_K_SUPER_BLOCKS), Q4_K_FETCH);
+                fetch_super_share(super, j, Q4_K_PANEL_SUPER);
             }
             __m512i g[8];
             q4_nibbles_zmm(blk, g);
@@ -382,14 +392,17 @@ CK_AVX512 CK_INLINE void q6_planes_tile_avx512(const uint8_t * w, const uint8_t 
         acc[c] = _mm512_setzero_ps();
     }
     for (int64_t sb = 0; sb < nb / CK_SUPER_BLOCKS; sb++) {
+        const uint8_t * super = w + (size_t)sb * Q6_PLANES_PANEL_SUPER;
+        const __m512 dw = fp16_zmm(super);
         __m512 sum[8];
         for (int c = 0; c < C; c++) {
             sum[c] = _mm512_setzero_ps();
         }
-        for (int64_t b = CK_SUPER_BLOCKS * sb; b < CK_SUPER_BLOCKS * (sb + 1); b++) {
-            const uint8_t * blk = w + (size_t)b * Q6_PLANES_PANEL_BLOCK;
+        for (int j = 0; j < CK_SUPER_BLOCKS; j++) {
+            const int64_t b = CK_SUPER_BLOCKS * sb + j;
+            const uint8_t * blk = super + past_header(CK_Q6_PLANES, j);
             if (fetch) {
-                fetch_ahead(blk, Q6_PLANES_PANEL_BLOCK);
+                fetch_super_share(super, j, Q6_PLANES_PANEL_SUPER);
             }
             __m512i s0[8], s1[8];
             for (int c = 0; c < C; c++) {
@@ -417,8 +430,8 @@ CK_AVX512 CK_INLINE void q6_planes_tile_avx512(const uint8_t * w, const uint8_t 
             }
             // Each row's scales (int8 pairs) sign-extended: the first from the
             // low byte, the second from the high one.
-            const __m512i pair = _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)(blk + Q6_PLANES_SCALES)));
-            const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + Q6_PLANES_D)));
+            const __m512i pair =
+                _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)(super + Q6_PLANES_SCALES(j))));
             const __m512 ds0 =
                 _mm512_mul_ps(dw, _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(pair, 24), 24)));
             const __m512 ds1 = _mm512_mul_ps(dw, _mm512_cvtepi32_ps(_mm512_srai_epi32(pair, 8)));
@@ -712,9 +725,10 @@ CK_AVX2 CK_INLINE __m256i q4_k_scale_spread(const int half) {
                 for (int j = 0; j < Q4_K_SUPER_BLOCKS; j++) {                                                  \
                     const int64_t b = sb * Q4_K_SUPER_BLOCKS + j;                                              \
                     if (fetch) {                                                                               \
-                        fetch_ahead(w + (size_t)b * (Q4_K_PANEL_SUPER / Q4_K_SUPER_BLOCKS), Q4_K_FETCH);       \
+                        fetch_super_share(super, j, Q4_K_PANEL_SUPER);                                         \
                     }                                                                                          \
-                    add_block(super, j, super + q4_k_past_header(j), half, act, astride, b, spread, isum, C);  \
+                    add_block(super, j, super + past_header(CK_Q4_K, j), half, act, astride, b, spread, isum,  \
+                              C);                                                                              \
                 }                                                                                              \
                 q4_k_super_step_ymm(super, half, act, astride, nb, sb, isum, acc, C);                          \
             }                                                                                                  \
@@ -848,8 +862,8 @@ CK_AVX2 CK_INLINE void q6_planes_chunks_ymm(const uint8_t * blk, const int h, co
 
 // The Q6_PLANES tile on 256 bits: 8 rows (half `half`) x C columns, the
 // activations with one scale per super-block (ggml's Q8_K), super-blocks
-// [sb0, sb1). For each block, `add_block`(w, unpacked, unpack_into, b,
-// half, act, astride, nb, s, C) adds its integer sums, each half's 8-bit
+// [sb0, sb1). For each block, `add_block`(super, j, unpacked, unpack_into,
+// b, half, act, astride, nb, s, C) adds its integer sums, each half's 8-bit
 // scale times sum((q - 32) x), to the columns' 32-bit sums, taking its
 // quants from the planes (and, given `unpack_into`, storing them there a
 // byte each for the panel's other column tiles, as q6_planes_tile_avx512
@@ -867,15 +881,15 @@ CK_AVX2 CK_INLINE void q6_planes_chunks_ymm(const uint8_t * blk, const int h, co
                 for (int c = 0; c < C; c++) {                                                                      \
                     s[c] = _mm256_setzero_si256();                                                                 \
                 }                                                                                                  \
-                for (int64_t b = CK_SUPER_BLOCKS * sb; b < CK_SUPER_BLOCKS * (sb + 1); b++) {                      \
+                const uint8_t * super = w + (size_t)sb * Q6_PLANES_PANEL_SUPER;                                    \
+                for (int j = 0; j < CK_SUPER_BLOCKS; j++) {                                                        \
+                    const int64_t b = CK_SUPER_BLOCKS * sb + j;                                                    \
                     if (fetch) {                                                                                   \
-                        fetch_ahead(w + (size_t)b * Q6_PLANES_PANEL_BLOCK, Q6_PLANES_PANEL_BLOCK);                 \
+                        fetch_super_share(super, j, Q6_PLANES_PANEL_SUPER);                                        \
                     }                                                                                              \
-                    add_block(w, unpacked, unpack_into, b, half, act, astride, nb, s, C);                          \
+                    add_block(super, j, unpacked, unpack_into, b, half, act, astride, nb, s, C);                   \
                 }                                                                                                  \
-                const int64_t first_block = CK_SUPER_BLOCKS * sb;                                                  \
-                scaled_block_ymm(w + (size_t)first_block * Q6_PLANES_PANEL_BLOCK + Q6_PLANES_D + 16 * half, act,   \
-                                 astride, nb, first_block, s, acc, C);                                             \
+                scaled_block_ymm(super + 16 * half, act, astride, nb, CK_SUPER_BLOCKS * sb, s, acc, C);            \
             }                                                                                                      \
             store_sums_ymm(dst, ldd, half, acc, C);                                                                \
         }
@@ -888,15 +902,16 @@ CK_AVX2 CK_INLINE void q6_planes_chunks_ymm(const uint8_t * blk, const int h, co
 // of a byte a quant (9 bits a weight instead of 7; C harness over this
 // file, Intel Xeon, the same results): 1.11x faster at B = 1 with the
 // weights from memory, 1.0-1.04x at B = 16-64.
-CK_AVX2 CK_INLINE void q6_planes_block_avx2(const uint8_t * w, const uint8_t * unpacked, uint8_t * unpack_into,
-                                            const int64_t b, const int half, const uint8_t * act, size_t astride,
-                                            int64_t nb, __m256i * s, const int C) {
-    const uint8_t * blk = w + (size_t)b * Q6_PLANES_PANEL_BLOCK;
+CK_AVX2 CK_INLINE void q6_planes_block_avx2(const uint8_t * super, const int j, const uint8_t * unpacked,
+                                            uint8_t * unpack_into, const int64_t b, const int half,
+                                            const uint8_t * act, size_t astride, int64_t nb, __m256i * s,
+                                            const int C) {
+    const uint8_t * blk = super + past_header(CK_Q6_PLANES, j);
     const __m256i first_scale = _mm256_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13, 0, 1, 0, 1, 4, 5,
                                                  4, 5, 8, 9, 8, 9, 12, 13, 12, 13);
     const __m256i second_scale = _mm256_add_epi8(first_scale, _mm256_set1_epi8(2));
     const __m256i scale_pairs =
-        _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + Q6_PLANES_SCALES + 16 * half)));
+        _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(super + Q6_PLANES_SCALES(j) + 16 * half)));
     const __m256i offsets = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(scale_pairs, 5));
     for (int c = 0; c < C; c++) {
         const int16_t * halves = column_half_sums(act + (size_t)c * astride, nb) + 2 * b;
@@ -1152,11 +1167,11 @@ CK_Q4_K_TILE_YMM(q4_k_tile_avx_vnni, CK_AVX_VNNI, q4_k_block_avx_vnni)
 // their latency showed (a 1B model's output projection at B = 64, Zen 5:
 // 106 ms against 88). The same integer sums as q6_planes_block_avx2, so
 // the same results.
-CK_AVX_VNNI CK_INLINE void q6_planes_block_avx_vnni(const uint8_t * w, const uint8_t * unpacked,
+CK_AVX_VNNI CK_INLINE void q6_planes_block_avx_vnni(const uint8_t * super, const int j, const uint8_t * unpacked,
                                                     uint8_t * unpack_into, const int64_t b, const int half,
                                                     const uint8_t * act, size_t astride, int64_t nb, __m256i * s,
                                                     const int C) {
-    const uint8_t * blk = w + (size_t)b * Q6_PLANES_PANEL_BLOCK;
+    const uint8_t * blk = super + past_header(CK_Q6_PLANES, j);
     __m256i v[8];
     for (int g = 0; g < 8; g++) {
         const size_t at = (size_t)b * Q6_UNPACKED_BLOCK + 32 * half + 64 * g;
@@ -1181,7 +1196,7 @@ CK_AVX_VNNI CK_INLINE void q6_planes_block_avx_vnni(const uint8_t * w, const uin
         }
         // Each row's two scales (a 16-bit pair), as 32-bit lanes.
         const __m256i scale_pairs =
-            _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + Q6_PLANES_SCALES + 16 * half)));
+            _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(super + Q6_PLANES_SCALES(j) + 16 * half)));
         const __m256i first_scales = _mm256_srai_epi32(_mm256_slli_epi32(scale_pairs, 16), 16);
         s[c] = _mm256_add_epi32(s[c], _mm256_mullo_epi32(first, first_scales));
         CK_KEEP_SUM(s[c]);

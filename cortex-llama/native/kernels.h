@@ -76,8 +76,9 @@ void ck_convert_back(enum ck_isa isa, int type, const void * src, void * dst, in
 
 // Bytes a packed matrix of ggml type `type` and `rows` x `cols` takes (in
 // its panel format; Q4_1: as in ggml; Q5_1: a byte per quant, 576 bytes
-// per panel block; Q6_PLANES: 448; Q4_K: 296 (a panel's 8 blocks of
-// 288 bytes after each super-block's 64); Q8_0: plus a 16-bit sum of each
+// per panel block; Q6_PLANES: 424 (a panel's 8 blocks of 384 bytes after
+// each super-block's 320); Q4_K: 296 (8 blocks of 256 after each
+// super-block's 320); Q8_0: plus a 16-bit sum of each
 // row's block, 576 bytes per panel block instead of 544). Returns 0 for a shape
 // the kernels do not take.
 size_t ck_packed_size(enum ck_isa isa, int type, int64_t rows, int64_t cols);

@@ -79,8 +79,8 @@ size_t ck_packed_size(enum ck_isa isa, int type, int64_t rows, int64_t cols) {
 // the low nibbles, 16+4h..16+4h+3 in the high ones), then 2 chunks of their
 // top 2 bits (chunk t, lane r, byte k: bits 0-1 and 2-3 those of the quants
 // in nibble chunk 2t's low and high nibbles, bits 4-5 and 6-7 those of
-// chunk 2t + 1's); then 16 fp16 d and 16 pairs of int8 scales (of weights
-// 0-15, of 16-31).
+// chunk 2t + 1's); the rows' pairs of int8 scales (of weights 0-15, of
+// 16-31) and the super-block's fp16 d in the header before its first block.
 // Q4_K panel block: Q4_1's nibble chunks; the rows' 8-bit scales and mins
 // and the super-block's fp16 d and dmin in the header before its first block.
 // Q8_0 panel block: chunk g holds, in lane r, row r's weights 4g..4g+3;
@@ -139,11 +139,13 @@ static void pack_block(enum ck_format format, const void * src, int64_t cols, in
             memcpy(out + 544 + 2 * r, blk + 2, 2);  // m
         } else if (format == CK_Q6_PLANES) {
             to_planes(out, r, blk + 4);
-            memcpy(out + Q6_PLANES_D + 2 * r, blk, 2);           // d
-            memcpy(out + Q6_PLANES_SCALES + 2 * r, blk + 2, 2);  // the two scales
+            uint8_t * header = out - past_header(format, b);
+            memcpy(header + 2 * r, blk, 2);  // d (each of the super-block's blocks has the same)
+            memset(header + Q6_PLANES_SPARE, 0, Q6_PLANES_PANEL_HEADER - Q6_PLANES_SPARE);
+            memcpy(header + Q6_PLANES_SCALES(b % CK_SUPER_BLOCKS) + 2 * r, blk + 2, 2);  // the two scales
         } else if (format == CK_Q4_K) {
             to_lane(out, r, blk + 6, 4);
-            uint8_t * header = out - q4_k_past_header(b);
+            uint8_t * header = out - past_header(format, b);
             header[Q4_K_SCALES(b % Q4_K_SUPER_BLOCKS) + r] = blk[4];
             header[Q4_K_SCALES(b % Q4_K_SUPER_BLOCKS) + 16 + r] = blk[5];
             memcpy(header + 2 * r, blk, 2);           // d
@@ -173,11 +175,12 @@ static void unpack_block(enum ck_format format, const uint8_t * in, int64_t b, i
         memcpy(blk + 2, in + 544 + 2 * r, 2);
     } else if (format == CK_Q6_PLANES) {
         from_planes(in, r, blk + 4);
-        memcpy(blk, in + Q6_PLANES_D + 2 * r, 2);
-        memcpy(blk + 2, in + Q6_PLANES_SCALES + 2 * r, 2);
+        const uint8_t * header = in - past_header(format, b);
+        memcpy(blk, header + 2 * r, 2);
+        memcpy(blk + 2, header + Q6_PLANES_SCALES(b % CK_SUPER_BLOCKS) + 2 * r, 2);
     } else if (format == CK_Q4_K) {
         from_lane(in, r, blk + 6, 4);
-        const uint8_t * header = in - q4_k_past_header(b);
+        const uint8_t * header = in - past_header(format, b);
         blk[4] = header[Q4_K_SCALES(b % Q4_K_SUPER_BLOCKS) + r];
         blk[5] = header[Q4_K_SCALES(b % Q4_K_SUPER_BLOCKS) + 16 + r];
         memcpy(blk, header + 2 * r, 2);

@@ -22,20 +22,30 @@
 #define Q4_1_PANEL_BLOCK 320  // 4 x 64 nibble bytes, 16 fp16 d, 16 fp16 m
 #define Q5_1_PANEL_BLOCK 576  // 8 x 64 quant bytes (0-31), 16 fp16 d, 16 fp16 m
 #define Q8_0_PANEL_BLOCK 576  // 8 x 64 bytes, 16 fp16 d, 16 int16 row sums
-#define Q6_PLANES_PANEL_BLOCK 448  // 4 x 64 nibble bytes, 2 x 64 bytes of bit pairs, 16 fp16 d, 16 pairs of int8 scales
-// Where a Q6_PLANES panel block's bit pairs, d and scale pairs start.
-#define Q6_PLANES_PAIRS 256
-#define Q6_PLANES_D 384
-#define Q6_PLANES_SCALES 416
-// Q4_K panels go by super-blocks of 8 blocks: a header of 16 fp16 d, 16
-// fp16 dmin and each block's 16 scales and 16 mins, then each block's 4 x 64
-// nibble bytes (as Q4_1's; whole cache lines, so no load splits one).
+// Q4_K and Q6_PLANES panels go by super-blocks of 8 blocks (k-quants' 256
+// weights): a header with the super-block's values, then each block's
+// quants, all in whole cache lines (so no load splits one).
+// Q4_K: a header of 16 fp16 d, 16 fp16 dmin and each block's 16 scales and
+// 16 mins, then each block's 4 x 64 nibble bytes (as Q4_1's).
 #define Q4_K_PANEL_HEADER 320
 #define Q4_K_PANEL_BLOCK 256
 #define Q4_K_SUPER_BLOCKS CK_SUPER_BLOCKS
 // Where block j's scales are in its super-block's header (its mins 16 after).
 #define Q4_K_SCALES(j) (64 + 32 * (j))
 #define Q4_K_PANEL_SUPER (Q4_K_PANEL_HEADER + Q4_K_SUPER_BLOCKS * Q4_K_PANEL_BLOCK)
+// Q6_PLANES: a header of 16 fp16 d (Q6_K has one a super-block) and each
+// block's 16 pairs of int8 scales (288 bytes, 32 spare), then each block's
+// 4 x 64 nibble bytes and 2 x 64 bytes of bit pairs: 6.63 bits a weight
+// (Q6_K's own 6.56 and the lines' padding). With d and the scales in each
+// block (448 bytes, 7 bits) one sequence read 5% more of a Q6_K matrix.
+#define Q6_PLANES_PANEL_HEADER 320
+#define Q6_PLANES_PANEL_BLOCK 384
+// Where block j's scale pairs are in its super-block's header.
+#define Q6_PLANES_SCALES(j) (32 + 32 * (j))
+#define Q6_PLANES_SPARE Q6_PLANES_SCALES(CK_SUPER_BLOCKS)
+// Where a Q6_PLANES panel block's bit pairs start.
+#define Q6_PLANES_PAIRS 256
+#define Q6_PLANES_PANEL_SUPER (Q6_PLANES_PANEL_HEADER + CK_SUPER_BLOCKS * Q6_PLANES_PANEL_BLOCK)
 #define Q4_1_BLOCK 20         // ggml's block_q4_1: fp16 d, fp16 m, 16 bytes
 #define Q5_1_BLOCK 24         // ggml's block_q5_1: fp16 d, fp16 m, 4 bytes of high bits, 16 bytes
 #define Q8_0_BLOCK 34         // ggml's block_q8_0: fp16 d, 32 bytes
@@ -51,8 +61,8 @@ static inline size_t panel_block_bytes(enum ck_format format) {
     switch (format) {
         case CK_Q4_1: return Q4_1_PANEL_BLOCK;
         case CK_Q5_1: return Q5_1_PANEL_BLOCK;
-        case CK_Q6_PLANES: return Q6_PLANES_PANEL_BLOCK;
-        case CK_Q4_K: return Q4_K_PANEL_SUPER / Q4_K_SUPER_BLOCKS;  // on average
+        case CK_Q6_PLANES: return Q6_PLANES_PANEL_SUPER / CK_SUPER_BLOCKS;  // on average
+        case CK_Q4_K: return Q4_K_PANEL_SUPER / Q4_K_SUPER_BLOCKS;          // on average
         default: return Q8_0_PANEL_BLOCK;
     }
 }
@@ -114,15 +124,23 @@ static inline const uint8_t * ggml_block(enum ck_format format, const void * m, 
     return (const uint8_t *)m + ((size_t)r * (size_t)(cols / CK_BLOCK) + (size_t)b) * block_bytes(format);
 }
 
-// How far Q4_K panel block b's nibbles are past its super-block's header.
-static inline size_t q4_k_past_header(int64_t b) {
-    return Q4_K_PANEL_HEADER + (size_t)(b % Q4_K_SUPER_BLOCKS) * Q4_K_PANEL_BLOCK;
+// Whether a format's panels go by super-blocks with a header (see above).
+static inline bool super_block_panels(enum ck_format format) {
+    return format == CK_Q4_K || format == CK_Q6_PLANES;
+}
+
+// How far panel block b's quants are past the start of its super-block
+// (Q4_K, Q6_PLANES).
+static inline size_t past_header(enum ck_format format, int64_t b) {
+    return format == CK_Q4_K ? Q4_K_PANEL_HEADER + (size_t)(b % CK_SUPER_BLOCKS) * Q4_K_PANEL_BLOCK
+                             : Q6_PLANES_PANEL_HEADER + (size_t)(b % CK_SUPER_BLOCKS) * Q6_PLANES_PANEL_BLOCK;
 }
 
 static inline size_t panel_block_offset(enum ck_format format, int64_t cols, int64_t panel, int64_t b) {
-    if (format == CK_Q4_K) {
-        return (size_t)panel * (size_t)(cols / CK_BLOCK) * panel_block_bytes(format) +
-               (size_t)(b / Q4_K_SUPER_BLOCKS) * Q4_K_PANEL_SUPER + q4_k_past_header(b);
+    if (super_block_panels(format)) {
+        return ((size_t)panel * (size_t)(cols / CK_BLOCK) + (size_t)(b / CK_SUPER_BLOCKS) * CK_SUPER_BLOCKS) *
+                   panel_block_bytes(format) +
+               past_header(format, b);
     }
     return ((size_t)panel * (size_t)(cols / CK_BLOCK) + (size_t)b) * panel_block_bytes(format);
 }

@@ -96,7 +96,7 @@
 //!     operation; the device accepts matrix products of the weights it can pack
 //!     in whole panels (Q4_1, Q5_1 and Q8_0, and the formats `native/convert.c`
 //!     turns into them exactly or within a rounding: Q4_0 into Q4_1, Q4_K
-//!     into its own panels, Q5_K into Q5_1, Q6_K into its own quants, 7 bits
+//!     into its own panels, Q5_K into Q5_1, Q6_K into its own quants, 6.6 bits
 //!     each in two planes, Q5_0 into Q5_1 for the AVX2 kernels and Q8_0 for
 //!     the VNNI ones), so those weights are
 //!     stored in its buffer and packed as they load (`set_tensor`). The question is asked on the loading thread,
