@@ -125,6 +125,10 @@ static void from_planes(const uint8_t * panel_block, int r, uint8_t * q) {
 
 static void pack_block(enum ck_format format, const void * src, int64_t cols, int64_t panel, int64_t b,
                        uint8_t * out) {
+    if (format == CK_Q6_PLANES && b % CK_SUPER_BLOCKS == 0) {
+        // The header's spare bytes, once a super-block: no stale memory in the panels.
+        memset(out - past_header(format, b) + Q6_PLANES_SPARE, 0, Q6_PLANES_PANEL_HEADER - Q6_PLANES_SPARE);
+    }
     for (int r = 0; r < CK_PANEL_ROWS; r++) {
         const uint8_t * blk = ggml_block(format, src, cols, panel * CK_PANEL_ROWS + r, b);
         if (format == CK_Q4_1) {
@@ -141,7 +145,6 @@ static void pack_block(enum ck_format format, const void * src, int64_t cols, in
             to_planes(out, r, blk + 4);
             uint8_t * header = out - past_header(format, b);
             memcpy(header + 2 * r, blk, 2);  // d (each of the super-block's blocks has the same)
-            memset(header + Q6_PLANES_SPARE, 0, Q6_PLANES_PANEL_HEADER - Q6_PLANES_SPARE);
             memcpy(header + Q6_PLANES_SCALES(b % CK_SUPER_BLOCKS) + 2 * r, blk + 2, 2);  // the two scales
         } else if (format == CK_Q4_K) {
             to_lane(out, r, blk + 6, 4);
