@@ -84,7 +84,7 @@ static void quantize_task(struct ggml_tensor * dst, int ith, int nth, void * use
             const int64_t i13 = c / (x->ne[1] * x->ne[2]);
             const float * column =
                 (const float *)((const char *)x->data + i11 * x->nb[1] + i12 * x->nb[2] + i13 * x->nb[3]);
-            ck_quantize_column(batch->isa, job->format, column, x->ne[0],
+            ck_quantize_column(batch->isa, job->format, job->columns, column, x->ne[0],
                                batch->scratch + job->offset + (size_t)c * stride);
         }
     }

@@ -490,20 +490,34 @@ static uint8_t * unpack_buffer(size_t bytes) {
     return buffer->data;
 }
 
+// A panel unpacked: nb blocks of Q6_UNPACKED_BLOCK bytes, then for each
+// super-block its rows' weight terms (for the AVX2 tiles of activations
+// offset by 128, see q6_planes_block_ymm): 16 int32, the panel's first 8
+// rows then the second's.
+#    define Q6_UNPACKED_TERMS 64
+static size_t q6_unpacked_panel_bytes(int64_t nb) {
+    return (size_t)nb * Q6_UNPACKED_BLOCK + (size_t)(nb / CK_SUPER_BLOCKS) * Q6_UNPACKED_TERMS;
+}
+
 // Where a product's first column tile unpacks a panel group's Q6_PLANES
-// panels (each nb blocks of Q6_UNPACKED_BLOCK bytes) for its other tiles
-// (tiles of `tile_columns`): this thread's buffer when there are others,
-// else NULL (each tile then unpacks its own in registers).
+// panels for its other tiles (tiles of `tile_columns`): this thread's
+// buffer when there are others, else NULL (each tile then unpacks its own
+// in registers).
 static uint8_t * q6_unpack_buffer(enum ck_format format, int64_t n_cols, int64_t tile_columns, int64_t nb,
                                   int64_t group_panels) {
     return format == CK_Q6_PLANES && n_cols > tile_columns
-               ? unpack_buffer((size_t)group_panels * (size_t)nb * Q6_UNPACKED_BLOCK)
+               ? unpack_buffer((size_t)group_panels * q6_unpacked_panel_bytes(nb))
                : NULL;
 }
 
 // A panel's place in that buffer (NULL where there is none).
 static uint8_t * q6_unpacked_panel(uint8_t * buffer, int64_t nb, int64_t panel_in_group) {
-    return buffer ? buffer + (size_t)panel_in_group * (size_t)nb * Q6_UNPACKED_BLOCK : NULL;
+    return buffer ? buffer + (size_t)panel_in_group * q6_unpacked_panel_bytes(nb) : NULL;
+}
+
+// Super-block sb's weight terms for half `half` of an unpacked panel.
+static int32_t * q6_unpacked_terms(const uint8_t * panel, int64_t nb, int64_t sb, int half) {
+    return (int32_t *)(panel + (size_t)nb * Q6_UNPACKED_BLOCK + (size_t)sb * Q6_UNPACKED_TERMS + 32 * half);
 }
 
 // `tile`(args..., C, fetch) for C = n (1-8) as a constant.
@@ -863,13 +877,16 @@ CK_AVX2 CK_INLINE void q6_planes_chunks_ymm(const uint8_t * blk, const int h, co
 // The Q6_PLANES tile on 256 bits: 8 rows (half `half`) x C columns, the
 // activations with one scale per super-block (ggml's Q8_K), super-blocks
 // [sb0, sb1). For each block, `add_block`(super, j, unpacked, unpack_into,
-// b, half, act, astride, nb, s, C) adds its integer sums, each half's 8-bit
-// scale times sum((q - 32) x), to the columns' 32-bit sums, taking its
-// quants from the planes (and, given `unpack_into`, storing them there a
-// byte each for the panel's other column tiles, as q6_planes_tile_avx512
-// does) or from `unpacked`; after the super-block's 8, one float step with
-// Q6_K's d. The AVX2 and AVX-VNNI tiles differ only in that step.
-#    define CK_Q6_PLANES_TILE_YMM(name, target, add_block)                                                       \
+// b, half, act, astride, nb, s, terms, C) adds its integer sums, each
+// half's 8-bit scale times sum((q - 32) x), to the columns' 32-bit sums,
+// taking its quants from the planes (and, given `unpack_into`, storing them
+// there a byte each for the panel's other column tiles, as
+// q6_planes_tile_avx512 does) or from `unpacked`; after the super-block's
+// 8, one float step with Q6_K's d. The AVX2 and AVX-VNNI tiles differ in
+// that step; AVX2's for activations offset by 128 (`weight_terms`) also
+// take away the weights' terms its blocks summed in `terms` from the
+// planes (or that the first column tile kept beside the unpacked bytes).
+#    define CK_Q6_PLANES_TILE_YMM(name, target, add_block, weight_terms)                                         \
         target CK_INLINE void name(const uint8_t * w, const uint8_t * unpacked, uint8_t * unpack_into, int64_t nb, \
                                    const uint8_t * act, size_t astride, float * dst, int64_t ldd,                  \
                                    const int64_t sb0, const int64_t sb1, const int C, const int half,              \
@@ -881,18 +898,36 @@ CK_AVX2 CK_INLINE void q6_planes_chunks_ymm(const uint8_t * blk, const int h, co
                 for (int c = 0; c < C; c++) {                                                                      \
                     s[c] = _mm256_setzero_si256();                                                                 \
                 }                                                                                                  \
+                __m256i terms = _mm256_setzero_si256();                                                            \
                 const uint8_t * super = w + (size_t)sb * Q6_PLANES_PANEL_SUPER;                                    \
                 for (int j = 0; j < CK_SUPER_BLOCKS; j++) {                                                        \
                     const int64_t b = CK_SUPER_BLOCKS * sb + j;                                                    \
                     if (fetch) {                                                                                   \
                         fetch_super_share(super, j, Q6_PLANES_PANEL_SUPER);                                        \
                     }                                                                                              \
-                    add_block(super, j, unpacked, unpack_into, b, half, act, astride, nb, s, C);                   \
+                    add_block(super, j, unpacked, unpack_into, b, half, act, astride, nb, s, &terms, C);           \
+                }                                                                                                  \
+                if (weight_terms) {                                                                                \
+                    if (unpacked) {                                                                                \
+                        terms = _mm256_load_si256((const __m256i *)q6_unpacked_terms(unpacked, nb, sb, half));     \
+                    } else if (unpack_into) {                                                                      \
+                        _mm256_store_si256((__m256i *)q6_unpacked_terms(unpack_into, nb, sb, half), terms);        \
+                    }                                                                                              \
+                    take_weight_terms_ymm(terms, s, C);                                                            \
                 }                                                                                                  \
                 scaled_block_ymm(super + 16 * half, act, astride, nb, CK_SUPER_BLOCKS * sb, s, acc, C);            \
             }                                                                                                      \
             store_sums_ymm(dst, ldd, half, acc, C);                                                                \
         }
+
+// Each column's super-block sums of (q - 32)(x + 128) less 128 times the
+// rows' `terms` (their sums of (q - 32), times the scales): of (q - 32) x.
+CK_AVX2 CK_INLINE void take_weight_terms_ymm(const __m256i terms, __m256i * s, const int C) {
+    const __m256i offsets = _mm256_slli_epi32(terms, 7);
+    for (int c = 0; c < C; c++) {
+        s[c] = _mm256_sub_epi32(s[c], offsets);
+    }
+}
 
 // Which scale of its row's pair each 16-bit sum of a Q6 block's first
 // (bytes 0-1 of each pair) and second 16 quants (2-3) takes: vpshufb
@@ -904,97 +939,149 @@ static const uint8_t q6_scale_patterns_ymm[2][32] __attribute__((aligned(32))) =
 };
 #    undef CK_Q6_PATTERN
 
-// q6_planes_block_avx2's sums for 4 columns (`stride` apart, each at its
-// block's words `q0` and half sums `h0`) from a block's quants unpacked to a
-// byte each (`bytes`: chunk g at 64 g), written out: GCC's schedule of the
-// same C kept the columns' sums in memory, and in the C harness (1 thread,
-// Intel Xeon, 2,048 x 2,048) the tile ran 1.18x faster this way at 8, 16
-// and 64 columns, with the same results. The same additions in another
-// order, all in integers, so the same sums.
-CK_AVX2 CK_INLINE void q6_bytes_block4_avx2(const uint8_t * bytes, const uint8_t * scales, const uint8_t * q0,
-                                            const uint8_t * h0, size_t stride, __m256i * s) {
-    const uint8_t * q2 = q0 + 2 * stride;
-    const uint8_t * h2 = h0 + 2 * stride;
-    __m256i t0, t1, pairs, offsets, first, second, v0, v1, v2, v3;
-    __asm__(
-        "vpmovsxbw (%[sc]), %[pairs]\n\t"
-        "vpsllw $5, %[pairs], %[t0]\n\t"
-        "vpxor %[offsets], %[offsets], %[offsets]\n\t"
-        "vpsubw %[t0], %[offsets], %[offsets]\n\t"
-        "vpbroadcastd (%[h0]), %[t0]\n\t"
-        "vpbroadcastd (%[h0],%[st]), %[t1]\n\t"
-        "vpmaddwd %[t0], %[offsets], %[t0]\n\t"
-        "vpmaddwd %[t1], %[offsets], %[t1]\n\t"
-        "vpaddd %[t0], %[s0], %[s0]\n\t"
-        "vpaddd %[t1], %[s1], %[s1]\n\t"
-        "vpbroadcastd (%[h2]), %[t0]\n\t"
-        "vpbroadcastd (%[h2],%[st]), %[t1]\n\t"
-        "vpmaddwd %[t0], %[offsets], %[t0]\n\t"
-        "vpmaddwd %[t1], %[offsets], %[t1]\n\t"
-        "vpaddd %[t0], %[s2], %[s2]\n\t"
-        "vpaddd %[t1], %[s3], %[s3]\n\t"
-        "vpshufb (%[patterns]), %[pairs], %[first]\n\t"
-        "vpshufb 32(%[patterns]), %[pairs], %[second]\n\t"
+// q6_planes_block_ymm's products for 4 columns (`stride` apart, each at
+// its block's words `q0`) from a block's quants unpacked to a byte each
+// (`bytes`: chunk g at 64 g), written out: GCC's schedule of the same C
+// kept the columns' sums in memory, and in the C harness (1 thread, Intel
+// Xeon, 2,048 x 2,048) the tile ran 1.18x faster this way at 8, 16 and 64
+// columns, with the same results. The same additions in another order, all
+// in integers, so the same sums. `OFFSETS` starts the block (the offsets'
+// part, or nothing), `MADDUBS(v, t)` multiplies quants by activations in
+// the operands' order of the encoding.
+#    define CK_Q6_BYTES_BLOCK4(OFFSETS, MADDUBS)                                     \
+        "vpmovsxbw (%[sc]), %[pairs]\n\t"                                           \
+        OFFSETS                                                                     \
+        "vpshufb (%[patterns]), %[pairs], %[first]\n\t"                             \
+        "vpshufb 32(%[patterns]), %[pairs], %[second]\n\t"                          \
+        CK_Q6_CHUNKS(0, MADDUBS)                                                    \
+        CK_Q6_CHUNKS(2, MADDUBS)
 // Column Q's chunks P and P + 1 (first half) and 4 + P and 5 + P.
-#    define CK_Q6_COLUMN(Q, S, P)                                \
+#    define CK_Q6_COLUMN(Q, S, P, MADDUBS)                       \
         "vpbroadcastd 4*" #P Q ", %[t0]\n\t"                  \
         "vpbroadcastd 4*" #P "+4" Q ", %[t1]\n\t"             \
-        "vpmaddubsw %[t0], %[v0], %[t0]\n\t"                 \
-        "vpmaddubsw %[t1], %[v1], %[t1]\n\t"                 \
+        MADDUBS("%[v0]", "%[t0]")                              \
+        MADDUBS("%[v1]", "%[t1]")                              \
         "vpaddw %[t1], %[t0], %[t0]\n\t"                     \
         "vpmaddwd %[first], %[t0], %[t0]\n\t"                \
         "vpaddd %[t0], " S ", " S "\n\t"                     \
         "vpbroadcastd 4*" #P "+16" Q ", %[t0]\n\t"            \
         "vpbroadcastd 4*" #P "+20" Q ", %[t1]\n\t"            \
-        "vpmaddubsw %[t0], %[v2], %[t0]\n\t"                 \
-        "vpmaddubsw %[t1], %[v3], %[t1]\n\t"                 \
+        MADDUBS("%[v2]", "%[t0]")                              \
+        MADDUBS("%[v3]", "%[t1]")                              \
         "vpaddw %[t1], %[t0], %[t0]\n\t"                     \
         "vpmaddwd %[second], %[t0], %[t0]\n\t"               \
         "vpaddd %[t0], " S ", " S "\n\t"
-#    define CK_Q6_CHUNKS(P)                                      \
+#    define CK_Q6_CHUNKS(P, MADDUBS)                             \
         "vmovdqu 64*" #P "(%[u]), %[v0]\n\t"                  \
         "vmovdqu 64*" #P "+64(%[u]), %[v1]\n\t"               \
         "vmovdqu 64*" #P "+256(%[u]), %[v2]\n\t"              \
         "vmovdqu 64*" #P "+320(%[u]), %[v3]\n\t"              \
-        CK_Q6_COLUMN("(%[q0])", "%[s0]", P)                  \
-        CK_Q6_COLUMN("(%[q0],%[st])", "%[s1]", P)            \
-        CK_Q6_COLUMN("(%[q2])", "%[s2]", P)                  \
-        CK_Q6_COLUMN("(%[q2],%[st])", "%[s3]", P)
-        CK_Q6_CHUNKS(0)
-        CK_Q6_CHUNKS(2)
-#    undef CK_Q6_CHUNKS
-#    undef CK_Q6_COLUMN
-        : [s0] "+x"(s[0]), [s1] "+x"(s[1]), [s2] "+x"(s[2]), [s3] "+x"(s[3]), [t0] "=&x"(t0), [t1] "=&x"(t1),
-          [pairs] "=&x"(pairs), [offsets] "=&x"(offsets), [first] "=&x"(first), [second] "=&x"(second),
-          [v0] "=&x"(v0), [v1] "=&x"(v1), [v2] "=&x"(v2), [v3] "=&x"(v3)
-        : [u] "r"(bytes), [sc] "r"(scales), [q0] "r"(q0), [q2] "r"(q2), [h0] "r"(h0), [h2] "r"(h2),
-          [st] "r"(stride), [patterns] "r"(q6_scale_patterns_ymm)
-        : "memory");
+        CK_Q6_COLUMN("(%[q0])", "%[s0]", P, MADDUBS)         \
+        CK_Q6_COLUMN("(%[q0],%[st])", "%[s1]", P, MADDUBS)   \
+        CK_Q6_COLUMN("(%[q2])", "%[s2]", P, MADDUBS)         \
+        CK_Q6_COLUMN("(%[q2],%[st])", "%[s3]", P, MADDUBS)
+// The quants (unsigned) times the activations (signed), or with the
+// activations offset by 128 the activations (unsigned) times the quants
+// less 32 (signed).
+#    define CK_QUANTS_FIRST(v, t) "vpmaddubsw " t ", " v ", " t "\n\t"
+#    define CK_ACTIVATIONS_FIRST(v, t) "vpmaddubsw " v ", " t ", " t "\n\t"
+
+// The quants, unsigned, times the columns' activations, each column's sums
+// starting with -32 times the scales times its half sums (at `h0`).
+CK_AVX2 CK_INLINE void q6_bytes_block4_avx2(const uint8_t * bytes, const uint8_t * scales, const uint8_t * q0,
+                                            const uint8_t * h0, size_t stride, __m256i * s) {
+    const uint8_t * q2 = q0 + 2 * stride;
+    const uint8_t * h2 = h0 + 2 * stride;
+    __m256i t0, t1, pairs, offsets, first, second, v0, v1, v2, v3;
+    __asm__(CK_Q6_BYTES_BLOCK4(
+                "vpsllw $5, %[pairs], %[t0]\n\t"
+                "vpxor %[offsets], %[offsets], %[offsets]\n\t"
+                "vpsubw %[t0], %[offsets], %[offsets]\n\t"
+                "vpbroadcastd (%[h0]), %[t0]\n\t"
+                "vpbroadcastd (%[h0],%[st]), %[t1]\n\t"
+                "vpmaddwd %[t0], %[offsets], %[t0]\n\t"
+                "vpmaddwd %[t1], %[offsets], %[t1]\n\t"
+                "vpaddd %[t0], %[s0], %[s0]\n\t"
+                "vpaddd %[t1], %[s1], %[s1]\n\t"
+                "vpbroadcastd (%[h2]), %[t0]\n\t"
+                "vpbroadcastd (%[h2],%[st]), %[t1]\n\t"
+                "vpmaddwd %[t0], %[offsets], %[t0]\n\t"
+                "vpmaddwd %[t1], %[offsets], %[t1]\n\t"
+                "vpaddd %[t0], %[s2], %[s2]\n\t"
+                "vpaddd %[t1], %[s3], %[s3]\n\t",
+                CK_QUANTS_FIRST)
+            : [s0] "+x"(s[0]), [s1] "+x"(s[1]), [s2] "+x"(s[2]), [s3] "+x"(s[3]), [t0] "=&x"(t0), [t1] "=&x"(t1),
+              [pairs] "=&x"(pairs), [offsets] "=&x"(offsets), [first] "=&x"(first), [second] "=&x"(second),
+              [v0] "=&x"(v0), [v1] "=&x"(v1), [v2] "=&x"(v2), [v3] "=&x"(v3)
+            : [u] "r"(bytes), [sc] "r"(scales), [q0] "r"(q0), [q2] "r"(q2), [h0] "r"(h0), [h2] "r"(h2),
+              [st] "r"(stride), [patterns] "r"(q6_scale_patterns_ymm)
+            : "memory");
 }
 
-// A Q6_PLANES block with AVX2: the sums start with the offsets' part, -32
-// times the scales times the column's half sums (one vpmaddwd of the rows'
-// scale pairs), then the quants' products, unsigned as vpmaddubsw's first
-// operand wants, two of them a lane pair summed in 16 bits (2 x 2 x 63 x 127
-// < 32768) and widened by vpmaddwd with the half's scales. Against panels
-// of a byte a quant (9 bits a weight instead of 7; C harness over this
-// file, Intel Xeon, the same results): 1.11x faster at B = 1 with the
-// weights from memory, 1.0-1.04x at B = 16-64.
-CK_AVX2 CK_INLINE void q6_planes_block_avx2(const uint8_t * super, const int j, const uint8_t * unpacked,
-                                            uint8_t * unpack_into, const int64_t b, const int half,
-                                            const uint8_t * act, size_t astride, int64_t nb, __m256i * s,
-                                            const int C) {
+// The columns' activations offset by 128 times the quants less 32.
+CK_AVX2 CK_INLINE void q6_bytes_block4_offset_avx2(const uint8_t * bytes, const uint8_t * scales, const uint8_t * q0,
+                                                   size_t stride, __m256i * s) {
+    const uint8_t * q2 = q0 + 2 * stride;
+    __m256i t0, t1, pairs, first, second, v0, v1, v2, v3;
+    __asm__(CK_Q6_BYTES_BLOCK4("", CK_ACTIVATIONS_FIRST)
+            : [s0] "+x"(s[0]), [s1] "+x"(s[1]), [s2] "+x"(s[2]), [s3] "+x"(s[3]), [t0] "=&x"(t0), [t1] "=&x"(t1),
+              [pairs] "=&x"(pairs), [first] "=&x"(first), [second] "=&x"(second), [v0] "=&x"(v0), [v1] "=&x"(v1),
+              [v2] "=&x"(v2), [v3] "=&x"(v3)
+            : [u] "r"(bytes), [sc] "r"(scales), [q0] "r"(q0), [q2] "r"(q2), [st] "r"(stride),
+              [patterns] "r"(q6_scale_patterns_ymm)
+            : "memory");
+}
+#    undef CK_ACTIVATIONS_FIRST
+#    undef CK_QUANTS_FIRST
+#    undef CK_Q6_CHUNKS
+#    undef CK_Q6_COLUMN
+#    undef CK_Q6_BYTES_BLOCK4
+
+// A chunk of quants times a column's 4 activations (`word`), in the order
+// of the encoding: the quants first (unsigned), or (`offset`) the
+// activations.
+CK_AVX2 CK_INLINE __m256i q6_quants_times_ymm(const __m256i quants, const int32_t word, const bool offset) {
+    const __m256i x = _mm256_set1_epi32(word);
+    return offset ? _mm256_maddubs_epi16(x, quants) : _mm256_maddubs_epi16(quants, x);
+}
+
+// A Q6_PLANES block with AVX2. Two of its quants' products, a lane pair,
+// add up in 16 bits, widened by vpmaddwd with the half's scales. Either
+// (`offset` false) the sums start with the offsets' part, -32 times the
+// scales times the column's half sums (one vpmaddwd of the rows' scale
+// pairs), and the quants, unsigned as vpmaddubsw's first operand wants,
+// multiply the activations (2 x 2 x 63 x 127 < 32768); or (`offset`: the
+// activations offset by 128) the activations, unsigned, multiply the
+// quants less 32 (2 x 2 x 255 x 32 < 32768), a sum of (q - 32) x plus 128
+// (q - 32), whose weights' part, the same for every column, the block adds
+// to `terms` (the scales times the sums of the quants less 32) as it
+// unpacks them, for the tile to take away once a super-block. That moves
+// a vpmaddwd a column and block to the unpacking: the product of a group's
+// later column tiles is cheaper, of its first dearer (the C harness over
+// this file, 2,048 x 2,048 Q6, one thread, Intel Xeon, the same results:
+// 0.85-0.98x at 1-16 columns, 1.0-1.02x at 32, 1.02-1.13x at 64 in runs
+// that swing; every Q6_K product of a 1B model's B = 64 step 1.06x faster),
+// so a product takes it from CK_Q6_OFFSET_COLUMNS columns. Against
+// panels of a byte a quant (9 bits a weight instead of 7; the same harness,
+// the same results): 1.11x faster at B = 1 with the weights from memory,
+// 1.0-1.04x at B = 16-64.
+CK_AVX2 CK_INLINE void q6_planes_block_ymm(const uint8_t * super, const int j, const uint8_t * unpacked,
+                                           uint8_t * unpack_into, const int64_t b, const int half,
+                                           const uint8_t * act, size_t astride, int64_t nb, __m256i * s,
+                                           __m256i * terms, const int C, const bool offset) {
     const uint8_t * blk = super + past_header(CK_Q6_PLANES, j);
     const __m256i first_scale = _mm256_load_si256((const __m256i *)q6_scale_patterns_ymm[0]);
     const __m256i second_scale = _mm256_load_si256((const __m256i *)q6_scale_patterns_ymm[1]);
     const __m256i scale_pairs =
         _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(super + Q6_PLANES_SCALES(j) + 16 * half)));
-    const __m256i offsets = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(scale_pairs, 5));
-    for (int c = 0; c < C; c++) {
-        const int16_t * halves = column_half_sums(act + (size_t)c * astride, nb) + 2 * b;
-        int32_t both;
-        memcpy(&both, halves, sizeof both);
-        s[c] = _mm256_add_epi32(s[c], _mm256_madd_epi16(offsets, _mm256_set1_epi32(both)));
+    if (!offset) {
+        const __m256i offsets = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(scale_pairs, 5));
+        for (int c = 0; c < C; c++) {
+            const int16_t * halves = column_half_sums(act + (size_t)c * astride, nb) + 2 * b;
+            int32_t both;
+            memcpy(&both, halves, sizeof both);
+            s[c] = _mm256_add_epi32(s[c], _mm256_madd_epi16(offsets, _mm256_set1_epi32(both)));
+        }
     }
     const __m256i first = _mm256_shuffle_epi8(scale_pairs, first_scale);
     const __m256i second = _mm256_shuffle_epi8(scale_pairs, second_scale);
@@ -1011,6 +1098,18 @@ CK_AVX2 CK_INLINE void q6_planes_block_avx2(const uint8_t * super, const int j, 
         } else {
             q6_planes_chunks_ymm(blk, pair, half, &v[0], &v[2]);
             q6_planes_chunks_ymm(blk, pair + 1, half, &v[1], &v[3]);
+            if (offset) {
+                for (int k = 0; k < 4; k++) {
+                    v[k] = _mm256_sub_epi8(v[k], _mm256_set1_epi8(Q6_OFFSET));
+                }
+                // Each row's quants summed in pairs, two chunks at a time
+                // (2 x 32 to a byte), times the half's scale.
+                const __m256i ones = _mm256_set1_epi8(1);
+                const __m256i first_quants = _mm256_maddubs_epi16(ones, _mm256_add_epi8(v[0], v[1]));
+                const __m256i second_quants = _mm256_maddubs_epi16(ones, _mm256_add_epi8(v[2], v[3]));
+                *terms = _mm256_add_epi32(*terms, _mm256_madd_epi16(first_quants, first));
+                *terms = _mm256_add_epi32(*terms, _mm256_madd_epi16(second_quants, second));
+            }
             if (unpack_into) {
                 uint8_t * u = unpack_into + (size_t)b * Q6_UNPACKED_BLOCK + 32 * half;
                 _mm256_storeu_si256((__m256i *)(u + 64 * pair), v[0]);
@@ -1021,29 +1120,49 @@ CK_AVX2 CK_INLINE void q6_planes_block_avx2(const uint8_t * super, const int j, 
         }
         for (int c = 0; c < C; c++) {
             const int32_t * q = (const int32_t *)(act + (size_t)c * astride + (size_t)b * CK_BLOCK);
-            const __m256i t0 = _mm256_add_epi16(_mm256_maddubs_epi16(v[0], _mm256_set1_epi32(q[pair])),
-                                                _mm256_maddubs_epi16(v[1], _mm256_set1_epi32(q[pair + 1])));
+            const __m256i t0 = _mm256_add_epi16(q6_quants_times_ymm(v[0], q[pair], offset),
+                                                q6_quants_times_ymm(v[1], q[pair + 1], offset));
             s[c] = _mm256_add_epi32(s[c], _mm256_madd_epi16(t0, first));
             CK_KEEP_SUM(s[c]);
-            const __m256i t1 = _mm256_add_epi16(_mm256_maddubs_epi16(v[2], _mm256_set1_epi32(q[4 + pair])),
-                                                _mm256_maddubs_epi16(v[3], _mm256_set1_epi32(q[5 + pair])));
+            const __m256i t1 = _mm256_add_epi16(q6_quants_times_ymm(v[2], q[4 + pair], offset),
+                                                q6_quants_times_ymm(v[3], q[5 + pair], offset));
             s[c] = _mm256_add_epi32(s[c], _mm256_madd_epi16(t1, second));
             CK_KEEP_SUM(s[c]);
         }
     }
 }
 
-CK_Q6_PLANES_TILE_YMM(q6_planes_tile_avx2, CK_AVX2, q6_planes_block_avx2)
+CK_AVX2 CK_INLINE void q6_planes_block_avx2(const uint8_t * super, const int j, const uint8_t * unpacked,
+                                            uint8_t * unpack_into, const int64_t b, const int half,
+                                            const uint8_t * act, size_t astride, int64_t nb, __m256i * s,
+                                            __m256i * terms, const int C) {
+    q6_planes_block_ymm(super, j, unpacked, unpack_into, b, half, act, astride, nb, s, terms, C, false);
+}
+
+CK_AVX2 CK_INLINE void q6_planes_block_offset_avx2(const uint8_t * super, const int j, const uint8_t * unpacked,
+                                                   uint8_t * unpack_into, const int64_t b, const int half,
+                                                   const uint8_t * act, size_t astride, int64_t nb, __m256i * s,
+                                                   __m256i * terms, const int C) {
+    q6_planes_block_ymm(super, j, unpacked, unpack_into, b, half, act, astride, nb, s, terms, C, true);
+}
+
+CK_Q6_PLANES_TILE_YMM(q6_planes_tile_avx2, CK_AVX2, q6_planes_block_avx2, false)
+CK_Q6_PLANES_TILE_YMM(q6_planes_offset_tile_avx2, CK_AVX2, q6_planes_block_offset_avx2, true)
 
 // The Q6_PLANES tile of a group's later column tiles, whose panels the first
-// unpacked into `unpacked`: 4 columns by q6_bytes_block4_avx2, fewer as
-// q6_planes_tile_avx2 does them.
-CK_AVX2 CK_INLINE void q6_bytes_tile_avx2(const uint8_t * w, const uint8_t * unpacked, int64_t nb,
-                                          const uint8_t * act, size_t astride, float * dst, int64_t ldd,
-                                          const int64_t sb0, const int64_t sb1, const int C, const int half,
-                                          const bool fetch) {
+// unpacked into `unpacked`: 4 columns by q6_bytes_block4_avx2 (`offset`:
+// q6_bytes_block4_offset_avx2, then the weights' terms taken away), fewer
+// as the first tile's code does them.
+CK_AVX2 CK_INLINE void q6_bytes_tile_ymm(const uint8_t * w, const uint8_t * unpacked, int64_t nb,
+                                         const uint8_t * act, size_t astride, float * dst, int64_t ldd,
+                                         const int64_t sb0, const int64_t sb1, const int C, const int half,
+                                         const bool fetch, const bool offset) {
     if (C < 4) {
-        q6_planes_tile_avx2(w, unpacked, NULL, nb, act, astride, dst, ldd, sb0, sb1, C, half, fetch);
+        if (offset) {
+            q6_planes_offset_tile_avx2(w, unpacked, NULL, nb, act, astride, dst, ldd, sb0, sb1, C, half, fetch);
+        } else {
+            q6_planes_tile_avx2(w, unpacked, NULL, nb, act, astride, dst, ldd, sb0, sb1, C, half, fetch);
+        }
         return;
     }
     __m256 acc[4];
@@ -1057,13 +1176,35 @@ CK_AVX2 CK_INLINE void q6_bytes_tile_avx2(const uint8_t * w, const uint8_t * unp
         const uint8_t * super = w + (size_t)sb * Q6_PLANES_PANEL_SUPER;
         for (int j = 0; j < CK_SUPER_BLOCKS; j++) {
             const int64_t b = CK_SUPER_BLOCKS * sb + j;
-            q6_bytes_block4_avx2(unpacked + (size_t)b * Q6_UNPACKED_BLOCK + 32 * half,
-                                 super + Q6_PLANES_SCALES(j) + 16 * half, act + (size_t)b * CK_BLOCK,
-                                 halves + 4 * b, astride, s);
+            const uint8_t * bytes = unpacked + (size_t)b * Q6_UNPACKED_BLOCK + 32 * half;
+            const uint8_t * scales = super + Q6_PLANES_SCALES(j) + 16 * half;
+            if (offset) {
+                q6_bytes_block4_offset_avx2(bytes, scales, act + (size_t)b * CK_BLOCK, astride, s);
+            } else {
+                q6_bytes_block4_avx2(bytes, scales, act + (size_t)b * CK_BLOCK, halves + 4 * b, astride, s);
+            }
+        }
+        if (offset) {
+            take_weight_terms_ymm(_mm256_load_si256((const __m256i *)q6_unpacked_terms(unpacked, nb, sb, half)), s,
+                                  C);
         }
         scaled_block_ymm(super + 16 * half, act, astride, nb, CK_SUPER_BLOCKS * sb, s, acc, C);
     }
     store_sums_ymm(dst, ldd, half, acc, C);
+}
+
+CK_AVX2 CK_INLINE void q6_bytes_tile_avx2(const uint8_t * w, const uint8_t * unpacked, int64_t nb,
+                                          const uint8_t * act, size_t astride, float * dst, int64_t ldd,
+                                          const int64_t sb0, const int64_t sb1, const int C, const int half,
+                                          const bool fetch) {
+    q6_bytes_tile_ymm(w, unpacked, nb, act, astride, dst, ldd, sb0, sb1, C, half, fetch, false);
+}
+
+CK_AVX2 CK_INLINE void q6_bytes_offset_tile_avx2(const uint8_t * w, const uint8_t * unpacked, int64_t nb,
+                                                 const uint8_t * act, size_t astride, float * dst, int64_t ldd,
+                                                 const int64_t sb0, const int64_t sb1, const int C, const int half,
+                                                 const bool fetch) {
+    q6_bytes_tile_ymm(w, unpacked, nb, act, astride, dst, ldd, sb0, sb1, C, half, fetch, true);
 }
 
 // (The first half asks for the lines ahead: the second reads the same ones.)
@@ -1100,9 +1241,12 @@ CK_AVX2 CK_INLINE void q6_bytes_tile_avx2(const uint8_t * w, const uint8_t * unp
 // Every panel of [p0, p1) times the columns, 4 at a time, with `q4_1_tile`,
 // `q4_k_tile`, `q5_1_tile`, `q6_planes_tile` (its panels unpacked once for
 // many columns, as gemm_avx512 does, by a group's first column tile, for the
-// others' `q6_bytes_tile`) and `q8_0_tile` (8 rows each, see CK_TILE2): the
+// others' `q6_bytes_tile`; where `q6_offset`, the activations are offset
+// by 128 and those tiles are `q6_offset_planes_tile` and
+// `q6_offset_bytes_tile`) and `q8_0_tile` (8 rows each, see CK_TILE2): the
 // loop both 256-bit instruction sets share.
-#    define CK_GEMM_YMM(q4_1_tile, q4_k_tile, q5_1_tile, q6_planes_tile, q6_bytes_tile, q8_0_tile)       \
+#    define CK_GEMM_YMM(q4_1_tile, q4_k_tile, q5_1_tile, q6_planes_tile, q6_bytes_tile, q6_offset,                \
+                        q6_offset_planes_tile, q6_offset_bytes_tile, q8_0_tile)                                 \
         const int64_t nb = cols / CK_BLOCK;                                                              \
         const size_t astride = ck_activation_bytes(cols);                                                \
         const size_t panel_bytes = (size_t)nb * panel_block_bytes(format);                               \
@@ -1123,9 +1267,16 @@ CK_AVX2 CK_INLINE void q6_bytes_tile_avx2(const uint8_t * w, const uint8_t * unp
                         CK_TILE2(q5_1_tile, n, fetch, w, nb, a, astride, out, ldd)                       \
                     } else if (format == CK_Q4_K) {                                                      \
                         CK_TILE2_TURNS(q4_k_tile, n, fetch, nb, w, nb, a, astride, out, ldd)             \
+                    } else if (format == CK_Q6_PLANES && c == 0 && (q6_offset)) {                        \
+                        uint8_t * bytes = q6_unpacked_panel(unpacked, nb, p - group);                    \
+                        CK_TILE2_TURNS(q6_offset_planes_tile, n, fetch, nb, w, NULL, bytes, nb, a, astride, out, \
+                                       ldd)                                                              \
                     } else if (format == CK_Q6_PLANES && c == 0) {                                       \
                         uint8_t * bytes = q6_unpacked_panel(unpacked, nb, p - group);                    \
                         CK_TILE2_TURNS(q6_planes_tile, n, fetch, nb, w, NULL, bytes, nb, a, astride, out, ldd) \
+                    } else if (format == CK_Q6_PLANES && (q6_offset)) {                                  \
+                        const uint8_t * bytes = q6_unpacked_panel(unpacked, nb, p - group);              \
+                        CK_TILE2_TURNS(q6_offset_bytes_tile, n, fetch, nb, w, bytes, nb, a, astride, out, ldd) \
                     } else if (format == CK_Q6_PLANES) {                                                 \
                         const uint8_t * bytes = q6_unpacked_panel(unpacked, nb, p - group);              \
                         CK_TILE2_TURNS(q6_bytes_tile, n, fetch, nb, w, bytes, nb, a, astride, out, ldd)  \
@@ -1139,6 +1290,7 @@ CK_AVX2 CK_INLINE void q6_bytes_tile_avx2(const uint8_t * w, const uint8_t * unp
 CK_AVX2 static void gemm_avx2(enum ck_format format, const uint8_t * packed, int64_t cols, int64_t p0,
                               int64_t p1, const uint8_t * act, int64_t n_cols, float * dst, int64_t ldd) {
     CK_GEMM_YMM(q4_1_tile_avx2, q4_k_tile_avx2, q5_1_tile_avx2, q6_planes_tile_avx2, q6_bytes_tile_avx2,
+                offset_quants(CK_ISA_AVX2, format, n_cols), q6_planes_offset_tile_avx2, q6_bytes_offset_tile_avx2,
                 q8_0_tile_avx2)
 }
 
@@ -1277,12 +1429,13 @@ CK_Q4_K_TILE_YMM(q4_k_tile_avx_vnni, CK_AVX_VNNI, q4_k_block_avx_vnni)
 // a block and column where AVX2 spends 22; at most 16 x 127 x 64 x 128 a
 // block). The two halves' chains run side by side: one after the other,
 // their latency showed (a 1B model's output projection at B = 64, Zen 5:
-// 106 ms against 88). The same integer sums as q6_planes_block_avx2, so
+// 106 ms against 88). The same integer sums as q6_planes_block_ymm, so
 // the same results.
 CK_AVX_VNNI CK_INLINE void q6_planes_block_avx_vnni(const uint8_t * super, const int j, const uint8_t * unpacked,
                                                     uint8_t * unpack_into, const int64_t b, const int half,
                                                     const uint8_t * act, size_t astride, int64_t nb, __m256i * s,
-                                                    const int C) {
+                                                    __m256i * terms, const int C) {
+    (void)terms;  // its activations are not offset
     const uint8_t * blk = super + past_header(CK_Q6_PLANES, j);
     __m256i v[8];
     for (int g = 0; g < 8; g++) {
@@ -1317,7 +1470,7 @@ CK_AVX_VNNI CK_INLINE void q6_planes_block_avx_vnni(const uint8_t * super, const
     }
 }
 
-CK_Q6_PLANES_TILE_YMM(q6_planes_tile_avx_vnni, CK_AVX_VNNI, q6_planes_block_avx_vnni)
+CK_Q6_PLANES_TILE_YMM(q6_planes_tile_avx_vnni, CK_AVX_VNNI, q6_planes_block_avx_vnni, false)
 
 // The later column tiles' Q6_PLANES tile: the same, from the bytes.
 CK_AVX_VNNI CK_INLINE void q6_bytes_tile_avx_vnni(const uint8_t * w, const uint8_t * unpacked, int64_t nb,
@@ -1329,8 +1482,10 @@ CK_AVX_VNNI CK_INLINE void q6_bytes_tile_avx_vnni(const uint8_t * w, const uint8
 
 CK_AVX_VNNI static void gemm_avx_vnni(enum ck_format format, const uint8_t * packed, int64_t cols, int64_t p0,
                                       int64_t p1, const uint8_t * act, int64_t n_cols, float * dst, int64_t ldd) {
+    // (Its Q6 activations are never offset: vpdpbusd multiplies an offset
+    // start as cheaply.)
     CK_GEMM_YMM(q4_1_tile_avx_vnni, q4_k_tile_avx_vnni, q5_1_tile_avx_vnni, q6_planes_tile_avx_vnni,
-                q6_bytes_tile_avx_vnni, q8_0_tile_avx_vnni)
+                q6_bytes_tile_avx_vnni, false, q6_planes_tile_avx_vnni, q6_bytes_tile_avx_vnni, q8_0_tile_avx_vnni)
 }
 
 #endif  // CK_X86

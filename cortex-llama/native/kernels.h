@@ -93,7 +93,8 @@ void ck_dequantize_row(enum ck_format format, const void * packed, int64_t rows,
                        int64_t row, float * out);
 
 // Activations quantized for one weight format: per column, `cols / 32`
-// blocks of 32 bytes (int8; for the VNNI kernels' Q8_0, int8 + 128 as
+// blocks of 32 bytes (int8; for the VNNI kernels' Q8_0, and the AVX2
+// kernels' Q6_PLANES in a product of 32 columns or more, int8 + 128 as
 // unsigned), then per block its scale and (Q4_1, Q5_1) scale times the sum
 // of its quants, as floats, rounded through fp16 as ggml's Q8_1 and Q8_0
 // blocks hold them (but Q5_1's sum: the scale times the sum, exact); for
@@ -102,9 +103,11 @@ void ck_dequantize_row(enum ck_format format, const void * packed, int64_t rows,
 // Q4_K and Q6_PLANES, as ggml's Q8_K: one scale per 256 weights (in each of
 // its blocks' places, a float not rounded) and, in Q4_K's sums' place,
 // each block's sum of quants as int16. The encoding depends on the kernels that
-// will read them (`isa`; see activation_encoding in panels.h).
+// will read them (`isa`, and the product's number of columns `n_cols`; see
+// activation_encoding in panels.h).
 size_t ck_activation_bytes(int64_t cols);
-void ck_quantize_column(enum ck_isa isa, enum ck_format format, const float * x, int64_t cols, uint8_t * out);
+void ck_quantize_column(enum ck_isa isa, enum ck_format format, int64_t n_cols, const float * x, int64_t cols,
+                        uint8_t * out);
 
 // dst[col * ldd + row] for rows [panel_begin * 16, panel_end * 16) and
 // columns [0, n_cols) of `activations` (n_cols quantized columns, each

@@ -12,15 +12,22 @@
 #include "ggml.h"
 #include "panels.h"
 
+// Activation j of a column's block b (its byte less 128 when `offset`).
+static int activation_quant(const uint8_t * column, int64_t b, int j, bool offset) {
+    const uint8_t byte = column[b * CK_BLOCK + j];
+    return offset ? (int)byte - 128 : (int)(int8_t)byte;
+}
+
 // A Q6 block's integer sum: each half's 8-bit scale times sum((q - 32) x)
-// = sum(q x) - 32 sum(x), the latter from the column's half sums.
-static int32_t q6_block_sum(const uint8_t * blk, const uint8_t * column, int64_t nb, int64_t b) {
-    const int8_t * q = (const int8_t *)column + b * CK_BLOCK;
+// = sum(q x) - 32 sum(x), the latter from the column's half sums. (The
+// AVX2 tiles sum (q - 32)(x + 128) and take 128 sum(q - 32) away: in
+// integers, the same.)
+static int32_t q6_block_sum(const uint8_t * blk, const uint8_t * column, int64_t nb, int64_t b, bool offset) {
     int32_t isum = 0;
     for (int h = 0; h < 2; h++) {
         int32_t half_sum = -Q6_OFFSET * column_half_sums(column, nb)[2 * b + h];
         for (int j = 16 * h; j < 16 * h + 16; j++) {
-            half_sum += blk[4 + j] * q[j];
+            half_sum += blk[4 + j] * activation_quant(column, b, j, offset);
         }
         isum += (int8_t)blk[2 + h] * half_sum;
     }
@@ -45,8 +52,9 @@ static int32_t q4_k_block_sum(const uint8_t * blk, const int8_t * q) {
 // `float_halves` (see ck_encoding), Q6_PLANES' halves' sums instead add up
 // as fmaf((float)half_sum, d sc, sum), and the super-block's step is
 // fmaf(sum, dx, acc).
-static float reference_dot_super_blocks(enum ck_format format, bool float_halves, const void * m, int64_t cols,
-                                        int64_t row, const uint8_t * column) {
+static float reference_dot_super_blocks(enum ck_format format, struct ck_encoding encoding, const void * m,
+                                        int64_t cols, int64_t row, const uint8_t * column) {
+    const bool float_halves = encoding.float_halves;
     const int64_t nb = cols / CK_BLOCK;
     const int8_t * q = (const int8_t *)column;
     float acc = 0.0f;
@@ -60,7 +68,7 @@ static float reference_dot_super_blocks(enum ck_format format, bool float_halves
         for (int64_t b = CK_SUPER_BLOCKS * sb; b < CK_SUPER_BLOCKS * (sb + 1); b++) {
             const uint8_t * blk = ggml_block(format, m, cols, row, b);
             if (format == CK_Q6_PLANES && !float_halves) {
-                isum += q6_block_sum(blk, column, nb, b);
+                isum += q6_block_sum(blk, column, nb, b, encoding.offset);
                 continue;
             }
             if (format == CK_Q6_PLANES) {
@@ -99,7 +107,7 @@ static float reference_dot_super_blocks(enum ck_format format, bool float_halves
 static float reference_dot(enum ck_format format, const void * m, int64_t cols, int64_t row,
                            const uint8_t * column, struct ck_encoding encoding) {
     if (encoding.per_super_block) {
-        return reference_dot_super_blocks(format, encoding.float_halves, m, cols, row, column);
+        return reference_dot_super_blocks(format, encoding, m, cols, row, column);
     }
     const bool offset = encoding.offset;
     const int64_t nb = cols / CK_BLOCK;
@@ -260,7 +268,7 @@ static int check_converted(enum ck_isa isa, char * why, size_t why_len, uint64_t
                     x[i] = random_unit(state);
                 }
                 for (int64_t c = 0; c < n; c++) {
-                    ck_quantize_column(isa, format, x + c * cols, cols, act + (size_t)c * astride);
+                    ck_quantize_column(isa, format, n, x + c * cols, cols, act + (size_t)c * astride);
                 }
                 float * out = malloc(sizeof(float) * (size_t)(rows * n));
                 ck_gemm(isa, format, packed, cols, 0, rows / CK_PANEL_ROWS, act, n, out, rows);
@@ -425,9 +433,9 @@ int ck_self_check(enum ck_isa isa, char * why, size_t why_len) {
                         x[2] = 3.5f;
                         x[3] = -2.5f;
                     }
-                    ck_quantize_column(isa, format, x, cols, act + (size_t)c * astride);
+                    ck_quantize_column(isa, format, n, x, cols, act + (size_t)c * astride);
                     uint8_t * scalar = malloc(astride);
-                    ck_quantize_column_scalar(format, activation_encoding(isa, format), x, cols, scalar);
+                    ck_quantize_column_scalar(format, activation_encoding(isa, format, n), x, cols, scalar);
                     if (memcmp(scalar, act + (size_t)c * astride, (size_t)(cols / CK_BLOCK) * (CK_BLOCK + (format == CK_Q6_PLANES ? 16 : 8))) != 0 &&
                         mismatches++ == 0) {
                         snprintf(why, why_len, "%s format %d: vector quantization differs from the scalar one",
@@ -440,7 +448,7 @@ int ck_self_check(enum ck_isa isa, char * why, size_t why_len) {
                 const int64_t panels = rows / CK_PANEL_ROWS;
                 ck_gemm(isa, format, packed, cols, 0, panels / 2, act, n, out, rows);
                 ck_gemm(isa, format, packed, cols, panels / 2, panels, act, n, out, rows);
-                const struct ck_encoding encoding = activation_encoding(isa, format);
+                const struct ck_encoding encoding = activation_encoding(isa, format, n);
                 for (int64_t c = 0; c < n; c++) {
                     for (int64_t r = 0; r < rows; r++) {
                         const float expected = reference_dot(format, raw, cols, r, act + (size_t)c * astride, encoding);

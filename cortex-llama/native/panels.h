@@ -199,10 +199,18 @@ static inline bool ymm_isa(enum ck_isa isa) {
     return isa == CK_ISA_AVX2 || isa == CK_ISA_AVX_VNNI;
 }
 
+// Columns from which the AVX2 Q6_PLANES product takes its activations
+// offset by 128 (see q6_planes_block_ymm: its group's later column tiles
+// run faster so, its first slower).
+#define CK_Q6_OFFSET_COLUMNS 32
+
 // Whether `isa`'s kernel for `format` takes its quants offset by 128
-// (vpdpbusd multiplies an unsigned byte by a signed one).
-static inline bool offset_quants(enum ck_isa isa, enum ck_format format) {
-    return format == CK_Q8_0 && (isa == CK_ISA_AVX512 || isa == CK_ISA_AVX_VNNI);
+// (vpdpbusd and vpmaddubsw multiply an unsigned byte by a signed one): Q8_0
+// with VNNI, and Q6_PLANES with AVX2 in a product of `n_cols` columns from
+// CK_Q6_OFFSET_COLUMNS.
+static inline bool offset_quants(enum ck_isa isa, enum ck_format format, int64_t n_cols) {
+    return (format == CK_Q8_0 && (isa == CK_ISA_AVX512 || isa == CK_ISA_AVX_VNNI)) ||
+           (format == CK_Q6_PLANES && isa == CK_ISA_AVX2 && n_cols >= CK_Q6_OFFSET_COLUMNS);
 }
 
 // How a kernel takes its activations, and sums: the quants offset by 128
@@ -222,9 +230,9 @@ struct ck_encoding {
     bool float_halves;
 };
 
-static inline struct ck_encoding activation_encoding(enum ck_isa isa, enum ck_format format) {
+static inline struct ck_encoding activation_encoding(enum ck_isa isa, enum ck_format format, int64_t n_cols) {
     const bool k_quant = format == CK_Q4_K || format == CK_Q6_PLANES;
-    const struct ck_encoding encoding = {offset_quants(isa, format),
+    const struct ck_encoding encoding = {offset_quants(isa, format, n_cols),
                                          (ymm_isa(isa) || isa == CK_ISA_AVX512) && k_quant,
                                          isa == CK_ISA_AVX512 && format == CK_Q6_PLANES};
     return encoding;

@@ -131,8 +131,9 @@ static void quantize_column_avx512(enum ck_format format, bool offset, const flo
 static void quantize_column_avx2(enum ck_format format, struct ck_encoding encoding, const float * x, int64_t cols,
                                  uint8_t * out);
 
-void ck_quantize_column(enum ck_isa isa, enum ck_format format, const float * x, int64_t cols, uint8_t * out) {
-    const struct ck_encoding encoding = activation_encoding(isa, format);
+void ck_quantize_column(enum ck_isa isa, enum ck_format format, int64_t n_cols, const float * x, int64_t cols,
+                        uint8_t * out) {
+    const struct ck_encoding encoding = activation_encoding(isa, format, n_cols);
 #if CK_X86
     if (isa == CK_ISA_AVX512 && !encoding.per_super_block) {
         quantize_column_avx512(format, encoding.offset, x, cols, out);
