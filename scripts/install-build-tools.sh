@@ -19,6 +19,8 @@ if [[ -n ${FOR_TESTS:-} ]]; then
     command -v curl >/dev/null 2>&1 || missing+=(curl)
     # The dashboard's tests drive Debian's chromium (headless) with Playwright.
     command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+    # Keeps llama.cpp's C and C++ objects between runs of the suite.
+    command -v ccache >/dev/null 2>&1 || missing+=(ccache)
 fi
 if ((${#missing[@]})); then
     echo "==> installing ${missing[*]}"

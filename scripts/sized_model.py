@@ -3,12 +3,13 @@
 
     python3 scripts/sized_model.py llama3.2-1b              # Q4_K_M, into target/sized-models/
     python3 scripts/sized_model.py qwen2.5-7b --type q8_0 --out /tmp/q.gguf
+    python3 scripts/sized_model.py llama3.1-8b --type f16    # what a GPU's cuBLAS path takes
     python3 scripts/sized_model.py --list
 
 Each model has its real architecture, every tensor at its real shape and in
 the type llama.cpp's `llama-quantize` gives it (Q4_K_M: Q6_K for the output
 projection, and for attn_v and ffn_down in the layers `use_more_bits` picks,
-Q4_K elsewhere; Q8_0: every matrix), its real tokenizer (copied from a
+Q4_K elsewhere; Q8_0: every matrix; F16: every matrix, unquantized), its real tokenizer (copied from a
 vocab-only GGUF: the llama-cpp-python sdist's `models/ggml-vocab-*.gguf`, or
 for Gemma 3 the gemma3-270m GGUF, `--vocab FILE`) and its real chat template
 (the sdist's `models/templates/`). The quantized blocks are written directly:
@@ -61,14 +62,14 @@ MODELS = {
                       ctx=131072, sliding_window=1024, rope_linear=8.0, template=None),
 }
 
-TYPES = ("q4_k_m", "q8_0")
+TYPES = ("q4_k_m", "q8_0", "f16")
 # The tokenizers' sizes, for --list (the files say it when a model is made).
 TOKENS = {"llama-bpe": 128256, "qwen2": 151936, "gemma3": 262144}
 
 # ggml's types: (id, elements a block, bytes a block).
 F32, F16, Q8_0, Q4_K, Q6_K = (0, 1, 4), (1, 1, 2), (8, 32, 34), (12, 256, 144), (14, 256, 210)
-FILE_TYPE = {"q4_k_m": 15, "q8_0": 7}  # llama_ftype
-QUANTIZE_NAME = {"q4_k_m": "Q4_K_M", "q8_0": "Q8_0"}
+FILE_TYPE = {"q4_k_m": 15, "q8_0": 7, "f16": 1}  # llama_ftype
+QUANTIZE_NAME = {"q4_k_m": "Q4_K_M", "q8_0": "Q8_0", "f16": "F16"}
 
 
 def use_more_bits(i, n):
@@ -83,6 +84,8 @@ def tensors(spec, vocab_rows, kind):
     def matrix(name, cols, rows, more_bits=False):
         if kind == "q8_0":
             t = Q8_0
+        elif kind == "f16":
+            t = F16
         else:
             t = Q6_K if more_bits else Q4_K
         return (name, [cols, rows], t, "weights")
@@ -288,12 +291,19 @@ def random_blocks(rng, ttype, nbytes):
     return data
 
 
-def random_f16(rng, count):
-    """Random F16 weights of about 0.02 (sign, exponent 2^-6 or 2^-5, mantissa random)."""
-    data = random_bytes(rng, count * 2)
-    high = bytes(((b & 0x83) | 0x24) for b in range(256))
-    data[1::2] = data[1::2].translate(high)
-    return data
+def random_f16(rng, count, pool=[]):
+    """F16 weights of about 0.02 (sign, exponent 2^-6 or 2^-5, mantissa
+    random): 32 MiB of random ones made once, each tensor those from a
+    random start, repeated as it needs (an 8B model's 15 GiB in seconds)."""
+    if not pool:
+        data = random_bytes(rng, 1 << 25)
+        high = bytes(((b & 0x83) | 0x24) for b in range(256))
+        data[1::2] = data[1::2].translate(high)
+        pool.append(bytes(data))
+    nbytes = count * 2
+    start = rng.randrange(len(pool[0]) // 2) * 2
+    rotated = pool[0][start:] + pool[0][:start]
+    return (rotated * (nbytes // len(rotated) + 1))[:nbytes]
 
 
 class Writer:

@@ -13,6 +13,14 @@ cd "$(dirname "$0")/.."
 FOR_TESTS=1
 source scripts/install-build-tools.sh
 
+# llama.cpp is compiled twice from a clean checkout (llama-cpp-sys-2's CMake
+# build with every x86 CPU variant, and the Vulkan module): about 20 minutes
+# on 2 cores. ccache keeps the objects between runs on one machine; with the
+# checkout as its base directory, paths inside it count relative to it, so a
+# fresh clone elsewhere hits the same entries.
+export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache
+export CCACHE_BASEDIR=$PWD
+
 echo "==> cargo fmt --check"
 cargo fmt --all -- --check
 
